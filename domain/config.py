@@ -1,0 +1,74 @@
+"""The scheduler's config. It is journaled (`config.set`) so a journal replays without flags."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from domain.durations import parse_duration
+
+DURATION_KEYS = ("window", "max_min_runtime", "short_job_max_min_runtime", "bucket", "preempt_grace")
+
+
+class SchedulerConfig(BaseModel):
+    """Every knob of `decide`. Durations accept `7d`, `15m` or seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    window: float = Field(7 * 86400.0, description="fair-share lookback window (seconds)")
+    bucket: float = Field(3600.0, description="usage bucket width; the window slides by buckets")
+    max_min_runtime: float = Field(8 * 3600.0, description="cap on a workload's min_runtime")
+    ordering: str = Field("fairshare", description="ordering policy name or module:attr")
+    placement: str = Field("pack", description="placement policy name or module:attr")
+    hysteresis: float = Field(
+        0.05,
+        ge=0,
+        description="relative fair-share margin a beneficiary must lead a victim by to preempt it",
+    )
+    headroom_hosts: int = Field(1, ge=0, description="whole hosts kept for short, small jobs")
+    short_job_max_gpus: int = Field(2, ge=0)
+    short_job_max_min_runtime: float = Field(900.0)
+    legacy_caps: dict[str, int] = Field(
+        default_factory=dict,
+        description="legacy-priority: non-preemptible GPU cap per top-level allocation",
+    )
+    admins: tuple[str, ...] = Field(
+        (), description="may create top-level allocations, register hosts and set config"
+    )
+    preempt_grace: float = Field(0.0, description="advisory checkpoint grace for launchers")
+
+    @field_validator(*DURATION_KEYS, mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("window", "bucket")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be > 0")
+        return value
+
+    def with_overrides(self, overrides: dict[str, Any]) -> SchedulerConfig:
+        """A copy with `overrides` validated; raises ConfigError naming the key."""
+        return parse_config({**self.model_dump(), **overrides})
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def parse_config(raw: dict[str, Any]) -> SchedulerConfig:
+    try:
+        return SchedulerConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for item in exc.errors():
+            key = ".".join(str(p) for p in item["loc"]) or "config"
+            if item["type"] == "extra_forbidden":
+                known = ", ".join(SchedulerConfig.model_fields)
+                problems.append(f"unknown config key {key!r} (known: {known})")
+            else:
+                problems.append(f"config key {key!r}: {item['msg']}")
+        raise ConfigError("; ".join(problems)) from None

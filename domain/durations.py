@@ -1,0 +1,48 @@
+"""Durations as people write them (`30s`, `15m`, `8h`, `7d`, `1h30m`) and as seconds."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds in `value`; raises ValueError naming the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        text = value.strip().lower().replace(" ", "")
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _PART.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ValueError(
+                    f"not a duration: {value!r} (use e.g. 30s, 15m, 8h, 7d, 1h30m or seconds)"
+                ) from None
+            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"duration must be a finite number of seconds >= 0, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Compact human form: 0s, 45s, 15m, 2h30m, 7d, 1d2h."""
+    if not math.isfinite(seconds):
+        return "inf"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    out = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, seconds = divmod(seconds, size)
+        if count:
+            out.append(f"{count}{unit}")
+        if len(out) == 2:
+            break
+    return "".join(out)

@@ -1,0 +1,278 @@
+"""The v1 event contract (DESIGN §4) as frozen pydantic models.
+
+Every record in the inbox and the journal is one of these. Models are flat and
+frozen; unknown fields are ignored so newer writers don't break older readers.
+Parsing from a plain ``dict`` lives here (pure); bytes live at the edges
+(`streams.codec`). Old versions are upgraded by the upcasters in
+`domain.upcasting` before validation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+SCHEDULER = "allot"
+
+
+class Envelope(BaseModel):
+    """Fields on every event."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    type: str
+    v: int = 1
+    id: str
+    time: float
+    cluster: str = "default"
+    actor: str = SCHEDULER
+    # id of the input whose processing produced this decision (decisions only)
+    cause: str | None = None
+
+
+# ---------------------------------------------------------------- inputs
+
+
+class WorkloadSubmitted(Envelope):
+    type: Literal["workload.submitted"] = "workload.submitted"
+    workload: str
+    allocation: str
+    gpus: int
+    min_runtime: float = 0.0
+    resumable: bool = False
+    priority: int = 0
+    tags: tuple[str, ...] = ()
+    name: str | None = None
+    # seconds of work the workload needs: read only by simulated executors
+    runtime: float | None = None
+    # user's own estimate: ordering policies and reservations may use it
+    expected_runtime: float | None = None
+
+
+class WorkloadCancelled(Envelope):
+    type: Literal["workload.cancelled"] = "workload.cancelled"
+    workload: str
+
+
+class WorkloadFinished(Envelope):
+    type: Literal["workload.finished"] = "workload.finished"
+    workload: str
+    outcome: Literal["completed", "failed", "lost"] = "completed"
+    attempt: int | None = None
+
+
+class BudgetSet(Envelope):
+    type: Literal["budget.set"] = "budget.set"
+    allocation: str
+    weight: float
+    managers: tuple[str, ...] | None = None
+    members: tuple[str, ...] | None = None
+
+
+class BudgetRemoved(Envelope):
+    type: Literal["budget.removed"] = "budget.removed"
+    allocation: str
+
+
+class HostRegistered(Envelope):
+    type: Literal["host.registered"] = "host.registered"
+    host: str
+    gpus: int
+
+
+class HostHealth(Envelope):
+    type: Literal["host.health"] = "host.health"
+    host: str
+    healthy: bool
+    reason: str = ""
+
+
+class ClockTick(Envelope):
+    type: Literal["clock.tick"] = "clock.tick"
+
+
+class ConfigSet(Envelope):
+    """The scheduler's effective config; keys as in `domain.config.SchedulerConfig`."""
+
+    type: Literal["config.set"] = "config.set"
+    config: dict[str, Any]
+
+
+# ------------------------------------------------------------- decisions
+
+
+class WorkloadPlaced(Envelope):
+    type: Literal["workload.placed"] = "workload.placed"
+    workload: str
+    allocation: str = ""
+    gpus: int = 0
+    hosts: dict[str, tuple[int, ...]]
+    attempt: int = 1
+    charged: bool
+    # None: protected until it ends (legacy-priority's non-preemptible work)
+    protected_until: float | None = None
+    explain: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkloadPreempted(Envelope):
+    type: Literal["workload.preempted"] = "workload.preempted"
+    workload: str
+    attempt: int = 1
+    reason: Literal["fair_share", "unallocated", "drain", "priority", "headroom"]
+    beneficiary: str | None = None
+    requeued: bool
+    explain: dict[str, Any] = Field(default_factory=dict)
+
+
+class HostDrained(Envelope):
+    type: Literal["host.drained"] = "host.drained"
+    host: str
+
+
+class _Rejected(Envelope):
+    ref: str
+    error: str
+    # copied from the input when known, so the journal answers "what was rejected"
+    workload: str | None = None
+    allocation: str | None = None
+    host: str | None = None
+    input_type: str | None = None
+
+
+class WorkloadRejected(_Rejected):
+    type: Literal["workload.rejected"] = "workload.rejected"
+
+
+class BudgetRejected(_Rejected):
+    type: Literal["budget.rejected"] = "budget.rejected"
+
+
+class HostRejected(_Rejected):
+    type: Literal["host.rejected"] = "host.rejected"
+
+
+class ClockRejected(_Rejected):
+    type: Literal["clock.rejected"] = "clock.rejected"
+
+
+class ConfigRejected(_Rejected):
+    type: Literal["config.rejected"] = "config.rejected"
+
+
+class InputRejected(_Rejected):
+    type: Literal["input.rejected"] = "input.rejected"
+
+
+Input = (
+    WorkloadSubmitted
+    | WorkloadCancelled
+    | WorkloadFinished
+    | BudgetSet
+    | BudgetRemoved
+    | HostRegistered
+    | HostHealth
+    | ClockTick
+    | ConfigSet
+)
+Decision = WorkloadPlaced | WorkloadPreempted | HostDrained
+Rejection = (
+    WorkloadRejected
+    | BudgetRejected
+    | HostRejected
+    | ClockRejected
+    | ConfigRejected
+    | InputRejected
+)
+Event = Annotated[Input | Decision | Rejection, Field(discriminator="type")]
+
+INPUT_TYPES: frozenset[str] = frozenset(
+    m.model_fields["type"].default for m in Input.__args__  # type: ignore[attr-defined]
+)
+REJECTION_BY_NOUN: dict[str, type[_Rejected]] = {
+    "workload": WorkloadRejected,
+    "budget": BudgetRejected,
+    "host": HostRejected,
+    "clock": ClockRejected,
+    "config": ConfigRejected,
+}
+_EVENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+def rejection_for(raw_type: object, **fields: Any) -> _Rejected:
+    """A `<noun>.rejected` for an input of `raw_type` (`input.rejected` if unknown)."""
+    model: type[_Rejected] = InputRejected
+    if isinstance(raw_type, str) and raw_type in INPUT_TYPES:
+        model = REJECTION_BY_NOUN.get(raw_type.split(".", 1)[0], InputRejected)
+    if isinstance(raw_type, str):
+        fields.setdefault("input_type", raw_type[:100])
+    return model(**fields)
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One readable line per problem: `gpus: Input should be a valid integer (got 'x')`."""
+    parts = []
+    for item in error.errors()[:5]:
+        loc = [str(p) for p in item["loc"]]
+        if loc and "." in loc[0]:  # the discriminator's tag, e.g. "workload.submitted"
+            loc = loc[1:]
+        where = ".".join(loc) or "record"
+        got = item.get("input")
+        shown = repr(got) if not isinstance(got, dict) else "an object"
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        parts.append(f"{where}: {item['msg']} (got {shown})" if item["type"] != "missing" else f"{where}: missing")
+    return "; ".join(parts)
+
+
+def parse_event(raw: dict[str, Any]) -> Event:
+    """Validate one already-upcast record; raises pydantic.ValidationError."""
+    return _EVENT_ADAPTER.validate_python(raw)
+
+
+def event_to_dict(event: Envelope) -> dict[str, Any]:
+    """The wire form: plain JSON types, `None` optionals dropped to keep records small."""
+    return event.model_dump(mode="json", exclude_none=True)
+
+
+def _clip(value: object, limit: int = 200) -> str | None:
+    return None if value is None else str(value)[:limit]
+
+
+def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:
+    """An inbox record as an event, or the `*.rejected` explaining why it is not one.
+
+    Never raises: missing fields, wrong types and unknown `type`s become rejections
+    (typed after the input's noun) carrying the record's id as `ref`.
+    """
+    from domain.upcasting import upcast  # local: upcasting imports nothing from here
+
+    ref = _clip(raw.get("id")) or "?"
+    try:
+        record = upcast(dict(raw))
+        if record.get("type") not in INPUT_TYPES:
+            known = ", ".join(sorted(INPUT_TYPES))
+            raise_type = record.get("type")
+            return rejection_for(
+                raise_type,
+                id=f"{ref}/rejected",
+                ref=ref,
+                time=now,
+                cluster=_clip(raw.get("cluster")) or "default",
+                error=f"unknown input type {_clip(raise_type, 60)!r}; inputs are: {known}",
+            )
+        return parse_event(record)
+    except ValidationError as exc:
+        error = describe_validation_error(exc)
+    except Exception as exc:  # a hostile record must never stop the worker
+        error = f"unreadable record: {type(exc).__name__}"
+    return rejection_for(
+        raw.get("type"),
+        id=f"{ref}/rejected",
+        ref=ref,
+        time=now,
+        cluster=_clip(raw.get("cluster")) or "default",
+        actor=_clip(raw.get("actor")) or "unknown",
+        workload=_clip(raw.get("workload")),
+        error=f"invalid {_clip(raw.get('type'), 60)}: {error}",
+    )

@@ -1,0 +1,135 @@
+"""The budget tree: allocations addressed by path, their weights, shares and principals.
+
+A node's *share* of the cluster is the product of `weight / sum(sibling weights)`
+along its path. Shares are recomputed only when a weight changes (rare), so reading
+them is a dict lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def parent_of(path: str) -> str | None:
+    head, sep, _ = path.rpartition("/")
+    return head if sep else None
+
+
+def ancestors(path: str) -> list[str]:
+    """`a/b/c` -> [`a`, `a/b`, `a/b/c`] (root first, the path itself last)."""
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def valid_path(path: str) -> bool:
+    return bool(path) and all(part and part.strip() == part for part in path.split("/"))
+
+
+@dataclass(slots=True)
+class Node:
+    path: str
+    weight: float
+    managers: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+    children: list[str] = field(default_factory=list)
+    share: float = 0.0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+class AllocationTree:
+    """Nodes by path. Top-level nodes are siblings of each other."""
+
+    __slots__ = ("_leaves", "nodes", "roots")
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.roots: list[str] = []
+        self._leaves: list[str] = []
+
+    # ------------------------------------------------------------ queries
+    def __contains__(self, path: str) -> bool:
+        return path in self.nodes
+
+    def share(self, path: str) -> float:
+        node = self.nodes.get(path)
+        return node.share if node else 0.0
+
+    def leaves(self) -> list[str]:
+        return self._leaves
+
+    def siblings_of(self, path: str) -> list[str]:
+        parent = parent_of(path)
+        return self.roots if parent is None else self.nodes[parent].children
+
+    def top_level(self, path: str) -> str:
+        return path.split("/", 1)[0]
+
+    def managers_above(self, path: str) -> set[str]:
+        """Managers of `path` and of every ancestor."""
+        found: set[str] = set()
+        for p in ancestors(path):
+            node = self.nodes.get(p)
+            if node:
+                found.update(node.managers)
+        return found
+
+    def may_manage(self, actor: str, path: str) -> bool:
+        """Only managers of a node (or of an ancestor) change its children."""
+        parent = parent_of(path)
+        return parent is not None and actor in self.managers_above(parent)
+
+    def may_submit(self, actor: str, leaf: str) -> bool:
+        """Members of the leaf, or managers of it or any ancestor. A path that names no
+        principal at all is open (a laptop cluster nobody has locked down)."""
+        node = self.nodes[leaf]
+        managers = self.managers_above(leaf)
+        if actor in node.members or actor in managers:
+            return True
+        return not node.members and not managers
+
+    # ----------------------------------------------------------- changes
+    def set(
+        self,
+        path: str,
+        weight: float,
+        managers: tuple[str, ...] | None = None,
+        members: tuple[str, ...] | None = None,
+    ) -> None:
+        node = self.nodes.get(path)
+        if node is None:
+            node = self.nodes[path] = Node(path, weight)
+            parent = parent_of(path)
+            siblings = self.roots if parent is None else self.nodes[parent].children
+            siblings.append(path)
+            siblings.sort()
+        node.weight = weight
+        if managers is not None:
+            node.managers = tuple(managers)
+        if members is not None:
+            node.members = tuple(members)
+        self._recompute()
+
+    def remove(self, path: str) -> None:
+        self.nodes.pop(path)
+        parent = parent_of(path)
+        (self.roots if parent is None else self.nodes[parent].children).remove(path)
+        self._recompute()
+
+    def _recompute(self) -> None:
+        leaves: list[str] = []
+
+        def visit(paths: list[str], parent_share: float) -> None:
+            total = sum(max(0.0, self.nodes[p].weight) for p in paths)
+            for p in paths:
+                node = self.nodes[p]
+                node.share = parent_share * node.weight / total if total > 0 else 0.0
+                if node.children:
+                    visit(node.children, node.share)
+                else:
+                    leaves.append(p)
+
+        visit(self.roots, 1.0)
+        self._leaves = leaves
