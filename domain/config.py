@@ -8,7 +8,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from domain.durations import parse_duration
 
-DURATION_KEYS = ("window", "max_min_runtime", "short_job_max_min_runtime", "bucket", "preempt_grace")
+DURATION_KEYS = (
+    "window",
+    "max_min_runtime",
+    "short_job_max_min_runtime",
+    "bucket",
+    "preempt_grace",
+)
 
 
 class SchedulerConfig(BaseModel):

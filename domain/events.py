@@ -187,7 +187,8 @@ Rejection = (
 Event = Annotated[Input | Decision | Rejection, Field(discriminator="type")]
 
 INPUT_TYPES: frozenset[str] = frozenset(
-    m.model_fields["type"].default for m in Input.__args__  # type: ignore[attr-defined]
+    m.model_fields["type"].default
+    for m in Input.__args__  # type: ignore[attr-defined]
 )
 REJECTION_BY_NOUN: dict[str, type[_Rejected]] = {
     "workload": WorkloadRejected,
@@ -221,7 +222,11 @@ def describe_validation_error(error: ValidationError) -> str:
         shown = repr(got) if not isinstance(got, dict) else "an object"
         if len(shown) > 60:
             shown = shown[:57] + "..."
-        parts.append(f"{where}: {item['msg']} (got {shown})" if item["type"] != "missing" else f"{where}: missing")
+        parts.append(
+            f"{where}: {item['msg']} (got {shown})"
+            if item["type"] != "missing"
+            else f"{where}: missing"
+        )
     return "; ".join(parts)
 
 

@@ -16,7 +16,9 @@ UPCASTERS: dict[tuple[str, int], Callable[[Raw], Raw]] = {}
 CURRENT_VERSION = 1
 
 
-def upcaster(event_type: str, from_version: int) -> Callable[[Callable[[Raw], Raw]], Callable[[Raw], Raw]]:
+def upcaster(
+    event_type: str, from_version: int
+) -> Callable[[Callable[[Raw], Raw]], Callable[[Raw], Raw]]:
     def register(fn: Callable[[Raw], Raw]) -> Callable[[Raw], Raw]:
         UPCASTERS[(event_type, from_version)] = fn
         return fn
@@ -38,7 +40,9 @@ def upcast(raw: Raw) -> Raw:
 def _submitted_v0(raw: Raw) -> Raw:
     """v0 (the pre-release draft submit tool) sent `gpu_count`, `min_runtime_minutes`
     and `preemptible` (true meant: may be stopped and requeued)."""
-    out = {k: v for k, v in raw.items() if k not in ("gpu_count", "min_runtime_minutes", "preemptible")}
+    out = {
+        k: v for k, v in raw.items() if k not in ("gpu_count", "min_runtime_minutes", "preemptible")
+    }
     if "gpu_count" in raw:
         out.setdefault("gpus", raw["gpu_count"])
     if "min_runtime_minutes" in raw and isinstance(raw["min_runtime_minutes"], int | float):

@@ -1,0 +1,246 @@
+"""Admission: validate and authorize one input against the state.
+
+`admit` returns the input (stamped with a non-decreasing event time) when it is
+accepted, or a `*.rejected` event whose `error` says what was wrong and how to fix
+it. It never raises and never changes the state; `evolve` folds whatever it returns.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any
+
+from domain import events as ev
+from domain.config import ConfigError, parse_config
+from domain.durations import format_duration
+from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
+from domain.state import RUNNING, State
+from domain.tree import parent_of, valid_path
+
+_DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
+
+
+class Rejected(Exception):
+    """Raised inside admission checks; turned into a `*.rejected` event."""
+
+
+def admit(state: State, event: Any) -> Any:
+    """The accepted input (time stamped) or its rejection."""
+    now = max(event.time, state.now) if math.isfinite(event.time) else state.now
+    if isinstance(event, ev._Rejected):  # already rejected at the edge (bad bytes/fields)
+        return event.model_copy(update={"id": state.next_id(), "time": now})
+    try:
+        if event.type in _DECISION_TYPES or event.type.endswith(".rejected"):
+            raise Rejected(f"{event.type} is written only by the scheduler; send a request instead")
+        _check_common(state, event)
+        check = _CHECKS.get(event.type)
+        if check is not None:
+            check(state, event)
+    except Rejected as why:
+        return ev.rejection_for(
+            event.type,
+            id=state.next_id(),
+            time=now,
+            cluster=state.cluster,
+            actor=event.actor,
+            ref=event.id,
+            error=str(why),
+            workload=getattr(event, "workload", None),
+            allocation=getattr(event, "allocation", None),
+            host=getattr(event, "host", None),
+        )
+    return event if event.time == now else event.model_copy(update={"time": now})
+
+
+def _check_common(state: State, event: Any) -> None:
+    if event.cluster != state.cluster:
+        raise Rejected(
+            f"sent to cluster {event.cluster!r} but this scheduler runs {state.cluster!r}; "
+            "use --cluster to pick the right one"
+        )
+    if event.id in state.seen_ids:
+        raise Rejected(
+            f"duplicate id {event.id!r}: an input with this id was already accepted; "
+            "every request needs a fresh id (a resend of the same request is ignored)"
+        )
+    if math.isfinite(state.now) and event.time < state.now - state.config.window:
+        raise Rejected(
+            f"claims time {event.time:.0f}, older than the {format_duration(state.config.window)} "
+            "window; check the sender's clock"
+        )
+
+
+def _require_admin(state: State, actor: str, what: str) -> None:
+    if not state.is_admin(actor):
+        raise Rejected(f"{actor!r} may not {what}; ask an admin ({', '.join(state.config.admins)})")
+
+
+def _leaf(state: State, path: str) -> None:
+    tree = state.tree
+    if path not in tree:
+        close = difflib.get_close_matches(path, tree.leaves(), n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else "; `allot shares` lists them"
+        raise Rejected(f"unknown allocation {path!r}{hint}")
+    node = tree.nodes[path]
+    if not node.is_leaf:
+        raise Rejected(
+            f"{path!r} is not a leaf; submit to one of its children: {', '.join(node.children[:5])}"
+        )
+
+
+def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
+    if not e.workload:
+        raise Rejected("workload id is empty; the submit tool must generate one")
+    if e.workload in state.workloads or e.workload in state.ended:
+        raise Rejected(f"workload id {e.workload!r} is already in use; submit with a new id")
+    _leaf(state, e.allocation)
+    if not state.tree.may_submit(e.actor, e.allocation):
+        raise Rejected(
+            f"{e.actor!r} is not a member of {e.allocation!r}; ask one of its managers "
+            f"({', '.join(sorted(state.tree.managers_above(e.allocation))) or 'an admin'}) to add you"
+        )
+    if e.gpus <= 0:
+        raise Rejected(f"gpus must be at least 1, got {e.gpus}")
+    if e.gpus > state.capacity:
+        raise Rejected(
+            f"asks for {e.gpus} GPUs but cluster {state.cluster!r} has {state.capacity} registered"
+        )
+    cap = state.config.max_min_runtime
+    if not math.isfinite(e.min_runtime) or e.min_runtime < 0:
+        raise Rejected(
+            f"min_runtime must be between 0 and {format_duration(cap)}, got {e.min_runtime}"
+        )
+    if e.min_runtime > cap:
+        raise Rejected(
+            f"min_runtime {format_duration(e.min_runtime)} exceeds the cap "
+            f"{format_duration(cap)} (max_min_runtime); ask for at most {format_duration(cap)} "
+            "and make longer work resumable"
+        )
+    for name in ("runtime", "expected_runtime"):
+        value = getattr(e, name)
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise Rejected(f"{name} must be a duration >= 0, got {value}")
+
+
+def _live(state: State, workload_id: str) -> Any:
+    w = state.workloads.get(workload_id)
+    if w is None:
+        if workload_id in state.ended:
+            raise Rejected(f"workload {workload_id!r} has already ended")
+        raise Rejected(f"unknown workload {workload_id!r}; `allot queue` lists live ones")
+    return w
+
+
+def _check_cancelled(state: State, e: ev.WorkloadCancelled) -> None:
+    w = _live(state, e.workload)
+    if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
+        raise Rejected(
+            f"{e.actor!r} may not cancel {e.workload!r}: only its submitter {w.actor!r}, "
+            "managers of its allocation or an admin may"
+        )
+
+
+def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
+    w = _live(state, e.workload)
+    if w.state != RUNNING:
+        raise Rejected(f"workload {e.workload!r} is {w.state}, not running; nothing to finish")
+    if e.attempt is not None and e.attempt != w.attempt:
+        raise Rejected(
+            f"report is about attempt {e.attempt} but {e.workload!r} is on attempt {w.attempt}; "
+            "stale report ignored"
+        )
+
+
+def _check_budget_target(state: State, path: str, actor: str) -> None:
+    if not valid_path(path):
+        raise Rejected(
+            f"invalid allocation path {path!r}: use names separated by '/', e.g. lab/olmo"
+        )
+    parent = parent_of(path)
+    if parent is None:
+        _require_admin(state, actor, f"change top-level allocation {path!r}")
+        return
+    if parent not in state.tree:
+        raise Rejected(f"parent {parent!r} does not exist; create it first")
+    if not _may_act_under(state, actor, parent):
+        managers = ", ".join(sorted(state.tree.managers_above(parent))) or "an admin"
+        raise Rejected(f"{actor!r} is not a manager of {parent!r}; ask {managers}")
+
+
+def _may_act_under(state: State, actor: str, path: str) -> bool:
+    """Managers of `path` or an ancestor, and admins; anyone while nobody claimed it."""
+    managers = state.tree.managers_above(path)
+    if actor in managers or actor in state.config.admins:
+        return True
+    return not managers and not state.config.admins
+
+
+def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
+    _check_budget_target(state, e.allocation, e.actor)
+    if not math.isfinite(e.weight) or e.weight < 0:
+        raise Rejected(f"weight must be a number >= 0, got {e.weight}")
+    parent = parent_of(e.allocation)
+    if e.allocation not in state.tree and parent is not None and state.tree.nodes[parent].is_leaf:
+        live = sum(1 for w in state.workloads.values() if w.allocation == parent)
+        if live:
+            raise Rejected(
+                f"{parent!r} has {live} live workloads; a node with children takes no work — "
+                "let them finish or cancel them first"
+            )
+
+
+def _check_budget_removed(state: State, e: ev.BudgetRemoved) -> None:
+    if e.allocation not in state.tree:
+        raise Rejected(f"unknown allocation {e.allocation!r}")
+    _check_budget_target(state, e.allocation, e.actor)
+    node = state.tree.nodes[e.allocation]
+    if node.children:
+        raise Rejected(
+            f"{e.allocation!r} has children ({', '.join(node.children[:5])}); remove them first"
+        )
+    live = sum(1 for w in state.workloads.values() if w.allocation == e.allocation)
+    if live:
+        raise Rejected(
+            f"{e.allocation!r} has {live} live workloads; let them finish or cancel them first"
+        )
+
+
+def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
+    _require_admin(state, e.actor, "register hosts")
+    if not e.host:
+        raise Rejected("host name is empty")
+    if e.gpus <= 0:
+        raise Rejected(f"a host needs at least 1 GPU, got {e.gpus}")
+    if e.host in state.hosts:
+        raise Rejected(
+            f"host {e.host!r} is already registered with {state.hosts[e.host].gpus} GPUs"
+        )
+
+
+def _check_host_health(state: State, e: ev.HostHealth) -> None:
+    _require_admin(state, e.actor, "report host health")
+    if e.host not in state.hosts:
+        raise Rejected(f"unknown host {e.host!r}; register it first (`allot host register`)")
+
+
+def _check_config(state: State, e: ev.ConfigSet) -> None:
+    _require_admin(state, e.actor, "change the scheduler config")
+    try:
+        config = parse_config(e.config)
+        resolve_ordering(config.ordering)
+        resolve_placement(config.placement)
+    except (ConfigError, UnknownPolicy) as why:
+        raise Rejected(str(why)) from None
+
+
+_CHECKS = {
+    "workload.submitted": _check_submitted,
+    "workload.cancelled": _check_cancelled,
+    "workload.finished": _check_finished,
+    "budget.set": _check_budget_set,
+    "budget.removed": _check_budget_removed,
+    "host.registered": _check_host_registered,
+    "host.health": _check_host_health,
+    "config.set": _check_config,
+}

@@ -1,0 +1,449 @@
+"""`decide(state, now) -> decisions`: one scheduling cycle (DESIGN §5)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from domain import events as ev
+from domain.evolve import evolve
+from domain.fairshare import Ranking, diverging
+from domain.state import Host, State, Workload
+
+
+def _num(x: float) -> float | None:
+    """A JSON-safe number for `explain` (None stands for infinity)."""
+    return round(x, 6) if math.isfinite(x) else None
+
+
+def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
+    """Run one scheduling cycle at event time `now` and return its decisions.
+
+    Each decision is folded into `state` through `evolve` as it is made, so later
+    steps of the same cycle see the GPUs earlier steps took or freed; the ranking is
+    taken once, so every decision of a cycle is judged on the same snapshot.
+
+    1. Snapshot: rank the leaves once (the ordering policy; Fair-Tree over fair-share
+       ratios by default) and note the headroom hosts.
+    2. Drain: on unhealthy hosts, preempt unallocated work now and allocated work whose
+       protection has ended; report a host `host.drained` once it is empty.
+    3. Order: merge the heads of the pending buckets by the policy's sort key.
+    4. Place: put the next workload on free GPUs — one host if it fits on one, else
+       whole hosts (gang) — never on a headroom host unless it is short and small or
+       unallocated, and on a reserved host only if it cannot delay the reservation.
+    5. Preempt: otherwise, if it may preempt, free the fewest GPUs of eligible victims
+       (unallocated first, then the lowest ranked, then the most recently started).
+    6. Reserve: the first allocated workload that fits neither way reserves the hosts
+       that free soonest (protection ends, declared runtimes); later work backfills
+       them only if it cannot delay that start.
+    A workload that cannot be placed ends its bucket's turn, and every bucket of the
+    same class needing at least as many GPUs is skipped: such work cannot fit either.
+    That keeps a cycle's cost independent of the number of pending workloads.
+    """
+    cycle = _Cycle(state, now, cause)
+    if state.cordoned:
+        cycle.drain()
+    if state.pending_count:
+        cycle.schedule()
+    return cycle.out
+
+
+def handle(state: State, event: Any) -> list[Any]:
+    """Admit one input, fold it, decide: the journal records it produces, in order."""
+    from domain.admission import admit
+
+    accepted = admit(state, event)
+    evolve(state, accepted)
+    out = [accepted]
+    out.extend(decide(state, state.now, cause=accepted.id))
+    return out
+
+
+def next_wakeup(state: State) -> float | None:
+    """The next moment a decision could change with no new input: a protection end or a
+    window bucket leaving (ratios reorder), while work waits or hosts drain."""
+    if not state.pending_count and not state.cordoned:
+        return None
+    moments = []
+    protection = state.next_protection_end()
+    if protection is not None:
+        moments.append(protection)
+    if state.pending_count:
+        moments.append(state.charged.next_edge(state.now))
+    return min(moments, default=None)
+
+
+class _Cycle:
+    __slots__ = (
+        "cause",
+        "now",
+        "out",
+        "position",
+        "ranking",
+        "reserved",
+        "reserved_for",
+        "reserved_from",
+        "state",
+    )
+
+    def __init__(self, state: State, now: float, cause: str | None) -> None:
+        self.state = state
+        self.now = now
+        self.cause = cause
+        self.out: list[Any] = []
+        self.ranking: Ranking = (
+            state.ordering.rank(state, now) if state.pending_count else Ranking()
+        )
+        self.reserved: frozenset[str] = frozenset()
+        self.reserved_from = math.inf
+        self.reserved_for: str | None = None
+        self.position = 0
+
+    # ------------------------------------------------------------ output
+    def emit(self, event: Any) -> None:
+        evolve(self.state, event)
+        self.out.append(event)
+
+    def _envelope(self) -> dict[str, Any]:
+        s = self.state
+        return {"id": s.next_id(), "time": self.now, "cluster": s.cluster, "cause": self.cause}
+
+    def preempt(
+        self, victim: Workload, reason: str, beneficiary: str | None, explain: dict
+    ) -> None:
+        self.emit(
+            ev.WorkloadPreempted(
+                **self._envelope(),
+                workload=victim.id,
+                attempt=victim.attempt,
+                reason=reason,
+                beneficiary=beneficiary,
+                requeued=victim.resumable,
+                explain=explain,
+            )
+        )
+
+    # ------------------------------------------------------------- drain
+    def drain(self) -> None:
+        s = self.state
+        for name in list(s.cordoned):
+            host = s.hosts[name]
+            for wid in list(host.workloads):
+                v = s.workloads[wid]
+                if not v.charged or v.protected_until <= self.now:
+                    self.preempt(
+                        v,
+                        "drain",
+                        None,
+                        {
+                            "host": name,
+                            "charged": v.charged,
+                            "protected_until": _num(v.protected_until),
+                        },
+                    )
+            if not host.workloads and not host.drained:
+                self.emit(ev.HostDrained(**self._envelope(), host=name))
+
+    # ---------------------------------------------------------- schedule
+    def schedule(self) -> None:
+        s = self.state
+        policy = s.ordering
+        ranking = self.ranking
+        heap: list[tuple[Any, ...]] = []
+        for key, queue in s.queues.items():
+            w = s.workloads[queue[0][1]]
+            allocated = w.wants_allocation and s.tree.share(w.allocation) > 0
+            heap.append((policy.sort_key(ranking, w, allocated), key, allocated))
+        heapq.heapify(heap)
+        failed: dict[tuple[bool, bool], int] = {}  # (allocated, short) -> fewest GPUs that failed
+        while heap:
+            _, key, allocated = heapq.heappop(heap)
+            queue = s.queues.get(key)
+            if not queue:
+                continue
+            w = s.workloads[queue[0][1]]
+            short = key[3]
+            klass = (allocated, short)
+            if w.gpus >= failed.get(klass, math.inf):
+                continue
+            self.position += 1
+            if self.try_place(w, allocated, short):
+                queue = s.queues.get(key)
+                if queue:
+                    nxt = s.workloads[queue[0][1]]
+                    heapq.heappush(heap, (policy.sort_key(ranking, nxt, allocated), key, allocated))
+                continue
+            failed[klass] = min(w.gpus, failed.get(klass, math.inf))
+            if allocated and self.reserved_for is None:
+                self.reserve(w, short)
+
+    def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
+        if not host.healthy:
+            return False
+        if allocated and not short and host.name in self.state.headroom:
+            return False
+        if host.name in self.reserved and w.id != self.reserved_for:
+            # backfill only what cannot delay the reservation
+            return not allocated or self.now + w.min_runtime <= self.reserved_from
+        return True
+
+    def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
+        s = self.state
+        single = w.gpus <= s.max_host_gpus()
+        hosts = self.free_hosts(w, allocated, short, single)
+        preempted: list[str] = []
+        if hosts is None and (allocated or s.ordering.unallocated_may_preempt):
+            plan = (
+                self.victims_single(w, allocated, short)
+                if single
+                else self.victims_gang(w, allocated, short)
+            )
+            if plan is not None:
+                chosen, victims = plan
+                for victim, reason in victims:
+                    self.preempt(victim, reason, w.id, self.preempt_explain(w, victim, reason))
+                    preempted.append(victim.id)
+                hosts = self.take(chosen, w.gpus, single)
+        if hosts is None:
+            return False
+        self.place(w, allocated, hosts, preempted)
+        return True
+
+    def take(
+        self, chosen: list[Host], gpus: int, single: bool
+    ) -> dict[str, tuple[int, ...]] | None:
+        if single:
+            host = chosen[0]
+            return {host.name: tuple(host.free[:gpus])} if len(host.free) >= gpus else None
+        if any(len(h.free) < h.gpus for h in chosen):
+            return None
+        return {h.name: tuple(h.free) for h in chosen}
+
+    def free_hosts(
+        self, w: Workload, allocated: bool, short: bool, single: bool
+    ) -> dict[str, tuple[int, ...]] | None:
+        s = self.state
+        need = w.gpus
+        if single:
+            fits = [
+                h
+                for h in s.hosts.values()
+                if len(h.free) >= need and self.usable(h, w, allocated, short)
+            ]
+            if short and s.headroom:  # keep training hosts whole: short work goes to headroom first
+                fits = [h for h in fits if h.name in s.headroom] or fits
+            host = s.placement.choose(fits, need)
+            return None if host is None else {host.name: tuple(host.free[:need])}
+        whole = [
+            h
+            for h in s.hosts.values()
+            if len(h.free) == h.gpus and self.usable(h, w, allocated, short)
+        ]
+        chosen = _fewest_hosts(whole, need)
+        return None if chosen is None else {h.name: tuple(h.free) for h in chosen}
+
+    def candidates(
+        self, w: Workload, host: Host
+    ) -> list[tuple[tuple[Any, ...], Workload, int, str]]:
+        """Running work on `host` that `w` may preempt, most preferred victim first."""
+        s = self.state
+        ranks = self.ranking.ranks
+        out = []
+        for vid, n in host.workloads.items():
+            v = s.workloads[vid]
+            reason = s.ordering.may_preempt(s, self.ranking, w, v, self.now)
+            if reason is not None:
+                pref = (v.charged, -ranks.get(v.allocation, 0), -v.start, v.id)
+                out.append((pref, v, n, reason))
+        out.sort(key=lambda c: c[0])
+        return out
+
+    def victims_single(
+        self, w: Workload, allocated: bool, short: bool
+    ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
+        s = self.state
+        need = w.gpus
+        best: tuple[Any, ...] | None = None
+        for host in s.hosts.values():
+            if host.gpus < need or not host.workloads or not self.usable(host, w, allocated, short):
+                continue
+            free = len(host.free)
+            cands = self.candidates(w, host)
+            if free + sum(c[2] for c in cands) < need:
+                continue
+            taken = []
+            got = free
+            for c in cands:
+                if got >= need:
+                    break
+                taken.append(c)
+                got += c[2]
+            for c in sorted(taken, key=lambda c: c[0], reverse=True):  # drop what isn't needed
+                if got - c[2] >= need:
+                    taken.remove(c)
+                    got -= c[2]
+            cost = (
+                sum(c[1].held for c in taken),
+                sum(c[1].held for c in taken if c[1].charged),
+                host.index,
+            )
+            if best is None or cost < best[0]:
+                best = (cost, host, taken)
+        if best is None:
+            return None
+        return [best[1]], [(c[1], c[3]) for c in best[2]]
+
+    def victims_gang(
+        self, w: Workload, allocated: bool, short: bool
+    ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
+        s = self.state
+        options = []
+        for host in s.hosts.values():
+            if not self.usable(host, w, allocated, short):
+                continue
+            cands = self.candidates(w, host)
+            if sum(c[2] for c in cands) + len(host.free) < host.gpus:
+                continue  # something on it may not be preempted
+            held = sum(c[1].held for c in cands)
+            charged = sum(c[1].held for c in cands if c[1].charged)
+            options.append(((held, charged, host.index), host, cands))
+        options.sort(key=lambda o: o[0])
+        chosen: list[Host] = []
+        victims: dict[str, tuple[Workload, str]] = {}
+        total = 0
+        for _, host, cands in options:
+            if total >= w.gpus:
+                break
+            chosen.append(host)
+            total += host.gpus
+            for c in cands:
+                victims.setdefault(c[1].id, (c[1], c[3]))
+        if total < w.gpus:
+            return None
+        return chosen, list(victims.values())
+
+    def reserve(self, w: Workload, short: bool) -> None:
+        """Hold the hosts that free soonest for `w`, the first allocated work that fits nowhere."""
+        s = self.state
+        need = w.gpus
+        single = need <= s.max_host_gpus()
+        timed = []
+        for host in s.hosts.values():
+            if not host.healthy or (single and host.gpus < need):
+                continue
+            if not short and host.name in s.headroom:
+                continue
+            times = [self.now] * len(host.free)
+            for vid, n in host.workloads.items():
+                times.extend([self.frees_at(w, s.workloads[vid])] * n)
+            times.sort()
+            timed.append((times[need - 1] if single else times[-1], host.index, host))
+        timed.sort(key=lambda t: (t[0], t[1]))
+        if single:
+            picked = timed[:1]
+        else:
+            picked, total = [], 0
+            for t in timed:
+                if total >= need:
+                    break
+                picked.append(t)
+                total += t[2].gpus
+            if total < need:
+                return
+        if not picked or math.isinf(picked[-1][0]):
+            return
+        self.reserved = frozenset(t[2].name for t in picked)
+        self.reserved_from = max(t[0] for t in picked)
+        self.reserved_for = w.id
+
+    def frees_at(self, w: Workload, v: Workload) -> float:
+        s = self.state
+        if s.ordering.may_preempt(s, self.ranking, w, v, self.now):
+            return self.now
+        if math.isfinite(v.protected_until) and s.ordering.may_preempt(
+            s, self.ranking, w, v, v.protected_until
+        ):
+            return v.protected_until
+        if v.expected_runtime is not None:
+            return max(self.now, v.start + v.expected_runtime)
+        return math.inf
+
+    # -------------------------------------------------------------- place
+    def place(
+        self, w: Workload, allocated: bool, hosts: dict[str, tuple[int, ...]], preempted: list[str]
+    ) -> None:
+        s = self.state
+        charged, until = s.ordering.terms(s, w, allocated, self.now)
+        explain: dict[str, Any] = {
+            "policy": s.ordering.name,
+            "placement": s.placement.name,
+            "position": self.position,
+            "share": _num(s.tree.share(w.allocation)),
+        }
+        rank = self.ranking.ranks.get(w.allocation)
+        if rank is not None:
+            explain["rank"] = rank
+            explain["ratio"] = _num(self.ranking.ratios.get(w.allocation, math.inf))
+        if preempted:
+            explain["preempted"] = preempted
+        if (
+            self.reserved_for is not None
+            and self.reserved_for != w.id
+            and self.reserved & hosts.keys()
+        ):
+            explain["backfill"] = {
+                "reserved_for": self.reserved_for,
+                "from": _num(self.reserved_from),
+            }
+        if s.headroom & hosts.keys():
+            explain["headroom"] = True
+        self.emit(
+            ev.WorkloadPlaced(
+                **self._envelope(),
+                workload=w.id,
+                allocation=w.allocation,
+                gpus=w.gpus,
+                hosts=hosts,
+                attempt=w.attempt + 1,
+                charged=charged,
+                protected_until=None if math.isinf(until) else until,
+                explain=explain,
+            )
+        )
+
+    def preempt_explain(self, w: Workload, v: Workload, reason: str) -> dict[str, Any]:
+        explain: dict[str, Any] = {
+            "beneficiary_allocation": w.allocation,
+            "victim_allocation": v.allocation,
+            "charged": v.charged,
+            "ran_s": _num(self.now - v.start),
+            "protected_until": _num(v.protected_until),
+        }
+        if reason == "fair_share":
+            ranks, ratios = self.ranking.ranks, self.ranking.ratios
+            split = diverging(w.allocation, v.allocation)
+            explain.update(
+                beneficiary_rank=ranks.get(w.allocation),
+                victim_rank=ranks.get(v.allocation),
+                hysteresis=self.state.config.hysteresis,
+            )
+            if split:
+                explain["compared"] = {
+                    split[0]: _num(ratios[split[0]]),
+                    split[1]: _num(ratios[split[1]]),
+                }
+        elif reason == "priority":
+            explain.update(beneficiary_priority=w.priority, victim_priority=v.priority)
+        return explain
+
+
+def _fewest_hosts(hosts: list[Host], need: int) -> list[Host] | None:
+    """Whole hosts adding up to `need` GPUs: the biggest first, then registration order."""
+    chosen, total = [], 0
+    for h in sorted(hosts, key=lambda h: (-h.gpus, h.index)):
+        if total >= need:
+            break
+        chosen.append(h)
+        total += h.gpus
+    return chosen if total >= need else None

@@ -1,0 +1,196 @@
+"""`evolve(state, event) -> state`: fold one accepted fact or decision into the state.
+
+Only admitted inputs and the scheduler's own decisions reach here, so folding never
+needs to validate; it stays total anyway (an unknown workload is ignored) because a
+journal is replayed with this same function.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from domain import events as ev
+from domain.config import parse_config
+from domain.policies import resolve_ordering, resolve_placement
+from domain.state import RUNNING, Host, State, Workload
+
+
+def evolve(state: State, event: Any) -> State:
+    if event.time > state.now:
+        state.now = event.time
+    fold = _FOLDS.get(event.type)
+    if fold is not None:
+        fold(state, event)
+    if event.type in ev.INPUT_TYPES:
+        state.remember(state.seen_order, state.seen_ids, event.id)
+        state.forget_old()
+    else:  # decisions and rejections: the scheduler's own records, numbered
+        state.seq += 1
+    return state
+
+
+def _submitted(state: State, e: ev.WorkloadSubmitted) -> None:
+    w = Workload(
+        id=e.workload,
+        allocation=e.allocation,
+        actor=e.actor,
+        gpus=e.gpus,
+        min_runtime=e.min_runtime,
+        resumable=e.resumable,
+        priority=e.priority,
+        tags=tuple(e.tags),
+        submit_time=e.time,
+        expected_runtime=e.expected_runtime,
+        name=e.name,
+    )
+    state.workloads[w.id] = w
+    state.enqueue(w)
+
+
+def _release(state: State, w: Workload, now: float) -> None:
+    """Give a running workload's GPUs back and stop its accrual."""
+    for name, gpus in w.hosts.items():
+        host = state.hosts.get(name)
+        if host is None:
+            continue
+        host.free = sorted((*host.free, *gpus))
+        host.workloads.pop(w.id, None)
+    ledger = state.charged if w.charged else state.unallocated
+    ledger.change_rate(w.allocation, -w.held, now)
+    if math.isinf(w.protected_until):
+        top = state.tree.top_level(w.allocation)
+        state.legacy_protected[top] = state.legacy_protected.get(top, 0) - w.held
+    w.hosts = {}
+    w.held = 0
+
+
+def _end(state: State, w: Workload) -> None:
+    if w.state == RUNNING:
+        _release(state, w, state.now)
+    else:
+        state.dequeue(w)
+    del state.workloads[w.id]
+    state.remember(state.ended_order, state.ended, w.id)
+
+
+def _cancelled(state: State, e: ev.WorkloadCancelled) -> None:
+    w = state.workloads.get(e.workload)
+    if w is not None:
+        _end(state, w)
+
+
+def _finished(state: State, e: ev.WorkloadFinished) -> None:
+    w = state.workloads.get(e.workload)
+    if w is not None and w.state == RUNNING:
+        _end(state, w)
+
+
+def _placed(state: State, e: ev.WorkloadPlaced) -> None:
+    w = state.workloads.get(e.workload)
+    if w is None:
+        return
+    state.dequeue(w)
+    w.state = RUNNING
+    w.attempt = e.attempt
+    w.hosts = dict(e.hosts)
+    w.held = 0
+    for name, gpus in e.hosts.items():
+        host = state.hosts[name]
+        taken = set(gpus)
+        host.free = [g for g in host.free if g not in taken]
+        host.workloads[w.id] = len(gpus)
+        w.held += len(gpus)
+    w.start = e.time
+    w.charged = e.charged
+    w.protected_until = math.inf if e.protected_until is None else e.protected_until
+    if w.first_placed is None:
+        w.first_placed = e.time
+    ledger = state.charged if w.charged else state.unallocated
+    ledger.change_rate(w.allocation, w.held, e.time)
+    if math.isinf(w.protected_until):
+        top = state.tree.top_level(w.allocation)
+        state.legacy_protected[top] = state.legacy_protected.get(top, 0) + w.held
+    elif w.protected_until > e.time:
+        heapq.heappush(state.protection_ends, (w.protected_until, w.id, w.attempt))
+
+
+def _preempted(state: State, e: ev.WorkloadPreempted) -> None:
+    w = state.workloads.get(e.workload)
+    if w is None or w.state != RUNNING:
+        return
+    if e.requeued:
+        _release(state, w, e.time)
+        state.enqueue(w)
+    else:
+        _end(state, w)
+
+
+def _budget_set(state: State, e: ev.BudgetSet) -> None:
+    state.tree.set(e.allocation, e.weight, e.managers, e.members)
+
+
+def _budget_removed(state: State, e: ev.BudgetRemoved) -> None:
+    if e.allocation in state.tree:
+        state.tree.remove(e.allocation)
+
+
+def _host_registered(state: State, e: ev.HostRegistered) -> None:
+    state.hosts[e.host] = Host(e.host, len(state.hosts), e.gpus, list(range(e.gpus)))
+    state.capacity += e.gpus
+    state.healthy_capacity += e.gpus
+    state.recompute_headroom()
+
+
+def _host_health(state: State, e: ev.HostHealth) -> None:
+    host = state.hosts.get(e.host)
+    if host is None or host.healthy == e.healthy:
+        return
+    host.healthy = e.healthy
+    if e.healthy:
+        host.drained = False
+        state.cordoned.pop(e.host, None)
+        state.healthy_capacity += host.gpus
+    else:
+        state.cordoned[e.host] = None
+        state.healthy_capacity -= host.gpus
+    state.recompute_headroom()
+
+
+def _host_drained(state: State, e: ev.HostDrained) -> None:
+    host = state.hosts.get(e.host)
+    if host is not None:
+        host.drained = True
+
+
+def _config_set(state: State, e: ev.ConfigSet) -> None:
+    old = state.config
+    state.config = parse_config(e.config)
+    state.placement = resolve_placement(state.config.placement)
+    state.charged.reconfigure(state.config.window, state.config.bucket)
+    state.unallocated.reconfigure(state.config.window, state.config.bucket)
+    if state.config.ordering != old.ordering:
+        state.ordering = resolve_ordering(state.config.ordering)
+        state.requeue_all()
+    elif (
+        state.config.short_job_max_gpus != old.short_job_max_gpus
+        or state.config.short_job_max_min_runtime != old.short_job_max_min_runtime
+    ):
+        state.requeue_all()
+    state.recompute_headroom()
+
+
+_FOLDS = {
+    "workload.submitted": _submitted,
+    "workload.cancelled": _cancelled,
+    "workload.finished": _finished,
+    "workload.placed": _placed,
+    "workload.preempted": _preempted,
+    "budget.set": _budget_set,
+    "budget.removed": _budget_removed,
+    "host.registered": _host_registered,
+    "host.health": _host_health,
+    "host.drained": _host_drained,
+    "config.set": _config_set,
+}

@@ -1,0 +1,71 @@
+"""Hierarchical fair share: ratios and Fair-Tree ranks (DESIGN §5 rule 3)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from domain.state import State
+from domain.tree import ancestors
+
+
+@dataclass(slots=True)
+class Ranking:
+    """Leaf ranks (1 = served first) plus the numbers behind them, for `explain`."""
+
+    ranks: dict[str, int] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)
+
+
+def ratio(state: State, path: str, now: float) -> float:
+    """usage / (share x capacity x window); +inf for a zero-share node."""
+    share = state.tree.share(path)
+    if share <= 0:
+        return math.inf
+    budget = share * state.capacity * state.config.window
+    if budget <= 0:
+        return 0.0
+    return state.charged.usage(path, now) / budget
+
+
+def fair_tree(state: State, now: float) -> Ranking:
+    """At each level sort siblings by (ratio asc, share desc, path), depth first."""
+    tree = state.tree
+    ranking = Ranking()
+    ratios = ranking.ratios
+    ranks = ranking.ranks
+
+    def visit(paths: list[str]) -> None:
+        for p in paths:
+            ratios[p] = ratio(state, p, now)
+        for p in sorted(paths, key=lambda p: (ratios[p], -tree.nodes[p].share, p)):
+            children = tree.nodes[p].children
+            if children:
+                visit(children)
+            else:
+                ranks[p] = len(ranks) + 1
+
+    visit(tree.roots)
+    return ranking
+
+
+def diverging(a: str, b: str) -> tuple[str, str] | None:
+    """The sibling ancestors of `a` and `b` where their paths split (None if nested)."""
+    for x, y in zip(ancestors(a), ancestors(b), strict=False):
+        if x != y:
+            return x, y
+    return None
+
+
+def outranks(state: State, ranking: Ranking, winner: str, loser: str) -> bool:
+    """`winner`'s side leads `loser`'s at the level they split, by the hysteresis margin."""
+    split = diverging(winner, loser)
+    if split is None:
+        return False
+    w, lo = split
+    rw, rl = ranking.ratios.get(w), ranking.ratios.get(lo)
+    if rw is None or rl is None:
+        return False
+    if math.isinf(rl):
+        return not math.isinf(rw)
+    return rl > rw * (1.0 + state.config.hysteresis) and rl > rw

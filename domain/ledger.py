@@ -1,0 +1,119 @@
+"""Usage ledger: GPU time per allocation path over a sliding window, by event time.
+
+Each account holds a *rate* (GPUs currently accruing) and time buckets. Accrual is
+written only when a rate changes, so the stored numbers depend on the journal alone,
+not on how often anyone looked; reads add the not-yet-written part on the fly.
+Amounts are integer GPU-milliseconds, so sums don't depend on the order they were
+added or expired in (floats would, and replay must be byte-identical).
+
+Cost: a rate change touches the path's ancestors and the buckets crossed since the
+last change; a read pops only buckets that left the window. Amortized O(1) per event.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from domain.tree import ancestors
+
+
+def to_ms(seconds: float) -> int:
+    return round(seconds * 1000.0)
+
+
+@dataclass(slots=True)
+class Account:
+    rate: int = 0  # GPUs accruing now
+    since: int = 0  # ms: accrual is written up to here
+    buckets: deque[list[int]] = field(default_factory=deque)  # [start_ms, gpu_ms]
+    in_window: int = 0  # sum of stored buckets (some may have left the window)
+    total: int = 0  # lifetime gpu_ms written
+
+
+class UsageLedger:
+    """One ledger per kind of time (charged, unallocated)."""
+
+    __slots__ = ("accounts", "bucket_ms", "window_ms")
+
+    def __init__(self, window_s: float, bucket_s: float) -> None:
+        self.window_ms = to_ms(window_s)
+        self.bucket_ms = max(1, to_ms(bucket_s))
+        self.accounts: dict[str, Account] = {}
+
+    def reconfigure(self, window_s: float, bucket_s: float) -> None:
+        self.window_ms = to_ms(window_s)
+        self.bucket_ms = max(1, to_ms(bucket_s))
+
+    def _account(self, path: str) -> Account:
+        acc = self.accounts.get(path)
+        if acc is None:
+            acc = self.accounts[path] = Account()
+        return acc
+
+    def _write(self, acc: Account, now_ms: int) -> None:
+        """Write accrual from `acc.since` to `now_ms`, split at bucket edges."""
+        t = acc.since
+        if acc.rate and now_ms > t:
+            size = self.bucket_ms
+            buckets = acc.buckets
+            while t < now_ms:
+                start = t - t % size
+                end = min(start + size, now_ms)
+                amount = acc.rate * (end - t)
+                if buckets and buckets[-1][0] == start:
+                    buckets[-1][1] += amount
+                else:
+                    buckets.append([start, amount])
+                acc.in_window += amount
+                acc.total += amount
+                t = end
+        acc.since = max(acc.since, now_ms)
+
+    def change_rate(self, path: str, delta_gpus: int, now: float) -> None:
+        """`delta_gpus` start (or, negative, stop) accruing to `path` and its ancestors."""
+        now_ms = to_ms(now)
+        for p in ancestors(path):
+            acc = self._account(p)
+            self._write(acc, now_ms)
+            acc.rate += delta_gpus
+
+    def _window_start(self, now_ms: int) -> int:
+        edge = now_ms - self.window_ms
+        return edge - edge % self.bucket_ms
+
+    def usage_ms(self, path: str, now: float) -> int:
+        """GPU-ms charged to `path` in the window ending at `now`."""
+        acc = self.accounts.get(path)
+        if acc is None:
+            return 0
+        now_ms = to_ms(now)
+        first = self._window_start(now_ms)
+        buckets = acc.buckets
+        while buckets and buckets[0][0] < first:
+            acc.in_window -= buckets.popleft()[1]
+        pending = acc.rate * (now_ms - max(acc.since, first)) if now_ms > acc.since else 0
+        return acc.in_window + max(0, pending)
+
+    def usage(self, path: str, now: float) -> float:
+        """GPU-seconds in the window ending at `now`."""
+        return self.usage_ms(path, now) / 1000.0
+
+    def total(self, path: str, now: float) -> float:
+        """Lifetime GPU-seconds up to `now` (not windowed)."""
+        acc = self.accounts.get(path)
+        if acc is None:
+            return 0.0
+        now_ms = to_ms(now)
+        return (acc.total + (acc.rate * (now_ms - acc.since) if now_ms > acc.since else 0)) / 1000.0
+
+    def rate(self, path: str) -> int:
+        acc = self.accounts.get(path)
+        return acc.rate if acc else 0
+
+    def next_edge(self, now: float) -> float:
+        """The next moment a bucket leaves the window (ratios may reorder then)."""
+        now_ms = to_ms(now)
+        edge = now_ms - self.window_ms
+        nxt = edge - edge % self.bucket_ms + self.bucket_ms
+        return (nxt + self.window_ms) / 1000.0

@@ -1,0 +1,176 @@
+"""Scheduler state for one cluster: what `evolve` folds and `decide` reads.
+
+State is mutable for speed (a copy per event would dominate the cost); it changes
+only through `domain.evolve.evolve`, so the journal fully determines it.
+
+Pending work sits in *buckets* keyed by (leaf, gpus, wants_allocation, short_small),
+each a sorted list in the ordering policy's static key. The scheduling cycle merges
+bucket heads, so its cost depends on the number of buckets, not of pending workloads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedList
+
+from domain.config import SchedulerConfig
+from domain.ledger import UsageLedger
+from domain.tree import AllocationTree
+
+PENDING, RUNNING = "pending", "running"
+BucketKey = tuple[str, int, bool, bool]
+
+
+@dataclass(slots=True)
+class Workload:
+    id: str
+    allocation: str
+    actor: str
+    gpus: int
+    min_runtime: float
+    resumable: bool
+    priority: int
+    tags: tuple[str, ...]
+    submit_time: float
+    expected_runtime: float | None = None
+    name: str | None = None
+    state: str = PENDING
+    attempt: int = 0
+    hosts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    held: int = 0  # GPUs held while running
+    start: float = 0.0
+    protected_until: float = 0.0  # math.inf: protected until it ends (legacy)
+    charged: bool = False
+    first_placed: float | None = None
+    queue_key: tuple[Any, ...] = ()
+    bucket: BucketKey | None = None
+
+    @property
+    def wants_allocation(self) -> bool:
+        return self.min_runtime > 0
+
+
+@dataclass(slots=True)
+class Host:
+    name: str
+    index: int
+    gpus: int
+    free: list[int]  # free GPU indices, ascending
+    healthy: bool = True
+    drained: bool = False
+    workloads: dict[str, int] = field(default_factory=dict)  # workload id -> GPUs held here
+
+
+class State:
+    """Everything `decide` needs, for one cluster."""
+
+    def __init__(self, cluster: str, config: SchedulerConfig | None = None) -> None:
+        from domain.policies import resolve_ordering, resolve_placement
+
+        self.cluster = cluster
+        self.config = config or SchedulerConfig()
+        self.ordering = resolve_ordering(self.config.ordering)
+        self.placement = resolve_placement(self.config.placement)
+        self.now = -math.inf
+        self.seq = 0  # decisions and rejections emitted so far: their ids
+        self.tree = AllocationTree()
+        self.charged = UsageLedger(self.config.window, self.config.bucket)
+        self.unallocated = UsageLedger(self.config.window, self.config.bucket)
+        self.hosts: dict[str, Host] = {}
+        self.capacity = 0  # registered GPUs (healthy or not)
+        self.healthy_capacity = 0
+        self.workloads: dict[str, Workload] = {}  # live: pending or running
+        self.queues: dict[BucketKey, SortedList] = {}
+        self.pending_count = 0
+        self.cordoned: dict[str, None] = {}  # unhealthy hosts, ordered by registration
+        self.headroom: frozenset[str] = frozenset()
+        self.protection_ends: list[tuple[float, str, int]] = []  # heap
+        self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
+        # dedup horizon: input ids and ended workload ids, remembered for one window
+        self.seen_ids: dict[str, float] = {}
+        self.seen_order: deque[tuple[float, str]] = deque()
+        self.ended: dict[str, float] = {}
+        self.ended_order: deque[tuple[float, str]] = deque()
+
+    # ------------------------------------------------------------ helpers
+    def next_id(self) -> str:
+        return f"{self.cluster}/{self.seq}"
+
+    def is_admin(self, actor: str) -> bool:
+        """An empty admin list means nobody locked the cluster down."""
+        return not self.config.admins or actor in self.config.admins
+
+    def short_small(self, w: Workload) -> bool:
+        cfg = self.config
+        return (
+            0 < w.min_runtime <= cfg.short_job_max_min_runtime and w.gpus <= cfg.short_job_max_gpus
+        )
+
+    def max_host_gpus(self) -> int:
+        return max((h.gpus for h in self.hosts.values()), default=0)
+
+    def enqueue(self, w: Workload) -> None:
+        w.state = PENDING
+        w.queue_key = (*self.ordering.queue_key(w), w.id)
+        key: BucketKey = (w.allocation, w.gpus, w.wants_allocation, self.short_small(w))
+        w.bucket = key
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = SortedList()
+        queue.add((w.queue_key, w.id))
+        self.pending_count += 1
+
+    def dequeue(self, w: Workload) -> None:
+        key = w.bucket
+        if key is None:
+            return
+        queue = self.queues[key]
+        queue.remove((w.queue_key, w.id))
+        if not queue:
+            del self.queues[key]
+        w.bucket = None
+        self.pending_count -= 1
+
+    def requeue_all(self) -> None:
+        """Re-key every pending workload (the ordering policy changed)."""
+        pending = [self.workloads[wid] for q in self.queues.values() for _, wid in q]
+        self.queues.clear()
+        self.pending_count = 0
+        for w in pending:
+            w.bucket = None
+            self.enqueue(w)
+
+    def recompute_headroom(self) -> None:
+        """The last `headroom_hosts` healthy hosts, never more than one host in eight."""
+        healthy = [h.name for h in self.hosts.values() if h.healthy]
+        count = min(self.config.headroom_hosts, len(healthy) // 8)
+        self.headroom = frozenset(healthy[len(healthy) - count :]) if count else frozenset()
+
+    def remember(self, order: deque[tuple[float, str]], seen: dict[str, float], key: str) -> None:
+        seen[key] = self.now
+        order.append((self.now, key))
+
+    def forget_old(self) -> None:
+        horizon = self.now - self.config.window
+        for order, seen in ((self.seen_order, self.seen_ids), (self.ended_order, self.ended)):
+            while order and order[0][0] < horizon:
+                _, key = order.popleft()
+                if seen.get(key, math.inf) < horizon:
+                    del seen[key]
+
+    def next_protection_end(self) -> float | None:
+        """Earliest protection end still ahead of `now` among running charged work."""
+        heap = self.protection_ends
+        while heap:
+            until, wid, attempt = heap[0]
+            w = self.workloads.get(wid)
+            if w is None or w.state != RUNNING or w.attempt != attempt or until <= self.now:
+                heapq.heappop(heap)
+                continue
+            return until
+        return None
