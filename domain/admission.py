@@ -18,6 +18,7 @@ from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
 from domain.state import RUNNING, State
 from domain.tree import parent_of, valid_path
 
+MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 _DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
 
 
@@ -28,9 +29,19 @@ class Rejected(Exception):
 def admit(state: State, event: Any) -> Any:
     """The accepted input (time stamped) or its rejection."""
     now = max(event.time, state.now) if math.isfinite(event.time) else state.now
+    # no usable stamp (a fresh state and a non-finite claim, or a time so large that
+    # GPU-milliseconds overflow): reject it, stamped with the last good time
+    bad_time = not (math.isfinite(now) and abs(now) <= MAX_TIME)
+    if bad_time:
+        now = state.now if math.isfinite(state.now) else 0.0
     if isinstance(event, ev._Rejected):  # already rejected at the edge (bad bytes/fields)
         return event.model_copy(update={"id": state.next_id(), "time": now})
     try:
+        if bad_time:
+            raise Rejected(
+                f"time {event.time!r} is not seconds since the Unix epoch (before year 10000); "
+                "check the sender's clock"
+            )
         if event.type in _DECISION_TYPES or event.type.endswith(".rejected"):
             raise Rejected(f"{event.type} is written only by the scheduler; send a request instead")
         _check_common(state, event)

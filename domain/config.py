@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from domain.durations import parse_duration
 
+MAX_WINDOW = 36500 * 86400.0  # 100 years
 DURATION_KEYS = (
     "window",
     "max_min_runtime",
@@ -54,6 +55,15 @@ class SchedulerConfig(BaseModel):
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("must be > 0")
+        if value > MAX_WINDOW:  # the ledger counts integer GPU-milliseconds
+            raise ValueError("must be at most 36500d")
+        return value
+
+    @field_validator("bucket")
+    @classmethod
+    def _whole_seconds(cls, value: float) -> float:
+        if value < 1:  # the ledger writes one bucket per width crossed
+            raise ValueError("must be at least 1s")
         return value
 
     def with_overrides(self, overrides: dict[str, Any]) -> SchedulerConfig:

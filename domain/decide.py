@@ -78,6 +78,7 @@ class _Cycle:
     __slots__ = (
         "cause",
         "now",
+        "open_hosts",
         "out",
         "position",
         "ranking",
@@ -99,6 +100,7 @@ class _Cycle:
         self.reserved_from = math.inf
         self.reserved_for: str | None = None
         self.position = 0
+        self.open_hosts: list[Host] | None = None
 
     # ------------------------------------------------------------ output
     def emit(self, event: Any) -> None:
@@ -243,6 +245,19 @@ class _Cycle:
         chosen = _fewest_hosts(whole, need)
         return None if chosen is None else {h.name: tuple(h.free) for h in chosen}
 
+    def preemptible_hosts(self) -> list[Host]:
+        """Hosts running some unprotected work, found once per cycle. Within a cycle the
+        set only shrinks (placements add protected work), so the first look is a safe
+        superset and victim searches need not scan protected-only hosts."""
+        if self.open_hosts is None:
+            s, now = self.state, self.now
+            self.open_hosts = [
+                h
+                for h in s.hosts.values()
+                if any(s.workloads[wid].protected_until <= now for wid in h.workloads)
+            ]
+        return self.open_hosts
+
     def candidates(
         self, w: Workload, host: Host
     ) -> list[tuple[tuple[Any, ...], Workload, int, str]]:
@@ -250,9 +265,12 @@ class _Cycle:
         s = self.state
         ranks = self.ranking.ranks
         out = []
+        now = self.now
         for vid, n in host.workloads.items():
             v = s.workloads[vid]
-            reason = s.ordering.may_preempt(s, self.ranking, w, v, self.now)
+            if v.protected_until > now:  # no policy preempts protected work
+                continue
+            reason = s.ordering.may_preempt(s, self.ranking, w, v, now)
             if reason is not None:
                 pref = (v.charged, -ranks.get(v.allocation, 0), -v.start, v.id)
                 out.append((pref, v, n, reason))
@@ -265,7 +283,7 @@ class _Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
-        for host in s.hosts.values():
+        for host in self.preemptible_hosts():
             if host.gpus < need or not host.workloads or not self.usable(host, w, allocated, short):
                 continue
             free = len(host.free)

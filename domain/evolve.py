@@ -139,6 +139,7 @@ def _budget_removed(state: State, e: ev.BudgetRemoved) -> None:
 def _host_registered(state: State, e: ev.HostRegistered) -> None:
     state.hosts[e.host] = Host(e.host, len(state.hosts), e.gpus, list(range(e.gpus)))
     state.capacity += e.gpus
+    state.largest_host = max(state.largest_host, e.gpus)
     state.healthy_capacity += e.gpus
     state.recompute_headroom()
 

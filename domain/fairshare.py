@@ -15,6 +15,8 @@ class Ranking:
 
     ranks: dict[str, int] = field(default_factory=dict)
     ratios: dict[str, float] = field(default_factory=dict)
+    # (winner leaf, loser leaf) -> outranks?; one cycle asks the same pairs many times
+    verdicts: dict[tuple[str, str], bool] = field(default_factory=dict)
 
 
 def ratio(state: State, path: str, now: float) -> float:
@@ -59,6 +61,14 @@ def diverging(a: str, b: str) -> tuple[str, str] | None:
 
 def outranks(state: State, ranking: Ranking, winner: str, loser: str) -> bool:
     """`winner`'s side leads `loser`'s at the level they split, by the hysteresis margin."""
+    key = (winner, loser)
+    verdict = ranking.verdicts.get(key)
+    if verdict is None:
+        verdict = ranking.verdicts[key] = _outranks(state, ranking, winner, loser)
+    return verdict
+
+
+def _outranks(state: State, ranking: Ranking, winner: str, loser: str) -> bool:
     split = diverging(winner, loser)
     if split is None:
         return False

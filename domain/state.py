@@ -83,6 +83,7 @@ class State:
         self.unallocated = UsageLedger(self.config.window, self.config.bucket)
         self.hosts: dict[str, Host] = {}
         self.capacity = 0  # registered GPUs (healthy or not)
+        self.largest_host = 0  # GPUs of the biggest host: larger work is a gang
         self.healthy_capacity = 0
         self.workloads: dict[str, Workload] = {}  # live: pending or running
         self.queues: dict[BucketKey, SortedList] = {}
@@ -112,7 +113,7 @@ class State:
         )
 
     def max_host_gpus(self) -> int:
-        return max((h.gpus for h in self.hosts.values()), default=0)
+        return self.largest_host
 
     def enqueue(self, w: Workload) -> None:
         w.state = PENDING

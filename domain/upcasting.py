@@ -45,8 +45,11 @@ def _submitted_v0(raw: Raw) -> Raw:
     }
     if "gpu_count" in raw:
         out.setdefault("gpus", raw["gpu_count"])
-    if "min_runtime_minutes" in raw and isinstance(raw["min_runtime_minutes"], int | float):
-        out.setdefault("min_runtime", float(raw["min_runtime_minutes"]) * 60.0)
+    if "min_runtime_minutes" in raw:
+        minutes = raw["min_runtime_minutes"]
+        # a non-number is passed on as is, so validation rejects it (never silently 0)
+        numeric = isinstance(minutes, int | float) and not isinstance(minutes, bool)
+        out.setdefault("min_runtime", float(minutes) * 60.0 if numeric else minutes)
     if "preemptible" in raw:
         out.setdefault("resumable", bool(raw["preemptible"]))
     return out

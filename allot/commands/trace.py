@@ -1,0 +1,99 @@
+"""`allot trace ...`: turn public cluster traces into allot submissions.
+
+Mounted by the main CLI as `app.add_typer(trace.app, name="trace")`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from projections.traces import (
+    FORMATS,
+    TraceError,
+    load_allocation_map,
+    read_trace,
+    write_submissions,
+)
+
+app = typer.Typer(
+    help="Import cluster traces (allot-csv, Philly, Alibaba openb) as submissions JSONL.",
+    no_args_is_help=True,
+)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+@app.command("import")
+def import_trace(
+    file: Annotated[
+        Path, typer.Argument(help="Trace file to read (.gz is fine).", show_default=False)
+    ],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", help="Submissions JSONL to write.", show_default=False),
+    ],
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", "-f", help=f"Trace format: {', '.join(FORMATS)}.", show_default=False
+        ),
+    ],
+    allocation_map: Annotated[
+        Path | None,
+        typer.Option(
+            "--allocation-map",
+            help="YAML mapping a source tenant (VC, app, qos) to an allocation path.",
+            show_default=False,
+        ),
+    ] = None,
+    allocation_prefix: Annotated[
+        str,
+        typer.Option("--allocation-prefix", help="Prefix for tenants not in the map, e.g. vc/."),
+    ] = "",
+    skip_bad: Annotated[
+        bool, typer.Option("--skip-bad", help="Skip malformed rows and count them.")
+    ] = False,
+) -> None:
+    """Read FILE and write one `workload.submitted` record per GPU job to --out.
+
+    Times are seconds from the trace start; jobs that never ended get no `runtime`
+    (they run until the scenario's horizon); rows asking for no GPU are skipped.
+    """
+    if fmt not in FORMATS:
+        raise _fail(f"unknown --format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    if not file.exists():
+        raise _fail(f"{file}: no such file")
+    if file.is_dir():
+        raise _fail(f"{file}: is a directory, not a trace file")
+    try:
+        mapping = load_allocation_map(allocation_map) if allocation_map is not None else None
+        result = read_trace(
+            file,
+            fmt,
+            allocation_map=mapping,
+            allocation_prefix=allocation_prefix,
+            skip_bad=skip_bad,
+        )
+    except TraceError as exc:
+        hint = " (--skip-bad skips malformed rows)" if exc.row_error and not skip_bad else ""
+        raise _fail(f"{exc}{hint}") from None
+    try:
+        if out.parent != Path():
+            out.parent.mkdir(parents=True, exist_ok=True)
+        written = write_submissions(result.submissions, out)
+    except OSError as exc:
+        raise _fail(f"{out}: cannot write: {exc.strerror or exc}") from None
+    Console(soft_wrap=True).print(
+        f"[bold]{result.rows}[/] rows read from {escape(str(file))}: "
+        f"[bold green]{written}[/] submissions written to {escape(str(out))}; "
+        f"skipped {result.skipped_bad} bad, {result.skipped_no_gpu} without GPUs; "
+        f"{result.unfinished} unfinished"
+    )

@@ -1,0 +1,153 @@
+"""Discrete-event simulation: drive the unchanged `domain` core with a virtual clock.
+
+The clock jumps straight to the next moment anything can change: an input (arrival,
+budget or health change), a completion, or a moment `domain.next_wakeup` names
+(protection end, usage bucket edge). A jump no input explains is journaled as a
+`clock.tick`, so the journal alone replays. The engine's own job is only to play
+the executor: a placed workload finishes after its `runtime` of work; a resumable one
+keeps its progress when preempted (minus `checkpoint_loss`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain import State, handle, next_wakeup
+from domain import events as ev
+from domain.config import SchedulerConfig
+
+EXECUTOR = "executor"
+SIMULATOR = "simulator"
+
+
+@dataclass(slots=True)
+class EngineOptions:
+    checkpoint_loss: float = 0.0  # seconds of progress a preempted resumable workload loses
+    horizon_end: float | None = None  # absolute time to stop at
+
+
+@dataclass(slots=True)
+class _Run:
+    runtime: float | None  # work needed; None = runs until the horizon
+    done: float = 0.0  # work done in earlier attempts
+    start: float = 0.0
+    attempt: int = 0
+
+
+@dataclass
+class Engine:
+    """Feeds inputs and its own executor reports through `handle`; yields journal records."""
+
+    cluster: str
+    config: SchedulerConfig
+    options: EngineOptions = field(default_factory=EngineOptions)
+    on_time: Callable[[float], None] | None = None  # progress callback (simulated time)
+
+    def __post_init__(self) -> None:
+        self.state = State(self.cluster, self.config)
+        self.runs: dict[str, _Run] = {}
+        self.completions: list[tuple[float, int, str, int]] = []  # (time, seq, workload, attempt)
+        self._seq = 0
+        self.end_time: float | None = None
+
+    def run(self, setup: Iterable[Any], inputs: Iterable[Any]) -> Iterator[Any]:
+        """Journal records, in order. `setup` is applied first, then `inputs` (time-sorted)."""
+        config_event = ev.ConfigSet(
+            id="sim-config",
+            time=_first_time(setup := list(setup)),
+            cluster=self.cluster,
+            actor=SIMULATOR,
+            config=self.config.model_dump(mode="json"),
+        )
+        yield from self._handle(config_event)
+        for event in setup:
+            yield from self._handle(event)
+        source = iter(inputs)
+        pending_input = next(source, None)
+        horizon = self.options.horizon_end
+        ticks = 0
+        while True:
+            t_done = self._next_completion()
+            t_input = pending_input.time if pending_input is not None else math.inf
+            t_wake = next_wakeup(self.state)
+            t_wake = math.inf if t_wake is None else t_wake
+            t = min(t_done, t_input, t_wake)
+            if math.isinf(t) or (horizon is not None and t > horizon):
+                break
+            if t_done <= t_input and t_done <= t_wake:
+                _, _, wid, attempt = heapq.heappop(self.completions)
+                self._seq += 1
+                event: Any = ev.WorkloadFinished(
+                    id=f"sim-done-{self._seq}",
+                    time=t,
+                    cluster=self.cluster,
+                    actor=EXECUTOR,
+                    workload=wid,
+                    outcome="completed",
+                    attempt=attempt,
+                )
+            elif t_input <= t_wake:
+                event = pending_input
+                pending_input = next(source, None)
+            else:
+                ticks += 1
+                event = ev.ClockTick(
+                    id=f"sim-tick-{ticks}", time=t, cluster=self.cluster, actor=SIMULATOR
+                )
+            yield from self._handle(event)
+            if self.on_time is not None:
+                self.on_time(t)
+        self.end_time = horizon if horizon is not None else self.state.now
+
+    def _next_completion(self) -> float:
+        heap = self.completions
+        while heap:
+            _, _, wid, attempt = heap[0]
+            run = self.runs.get(wid)
+            if run is None or run.attempt != attempt:
+                heapq.heappop(heap)  # stale: preempted or cancelled since
+                continue
+            return heap[0][0]
+        return math.inf
+
+    def _handle(self, event: Any) -> Iterator[Any]:
+        for record in handle(self.state, event):
+            kind = record.type
+            if kind == "workload.submitted":
+                self.runs[record.workload] = _Run(record.runtime)
+            elif kind == "workload.placed":
+                self._started(record)
+            elif kind == "workload.preempted":
+                self._stopped(record)
+            elif kind in ("workload.finished", "workload.cancelled"):
+                self.runs.pop(record.workload, None)
+            yield record
+
+    def _started(self, record: ev.WorkloadPlaced) -> None:
+        run = self.runs.get(record.workload)
+        if run is None:
+            return
+        run.start = record.time
+        run.attempt = record.attempt
+        if run.runtime is not None:
+            finish = record.time + max(0.0, run.runtime - run.done)
+            self._seq += 1
+            heapq.heappush(self.completions, (finish, self._seq, record.workload, record.attempt))
+
+    def _stopped(self, record: ev.WorkloadPreempted) -> None:
+        run = self.runs.get(record.workload)
+        if run is None:
+            return
+        if not record.requeued:
+            del self.runs[record.workload]
+            return
+        run.done = max(0.0, run.done + (record.time - run.start) - self.options.checkpoint_loss)
+        run.attempt = -1  # no completion until placed again
+
+
+def _first_time(events: list[Any]) -> float:
+    return min((e.time for e in events), default=0.0)

@@ -1,0 +1,641 @@
+"""Scenario files: the YAML a simulation runs, turned into the inputs the core folds.
+
+```python
+sc = load_scenario(Path("examples/lab.yaml"), overrides={"window": "3d"})
+sc.setup_events()   # host.registered h0..h{n-1}, then budget.set (parents first), at sc.start
+sc.timed_inputs()   # workload.submitted and host.health, sorted by (time, file order)
+```
+
+The file is validated with pydantic (`extra="forbid"` everywhere); any problem raises
+`ScenarioError` whose message names the file and the key path, e.g.
+`lab.yaml: workloads[2].generate.rate_per_h: Input should be greater than 0`.
+
+Memory stays modest for million-workload scenarios: traces are read once into the
+trace reader's list of submission dicts (the only per-workload list kept), and
+events are built lazily while `timed_inputs()` merges the already-sorted sources.
+"""
+
+from __future__ import annotations
+
+import difflib
+import heapq
+import re
+import types
+import typing
+from collections.abc import Iterable, Iterator
+from datetime import UTC, date, datetime
+from operator import attrgetter
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from domain.config import SchedulerConfig
+from domain.events import BudgetSet, HostHealth, HostRegistered, WorkloadSubmitted
+from domain.tree import ancestors, parent_of, valid_path
+from projections.generate import Duration, GenerateSpec, samples
+
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+DEFAULT_MIN_RUNTIME = 900.0
+SCENARIO_ACTOR = "scenario"
+FALLBACK_USER = "sim"
+TRACE_FORMATS = ("allot-csv", "philly", "alibaba-openb", "allot-jsonl")
+
+_GENERATED_ID = re.compile(r"^\d+-\d{6,}$")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message names the file and the key path."""
+
+
+# ---------------------------------------------------------------- schema
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSpec(_Strict):
+    name: str = Field(min_length=1)
+    hosts: PositiveInt
+    gpus_per_host: PositiveInt = 8
+
+
+class AllocationSpec(_Strict):
+    path: str
+    weight: float = Field(1.0, ge=0)
+    managers: list[str] = Field(default_factory=list)
+    members: list[str] = Field(default_factory=list)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not valid_path(value):
+            raise ValueError(
+                f"{value!r} is not an allocation path"
+                " (names separated by '/', e.g. lab/olmo/pretrain)"
+            )
+        return value
+
+
+class HealthSpec(_Strict):
+    at: Duration
+    host: int | str
+    healthy: bool = False
+    reason: str = ""
+
+
+class TraceSpec(_Strict):
+    """A trace file: paths are relative to the scenario file."""
+
+    file: str = Field(min_length=1)
+    format: Literal["allot-csv", "philly", "alibaba-openb", "allot-jsonl"]
+    # defaults for rows that do not say
+    min_runtime: Duration | None = None
+    resumable: bool | None = None
+    priority: int | None = None
+    tags: list[str] = Field(default_factory=list)  # added to every row's tags
+    allocation_prefix: str = ""
+    allocation_map: str | None = None
+    offset: Duration = 0.0  # shift: trace time 0 happens this long after the scenario start
+    skip_bad: bool = False
+    expected_runtime: bool = False  # copy each row's runtime into expected_runtime
+
+
+class WorkloadEntry(_Strict):
+    trace: TraceSpec | None = None
+    generate: GenerateSpec | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> WorkloadEntry:
+        if (self.trace is None) == (self.generate is None):
+            raise ValueError("each workloads entry needs exactly one of trace or generate")
+        return self
+
+
+class ScenarioSpec(_Strict):
+    name: str | None = Field(None, min_length=1)
+    description: str = ""
+    cluster: ClusterSpec
+    allocations: list[AllocationSpec] = Field(default_factory=list)
+    config: dict[str, Any] = Field(default_factory=dict)
+    start: float = DEFAULT_START
+    horizon: Duration | None = None
+    health: list[HealthSpec] = Field(default_factory=list)
+    workloads: list[WorkloadEntry] = Field(default_factory=list)
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _start(cls, value: Any) -> float:
+        return _epoch(value)
+
+    @field_validator("horizon")
+    @classmethod
+    def _horizon(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("horizon must be > 0")
+        return value
+
+
+def _epoch(value: Any) -> float:
+    """Seconds since the epoch from a YAML timestamp, an ISO string or a number."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a time: {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(
+                f"not a time: {value!r} (use ISO 8601, e.g. 2026-01-01T00:00:00Z)"
+            ) from None
+    if isinstance(value, date) and not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.timestamp()
+    raise ValueError(f"not a time: {value!r} (use ISO 8601, e.g. 2026-01-01T00:00:00Z)")
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _where(loc: Iterable[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _model_at(loc: tuple[Any, ...], root: type[BaseModel]) -> type[BaseModel] | None:
+    """The model class whose field set the key at `loc` belongs to (for "unknown key")."""
+    current: Any = root
+    for part in loc[:-1]:
+        current = _unwrap(current)
+        if isinstance(part, int):
+            continue
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            field = current.model_fields.get(part)
+            if field is None:
+                return None
+            current = field.annotation
+        else:
+            return None
+    current = _unwrap(current)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional, list[...] and Annotated down to a model class when there is one."""
+    for _ in range(5):
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            models = [
+                a
+                for a in typing.get_args(annotation)
+                if (isinstance(a, type) and issubclass(a, BaseModel)) or typing.get_origin(a)
+            ]
+            if not models:
+                return annotation
+            annotation = models[0]
+        elif origin in (list, tuple):
+            annotation = typing.get_args(annotation)[0]
+        else:
+            return annotation
+    return annotation
+
+
+def _describe(
+    source: str,
+    error: ValidationError,
+    *,
+    root: type[BaseModel] = ScenarioSpec,
+    prefix: tuple[Any, ...] = (),
+) -> str:
+    """One line per problem: `lab.yaml: workloads[2].generate.rate_per_h: <what is wrong>`."""
+    lines = []
+    for item in error.errors()[:8]:
+        loc = tuple(item["loc"])
+        where = _where(prefix + loc) or "scenario"
+        if item["type"] == "extra_forbidden":
+            key = str(loc[-1]) if loc else "?"
+            model = _model_at(loc, root)
+            known = list(model.model_fields) if model else []
+            hint = difflib.get_close_matches(key, known, n=1)
+            msg = f"unknown key {key!r}"
+            if hint:
+                msg += f" (did you mean {hint[0]!r}?)"
+            if known:
+                msg += f"; known keys: {', '.join(known)}"
+        elif item["type"] == "missing":
+            msg = "missing (required)"
+        else:
+            msg = item["msg"]
+            if msg.startswith(("Value error, ", "Assertion failed, ")):
+                msg = msg.split(", ", 1)[1]
+            got = item.get("input")
+            if not isinstance(got, dict | list) and item["type"] not in ("value_error",):
+                shown = repr(got)
+                msg += f" (got {shown[:57] + '...' if len(shown) > 60 else shown})"
+        lines.append(f"{source}: {where}: {msg}")
+    extra = len(error.errors()) - 8
+    if extra > 0:
+        lines.append(f"{source}: ... and {extra} more problems")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the scenario
+
+
+class _Leaf:
+    """What submitting to a leaf needs: who submits by default, who may submit."""
+
+    __slots__ = ("default_user", "principals")
+
+    def __init__(self, default_user: str, principals: frozenset[str]) -> None:
+        self.default_user = default_user
+        self.principals = principals
+
+
+class Scenario:
+    """A validated scenario: the cluster, budget tree, config and input streams."""
+
+    def __init__(
+        self,
+        spec: ScenarioSpec,
+        *,
+        name: str,
+        base_dir: Path,
+        source: str,
+        config: SchedulerConfig,
+    ) -> None:
+        self.spec = spec
+        self.name = name
+        self.source = source
+        self.base_dir = base_dir
+        self.cluster_name = spec.cluster.name
+        self.hosts = spec.cluster.hosts
+        self.gpus_per_host = spec.cluster.gpus_per_host
+        self.start = spec.start
+        self.horizon = spec.horizon
+        self.config = config
+        self.allocations = self._allocation_order()  # (path, spec or None if implied)
+        paths = [path for path, _ in self.allocations]
+        has_child = {parent_of(p) for p in paths}
+        self.leaves: list[str] = [p for p in paths if p not in has_child]
+        self._leaf_info = {leaf: self._leaf(leaf) for leaf in self.leaves}
+        self._health = self._health_events()
+        self._traces: dict[int, list[dict[str, Any]]] = {}
+        self.trace_stats: dict[int, Any] = {}
+        self._check_generators()
+        self._read_traces()
+        self.workload_count = sum(
+            len(self._traces[i]) if entry.trace else entry.generate.total  # type: ignore[union-attr]
+            for i, entry in enumerate(spec.workloads)
+        )
+
+    # ------------------------------------------------------------ facts
+    @property
+    def capacity(self) -> int:
+        """Registered GPUs."""
+        return self.hosts * self.gpus_per_host
+
+    def host_name(self, index: int) -> str:
+        return f"h{index}"
+
+    def setup_events(self) -> list[HostRegistered | BudgetSet]:
+        """Hosts h0..h{n-1}, then the budget tree (parents first), all at `start`."""
+        events: list[HostRegistered | BudgetSet] = []
+        common = {"time": self.start, "cluster": self.cluster_name, "actor": SCENARIO_ACTOR}
+        for i in range(self.hosts):
+            events.append(
+                HostRegistered(
+                    id=f"setup-{len(events)}",
+                    host=self.host_name(i),
+                    gpus=self.gpus_per_host,
+                    **common,
+                )
+            )
+        for path, alloc in self.allocations:
+            events.append(
+                BudgetSet(
+                    id=f"setup-{len(events)}",
+                    allocation=path,
+                    weight=alloc.weight if alloc else 1.0,
+                    managers=(tuple(alloc.managers) or None) if alloc else None,
+                    members=(tuple(alloc.members) or None) if alloc else None,
+                    **common,
+                )
+            )
+        return events
+
+    def timed_inputs(self) -> Iterator[WorkloadSubmitted | HostHealth]:
+        """Submissions and health changes sorted by (time, health first, then file order).
+
+        A generator: events are built as the merge consumes them, so a million-workload
+        scenario never holds a million events at once.
+        """
+        sources: list[Iterator[Any]] = [iter(self._health)]
+        for index, entry in enumerate(self.spec.workloads):
+            if entry.trace is not None:
+                sources.append(self._trace_events(index, entry.trace))
+            else:
+                assert entry.generate is not None
+                sources.append(self._generated_events(index, entry.generate))
+        return heapq.merge(*sources, key=attrgetter("time"))
+
+    def end_time(self) -> float | None:
+        """Absolute time the simulation stops at (None: when all work has ended)."""
+        return None if self.horizon is None else self.start + self.horizon
+
+    # ------------------------------------------------------------ building
+    def _allocation_order(self) -> list[tuple[str, AllocationSpec | None]]:
+        declared: dict[str, AllocationSpec] = {}
+        for i, alloc in enumerate(self.spec.allocations):
+            if alloc.path in declared:
+                raise self._error(f"allocations[{i}].path", f"duplicate allocation {alloc.path!r}")
+            declared[alloc.path] = alloc
+        order: list[tuple[str, AllocationSpec | None]] = []
+        seen: set[str] = set()
+        for path in declared:
+            for node in ancestors(path):
+                if node not in seen:
+                    seen.add(node)
+                    order.append((node, declared.get(node)))
+        return order
+
+    def _leaf(self, leaf: str) -> _Leaf:
+        by_path = {p: a for p, a in self.allocations}
+        members = list(by_path[leaf].members) if by_path[leaf] else []
+        managers: list[str] = []
+        for node in reversed(ancestors(leaf)):  # the leaf itself, then up to the top
+            alloc = by_path[node]
+            if alloc:
+                managers.extend(m for m in alloc.managers if m not in managers)
+        default = members[0] if members else managers[0] if managers else FALLBACK_USER
+        return _Leaf(default, frozenset(members) | frozenset(managers))
+
+    def _health_events(self) -> list[HostHealth]:
+        entries: list[tuple[float, int, HostHealth]] = []
+        for i, item in enumerate(self.spec.health):
+            host = self._host(item.host, f"health[{i}].host")
+            event = HostHealth(
+                id=f"health-{i}",
+                time=self.start + item.at,
+                cluster=self.cluster_name,
+                actor=SCENARIO_ACTOR,
+                host=host,
+                healthy=item.healthy,
+                reason=item.reason,
+            )
+            entries.append((event.time, i, event))
+        entries.sort(key=lambda e: (e[0], e[1]))
+        return [e for _, _, e in entries]
+
+    def _host(self, value: int | str, where: str) -> str:
+        index: int | None = None
+        if isinstance(value, int):
+            index = value
+        else:
+            text = value.strip()
+            match = re.fullmatch(r"h(\d+)", text) or re.fullmatch(r"(\d+)", text)
+            if match:
+                index = int(match.group(1))
+        if index is None or not 0 <= index < self.hosts:
+            raise self._error(
+                where,
+                f"no host {value!r}: hosts are h0..h{self.hosts - 1}"
+                f" (or their index 0..{self.hosts - 1})",
+            )
+        return self.host_name(index)
+
+    def _check_generators(self) -> None:
+        leaves = set(self.leaves)
+        for i, entry in enumerate(self.spec.workloads):
+            gen = entry.generate
+            if gen is None:
+                continue
+            where = f"workloads[{i}].generate"
+            if gen.allocation not in leaves:
+                known = {p for p, _ in self.allocations}
+                if gen.allocation in known:
+                    children = [p for p, _ in self.allocations if parent_of(p) == gen.allocation]
+                    raise self._error(
+                        f"{where}.allocation",
+                        f"{gen.allocation!r} is not a leaf allocation"
+                        f" (it has {', '.join(children)}); workloads are submitted to leaves",
+                    )
+                hint = difflib.get_close_matches(gen.allocation, self.leaves, n=1)
+                raise self._error(
+                    f"{where}.allocation",
+                    f"unknown allocation {gen.allocation!r}"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + (
+                        f"; leaves are: {', '.join(self.leaves)}"
+                        if self.leaves
+                        else "; the scenario declares no allocations"
+                    ),
+                )
+            info = self._leaf_info[gen.allocation]
+            if gen.user is not None and info.principals and gen.user not in info.principals:
+                raise self._error(
+                    f"{where}.user",
+                    f"{gen.user!r} may not submit to {gen.allocation!r}: only its members and the"
+                    f" managers above it may ({', '.join(sorted(info.principals))})",
+                )
+
+    def _read_traces(self) -> None:
+        taken: set[str] = set()
+        for i, entry in enumerate(self.spec.workloads):
+            if entry.trace is None:
+                continue
+            result = self._read_trace(i, entry.trace)
+            subs = result.submissions
+            subs.sort(key=_submit_time)  # readers sort already; a cheap no-op then
+            for sub in subs:
+                workload = sub.get("workload")
+                if workload is None:
+                    continue
+                if workload in taken or _GENERATED_ID.match(workload):
+                    raise self._error(
+                        f"workloads[{i}].trace.file",
+                        f"workload id {workload!r} in {entry.trace.file}"
+                        " is used twice in this scenario",
+                    )
+                taken.add(workload)
+            self._traces[i] = subs
+            self.trace_stats[i] = result
+            result.submissions = []  # the scenario keeps the one list
+
+    def _read_trace(self, index: int, spec: TraceSpec) -> Any:
+        try:
+            from projections.traces import load_allocation_map, read_trace
+        except ImportError as exc:  # pragma: no cover - the trace readers ship with allot
+            raise self._error(
+                f"workloads[{index}].trace", f"trace readers unavailable: {exc}"
+            ) from None
+        path = self.base_dir / spec.file
+        try:
+            mapping = None
+            if spec.allocation_map is not None:
+                mapping = load_allocation_map(self.base_dir / spec.allocation_map)
+            return read_trace(
+                path,
+                spec.format,
+                allocation_map=mapping,
+                allocation_prefix=spec.allocation_prefix,
+                skip_bad=spec.skip_bad,
+            )
+        except (ValueError, OSError) as exc:
+            raise self._error(f"workloads[{index}].trace", str(exc)) from None
+
+    def _user(self, allocation: str) -> str:
+        info = self._leaf_info.get(allocation)
+        return info.default_user if info else FALLBACK_USER
+
+    def _trace_events(self, index: int, spec: TraceSpec) -> Iterator[WorkloadSubmitted]:
+        base = self.start + spec.offset
+        default_min = DEFAULT_MIN_RUNTIME if spec.min_runtime is None else spec.min_runtime
+        default_resumable = bool(spec.resumable)
+        default_priority = spec.priority or 0
+        extra_tags = tuple(spec.tags)
+        cluster = self.cluster_name
+        for n, sub in enumerate(self._traces[index]):
+            workload = sub.get("workload") or f"{index}-{n:06d}"
+            allocation = sub["allocation"]
+            runtime = sub.get("runtime")
+            min_runtime = sub.get("min_runtime")
+            resumable = sub.get("resumable")
+            priority = sub.get("priority")
+            tags = tuple(sub.get("tags") or ())
+            if extra_tags:
+                tags += tuple(t for t in extra_tags if t not in tags)
+            yield WorkloadSubmitted(
+                id=f"submit-{workload}",
+                time=base + sub["time"],
+                cluster=cluster,
+                actor=sub.get("actor") or self._user(allocation),
+                workload=workload,
+                allocation=allocation,
+                gpus=sub["gpus"],
+                min_runtime=default_min if min_runtime is None else min_runtime,
+                resumable=default_resumable if resumable is None else resumable,
+                priority=default_priority if priority is None else priority,
+                tags=tags,
+                name=sub.get("name"),
+                runtime=runtime,
+                expected_runtime=runtime if spec.expected_runtime else None,
+            )
+
+    def _generated_events(self, index: int, spec: GenerateSpec) -> Iterator[WorkloadSubmitted]:
+        actor = spec.user or self._user(spec.allocation)
+        tags = tuple(spec.tags)
+        base = self.start
+        cluster = self.cluster_name
+        for n, (offset, gpus, runtime) in enumerate(samples(spec)):
+            workload = f"{index}-{n:06d}"
+            yield WorkloadSubmitted(
+                id=f"submit-{workload}",
+                time=round(base + offset, 3),  # monotonic, so the order is kept
+                cluster=cluster,
+                actor=actor,
+                workload=workload,
+                allocation=spec.allocation,
+                gpus=gpus,
+                min_runtime=spec.min_runtime,
+                resumable=spec.resumable,
+                priority=spec.priority,
+                tags=tags,
+                name=f"{spec.name}-{n}" if spec.name else None,
+                runtime=runtime,
+                expected_runtime=runtime if spec.expected_runtime else None,
+            )
+
+    def _error(self, where: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.source}: {where}: {message}")
+
+
+def _submit_time(sub: dict[str, Any]) -> float:
+    return sub["time"]
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Read and validate a scenario file; `overrides` are config keys (e.g. from `--set`)."""
+    path = Path(path)
+    source = path.name
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ScenarioError(f"{source}{where}: not valid YAML: {problem}") from None
+    return scenario_from_dict(
+        raw, source=source, base_dir=path.parent, overrides=overrides, default_name=path.stem
+    )
+
+
+def scenario_from_dict(
+    raw: Any,
+    *,
+    source: str = "scenario",
+    base_dir: Path | str = ".",
+    overrides: dict[str, Any] | None = None,
+    default_name: str = "scenario",
+) -> Scenario:
+    """Validate an already-parsed scenario (trace paths are relative to `base_dir`)."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(
+            f"{source}: a scenario is a mapping with cluster, allocations, workloads, ...;"
+            f" got {type(raw).__name__}"
+        )
+    try:
+        spec = ScenarioSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(_describe(source, exc)) from None
+    try:
+        config = SchedulerConfig.model_validate(spec.config)
+    except ValidationError as exc:
+        raise ScenarioError(
+            _describe(source, exc, root=SchedulerConfig, prefix=("config",))
+        ) from None
+    if overrides:
+        try:
+            config = SchedulerConfig.model_validate({**spec.config, **overrides})
+        except ValidationError as exc:
+            raise ScenarioError(_describe("--set", exc, root=SchedulerConfig)) from None
+    return Scenario(
+        spec,
+        name=spec.name or default_name,
+        base_dir=Path(base_dir),
+        source=source,
+        config=config,
+    )

@@ -1,0 +1,68 @@
+"""`allot-csv`: the hand-written trace format.
+
+Header `submit_time,runtime,gpus,allocation`, then any of
+`workload,user,min_runtime,resumable,priority,tags` (`tags` separated by `;`).
+Times and durations are seconds or `15m`/`8h`/`7d`; `submit_time` is already
+relative to the trace start and is kept as written. An empty `runtime` means the
+job never ended (it runs until the horizon); other empty cells leave the value to
+the scenario.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from projections.traces.common import (
+    Allocations,
+    Row,
+    Submission,
+    TraceResult,
+    finish,
+    optional_seconds,
+    optional_text,
+    parse_bool,
+    parse_int,
+    parse_seconds,
+    read_csv,
+    require,
+    submission,
+)
+
+REQUIRED = ("submit_time", "runtime", "gpus", "allocation")
+OPTIONAL = ("workload", "user", "min_runtime", "resumable", "priority", "tags", "name")
+
+
+def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
+    def parse_row(row: Row) -> Submission | None:
+        time = parse_seconds(row["submit_time"], "submit_time")
+        runtime = optional_seconds(row["runtime"], "runtime")
+        gpus = parse_int(row["gpus"], "gpus")
+        tenant = require(row["allocation"], "allocation")
+        min_runtime = optional_seconds(row["min_runtime"], "min_runtime")
+        resumable = parse_bool(row["resumable"], "resumable")
+        priority_text = row["priority"]
+        priority = (
+            None
+            if optional_text(priority_text) is None
+            else parse_int(priority_text, "priority", minimum=None)
+        )
+        if gpus == 0:
+            return None
+        tags = [tag.strip() for tag in row["tags"].split(";") if tag.strip()]
+        return submission(
+            time=time,
+            allocation=allocations(tenant),
+            gpus=gpus,
+            workload=optional_text(row["workload"]),
+            actor=optional_text(row["user"]),
+            runtime=runtime,
+            min_runtime=min_runtime,
+            resumable=resumable,
+            priority=priority,
+            tags=tags,
+            name=optional_text(row["name"]),
+        )
+
+    return finish(
+        read_csv(path, required=REQUIRED, parse_row=parse_row, skip_bad=skip_bad), rebase=False
+    )

@@ -1,0 +1,377 @@
+"""Plumbing shared by the trace readers: errors, results, CSV rows, cell parsing.
+
+Every reader turns a file into *submission dicts* (see `projections.traces`): one
+per job or pod asking for at least one GPU, sorted by submit time (ties keep the
+file's row order). Rows are read with the `csv` module one at a time, so a
+100k-row trace costs a fraction of a second; only the parsed submissions are kept.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from domain.durations import parse_duration
+
+Submission = dict[str, Any]
+
+_MISSING = frozenset({"", "nan", "none", "null", "na", "n/a", "-"})
+_TRUE = frozenset({"true", "t", "yes", "y", "1"})
+_FALSE = frozenset({"false", "f", "no", "n", "0"})
+
+
+class TraceError(ValueError):
+    """A trace (or allocation map) that cannot be read; the message names file, line, column.
+
+    `row_error` is True when one malformed row caused it (`skip_bad` would skip it).
+    """
+
+    def __init__(self, message: str, *, row_error: bool = False) -> None:
+        super().__init__(message)
+        self.row_error = row_error
+
+
+class BadValue(ValueError):
+    """One unreadable cell or record; the reader adds the file and line."""
+
+    def __init__(self, column: str | None, message: str) -> None:
+        super().__init__(message)
+        self.column = column
+        self.message = message
+
+
+@dataclass
+class TraceResult:
+    """What a trace held, ready for a scenario or for `allot trace import`."""
+
+    submissions: list[Submission] = field(default_factory=list)
+    skipped_bad: int = 0  # malformed rows skipped (only with skip_bad)
+    skipped_no_gpu: int = 0  # rows/pods asking for no GPU
+    unfinished: int = 0  # jobs that never ended: runtime None, they run until the horizon
+    rows: int = 0  # data rows (or JSON lines) read, blank lines not counted
+
+
+def submission(
+    *,
+    time: float,
+    allocation: str,
+    gpus: int,
+    workload: str | None = None,
+    actor: str | None = None,
+    runtime: float | None = None,
+    min_runtime: float | None = None,
+    resumable: bool | None = None,
+    priority: int | None = None,
+    tags: Iterable[str] = (),
+    name: str | None = None,
+) -> Submission:
+    """A submission dict with every key present (None: not in the trace)."""
+    return {
+        "time": float(time),
+        "workload": workload,
+        "actor": actor,
+        "allocation": allocation,
+        "gpus": int(gpus),
+        "runtime": runtime,
+        "min_runtime": min_runtime,
+        "resumable": resumable,
+        "priority": priority,
+        "tags": list(tags),
+        "name": name,
+    }
+
+
+# ------------------------------------------------------------------ allocations
+
+
+class Allocations:
+    """Source tenant (VC, app, qos) -> allocation path: the map, else `<prefix><tenant>`."""
+
+    __slots__ = ("mapping", "prefix")
+
+    def __init__(self, mapping: dict[str, str] | None, prefix: str) -> None:
+        self.mapping = mapping or {}
+        self.prefix = prefix or ""
+
+    def __call__(self, tenant: str) -> str:
+        mapped = self.mapping.get(tenant)
+        return mapped if mapped is not None else self.prefix + tenant
+
+
+class _MapError(ValueError):
+    pass
+
+
+class _TenantLoader(yaml.SafeLoader):
+    """Keeps mapping keys as written: tenant ids like `0123`, `1e5` or `yes` stay text."""
+
+
+def _mapping_with_text_keys(loader: _TenantLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            raise _MapError(f"line {key_node.start_mark.line + 1}: a tenant must be a plain name")
+        key = key_node.value
+        if key in mapping:
+            raise _MapError(f"line {key_node.start_mark.line + 1}: tenant {key!r} is mapped twice")
+        mapping[key] = loader.construct_object(value_node, deep=True)
+    return mapping
+
+
+_TenantLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _mapping_with_text_keys,  # type: ignore[arg-type]
+)
+
+
+def load_allocation_map(path: Path | str) -> dict[str, str]:
+    """Read a YAML mapping `source tenant: allocation path`; TraceError says what is wrong."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: allocation map not found") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: allocation map is a directory, not a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read allocation map: {exc}") from None
+    try:
+        data = yaml.load(text, Loader=_TenantLoader)  # a SafeLoader subclass
+    except _MapError as exc:
+        raise TraceError(f"{path}: allocation map {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TraceError(f"{path}{where}: allocation map is not valid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise TraceError(
+            f"{path}: allocation map must be a mapping of source tenant to allocation path "
+            f"(e.g. `vc1: lab/olmo/pretrain`), not a {type(data).__name__}"
+        )
+    mapping: dict[str, str] = {}
+    for key, value in data.items():
+        tenant = str(key).strip()
+        if not tenant:
+            raise TraceError(f"{path}: allocation map has an empty tenant name")
+        if not isinstance(value, str) or not value.strip():
+            raise TraceError(
+                f"{path}: tenant {tenant!r}: allocation must be a path like lab/olmo/pretrain, "
+                f"got {value!r}"
+            )
+        mapping[tenant] = value.strip()
+    return mapping
+
+
+# ------------------------------------------------------------------ cells
+
+
+def is_missing(text: str) -> bool:
+    return text.lower() in _MISSING
+
+
+def require(text: str, column: str) -> str:
+    if is_missing(text):
+        raise BadValue(column, "missing value")
+    return text
+
+
+def parse_int(text: str, column: str, *, minimum: int | None = 0) -> int:
+    """An integer cell; `3.0` (as pandas writes) is fine, `3.5` and `x` are not."""
+    require(text, column)
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            raise BadValue(column, f"{text!r} is not an integer") from None
+        if not number.is_integer():
+            raise BadValue(column, f"{text!r} is not an integer") from None
+        value = int(number)
+    if minimum is not None and value < minimum:
+        raise BadValue(column, f"{text!r} must be >= {minimum}")
+    return value
+
+
+def parse_number(text: str, column: str, *, minimum: float | None = 0.0) -> float:
+    require(text, column)
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadValue(column, f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise BadValue(column, f"{text!r} is not a finite number")
+    if minimum is not None and value < minimum:
+        raise BadValue(column, f"{text!r} must be >= {minimum:g}")
+    return value
+
+
+def parse_seconds(text: str, column: str) -> float:
+    """A duration cell: plain seconds or `30s`, `15m`, `8h`, `7d`, `1h30m`."""
+    require(text, column)
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise BadValue(
+            column, f"{text!r} is not a duration (use seconds or e.g. 30s, 15m, 8h, 7d)"
+        ) from None
+
+
+def optional_seconds(text: str, column: str) -> float | None:
+    return None if is_missing(text) else parse_seconds(text, column)
+
+
+def parse_bool(text: str, column: str) -> bool | None:
+    if is_missing(text):
+        return None
+    lowered = text.lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise BadValue(column, f"{text!r} is not a boolean (use true or false)")
+
+
+def optional_text(text: str) -> str | None:
+    return None if is_missing(text) else text
+
+
+# ------------------------------------------------------------------ files
+
+
+def open_text(path: Path) -> io.TextIOBase:
+    """The file as text: UTF-8 with or without BOM, any line ending, gzip if `.gz`."""
+    try:
+        if path.suffix == ".gz":
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+        return open(path, encoding="utf-8-sig", newline="")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open: {exc.strerror or exc}") from None
+
+
+class Row:
+    """One CSV record; `row["col"]` is the stripped cell, `""` if absent."""
+
+    __slots__ = ("cells", "index")
+
+    def __init__(self, index: dict[str, int]) -> None:
+        self.index = index
+        self.cells: list[str] = []
+
+    def __getitem__(self, column: str) -> str:
+        i = self.index.get(column)
+        if i is None or i >= len(self.cells):
+            return ""
+        return self.cells[i].strip()
+
+
+RowParser = Callable[[Row], "Submission | None"]
+
+
+def read_csv(
+    path: Path,
+    *,
+    required: tuple[str, ...],
+    parse_row: RowParser,
+    skip_bad: bool,
+) -> TraceResult:
+    """Run `parse_row` over the data rows (None from it: the row asks for no GPU)."""
+    result = TraceResult()
+    with open_text(path) as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            while header is not None and not any(cell.strip() for cell in header):
+                header = next(reader, None)
+            if header is None:
+                raise TraceError(
+                    f"{path}: empty file; expected a header with {', '.join(required)}"
+                )
+            index: dict[str, int] = {}
+            for i, name in enumerate(header):
+                index.setdefault(name.strip().lower(), i)
+            missing = [name for name in required if name not in index]
+            if missing:
+                raise TraceError(
+                    f"{path}:{reader.line_num}: missing required column"
+                    f"{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                    f"(header has: {', '.join(h.strip() for h in header)})"
+                )
+            row = Row(index)
+            for cells in reader:
+                if not cells or not any(cell.strip() for cell in cells):
+                    continue
+                result.rows += 1
+                row.cells = cells
+                try:
+                    sub = parse_row(row)
+                except BadValue as exc:
+                    if skip_bad:
+                        result.skipped_bad += 1
+                        continue
+                    where = f" column {exc.column}:" if exc.column else ""
+                    raise TraceError(
+                        f"{path}:{reader.line_num}:{where} {exc.message}", row_error=True
+                    ) from None
+                if sub is None:
+                    result.skipped_no_gpu += 1
+                    continue
+                result.submissions.append(sub)
+        except csv.Error as exc:
+            raise TraceError(f"{path}:{reader.line_num}: unreadable CSV: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{path}: not UTF-8 text near line {reader.line_num + 1}: {exc.reason}"
+            ) from None
+        except (OSError, EOFError) as exc:  # e.g. a truncated .gz
+            raise TraceError(f"{path}: cannot read: {exc}") from None
+    return result
+
+
+def finish(result: TraceResult, *, rebase: bool) -> TraceResult:
+    """Sort by submit time (stable: ties keep row order); `rebase`: earliest submit = 0."""
+    subs = result.submissions
+    subs.sort(key=_time)
+    if rebase and subs:
+        start = subs[0]["time"]
+        if start:
+            for sub in subs:
+                sub["time"] = sub["time"] - start
+    result.unfinished = sum(1 for sub in subs if sub["runtime"] is None)
+    return result
+
+
+def _time(sub: Submission) -> float:
+    return sub["time"]
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) for each non-blank line of a text file."""
+    with open_text(path) as handle:
+        number = 0
+        try:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield number, line
+        except UnicodeDecodeError as exc:
+            raise TraceError(
+                f"{path}: not UTF-8 text near line {number + 1}: {exc.reason}"
+            ) from None
+        except (OSError, EOFError) as exc:
+            raise TraceError(f"{path}: cannot read: {exc}") from None

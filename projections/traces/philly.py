@@ -1,0 +1,64 @@
+"""`philly`: the public Philly-derived job CSV.
+
+Header `timestamp,duration,num_gpus,gpu_time,cluster`: submit time
+`YYYY-MM-DD HH:MM:SS` in UTC (ISO forms with `T`, a zone or fractions, and plain
+epoch seconds are accepted too), `duration` seconds of run time (empty or NaN: the
+job never ended), `num_gpus`, `gpu_time` (ignored: it is duration x GPUs), and
+`cluster`, the virtual cluster, which becomes the allocation. Rows are not sorted
+in the published files; submissions are, and times become relative to the earliest
+timestamp.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from projections.traces.common import (
+    Allocations,
+    BadValue,
+    Row,
+    Submission,
+    TraceResult,
+    finish,
+    optional_seconds,
+    parse_int,
+    read_csv,
+    require,
+    submission,
+)
+
+REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
+OPTIONAL = ("gpu_time",)
+
+
+def parse_timestamp(text: str, column: str) -> float:
+    """Seconds since the epoch; naive timestamps are UTC."""
+    require(text, column)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise BadValue(
+                column, f"{text!r} is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
+            ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
+    def parse_row(row: Row) -> Submission | None:
+        time = parse_timestamp(row["timestamp"], "timestamp")
+        runtime = optional_seconds(row["duration"], "duration")
+        gpus = parse_int(row["num_gpus"], "num_gpus")
+        tenant = require(row["cluster"], "cluster")
+        if gpus == 0:
+            return None
+        return submission(time=time, allocation=allocations(tenant), gpus=gpus, runtime=runtime)
+
+    return finish(
+        read_csv(path, required=REQUIRED, parse_row=parse_row, skip_bad=skip_bad), rebase=True
+    )

@@ -1,0 +1,822 @@
+"""Trace importers (`projections.traces`) and `allot trace import`."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from allot.commands import trace as trace_cli
+from domain.events import WorkloadSubmitted
+from projections.traces import (
+    FORMATS,
+    TraceError,
+    load_allocation_map,
+    read_trace,
+    to_record,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster"
+OPENB_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time"
+)
+CSV_HEADER = "submit_time,runtime,gpus,allocation,workload,user,min_runtime,resumable,priority,tags"
+
+
+def sub(time: float, allocation: str, gpus: int, **fields: Any) -> dict[str, Any]:
+    """An expected submission: every key present, None where the trace is silent."""
+    out: dict[str, Any] = {
+        "time": time,
+        "workload": None,
+        "actor": None,
+        "allocation": allocation,
+        "gpus": gpus,
+        "runtime": None,
+        "min_runtime": None,
+        "resumable": None,
+        "priority": None,
+        "tags": [],
+        "name": None,
+    }
+    out.update(fields)
+    return out
+
+
+def write(tmp_path: Path, name: str, *lines: str) -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------ happy paths
+
+EXPECTED = {
+    "allot-csv": [
+        sub(
+            0.0,
+            "lab/olmo/pretrain",
+            8,
+            workload="train-1",
+            actor="alice",
+            runtime=3600.0,
+            min_runtime=28800.0,
+            resumable=True,
+            priority=1,
+            tags=["train", "big"],
+        ),
+        sub(
+            30.0,
+            "lab/olmo/debug",
+            1,
+            actor="bob",
+            runtime=900.0,
+            min_runtime=900.0,
+            resumable=False,
+            tags=["debug"],
+        ),
+        sub(30.0, "lab/tulu/sft", 2),
+        sub(
+            3600.0,
+            "lab/tulu/rl",
+            16,
+            workload="rl-9",
+            actor="carol",
+            runtime=604800.0,
+            min_runtime=0.0,
+            resumable=True,
+            priority=-1,
+            tags=["rl", "long"],
+        ),
+    ],
+    "philly": [
+        sub(0.0, "7f04d8", 1, runtime=600.0),
+        sub(0.0, "11d7e2", 1, runtime=30.0),
+        sub(1800.0, "6214e9", 4),
+        sub(3600.0, "6214e9", 8, runtime=7200.0),
+        sub(86400.0, "11d7e2", 2),
+    ],
+    "alibaba-openb": [
+        sub(0.0, "Guaranteed", 1, tags=["Guaranteed"], name="pod-f"),
+        sub(100.0, "Burstable", 8, runtime=4000.0, tags=["Burstable"], name="pod-a"),
+        sub(200.0, "LS", 1, runtime=60.0, tags=["LS"], name="pod-d"),
+        sub(300.0, "BE", 1, runtime=290.0, tags=["BE"], name="pod-b"),
+        sub(600.0, "LS", 2, tags=["LS"], name="pod-e"),
+    ],
+    "allot-jsonl": [
+        sub(
+            0.0,
+            "lab/olmo/pretrain",
+            8,
+            workload="train-1",
+            actor="alice",
+            runtime=3600.0,
+            min_runtime=28800.0,
+            resumable=True,
+            priority=1,
+            tags=["train", "big"],
+        ),
+        sub(45.5, "lab/tulu/sft", 2, workload="w0000002", actor="trace", name="sft sweep"),
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fixture", "rows", "no_gpu", "unfinished"),
+    [
+        pytest.param("allot-csv", "submissions.csv", 5, 1, 1, id="allot-csv"),
+        pytest.param("philly", "philly.csv", 6, 1, 2, id="philly"),
+        pytest.param("alibaba-openb", "openb_pod_list_sample.csv", 6, 1, 2, id="alibaba-openb"),
+        pytest.param("allot-jsonl", "submissions.jsonl", 3, 1, 1, id="allot-jsonl"),
+    ],
+)
+def test_reads_each_format(fmt: str, fixture: str, rows: int, no_gpu: int, unfinished: int) -> None:
+    result = read_trace(FIXTURES / fixture, fmt)
+    assert result.submissions == EXPECTED[fmt]
+    assert (result.rows, result.skipped_bad, result.skipped_no_gpu, result.unfinished) == (
+        rows,
+        0,
+        no_gpu,
+        unfinished,
+    )
+
+
+def test_formats_constant_lists_every_reader() -> None:
+    assert FORMATS == ("allot-csv", "philly", "alibaba-openb", "allot-jsonl")
+    with pytest.raises(TraceError, match=r"unknown trace format 'slurm'.*allot-csv"):
+        read_trace(FIXTURES / "philly.csv", "slurm")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "lines", "first_time"),
+    [
+        pytest.param(
+            "allot-csv", [CSV_HEADER, "500,60,1,a", "100,60,1,a"], 100.0, id="allot-csv-as-given"
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:06:40,60,1,,a", "2017-10-03 09:00:00,60,1,,a"],
+            0.0,
+            id="philly-rebased",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, "p1,1,1,1,1000,,LS,Running,500,600,500", "p0,1,1,1,1000,,LS,x,100,200,"],
+            0.0,
+            id="openb-rebased",
+        ),
+    ],
+)
+def test_trace_start_is_kept_or_rebased(
+    tmp_path: Path, fmt: str, lines: list[str], first_time: float
+) -> None:
+    result = read_trace(write(tmp_path, "t.csv", *lines), fmt)
+    assert [s["time"] for s in result.submissions] == [first_time, first_time + 400.0]
+
+
+# ------------------------------------------------------------------ philly order
+
+
+def test_philly_sorts_unsorted_rows_keeping_row_order_on_ties(tmp_path: Path) -> None:
+    lines = (FIXTURES / "philly.csv").read_text().splitlines()
+    reversed_file = write(tmp_path, "reversed.csv", lines[0], *reversed(lines[1:]))
+    result = read_trace(reversed_file, "philly")
+    assert [s["time"] for s in result.submissions] == [0.0, 0.0, 1800.0, 3600.0, 86400.0]
+    # the two 09:00 jobs tie: reversed file order puts 11d7e2 (30 s) before 7f04d8 (600 s)
+    assert [(s["allocation"], s["runtime"]) for s in result.submissions[:2]] == [
+        ("11d7e2", 30.0),
+        ("7f04d8", 600.0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "seconds_after_first"),
+    [
+        pytest.param("2017-10-03 09:00:05", 5.0, id="plain"),
+        pytest.param("2017-10-03T09:00:05Z", 5.0, id="iso-z"),
+        pytest.param("2017-10-03 11:00:05+02:00", 5.0, id="offset"),
+        pytest.param("2017-10-03 09:00:05.5", 5.5, id="fraction"),
+        pytest.param("1507021205", 5.0, id="epoch-seconds"),
+    ],
+)
+def test_philly_timestamps_are_utc(
+    tmp_path: Path, timestamp: str, seconds_after_first: float
+) -> None:
+    path = write(
+        tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,1,1,,a", f"{timestamp},1,1,,b"
+    )
+    assert [s["time"] for s in read_trace(path, "philly").submissions] == [0.0, seconds_after_first]
+
+
+@pytest.mark.parametrize(
+    "duration", ["", "NaN", "nan", "None"], ids=["empty", "NaN", "nan", "None"]
+)
+def test_philly_missing_duration_is_unfinished(tmp_path: Path, duration: str) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, f"2017-10-03 09:00:00,{duration},2,,a")
+    result = read_trace(path, "philly")
+    assert result.unfinished == 1
+    assert result.submissions[0]["runtime"] is None
+
+
+# ------------------------------------------------------------------ alibaba semantics
+
+
+@pytest.mark.parametrize(
+    ("num_gpu", "gpu_milli", "gpus"),
+    [
+        pytest.param("1", "220", 1, id="fraction-220-rounds-up"),
+        pytest.param("1", "50", 1, id="fraction-50-rounds-up"),
+        pytest.param("1", "1000", 1, id="whole"),
+        pytest.param("8", "1000", 8, id="multi-gpu"),
+        pytest.param("0.5", "", 1, id="fractional-count"),
+        pytest.param("2.0", "1000", 2, id="pandas-float"),
+    ],
+)
+def test_openb_fractional_gpus_round_up(
+    tmp_path: Path, num_gpu: str, gpu_milli: str, gpus: int
+) -> None:
+    path = write(
+        tmp_path, "o.csv", OPENB_HEADER, f"p,1000,1,{num_gpu},{gpu_milli},,BE,Running,0,10,0"
+    )
+    assert [s["gpus"] for s in read_trace(path, "alibaba-openb").submissions] == [gpus]
+
+
+def test_openb_pods_without_gpu_are_skipped_and_counted(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "o.csv",
+        OPENB_HEADER,
+        "cpu1,8000,1,0,0,,BE,Running,0,10,0",
+        "gpu1,8000,1,1,300,,BE,Running,1,10,1",
+        "cpu2,8000,1,0,,,LS,Pending,2,3,",
+    )
+    result = read_trace(path, "alibaba-openb")
+    assert [s["name"] for s in result.submissions] == ["gpu1"]
+    assert (result.rows, result.skipped_no_gpu) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("creation", "deletion", "scheduled", "runtime"),
+    [
+        pytest.param("100", "400", "150", 250.0, id="scheduled-to-deleted"),
+        pytest.param("100", "400", "", 300.0, id="never-scheduled-from-creation"),
+        pytest.param("0", "400", "0", 400.0, id="scheduled-at-zero-is-a-time"),
+        pytest.param("100", "", "120", None, id="no-deletion-unfinished"),
+        pytest.param("100", "0", "120", None, id="deletion-zero-unfinished"),
+        pytest.param("100", "110", "120", 0.0, id="scheduled-after-deletion"),
+    ],
+)
+def test_openb_runtime(
+    tmp_path: Path, creation: str, deletion: str, scheduled: str, runtime: float | None
+) -> None:
+    path = write(
+        tmp_path,
+        "o.csv",
+        OPENB_HEADER,
+        f"p,1,1,1,1000,,LS,Running,{creation},{deletion},{scheduled}",
+    )
+    result = read_trace(path, "alibaba-openb")
+    assert result.submissions[0]["runtime"] == runtime
+    assert result.unfinished == (1 if runtime is None else 0)
+
+
+# ------------------------------------------------------------------ allocations
+
+PHILLY_TENANTS = ["7f04d8", "11d7e2", "6214e9", "6214e9", "11d7e2"]
+OPENB_TENANTS = ["Guaranteed", "Burstable", "LS", "BE", "LS"]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fixture", "use_map", "prefix", "expected"),
+    [
+        pytest.param("philly", "philly.csv", False, "", PHILLY_TENANTS, id="philly-tenant-itself"),
+        pytest.param(
+            "philly",
+            "philly.csv",
+            False,
+            "vc/",
+            ["vc/7f04d8", "vc/11d7e2", "vc/6214e9", "vc/6214e9", "vc/11d7e2"],
+            id="philly-prefix",
+        ),
+        pytest.param(
+            "philly",
+            "philly.csv",
+            True,
+            "",
+            ["lab/tulu/sft", "11d7e2", "lab/olmo/pretrain", "lab/olmo/pretrain", "11d7e2"],
+            id="philly-map-unmapped-is-tenant",
+        ),
+        pytest.param(
+            "philly",
+            "philly.csv",
+            True,
+            "vc/",
+            ["lab/tulu/sft", "vc/11d7e2", "lab/olmo/pretrain", "lab/olmo/pretrain", "vc/11d7e2"],
+            id="philly-map-then-prefix",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            "openb_pod_list_sample.csv",
+            True,
+            "qos/",
+            ["qos/Guaranteed", "qos/Burstable", "qos/LS", "lab/filler", "qos/LS"],
+            id="openb-qos-map-then-prefix",
+        ),
+        pytest.param(
+            "allot-csv",
+            "submissions.csv",
+            False,
+            "x/",
+            ["x/lab/olmo/pretrain", "x/lab/olmo/debug", "x/lab/tulu/sft", "x/lab/tulu/rl"],
+            id="allot-csv-prefix",
+        ),
+    ],
+)
+def test_allocation_map_and_prefix(
+    fmt: str, fixture: str, use_map: bool, prefix: str, expected: list[str]
+) -> None:
+    mapping = load_allocation_map(FIXTURES / "allocation_map.yaml") if use_map else None
+    result = read_trace(FIXTURES / fixture, fmt, allocation_map=mapping, allocation_prefix=prefix)
+    assert [s["allocation"] for s in result.submissions] == expected
+    if fmt == "alibaba-openb":  # the qos stays a tag whatever the allocation
+        assert [s["tags"] for s in result.submissions] == [[t] for t in OPENB_TENANTS]
+
+
+def test_allocation_map_keeps_tenant_ids_as_written(tmp_path: Path) -> None:
+    path = write(tmp_path, "map.yaml", "0123: lab/a", "1e5: lab/b", "yes: lab/c", "'7': lab/d")
+    assert load_allocation_map(path) == {
+        "0123": "lab/a",
+        "1e5": "lab/b",
+        "yes": "lab/c",
+        "7": "lab/d",
+    }
+
+
+def test_empty_allocation_map_maps_nothing(tmp_path: Path) -> None:
+    assert load_allocation_map(write(tmp_path, "map.yaml", "# nothing yet")) == {}
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        pytest.param(["- vc1", "- vc2"], r"must be a mapping of source tenant", id="a-list"),
+        pytest.param(["vc1: 3"], r"tenant 'vc1': allocation must be a path.*got 3", id="number"),
+        pytest.param(["vc1: ''"], r"tenant 'vc1': allocation must be a path", id="empty-path"),
+        pytest.param(["vc1: [a, b]"], r"tenant 'vc1': allocation must be a path", id="list-value"),
+        pytest.param(["vc1: a", "vc1: b"], r":? ?line 2: tenant 'vc1' is mapped twice", id="twice"),
+        pytest.param(
+            ["vc1: a", "vc2: [b"], r"map\.yaml:\d+: allocation map is not valid YAML", id="yaml"
+        ),
+    ],
+)
+def test_allocation_map_errors(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = write(tmp_path, "map.yaml", *lines)
+    with pytest.raises(TraceError, match=message) as info:
+        load_allocation_map(path)
+    assert str(path) in str(info.value)
+
+
+def test_allocation_map_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nope\.yaml: allocation map not found"):
+        load_allocation_map(tmp_path / "nope.yaml")
+
+
+# ------------------------------------------------------------------ malformed input
+
+
+@pytest.mark.parametrize(
+    ("fmt", "lines", "line", "column", "detail"),
+    [
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,a", "2017-10-03 09:00:00,60,x,60,a"],
+            3,
+            "num_gpus",
+            "'x' is not an integer",
+            id="philly-gpus",
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "yesterday,60,1,60,a"],
+            2,
+            "timestamp",
+            "'yesterday' is not a timestamp",
+            id="philly-timestamp",
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,"],
+            2,
+            "cluster",
+            "missing value",
+            id="philly-no-cluster",
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,-5,1,60,a"],
+            2,
+            "duration",
+            "'-5' is not a duration",
+            id="philly-negative-duration",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a", "", "0,60,1.5,a"],
+            4,
+            "gpus",
+            "'1.5' is not an integer",
+            id="csv-gpus-blank-line-counted",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,10 parsecs,1,a"],
+            2,
+            "runtime",
+            "'10 parsecs' is not a duration",
+            id="csv-runtime",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a,,,,maybe"],
+            2,
+            "resumable",
+            "'maybe' is not a boolean",
+            id="csv-resumable",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a,,,,,high"],
+            2,
+            "priority",
+            "'high' is not an integer",
+            id="csv-priority",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,-2,a"],
+            2,
+            "gpus",
+            "'-2' must be >= 0",
+            id="csv-negative-gpus",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, "p,1,1,1,1000,,LS,Running,soon,10,"],
+            2,
+            "creation_time",
+            "'soon' is not a number",
+            id="openb-creation",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, "p,1,1,1,1000,,LS,Running,100,50,100"],
+            2,
+            "deletion_time",
+            "'50' is before creation_time 100",
+            id="openb-deleted-before-created",
+        ),
+    ],
+)
+def test_malformed_row_names_file_line_and_column(
+    tmp_path: Path, fmt: str, lines: list[str], line: int, column: str, detail: str
+) -> None:
+    path = write(tmp_path, "bad.csv", *lines)
+    with pytest.raises(TraceError) as info:
+        read_trace(path, fmt)
+    assert str(info.value).startswith(f"{path}:{line}: column {column}: {detail}")
+    assert info.value.row_error
+
+
+def test_malformed_row_message_matches_the_documented_shape(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "philly.csv",
+        PHILLY_HEADER,
+        *["2017-10-03 09:00:00,60,1,60,a"] * 15,
+        "2017,1,x,,a",
+    )
+    with pytest.raises(TraceError) as info:
+        read_trace(path, "philly")
+    assert str(info.value) == f"{path}:17: column num_gpus: 'x' is not an integer"
+
+
+@pytest.mark.parametrize(
+    ("line_text", "message"),
+    [
+        pytest.param(
+            '{"time": 1, "allocation": "a", "gpus": "two"}', "field gpus: 'two'", id="gpus"
+        ),
+        pytest.param('{"time": 1, "allocation": "a"', "not JSON", id="not-json"),
+        pytest.param('{"time": 1, "gpus": 1}', "field allocation: missing", id="no-allocation"),
+        pytest.param(
+            '{"type": "workload.cancelled", "time": 1, "allocation": "a", "gpus": 1}',
+            "field type: 'workload.cancelled' is not 'workload.submitted'",
+            id="other-type",
+        ),
+        pytest.param("[1, 2]", "expected a JSON object, got list", id="array"),
+        pytest.param(
+            '{"time": 1, "allocation": "a", "gpus": 1, "resumable": "yes"}',
+            "field resumable",
+            id="resumable-string",
+        ),
+    ],
+)
+def test_malformed_jsonl_names_file_line_and_field(
+    tmp_path: Path, line_text: str, message: str
+) -> None:
+    good = '{"time": 0, "allocation": "a", "gpus": 1}'
+    path = write(tmp_path, "subs.jsonl", good, line_text)
+    with pytest.raises(TraceError) as info:
+        read_trace(path, "allot-jsonl")
+    assert str(info.value).startswith(f"{path}:2: {message}")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "header", "missing"),
+    [
+        pytest.param("philly", "timestamp,duration,gpu_time", "num_gpus, cluster", id="philly"),
+        pytest.param("allot-csv", "submit_time,gpus,allocation,user", "runtime", id="allot-csv"),
+        pytest.param(
+            "alibaba-openb",
+            "name,cpu_milli,num_gpu,gpu_milli,qos,creation_time",
+            "deletion_time",
+            id="openb",
+        ),
+    ],
+)
+def test_missing_required_columns_are_named(
+    tmp_path: Path, fmt: str, header: str, missing: str
+) -> None:
+    path = write(tmp_path, "t.csv", header, "1,2,3")
+    with pytest.raises(TraceError, match="missing required column") as info:
+        read_trace(path, fmt)
+    assert str(info.value).startswith(f"{path}:1: missing required column")
+    assert f" {missing} (header has: {header.replace(',', ', ')})" in str(info.value)
+    assert not info.value.row_error
+
+
+@pytest.mark.parametrize("fmt", ["allot-csv", "philly", "alibaba-openb"])
+def test_empty_file_is_an_error(tmp_path: Path, fmt: str) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_text("\n\n")
+    with pytest.raises(TraceError, match=r"empty\.csv: empty file; expected a header"):
+        read_trace(path, fmt)
+
+
+def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"gone\.csv: no such file"):
+        read_trace(tmp_path / "gone.csv", "philly")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "lines", "kept", "bad"),
+    [
+        pytest.param(
+            "philly",
+            [
+                PHILLY_HEADER,
+                "2017-10-03 09:00:00,60,1,,a",
+                "2017-10-03 09:00:00,60,x,,a",
+                "not-a-date,60,1,,a",
+                "2017-10-03 09:01:00,60,2,,b",
+                "2017-10-03 09:02:00,60,0,,b",
+            ],
+            2,
+            2,
+            id="philly",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a", "x,60,1,a", "5,60,1,a,,,,perhaps"],
+            1,
+            2,
+            id="allot-csv",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, "p0,1,1,1,500,,BE,Running,0,10,0", "p1,1,1,one,500,,BE,Running,0,10,0"],
+            1,
+            1,
+            id="openb",
+        ),
+        pytest.param(
+            "allot-jsonl",
+            ['{"time": 0, "allocation": "a", "gpus": 1}', "{oops", '{"time": 1}'],
+            1,
+            2,
+            id="allot-jsonl",
+        ),
+    ],
+)
+def test_skip_bad_skips_and_counts(
+    tmp_path: Path, fmt: str, lines: list[str], kept: int, bad: int
+) -> None:
+    path = write(tmp_path, "t.csv", *lines)
+    with pytest.raises(TraceError):
+        read_trace(path, fmt)
+    result = read_trace(path, fmt, skip_bad=True)
+    assert (len(result.submissions), result.skipped_bad, result.rows) == (
+        kept,
+        bad,
+        len(lines) - (fmt != "allot-jsonl"),
+    )
+
+
+# ------------------------------------------------------------------ robust parsing
+
+
+def test_bom_crlf_whitespace_case_blank_lines_and_extra_columns(tmp_path: Path) -> None:
+    clean = (FIXTURES / "philly.csv").read_text().splitlines()
+    messy = ["  Timestamp , DURATION ,num_gpus, gpu_time ,cluster,user_comment "]
+    for i, line in enumerate(clean[1:]):
+        messy.append(" , ".join(cell for cell in line.split(",")) + f",note {i}")
+        messy.append("   ")
+    path = tmp_path / "messy.csv"
+    path.write_bytes("\ufeff".encode() + "\r\n".join(messy).encode() + b"\r\n")
+    result = read_trace(path, "philly")
+    assert result.submissions == EXPECTED["philly"]
+    assert result.rows == 6
+
+
+def test_quoted_cells_and_short_rows(tmp_path: Path) -> None:
+    path = write(tmp_path, "q.csv", CSV_HEADER, '0,60,1,"lab/a",,,,,,"x;y"', "5,60,1,lab/b")
+    result = read_trace(path, "allot-csv")
+    assert [(s["allocation"], s["tags"]) for s in result.submissions] == [
+        ("lab/a", ["x", "y"]),
+        ("lab/b", []),
+    ]
+
+
+def test_gzipped_trace_reads_like_the_plain_one(tmp_path: Path) -> None:
+    path = tmp_path / "philly.csv.gz"
+    path.write_bytes(gzip.compress((FIXTURES / "philly.csv").read_bytes()))
+    assert read_trace(path, "philly").submissions == EXPECTED["philly"]
+
+
+# ------------------------------------------------------------------ records
+
+
+def test_record_omits_what_the_trace_does_not_say() -> None:
+    philly = read_trace(FIXTURES / "philly.csv", "philly").submissions
+    assert to_record(philly[2], 3) == {
+        "type": "workload.submitted",
+        "v": 1,
+        "id": "trace-3",
+        "time": 1800.0,
+        "cluster": "default",
+        "actor": "trace",
+        "workload": "w0000003",
+        "allocation": "6214e9",
+        "gpus": 4,
+        "tags": [],
+    }
+    full = to_record(EXPECTED["allot-csv"][0], 1)
+    assert (full["workload"], full["actor"], full["runtime"], full["resumable"]) == (
+        "train-1",
+        "alice",
+        3600.0,
+        True,
+    )
+    assert (full["min_runtime"], full["priority"], full["tags"]) == (28800.0, 1, ["train", "big"])
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def cli() -> typer.Typer:
+    """A stand-in for allot/cli.py: mounts the sub-app the same way."""
+    root = typer.Typer()
+
+    @root.callback()
+    def main() -> None:
+        """allot"""
+
+    root.add_typer(trace_cli.app, name="trace")
+    return root
+
+
+def run(*args: str | Path) -> Any:
+    return CliRunner().invoke(cli(), ["trace", "import", *map(str, args)])
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fixture"),
+    [
+        pytest.param("allot-csv", "submissions.csv", id="allot-csv"),
+        pytest.param("philly", "philly.csv", id="philly"),
+        pytest.param("alibaba-openb", "openb_pod_list_sample.csv", id="alibaba-openb"),
+    ],
+)
+def test_import_round_trips_through_allot_jsonl(tmp_path: Path, fmt: str, fixture: str) -> None:
+    out = tmp_path / "nested" / "subs.jsonl"
+    result = run(FIXTURES / fixture, "--format", fmt, "--out", out)
+    assert result.exit_code == 0, result.output
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    for record in records:  # the workload.submitted contract
+        WorkloadSubmitted.model_validate(record)
+    assert [r["id"] for r in records] == [f"trace-{n}" for n in range(1, len(records) + 1)]
+
+    read_back = read_trace(out, "allot-jsonl").submissions
+    expected = [
+        {
+            **s,
+            "workload": s["workload"] or f"w{n:07d}",
+            "actor": s["actor"] or "trace",
+        }
+        for n, s in enumerate(EXPECTED[fmt], start=1)
+    ]
+    assert read_back == expected
+    assert [to_record(s, n) for n, s in enumerate(read_back, start=1)] == records
+
+    again = tmp_path / "again.jsonl"
+    assert run(out, "--format", "allot-jsonl", "--out", again).exit_code == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_import_prints_a_one_line_summary(tmp_path: Path) -> None:
+    out = tmp_path / "subs.jsonl"
+    result = run(
+        FIXTURES / "philly.csv",
+        "--format",
+        "philly",
+        "--allocation-map",
+        FIXTURES / "allocation_map.yaml",
+        "--allocation-prefix",
+        "vc/",
+        "--out",
+        out,
+    )
+    assert result.exit_code == 0, result.output
+    summary = result.stdout.strip()
+    assert "\n" not in summary
+    assert summary.startswith("6 rows read from")
+    assert "5 submissions written to" in summary
+    assert "skipped 0 bad, 1 without GPUs; 2 unfinished" in summary
+    allocations = [orjson.loads(line)["allocation"] for line in out.read_bytes().splitlines()]
+    assert allocations == [
+        "lab/tulu/sft",
+        "vc/11d7e2",
+        "lab/olmo/pretrain",
+        "lab/olmo/pretrain",
+        "vc/11d7e2",
+    ]
+
+
+def test_import_skip_bad_reports_the_count(tmp_path: Path) -> None:
+    path = write(tmp_path, "bad.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,,a", "x,60,1,,a")
+    out = tmp_path / "subs.jsonl"
+    failed = run(path, "--format", "philly", "--out", out)
+    assert failed.exit_code == 2
+    assert failed.stderr.strip() == (
+        f"error: {path}:3: column timestamp: 'x' is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
+        " (--skip-bad skips malformed rows)"
+    )
+    assert not out.exists()
+    skipped = run(path, "--format", "philly", "--skip-bad", "--out", out)
+    assert skipped.exit_code == 0, skipped.output
+    assert "skipped 1 bad" in skipped.stdout
+    assert len(out.read_bytes().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["{tmp}/missing.csv", "--format", "philly"],
+            "{tmp}/missing.csv: no such file",
+            id="missing-file",
+        ),
+        pytest.param(
+            ["{fixtures}/philly.csv", "--format", "slurm"],
+            "unknown --format 'slurm'; use one of: allot-csv, philly, alibaba-openb, allot-jsonl",
+            id="unknown-format",
+        ),
+        pytest.param(
+            ["{fixtures}/philly.csv", "--format", "philly", "--allocation-map", "{tmp}/m.yaml"],
+            "{tmp}/m.yaml: allocation map not found",
+            id="missing-map",
+        ),
+        pytest.param(
+            ["{fixtures}/philly.csv", "--format", "allot-csv"],
+            "{fixtures}/philly.csv:1: missing required column",
+            id="wrong-format-for-file",
+        ),
+    ],
+)
+def test_import_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    out = tmp_path / "subs.jsonl"
+    fill = {"tmp": str(tmp_path), "fixtures": str(FIXTURES)}
+    result = run(*[a.format(**fill) for a in args], "--out", out)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: " + message.format(**fill))
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert not out.exists()
