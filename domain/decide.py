@@ -78,14 +78,15 @@ class _Cycle:
     __slots__ = (
         "cause",
         "now",
-        "open_hosts",
         "out",
         "position",
         "ranking",
+        "reserve_tried",
         "reserved",
         "reserved_for",
         "reserved_from",
         "state",
+        "victim_cache",
     )
 
     def __init__(self, state: State, now: float, cause: str | None) -> None:
@@ -100,10 +101,14 @@ class _Cycle:
         self.reserved_from = math.inf
         self.reserved_for: str | None = None
         self.position = 0
-        self.open_hosts: list[Host] | None = None
+        self.reserve_tried = False
+        # (allocation, priority) -> host -> victims; see victim_map
+        self.victim_cache: dict[tuple[str, int], dict[str, list[Any]]] = {}
 
     # ------------------------------------------------------------ output
     def emit(self, event: Any) -> None:
+        if event.type == "workload.preempted":
+            self.victim_cache.clear()
         evolve(self.state, event)
         self.out.append(event)
 
@@ -177,7 +182,8 @@ class _Cycle:
                     heapq.heappush(heap, (policy.sort_key(ranking, nxt, allocated), key, allocated))
                 continue
             failed[klass] = min(w.gpus, failed.get(klass, math.inf))
-            if allocated and self.reserved_for is None:
+            if allocated and not self.reserve_tried:
+                self.reserve_tried = True
                 self.reserve(w, short)
 
     def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
@@ -245,37 +251,37 @@ class _Cycle:
         chosen = _fewest_hosts(whole, need)
         return None if chosen is None else {h.name: tuple(h.free) for h in chosen}
 
-    def preemptible_hosts(self) -> list[Host]:
-        """Hosts running some unprotected work, found once per cycle. Within a cycle the
-        set only shrinks (placements add protected work), so the first look is a safe
-        superset and victim searches need not scan protected-only hosts."""
-        if self.open_hosts is None:
-            s, now = self.state, self.now
-            self.open_hosts = [
-                h
-                for h in s.hosts.values()
-                if any(s.workloads[wid].protected_until <= now for wid in h.workloads)
-            ]
-        return self.open_hosts
+    def victim_map(self, w: Workload) -> dict[str, list[tuple[tuple[Any, ...], Workload, int, str]]]:
+        """Host -> running work `w` may preempt there, most preferred victim first.
 
-    def candidates(
-        self, w: Workload, host: Host
-    ) -> list[tuple[tuple[Any, ...], Workload, int, str]]:
-        """Running work on `host` that `w` may preempt, most preferred victim first."""
+        Built from the exposed groups (work past protection, grouped by the fields the
+        rules read), asking the policy once per group, so its cost is the number of
+        eligible victims, not of running work. Cached per cycle by (allocation,
+        priority); a preemption clears the cache (victims left), a placement need not
+        (new work is protected, or is unallocated and merely missed until next cycle).
+        """
+        key = (w.allocation, w.priority)
+        found = self.victim_cache.get(key)
+        if found is not None:
+            return found
         s = self.state
         ranks = self.ranking.ranks
-        out = []
         now = self.now
-        for vid, n in host.workloads.items():
-            v = s.workloads[vid]
-            if v.protected_until > now:  # no policy preempts protected work
+        found = {}
+        for hosts in s.exposed.values():
+            first = next(iter(next(iter(hosts.values()))))
+            reason = s.ordering.may_preempt(s, self.ranking, w, s.workloads[first], now)
+            if reason is None:
                 continue
-            reason = s.ordering.may_preempt(s, self.ranking, w, v, now)
-            if reason is not None:
-                pref = (v.charged, -ranks.get(v.allocation, 0), -v.start, v.id)
-                out.append((pref, v, n, reason))
-        out.sort(key=lambda c: c[0])
-        return out
+            for name, on_host in hosts.items():
+                entries = found.setdefault(name, [])
+                for vid, n in on_host.items():
+                    v = s.workloads[vid]
+                    entries.append(((v.charged, -ranks.get(v.allocation, 0), -v.start, v.id), v, n, reason))
+        for entries in found.values():
+            entries.sort(key=lambda c: c[0])
+        self.victim_cache[key] = found
+        return found
 
     def victims_single(
         self, w: Workload, allocated: bool, short: bool
@@ -283,12 +289,12 @@ class _Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
-        for host in self.preemptible_hosts():
-            if host.gpus < need or not host.workloads or not self.usable(host, w, allocated, short):
-                continue
+        for name, cands in self.victim_map(w).items():
+            host = s.hosts[name]
             free = len(host.free)
-            cands = self.candidates(w, host)
-            if free + sum(c[2] for c in cands) < need:
+            if host.gpus < need or free + sum(c[2] for c in cands) < need:
+                continue
+            if not self.usable(host, w, allocated, short):
                 continue
             taken = []
             got = free
@@ -317,10 +323,17 @@ class _Cycle:
     ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
         s = self.state
         options = []
-        for host in s.hosts.values():
+        victims = self.victim_map(w)
+        hosts = [s.hosts[name] for name in victims]
+        hosts.extend(h for h in s.hosts.values() if not h.workloads)
+        for host in hosts:
+            if len(host.free) + host.exposed < host.gpus:
+                continue  # some of it is protected: cannot be cleared
+            cands = victims.get(host.name, [])
+            if len(host.free) + sum(c[2] for c in cands) < host.gpus:
+                continue  # some of it may not be preempted by `w`
             if not self.usable(host, w, allocated, short):
                 continue
-            cands = self.candidates(w, host)
             if sum(c[2] for c in cands) + len(host.free) < host.gpus:
                 continue  # something on it may not be preempted
             held = sum(c[1].held for c in cands)
@@ -347,16 +360,33 @@ class _Cycle:
         need = w.gpus
         single = need <= s.max_host_gpus()
         timed = []
+        known: dict[str, float] = {}  # workload -> when it frees its GPUs for `w`
+        verdicts: dict[tuple[bool, str, int], bool] = {}
+
+        def frees(vid: str) -> float:
+            t = known.get(vid)
+            if t is None:
+                t = known[vid] = self.frees_at(w, s.workloads[vid], verdicts)
+            return t
+
         for host in s.hosts.values():
             if not host.healthy or (single and host.gpus < need):
                 continue
             if not short and host.name in s.headroom:
                 continue
-            times = [self.now] * len(host.free)
-            for vid, n in host.workloads.items():
-                times.extend([self.frees_at(w, s.workloads[vid])] * n)
-            times.sort()
-            timed.append((times[need - 1] if single else times[-1], host.index, host))
+            if single:
+                times = [self.now] * len(host.free)
+                for vid, n in host.workloads.items():
+                    times.extend([frees(vid)] * n)
+                times.sort()
+                timed.append((times[need - 1], host.index, host))
+            else:
+                latest = self.now
+                for vid in host.workloads:
+                    latest = max(latest, frees(vid))
+                    if math.isinf(latest):
+                        break
+                timed.append((latest, host.index, host))
         timed.sort(key=lambda t: (t[0], t[1]))
         if single:
             picked = timed[:1]
@@ -375,14 +405,18 @@ class _Cycle:
         self.reserved_from = max(t[0] for t in picked)
         self.reserved_for = w.id
 
-    def frees_at(self, w: Workload, v: Workload) -> float:
-        s = self.state
-        if s.ordering.may_preempt(s, self.ranking, w, v, self.now):
-            return self.now
-        if math.isfinite(v.protected_until) and s.ordering.may_preempt(
-            s, self.ranking, w, v, v.protected_until
-        ):
-            return v.protected_until
+    def frees_at(self, w: Workload, v: Workload, verdicts: dict[tuple[bool, str, int], bool]) -> float:
+        """When `v`'s GPUs become available to `w`: now or at its protection end if `w`
+        may preempt its kind of work, else at its declared end, else never."""
+        kind = (v.charged, v.allocation, v.priority)
+        allowed = verdicts.get(kind)
+        if allowed is None:
+            s = self.state
+            allowed = verdicts[kind] = (
+                s.ordering.may_preempt(s, self.ranking, w, v, math.inf) is not None
+            )
+        if allowed and math.isfinite(v.protected_until):
+            return max(self.now, v.protected_until)
         if v.expected_runtime is not None:
             return max(self.now, v.start + v.expected_runtime)
         return math.inf

@@ -20,6 +20,7 @@ from domain.state import RUNNING, Host, State, Workload
 def evolve(state: State, event: Any) -> State:
     if event.time > state.now:
         state.now = event.time
+        state.expose_due()
     fold = _FOLDS.get(event.type)
     if fold is not None:
         fold(state, event)
@@ -51,6 +52,7 @@ def _submitted(state: State, e: ev.WorkloadSubmitted) -> None:
 
 def _release(state: State, w: Workload, now: float) -> None:
     """Give a running workload's GPUs back and stop its accrual."""
+    state.unexpose(w)
     for name, gpus in w.hosts.items():
         host = state.hosts.get(name)
         if host is None:
@@ -114,6 +116,8 @@ def _placed(state: State, e: ev.WorkloadPlaced) -> None:
         state.legacy_protected[top] = state.legacy_protected.get(top, 0) + w.held
     elif w.protected_until > e.time:
         heapq.heappush(state.protection_ends, (w.protected_until, w.id, w.attempt))
+    else:
+        state.expose(w)
 
 
 def _preempted(state: State, e: ev.WorkloadPreempted) -> None:

@@ -46,6 +46,7 @@ class Workload:
     start: float = 0.0
     protected_until: float = 0.0  # math.inf: protected until it ends (legacy)
     charged: bool = False
+    exposed: bool = False  # running and past protection: some policy may preempt it
     first_placed: float | None = None
     queue_key: tuple[Any, ...] = ()
     bucket: BucketKey | None = None
@@ -64,6 +65,7 @@ class Host:
     healthy: bool = True
     drained: bool = False
     workloads: dict[str, int] = field(default_factory=dict)  # workload id -> GPUs held here
+    exposed: int = 0  # GPUs held here by work past its protection
 
 
 class State:
@@ -91,6 +93,9 @@ class State:
         self.cordoned: dict[str, None] = {}  # unhealthy hosts, ordered by registration
         self.headroom: frozenset[str] = frozenset()
         self.protection_ends: list[tuple[float, str, int]] = []  # heap
+        # work past protection, grouped by what preemption rules look at:
+        # (charged, allocation, priority) -> host -> workload id -> GPUs on that host
+        self.exposed: dict[tuple[bool, str, int], dict[str, dict[str, int]]] = {}
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
         # dedup horizon: input ids and ended workload ids, remembered for one window
         self.seen_ids: dict[str, float] = {}
@@ -164,13 +169,48 @@ class State:
                 if seen.get(key, math.inf) < horizon:
                     del seen[key]
 
+    def expose(self, w: Workload) -> None:
+        """`w`'s protection has ended: its hosts become places victims may be found."""
+        w.exposed = True
+        group = self.exposed.setdefault((w.charged, w.allocation, w.priority), {})
+        for name, gpus in w.hosts.items():
+            self.hosts[name].exposed += len(gpus)
+            group.setdefault(name, {})[w.id] = len(gpus)
+
+    def unexpose(self, w: Workload) -> None:
+        if not w.exposed:
+            return
+        w.exposed = False
+        key = (w.charged, w.allocation, w.priority)
+        group = self.exposed.get(key, {})
+        for name, gpus in w.hosts.items():
+            host = self.hosts.get(name)
+            if host is not None:
+                host.exposed -= len(gpus)
+            on_host = group.get(name)
+            if on_host is not None:
+                on_host.pop(w.id, None)
+                if not on_host:
+                    del group[name]
+        if not group:
+            self.exposed.pop(key, None)
+
+    def expose_due(self) -> None:
+        """Expose running work whose protection ended by `now` (amortized O(1))."""
+        heap = self.protection_ends
+        while heap and heap[0][0] <= self.now:
+            _, wid, attempt = heapq.heappop(heap)
+            w = self.workloads.get(wid)
+            if w is not None and w.state == RUNNING and w.attempt == attempt and not w.exposed:
+                self.expose(w)
+
     def next_protection_end(self) -> float | None:
         """Earliest protection end still ahead of `now` among running charged work."""
         heap = self.protection_ends
         while heap:
             until, wid, attempt = heap[0]
             w = self.workloads.get(wid)
-            if w is None or w.state != RUNNING or w.attempt != attempt or until <= self.now:
+            if w is None or w.state != RUNNING or w.attempt != attempt or w.exposed:
                 heapq.heappop(heap)
                 continue
             return until

@@ -54,11 +54,12 @@ class Engine:
         self._seq = 0
         self.end_time: float | None = None
 
-    def run(self, setup: Iterable[Any], inputs: Iterable[Any]) -> Iterator[Any]:
-        """Journal records, in order. `setup` is applied first, then `inputs` (time-sorted)."""
+    def run(self, setup: Iterable[Any], inputs: Iterable[Any], start: float) -> Iterator[Any]:
+        """Journal records, in order: the config at `start`, then `setup`, then `inputs`
+        (time-sorted)."""
         config_event = ev.ConfigSet(
             id="sim-config",
-            time=_first_time(setup := list(setup)),
+            time=start,
             cluster=self.cluster,
             actor=SIMULATOR,
             config=self.config.model_dump(mode="json"),
@@ -147,7 +148,3 @@ class Engine:
             return
         run.done = max(0.0, run.done + (record.time - run.start) - self.options.checkpoint_loss)
         run.attempt = -1  # no completion until placed again
-
-
-def _first_time(events: list[Any]) -> float:
-    return min((e.time for e in events), default=0.0)

@@ -152,7 +152,7 @@ class LegacyPriority:
         return w.queue_key
 
     def terms(self, state: State, w: Workload, allocated: bool, now: float) -> tuple[bool, float]:
-        if w.min_runtime <= 0:
+        if w.min_runtime <= 0 or not allocated:  # e.g. a zero-share leaf: never protected
             return allocated, now
         top = state.tree.top_level(w.allocation)
         cap = state.config.legacy_caps.get(top)

@@ -1,0 +1,284 @@
+"""The `allot` command. Thin: parses, calls `domain`, `projections` and `streams`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from allot.commands import trace
+from allot.progress import sim_progress
+
+app = typer.Typer(
+    name="allot",
+    help=(
+        "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
+        "Simulate policies before rollout (simulate, replay, compare, demo) and import "
+        "real traces (trace import)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+app.add_typer(trace.app, name="trace", help="Import cluster traces into allot's submissions JSONL.")
+
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_POLICY = "fairshare"
+DEMO_POLICIES = ["fairshare", "legacy-priority"]
+
+PolicyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy", "-p", help="Ordering policy; repeat to compare several (default fairshare)."
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a config key, e.g. --set window=3d --set max_min_runtime=4h "
+        "(also the engine's checkpoint_loss=5m).",
+    ),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+class CliError(Exception):
+    """One clear line for the user, exit code 2."""
+
+
+def _examples_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "examples", here / "examples"):
+        if candidate.is_dir():
+            return candidate
+    raise CliError("the examples folder is missing from this installation")
+
+
+def _gantt_window(text: str | None, start: float) -> tuple[float, float] | None:
+    if not text:
+        return None
+    from domain.durations import parse_duration
+
+    a, sep, b = text.partition(":")
+    try:
+        lo, hi = parse_duration(a), parse_duration(b)
+    except ValueError as why:
+        raise CliError(f"--gantt-window {text!r}: {why}; use FROM:TO offsets, e.g. 2d:3d") from None
+    if not sep or hi <= lo:
+        raise CliError(f"--gantt-window {text!r}: use FROM:TO offsets with FROM < TO, e.g. 2d:3d")
+    return start + lo, start + hi
+
+
+def _run_policies(
+    spec: Any,
+    policies: list[str],
+    out: Path,
+    *,
+    quiet: bool,
+    gantt_window: str | None,
+    reports: bool,
+) -> dict[str, dict[str, Any]]:
+    from projections.simulate import comparison_markdown, run_policy
+
+    summaries: dict[str, dict[str, Any]] = {}
+    window = _gantt_window(gantt_window, spec.start)
+    for policy in policies:
+        with sim_progress(
+            policy, spec.start, spec.horizon_end, quiet=quiet, console=console
+        ) as tick:
+            summary = run_policy(
+                spec, policy, out, progress=tick, reports=reports, gantt_window=window
+            )
+        summaries[policy] = summary
+        engine = summary.get("engine", {})
+        if not quiet:
+            console.print(
+                f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
+                f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → {out / policy}"
+            )
+    if len(summaries) > 1:
+        _print_comparison(summaries)
+        (out / "comparison.md").write_text(comparison_markdown(summaries))
+    return summaries
+
+
+def _print_comparison(summaries: dict[str, dict[str, Any]]) -> None:
+    from projections.simulate import comparison_rows
+
+    table = Table(title="policy comparison", show_lines=False)
+    table.add_column("metric")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    for label, cells in comparison_rows(summaries):
+        table.add_row(label, *cells)
+    console.print(table)
+
+
+@app.command()
+def simulate(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see examples/lab.yaml).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder: DIR/<policy>/...")],
+    policy: PolicyOpt = None,
+    set_: SetOpt = None,
+    gantt_window: Annotated[
+        str | None, typer.Option(help="Time range of gantt.png as FROM:TO offsets, e.g. 2d:3d.")
+    ] = None,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="Skip report.html and gantt.png.")
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Simulate a scenario under one or more policies.
+
+    Writes DIR/<policy>/{journal.jsonl, summary.json, report.html, gantt.png}; with several
+    --policy options also prints a comparison table and writes DIR/comparison.md.
+    """
+    from projections.scenario import load_scenario
+    from projections.simulate import RunSpec, split_overrides
+
+    config_overrides, engine = split_overrides(set_ or [])
+    sc = load_scenario(scenario, config_overrides)
+    spec = RunSpec(
+        name=sc.name,
+        cluster=sc.cluster_name,
+        config=sc.config,
+        setup=sc.setup_events,
+        inputs=sc.timed_inputs,
+        start=sc.start,
+        horizon_end=sc.end_time(),
+        workloads=sc.workload_count,
+        engine=engine,
+    )
+    _run_policies(
+        spec,
+        policy or [DEFAULT_POLICY],
+        out,
+        quiet=quiet,
+        gantt_window=gantt_window,
+        reports=not no_report,
+    )
+
+
+@app.command()
+def replay(
+    journal: Annotated[Path, typer.Argument(help="A recorded journal (JSONL).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output folder for the what-if.")
+    ] = None,
+    policy: PolicyOpt = None,
+    set_: SetOpt = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Re-decide with the journal's own config; fail on the first difference.",
+        ),
+    ] = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Replay a recorded journal: --verify checks determinism; otherwise re-decide its
+    inputs (submissions with the work each workload did, budget and health changes)
+    under a new policy or config (--policy, --set) — a what-if."""
+    from projections.replay import journal_run_spec
+    from projections.replay import verify as verify_journal
+    from projections.simulate import split_overrides
+
+    if verify:
+        result = verify_journal(journal)
+        if result.difference:
+            err.print(
+                f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: {result.difference}"
+            )
+            raise typer.Exit(1)
+        console.print(
+            f"[green]✓[/] {result.decisions:,} decisions in {result.records:,} records reproduced byte for byte"
+        )
+        return
+    if out is None:
+        raise CliError("replay needs --out DIR (or --verify)")
+    config_overrides, engine = split_overrides(set_ or [])
+    spec = journal_run_spec(journal, config_overrides, engine)
+    _run_policies(
+        spec, policy or [spec.config.ordering], out, quiet=quiet, gantt_window=None, reports=True
+    )
+
+
+@app.command()
+def compare(
+    dir_a: Annotated[Path, typer.Argument(help="A run folder: <out>/<policy>")],
+    dir_b: Annotated[Path, typer.Argument(help="Another run folder: <out>/<policy>")],
+) -> None:
+    """Show what changed between two runs: waits by tag, preemptions, delivered per allocation."""
+    from projections.compare import compare_summaries, load_summary
+
+    a, b = load_summary(dir_a), load_summary(dir_b)
+    rows = compare_summaries(a, b)
+    table = Table(title=f"{dir_a} → {dir_b}")
+    for col, justify in (("metric", "left"), ("A", "right"), ("B", "right"), ("change", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where the reports go.")] = Path(
+        "allot-demo"
+    ),
+    quiet: QuietOpt = False,
+) -> None:
+    """Run examples/lab.yaml under fairshare and legacy-priority and compare them."""
+    scenario = _examples_dir() / "lab.yaml"
+    console.print(
+        f"Simulating [bold]{scenario.name}[/]: a 1024-GPU lab, 15 allocations, a week of work, "
+        "under the new fair-share scheduler and the old priority system..."
+    )
+    simulate(
+        scenario,
+        out=out,
+        policy=DEMO_POLICIES,
+        set_=None,
+        gantt_window=None,
+        no_report=False,
+        quiet=quiet,
+    )
+    console.print("\nReports (open in a browser; they work offline):")
+    for policy in DEMO_POLICIES:
+        console.print(
+            f"  {out / policy / 'report.html'}   [dim](gantt: {out / policy / 'gantt.png'})[/]"
+        )
+    console.print(f"  comparison table: {out / 'comparison.md'}")
+
+
+def main() -> None:
+    from domain.config import ConfigError
+    from projections.journal import JournalError
+    from projections.scenario import ScenarioError
+    from projections.simulate import SimulationError
+    from projections.traces import TraceError
+
+    try:
+        app()
+    except (CliError, ConfigError, JournalError, ScenarioError, SimulationError, TraceError) as why:
+        err.print(f"[red]error:[/] {why}")
+        sys.exit(2)
+    except orjson.JSONDecodeError as why:
+        err.print(f"[red]error:[/] {why}")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

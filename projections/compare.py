@@ -1,0 +1,80 @@
+"""Compare two runs' summaries: what changed for whom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from projections.journal import JournalError
+from projections.simulate import format_value
+
+
+def load_summary(folder: Path) -> dict[str, Any]:
+    path = folder / "summary.json" if folder.is_dir() else folder
+    if not path.exists():
+        raise JournalError(
+            f"{folder}: no summary.json here; pass a run folder such as out/fairshare"
+        )
+    try:
+        return orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as why:
+        raise JournalError(f"{path}: not valid JSON ({why})") from None
+
+
+def _get(summary: dict[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(summary, dict) or key not in summary:
+            return None
+        summary = summary[key]
+    return summary
+
+
+def _change(a: Any, b: Any, kind: str) -> str:
+    if not isinstance(a, int | float) or not isinstance(b, int | float):
+        return ""
+    delta = b - a
+    if kind == "seconds":
+        sign = "+" if delta >= 0 else "-"
+        return sign + format_value(abs(delta), "seconds")
+    if kind == "ratio":
+        return f"{delta:+.3f}"
+    return f"{delta:+,}" if isinstance(delta, int) else f"{delta:+.3f}"
+
+
+def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Rows (metric, A, B, change)."""
+    specs: list[tuple[str, tuple[str, ...], str]] = [
+        ("policy", ("policy",), "text"),
+        ("delivered overall", ("delivered", "overall"), "ratio"),
+        ("delivered min", ("delivered", "min"), "ratio"),
+        ("occupancy", ("occupancy",), "ratio"),
+        ("occupancy (contended)", ("occupancy_contended",), "ratio"),
+        ("preemptions", ("preemptions",), "count"),
+        ("workloads preempted", ("workloads", "preempted"), "count"),
+        ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),
+        ("wait p90 (all)", ("wait_s", "all", "p90"), "seconds"),
+    ]
+    tags = sorted({*(_get(a, "wait_s", "by_tag") or {}), *(_get(b, "wait_s", "by_tag") or {})})
+    for tag in tags:
+        specs.append((f"wait p50 ({tag})", ("wait_s", "by_tag", tag, "p50"), "seconds"))
+        specs.append((f"wait p90 ({tag})", ("wait_s", "by_tag", tag, "p90"), "seconds"))
+    leaves = sorted(
+        {
+            *(_get(a, "delivered", "by_allocation") or {}),
+            *(_get(b, "delivered", "by_allocation") or {}),
+        }
+    )
+    for leaf in leaves:
+        specs.append((f"delivered {leaf}", ("delivered", "by_allocation", leaf), "ratio"))
+    rows = []
+    for label, keys, kind in specs:
+        va, vb = _get(a, *keys), _get(b, *keys)
+        if kind == "text":
+            rows.append((label, str(va), str(vb), ""))
+        else:
+            rows.append(
+                (label, format_value(va, kind), format_value(vb, kind), _change(va, vb, kind))
+            )
+    return rows

@@ -1,0 +1,193 @@
+"""Run a scenario (or a replayed journal) under one or more policies and write the
+per-policy outputs: journal.jsonl, summary.json, report.html, gantt.png."""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from domain.config import ConfigError, SchedulerConfig
+from domain.durations import parse_duration
+from projections.engine import EXECUTOR, SIMULATOR, Engine, EngineOptions
+from streams.codec import encode
+
+ENGINE_KEYS = {"checkpoint_loss"}  # --set keys the engine reads (not the scheduler)
+SCENARIO_ACTOR = "scenario"
+
+
+class SimulationError(ValueError):
+    pass
+
+
+def split_overrides(pairs: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`--set KEY=VALUE` pairs -> (scheduler config overrides, engine options)."""
+    config: dict[str, Any] = {}
+    engine: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SimulationError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set window=3d")
+        parsed: Any = value.strip()
+        if parsed.startswith(("[", "{")):
+            try:
+                parsed = orjson.loads(parsed)
+            except orjson.JSONDecodeError:
+                raise SimulationError(f"--set {key}: {value!r} is not valid JSON") from None
+        elif "," in parsed and key == "admins":
+            parsed = [p.strip() for p in parsed.split(",") if p.strip()]
+        (engine if key in ENGINE_KEYS else config)[key] = parsed
+    if "checkpoint_loss" in engine:
+        try:
+            engine["checkpoint_loss"] = parse_duration(engine["checkpoint_loss"])
+        except ValueError as why:
+            raise SimulationError(f"--set checkpoint_loss: {why}") from None
+    return config, engine
+
+
+@dataclass
+class RunSpec:
+    """Everything one policy run needs; built from a scenario or from a journal."""
+
+    name: str
+    cluster: str
+    config: SchedulerConfig
+    setup: Callable[[], Iterable[Any]]
+    inputs: Callable[[], Iterable[Any]]
+    start: float
+    horizon_end: float | None = None
+    workloads: int = 0
+    engine: dict[str, Any] = field(default_factory=dict)
+
+
+def policy_config(base: SchedulerConfig, policy: str | None) -> SchedulerConfig:
+    overrides: dict[str, Any] = {}
+    if policy:
+        overrides["ordering"] = policy
+    # the simulator's own actors administer the simulated cluster
+    overrides["admins"] = sorted({*base.admins, SCENARIO_ACTOR, SIMULATOR, EXECUTOR})
+    try:
+        return base.with_overrides(overrides) if overrides else base
+    except ConfigError as why:
+        raise SimulationError(str(why)) from None
+
+
+def run_policy(
+    spec: RunSpec,
+    policy: str,
+    out_dir: Path,
+    *,
+    progress: Callable[[float], None] | None = None,
+    reports: bool = True,
+    gantt_window: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """Simulate `spec` under `policy`; write DIR/<policy>/...; return the summary."""
+    from domain.policies import UnknownPolicy, resolve_ordering
+    from projections.summary import summarize
+
+    try:
+        resolve_ordering(policy)
+    except UnknownPolicy as why:
+        raise SimulationError(str(why)) from None
+    config = policy_config(spec.config, policy)
+    target = out_dir / policy
+    target.mkdir(parents=True, exist_ok=True)
+    journal_path = target / "journal.jsonl"
+    options = EngineOptions(horizon_end=spec.horizon_end, **spec.engine)
+    engine = Engine(spec.cluster, config, options, on_time=progress)
+    wall = time.perf_counter()
+    with journal_path.open("wb", buffering=1 << 20) as journal:
+
+        def records() -> Iterator[Any]:
+            for record in engine.run(spec.setup(), spec.inputs(), spec.start):
+                journal.write(encode(record))
+                journal.write(b"\n")
+                yield record
+
+        summary = summarize(records(), policy=policy, start=spec.start, end=spec.horizon_end)
+    wall = time.perf_counter() - wall
+    submitted = summary.get("workloads", {}).get("submitted", 0)
+    summary["engine"] = {
+        "wall_s": round(wall, 3),
+        "workloads_per_s": round(submitted / wall, 1) if wall > 0 else None,
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+    (target / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    if reports:
+        from projections.gantt import write_gantt
+        from projections.report import write_report
+
+        write_gantt(journal_path, target / "gantt.png", window=gantt_window)
+        write_report(journal_path, summary, target / "report.html")
+    return summary
+
+
+def _peak_rss_mb() -> float:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 1024.0 if sys.platform != "darwin" else rss / (1024.0 * 1024.0)
+
+
+# ------------------------------------------------------------------ comparison
+COMPARISON_ROWS: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
+    ("delivered overall", lambda s: s["delivered"]["overall"], "ratio"),
+    ("delivered min", lambda s: s["delivered"]["min"], "ratio"),
+    ("occupancy", lambda s: s["occupancy"], "ratio"),
+    ("occupancy (contended)", lambda s: s["occupancy_contended"], "ratio"),
+    ("unallocated fraction", lambda s: s["unallocated_fraction"], "ratio"),
+    ("preemptions", lambda s: s["preemptions"], "count"),
+    ("completed", lambda s: s["workloads"]["completed"], "count"),
+    ("unfinished", lambda s: s["workloads"]["unfinished"], "count"),
+    ("wait p50 (all)", lambda s: s["wait_s"]["all"]["p50"], "seconds"),
+    ("wait p90 (all)", lambda s: s["wait_s"]["all"]["p90"], "seconds"),
+]
+
+
+def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Rows of (metric, one formatted cell per policy), waits by tag included."""
+    rows = []
+    specs = list(COMPARISON_ROWS)
+    tags = sorted(
+        {tag for s in summaries.values() for tag in s.get("wait_s", {}).get("by_tag", {})}
+    )
+    for tag in tags:
+        specs.append(
+            (f"wait p90 ({tag})", lambda s, t=tag: s["wait_s"]["by_tag"][t]["p90"], "seconds")
+        )
+    for label, get, kind in specs:
+        cells = []
+        for summary in summaries.values():
+            try:
+                value = get(summary)
+            except (KeyError, TypeError):
+                value = None
+            cells.append(format_value(value, kind))
+        rows.append((label, cells))
+    return rows
+
+
+def format_value(value: Any, kind: str) -> str:
+    from domain.durations import format_duration
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if kind == "ratio":
+        return f"{value:.3f}"
+    if kind == "seconds":
+        return format_duration(float(value))
+    return str(value)
+
+
+def comparison_markdown(summaries: dict[str, dict[str, Any]]) -> str:
+    names = list(summaries)
+    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for label, cells in comparison_rows(summaries):
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
