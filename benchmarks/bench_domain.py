@@ -18,15 +18,12 @@ import json
 import platform
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from domain import State, handle  # noqa: E402
-from domain import events as ev  # noqa: E402
-from domain.config import SchedulerConfig  # noqa: E402
+from domain import State, handle
+from domain import events as ev
+from domain.config import SchedulerConfig
 
 HOSTS, GPUS = 128, 8
 PROGRAMS = {"olmo": 5, "tulu": 3, "molmo": 2}
