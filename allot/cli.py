@@ -87,8 +87,12 @@ def _run_policies(
     gantt_window: str | None,
     reports: bool,
 ) -> dict[str, dict[str, Any]]:
+    from allot.plugins import import_policy
     from projections.simulate import comparison_markdown, run_policy
 
+    import_policy(spec.config.placement, "placement")
+    for policy in policies:
+        import_policy(policy, "ordering")
     summaries: dict[str, dict[str, Any]] = {}
     window = _gantt_window(gantt_window, spec.start)
     for policy in policies:
@@ -235,14 +239,18 @@ def demo(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where the reports go.")] = Path(
         "allot-demo"
     ),
+    scenario: Annotated[
+        Path | None, typer.Option(help="Another scenario instead of examples/lab.yaml.")
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Run examples/lab.yaml under fairshare and legacy-priority and compare them."""
-    scenario = _examples_dir() / "lab.yaml"
-    console.print(
-        f"Simulating [bold]{scenario.name}[/]: a 1024-GPU lab, 15 allocations, a week of work, "
-        "under the new fair-share scheduler and the old priority system..."
-    )
+    if scenario is None:
+        scenario = _examples_dir() / "lab.yaml"
+        console.print(
+            "Simulating [bold]lab.yaml[/]: a 1024-GPU lab, 15 allocations, a week of work, "
+            "under the new fair-share scheduler and the old priority system..."
+        )
     simulate(
         scenario,
         out=out,
@@ -261,15 +269,26 @@ def demo(
 
 
 def main() -> None:
+    from allot.plugins import load_entry_points
     from domain.config import ConfigError
+    from domain.policies import UnknownPolicy
     from projections.journal import JournalError
     from projections.scenario import ScenarioError
     from projections.simulate import SimulationError
     from projections.traces import TraceError
 
     try:
+        load_entry_points()
         app()
-    except (CliError, ConfigError, JournalError, ScenarioError, SimulationError, TraceError) as why:
+    except (
+        UnknownPolicy,
+        CliError,
+        ConfigError,
+        JournalError,
+        ScenarioError,
+        SimulationError,
+        TraceError,
+    ) as why:
         err.print(f"[red]error:[/] {why}")
         sys.exit(2)
     except orjson.JSONDecodeError as why:

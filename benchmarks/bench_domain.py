@@ -137,7 +137,9 @@ def latency(pending: int, samples: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller runs (smoke test)")
     parser.add_argument("--json", type=Path, help="write results as JSON here")
     args = parser.parse_args()
@@ -151,7 +153,9 @@ def main() -> None:
     }
     by_depth = {row["pending"]: row for row in result["latency"]}
     if 10_000 in by_depth and 100_000 in by_depth:
-        result["p99_ratio_100k_over_10k"] = round(by_depth[100_000]["p99_ms"] / by_depth[10_000]["p99_ms"], 2)
+        result["p99_ratio_100k_over_10k"] = round(
+            by_depth[100_000]["p99_ms"] / by_depth[10_000]["p99_ms"], 2
+        )
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from domain import events as ev
@@ -40,11 +41,17 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     A workload that cannot be placed ends its bucket's turn, and every bucket of the
     same class needing at least as many GPUs is skipped: such work cannot fit either.
     That keeps a cycle's cost independent of the number of pending workloads.
+
+    Quick cycles: when nothing that could unblock waiting work happened since the last
+    full cycle (no GPUs freed, no protection ended, no budget, host or config change,
+    no window bucket left), only the newly submitted workloads are tried, on that
+    cycle's snapshot and against its failures. Blocked work is re-examined at the next
+    such change — at the latest at the next bucket edge.
     """
     cycle = _Cycle(state, now, cause)
     if state.cordoned:
         cycle.drain()
-    if state.pending_count:
+    if state.pending_count and not cycle.quick():
         cycle.schedule()
     return cycle.out
 
@@ -74,6 +81,20 @@ def next_wakeup(state: State) -> float | None:
     return min(moments, default=None)
 
 
+@dataclass(slots=True)
+class Blocked:
+    """What the last full cycle left waiting, so quick cycles can build on it."""
+
+    version: int
+    edge: float
+    ranking: Ranking
+    failed: dict[tuple[bool, bool], list[tuple[Any, int]]]
+    reserved: frozenset[str]
+    reserved_from: float
+    reserved_for: str | None
+    holder_key: Any
+
+
 class _Cycle:
     __slots__ = (
         "cause",
@@ -94,9 +115,7 @@ class _Cycle:
         self.now = now
         self.cause = cause
         self.out: list[Any] = []
-        self.ranking: Ranking = (
-            state.ordering.rank(state, now) if state.pending_count else Ranking()
-        )
+        self.ranking: Ranking = Ranking()
         self.reserved: frozenset[str] = frozenset()
         self.reserved_from = math.inf
         self.reserved_for: str | None = None
@@ -153,10 +172,47 @@ class _Cycle:
                 self.emit(ev.HostDrained(**self._envelope(), host=name))
 
     # ---------------------------------------------------------- schedule
+    def quick(self) -> bool:
+        """Try only the fresh submissions against the last full cycle's outcome; False
+        when a full cycle is needed (something changed, or a fresh workload preempted
+        or would take over the reservation)."""
+        s = self.state
+        last = s.blocked
+        if last is None or last.version != s.version or self.now >= last.edge:
+            return False
+        self.ranking = last.ranking
+        self.reserved, self.reserved_from = last.reserved, last.reserved_from
+        self.reserved_for, self.reserve_tried = last.reserved_for, True
+        policy = s.ordering
+        for wid in s.fresh:
+            w = s.workloads.get(wid)
+            if w is None or w.bucket is None:
+                continue
+            allocated = w.wants_allocation and s.tree.share(w.allocation) > 0
+            short = w.bucket[3]
+            key = policy.sort_key(self.ranking, w, allocated)
+            failures = last.failed.setdefault((allocated, short), [])
+            if any(fk < key and fg <= w.gpus for fk, fg in failures):
+                continue  # work ahead of it with no more GPUs could not fit
+            self.position = 1
+            before = len(self.out)
+            if self.try_place(w, allocated, short):
+                if any(e.type == "workload.preempted" for e in self.out[before:]):
+                    return False
+                last.version = s.version  # it only took free GPUs: the rest stays blocked
+                continue
+            failures.append((key, w.gpus))
+            if allocated and (last.holder_key is None or key < last.holder_key):
+                return False  # it would hold the reservation instead
+        s.fresh.clear()
+        return True
+
     def schedule(self) -> None:
         s = self.state
         policy = s.ordering
-        ranking = self.ranking
+        ranking = self.ranking = s.ordering.rank(s, self.now)
+        failures: dict[tuple[bool, bool], list[tuple[Any, int]]] = {}
+        holder_key = None
         heap: list[tuple[Any, ...]] = []
         for key, queue in s.queues.items():
             w = s.workloads[queue[0][1]]
@@ -165,7 +221,7 @@ class _Cycle:
         heapq.heapify(heap)
         failed: dict[tuple[bool, bool], int] = {}  # (allocated, short) -> fewest GPUs that failed
         while heap:
-            _, key, allocated = heapq.heappop(heap)
+            sort_key, key, allocated = heapq.heappop(heap)
             queue = s.queues.get(key)
             if not queue:
                 continue
@@ -182,9 +238,22 @@ class _Cycle:
                     heapq.heappush(heap, (policy.sort_key(ranking, nxt, allocated), key, allocated))
                 continue
             failed[klass] = min(w.gpus, failed.get(klass, math.inf))
+            failures.setdefault(klass, []).append((sort_key, w.gpus))
             if allocated and not self.reserve_tried:
                 self.reserve_tried = True
+                holder_key = failures[klass][-1][0]
                 self.reserve(w, short)
+        s.fresh.clear()
+        s.blocked = Blocked(
+            version=s.version,
+            edge=s.charged.next_edge(self.now),
+            ranking=ranking,
+            failed=failures,
+            reserved=self.reserved,
+            reserved_from=self.reserved_from,
+            reserved_for=self.reserved_for,
+            holder_key=holder_key,
+        )
 
     def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
         if not host.healthy:
@@ -251,7 +320,9 @@ class _Cycle:
         chosen = _fewest_hosts(whole, need)
         return None if chosen is None else {h.name: tuple(h.free) for h in chosen}
 
-    def victim_map(self, w: Workload) -> dict[str, list[tuple[tuple[Any, ...], Workload, int, str]]]:
+    def victim_map(
+        self, w: Workload
+    ) -> dict[str, list[tuple[tuple[Any, ...], Workload, int, str]]]:
         """Host -> running work `w` may preempt there, most preferred victim first.
 
         Built from the exposed groups (work past protection, grouped by the fields the
@@ -277,7 +348,9 @@ class _Cycle:
                 entries = found.setdefault(name, [])
                 for vid, n in on_host.items():
                     v = s.workloads[vid]
-                    entries.append(((v.charged, -ranks.get(v.allocation, 0), -v.start, v.id), v, n, reason))
+                    entries.append(
+                        ((v.charged, -ranks.get(v.allocation, 0), -v.start, v.id), v, n, reason)
+                    )
         for entries in found.values():
             entries.sort(key=lambda c: c[0])
         self.victim_cache[key] = found
@@ -405,7 +478,9 @@ class _Cycle:
         self.reserved_from = max(t[0] for t in picked)
         self.reserved_for = w.id
 
-    def frees_at(self, w: Workload, v: Workload, verdicts: dict[tuple[bool, str, int], bool]) -> float:
+    def frees_at(
+        self, w: Workload, v: Workload, verdicts: dict[tuple[bool, str, int], bool]
+    ) -> float:
         """When `v`'s GPUs become available to `w`: now or at its protection end if `w`
         may preempt its kind of work, else at its declared end, else never."""
         kind = (v.charged, v.allocation, v.priority)

@@ -24,6 +24,10 @@ def evolve(state: State, event: Any) -> State:
     fold = _FOLDS.get(event.type)
     if fold is not None:
         fold(state, event)
+        if event.type == "workload.submitted":
+            state.fresh.append(event.workload)
+        else:
+            state.version += 1
     if event.type in ev.INPUT_TYPES:
         state.remember(state.seen_order, state.seen_ids, event.id)
         state.forget_old()

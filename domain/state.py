@@ -96,6 +96,10 @@ class State:
         # work past protection, grouped by what preemption rules look at:
         # (charged, allocation, priority) -> host -> workload id -> GPUs on that host
         self.exposed: dict[tuple[bool, str, int], dict[str, dict[str, int]]] = {}
+        # bumped by anything that could unblock waiting work (see decide's quick cycles)
+        self.version = 0
+        self.fresh: list[str] = []  # submitted since the last full cycle
+        self.blocked: Any = None  # the last full cycle's outcome (domain.decide.Blocked)
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
         # dedup horizon: input ids and ended workload ids, remembered for one window
         self.seen_ids: dict[str, float] = {}
@@ -172,6 +176,7 @@ class State:
     def expose(self, w: Workload) -> None:
         """`w`'s protection has ended: its hosts become places victims may be found."""
         w.exposed = True
+        self.version += 1
         group = self.exposed.setdefault((w.charged, w.allocation, w.priority), {})
         for name, gpus in w.hosts.items():
             self.hosts[name].exposed += len(gpus)

@@ -1,0 +1,500 @@
+"""`gantt.png`: the GPU timeline of a run.
+
+Rows are GPUs (`host/index`, hosts in registration order), bars are workload run
+intervals. Hue per top-level allocation, a shade per leaf; hatched where the workload
+is preemptible (unallocated, or past its `protected_until`); red outline where the
+interval ended by preemption; light red bands where a host was unhealthy.
+
+`GanttCollector` folds events in one pass into compact arrays (a few dozen bytes per
+run interval plus 4 per GPU), so 1M-workload journals fit; drawing only touches the
+intervals inside the window and uses a handful of `PolyCollection`s.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import io
+import math
+from array import array
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from projections.usage import fields, iter_events
+
+HOUR = 3600.0
+DAY = 86400.0
+INF = float("inf")
+
+# hue per top-level allocation (matplotlib tab10 without grey/red, which mean things here)
+_BASE_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#17becf",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#7b4173",
+)
+_UNKNOWN_COLOR = "#9e9e9e"
+
+
+def _when(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
+    """Hue per top-level allocation and an RGB row per leaf (in `leaves` order): leaves
+    of one top-level get shades of its hue, from darker to lighter by path."""
+    from matplotlib.colors import to_rgb
+
+    tops = sorted({leaf.split("/", 1)[0] for leaf in leaves if leaf})
+    top_color = {top: _BASE_COLORS[i % len(_BASE_COLORS)] for i, top in enumerate(tops)}
+    by_top: dict[str, list[str]] = {}
+    for leaf in sorted(set(leaves)):
+        if leaf:
+            by_top.setdefault(leaf.split("/", 1)[0], []).append(leaf)
+    rgb = np.zeros((max(1, len(leaves)), 3))
+    for i, leaf in enumerate(leaves):
+        if not leaf:
+            rgb[i] = to_rgb(_UNKNOWN_COLOR)
+            continue
+        top = leaf.split("/", 1)[0]
+        siblings = by_top[top]
+        h, light, s = colorsys.rgb_to_hls(*to_rgb(top_color[top]))
+        k = siblings.index(leaf)
+        n = len(siblings)
+        offset = 0.0 if n == 1 else -0.16 + 0.4 * k / (n - 1)
+        rgb[i] = colorsys.hls_to_rgb(h, min(0.85, max(0.18, light + offset)), s)
+    return top_color, rgb
+
+
+class GanttCollector:
+    """Run intervals of every workload, in compact arrays."""
+
+    def __init__(self) -> None:
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self.hosts: list[str] = []
+        self.host_gpus: dict[str, int] = {}
+        self.host_row0: dict[str, int] = {}
+        self.n_rows = 0
+        self.leaves: list[str] = []
+        self._leaf_idx: dict[str, int] = {}
+        self._alloc_of: dict[str, str] = {}  # live workloads
+        # running: workload -> (start, leaf idx, preemptible_from, rows)
+        self._running: dict[str, tuple[float, int, float, tuple[int, ...]]] = {}
+        self.start = array("d")
+        self.end = array("d")
+        self.preemptible_from = array("d")  # start if unallocated, inf if never
+        self.leaf = array("i")
+        self.preempted = array("b")
+        self.row_off = array("q")  # offset into `rows`
+        self.row_len = array("i")
+        self.rows = array("i")
+        self._unhealthy_since: dict[str, float] = {}
+        self.unhealthy: list[tuple[str, float, float]] = []
+
+    # ------------------------------------------------------------------ fold
+    def apply(self, event: Any) -> None:
+        d = fields(event)
+        t = float(d["time"])
+        if self.first_time is None:
+            self.first_time = t
+        self.last_time = t if self.last_time is None else max(self.last_time, t)
+        kind = d["type"]
+        if kind == "workload.submitted":
+            self._alloc_of[d["workload"]] = d["allocation"]
+        elif kind == "workload.placed":
+            self._placed(d, t)
+        elif kind == "workload.preempted":
+            self._stop(d["workload"], t, preempted=True)
+            if not d.get("requeued"):
+                self._alloc_of.pop(d["workload"], None)
+        elif kind in ("workload.finished", "workload.cancelled"):
+            self._stop(d["workload"], t, preempted=False)
+            self._alloc_of.pop(d["workload"], None)
+        elif kind == "host.registered":
+            self._register(d["host"], int(d.get("gpus") or 0))
+        elif kind == "host.health":
+            host = d["host"]
+            if d.get("healthy"):
+                since = self._unhealthy_since.pop(host, None)
+                if since is not None:
+                    self.unhealthy.append((host, since, t))
+            else:
+                self._unhealthy_since.setdefault(host, t)
+
+    def _register(self, host: str, gpus: int) -> None:
+        if host in self.host_row0:
+            return
+        self.hosts.append(host)
+        self.host_gpus[host] = gpus
+        self.host_row0[host] = self.n_rows
+        self.n_rows += gpus
+
+    def _leaf_index(self, path: str) -> int:
+        idx = self._leaf_idx.get(path)
+        if idx is None:
+            idx = self._leaf_idx[path] = len(self.leaves)
+            self.leaves.append(path)
+        return idx
+
+    def _placed(self, d: dict[str, Any], t: float) -> None:
+        wid = d["workload"]
+        if wid in self._running:
+            self._stop(wid, t, preempted=False)
+        alloc = d.get("allocation") or self._alloc_of.get(wid, "")
+        rows: list[int] = []
+        for host, idx in (d.get("hosts") or {}).items():
+            if host not in self.host_row0:
+                self._register(host, max(idx, default=-1) + 1)
+            base = self.host_row0[host]
+            width = self.host_gpus[host]
+            rows.extend(base + i for i in idx if 0 <= i < width)
+        rows.sort()
+        if not d.get("charged"):
+            pf = t
+        else:
+            pu = d.get("protected_until")
+            pf = INF if pu is None else max(t, float(pu))
+        self._running[wid] = (t, self._leaf_index(alloc), pf, tuple(rows))
+
+    def _stop(self, wid: str, t: float, *, preempted: bool) -> None:
+        run = self._running.pop(wid, None)
+        if run is None:
+            return
+        start, leaf, pf, rows = run
+        self.start.append(start)
+        self.end.append(t)
+        self.preemptible_from.append(pf)
+        self.leaf.append(leaf)
+        self.preempted.append(1 if preempted else 0)
+        self.row_off.append(len(self.rows))
+        self.row_len.append(len(rows))
+        self.rows.extend(rows)
+
+    def close(self, end: float | None = None) -> None:
+        """End the runs and unhealthy periods still open at `end` (default: last event)."""
+        t = end if end is not None else self.last_time
+        if t is None:
+            return
+        for wid in list(self._running):
+            self._stop(wid, t, preempted=False)
+        for host, since in self._unhealthy_since.items():
+            self.unhealthy.append((host, since, t))
+        self._unhealthy_since.clear()
+        self.last_time = max(self.last_time or t, t)
+
+    # ---------------------------------------------------------------- window
+    def busiest_window(self, length: float = DAY) -> tuple[float, float]:
+        """The `length` window (starting on an hour edge) with the most busy GPU-seconds;
+        the whole run if it is shorter than `length`."""
+        t0 = self.first_time or 0.0
+        t1 = self.last_time or t0
+        if t1 - t0 <= length or not len(self.start):
+            return t0, max(t1, t0 + 1.0)
+        starts = np.frombuffer(self.start, dtype=np.float64)
+        ends = np.frombuffer(self.end, dtype=np.float64)
+        gpus = np.frombuffer(self.row_len, dtype=np.int32).astype(np.float64)
+        times = np.concatenate([starts, ends])
+        deltas = np.concatenate([gpus, -gpus])
+        order = np.argsort(times, kind="stable")
+        times, deltas = times[order], deltas[order]
+        rate = np.cumsum(deltas)  # busy GPUs right after times[k]
+        integral = np.concatenate([[0.0], np.cumsum(rate[:-1] * np.diff(times))])
+
+        def busy_until(x: np.ndarray) -> np.ndarray:  # ∫ busy dt from -inf to x
+            k = np.searchsorted(times, x, side="right") - 1
+            kk = np.clip(k, 0, None)
+            val = integral[kk] + rate[kk] * (x - times[kk])
+            return np.where(k < 0, 0.0, val)
+
+        first_hour = math.floor(t0 / HOUR) * HOUR
+        candidates = np.arange(first_hour, t1 - length + 1e-6, HOUR)
+        if not candidates.size:
+            candidates = np.asarray([first_hour])
+        scores = busy_until(candidates + length) - busy_until(candidates)
+        best = float(candidates[int(np.argmax(scores))])
+        return max(best, t0), best + length
+
+    # ------------------------------------------------------------------ draw
+    def colors(self) -> tuple[dict[str, str], np.ndarray]:
+        return palette(self.leaves)
+
+    def render(
+        self,
+        out: str | Path | BinaryIO,
+        *,
+        window: tuple[float, float] | None = None,
+        max_rows: int = 1024,
+        title: str | None = None,
+        dpi: int = 100,
+    ) -> tuple[float, float]:
+        """Draw the window (default: busiest 24 h) to `out` as PNG; returns the window."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.collections import PolyCollection
+        from matplotlib.patches import Patch
+
+        t0 = self.first_time or 0.0
+        w0, w1 = window if window is not None else self.busiest_window()
+        if w1 <= w0:
+            w1 = w0 + 1.0
+        n_rows = min(self.n_rows, max_rows) if self.n_rows else 1
+        span = w1 - w0
+        unit, unit_name = (DAY, "days") if span > 3 * DAY else (HOUR, "hours")
+
+        rows_h = n_rows * (0.16 if n_rows <= 64 else 0.05 if n_rows <= 256 else 0.0135)
+        height = min(18.0, max(3.2, 1.6 + rows_h))
+        fig, ax = plt.subplots(figsize=(14, height), dpi=dpi)
+
+        top_color, rgb = self.colors()
+        solid, hatched, outlines = _bars(self, w0, w1, n_rows, t0, unit)
+        # thin white edges separate neighbouring bars; dropped when bars are tiny
+        edge = (1, 1, 1, 0.9) if n_rows <= 256 else "none"
+        if solid[0].size:
+            ax.add_collection(
+                PolyCollection(solid[0], facecolors=rgb[solid[1]], edgecolors=edge, lw=0.4)
+            )
+        if hatched[0].size:
+            # hatching is drawn as one striped raster overlay after layout: matplotlib's
+            # per-polygon hatch costs ~1 ms a bar, far too slow for big windows
+            ax.add_collection(
+                PolyCollection(hatched[0], facecolors=rgb[hatched[1]], edgecolors=edge, lw=0.4)
+            )
+        if outlines.size:
+            ax.add_collection(
+                PolyCollection(
+                    outlines,
+                    facecolors="none",
+                    edgecolors="#d62728",
+                    lw=0.9 if n_rows <= 256 else 0.5,
+                    zorder=3,
+                )
+            )
+        bands = []
+        for host, a, b in self.unhealthy:
+            r0 = self.host_row0.get(host)
+            if r0 is None or r0 >= n_rows or b <= w0 or a >= w1:
+                continue
+            r1 = min(n_rows, r0 + self.host_gpus[host])
+            x0, x1 = (max(a, w0) - t0) / unit, (min(b, w1) - t0) / unit
+            bands.append([(x0, r0), (x1, r0), (x1, r1), (x0, r1)])
+        if bands:
+            ax.add_collection(
+                PolyCollection(
+                    bands, facecolors=(0.85, 0.15, 0.15, 0.13), edgecolors="none", zorder=0
+                )
+            )
+
+        ax.set_xlim((w0 - t0) / unit, (w1 - t0) / unit)
+        ax.set_ylim(n_rows, 0)
+        shown_hosts = [h for h in self.hosts if self.host_row0[h] < n_rows]
+        if len(shown_hosts) <= 200:
+            for h in shown_hosts[1:]:
+                ax.axhline(self.host_row0[h], color="#bbbbbb", lw=0.4, zorder=0.5)
+        step = max(1, math.ceil(len(shown_hosts) / 40))
+        ticks = shown_hosts[::step]
+        ax.set_yticks(
+            [
+                self.host_row0[h] + min(self.host_gpus[h], n_rows - self.host_row0[h]) / 2
+                for h in ticks
+            ]
+        )
+        ax.set_yticklabels(ticks, fontsize=8 if len(ticks) > 16 else 9)
+        ax.tick_params(axis="y", length=0)
+        ax.set_xlabel(f"{unit_name} since start of run")
+        ax.set_ylabel(
+            f"GPUs by host ({self.n_rows} GPUs)"
+            if n_rows == self.n_rows
+            else f"GPUs by host (first {n_rows} of {self.n_rows})"
+        )
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        ax.grid(axis="x", color="#e0e0e0", lw=0.6, zorder=0)
+        ax.set_axisbelow(True)
+
+        head = title or "GPU timeline"
+        ax.set_title(
+            f"{head} — {_when(w0)} → {_when(w1)}  "
+            f"({(w0 - t0) / unit:.1f}–{(w1 - t0) / unit:.1f} of "
+            f"{((self.last_time or t0) - t0) / unit:.1f} {unit_name})",
+            fontsize=11,
+            loc="left",
+        )
+        handles = []
+        show_leaves = len([leaf for leaf in self.leaves if leaf]) <= 30
+        for top, c in top_color.items():
+            handles.append(Patch(facecolor=c, label=top))
+            if show_leaves:
+                for leaf, i in sorted(
+                    (leaf, i) for i, leaf in enumerate(self.leaves) if leaf.startswith(top + "/")
+                ):
+                    handles.append(Patch(facecolor=rgb[i], label="   " + leaf[len(top) + 1 :]))
+        if any(not leaf for leaf in self.leaves):
+            handles.append(Patch(facecolor=_UNKNOWN_COLOR, label="(no allocation)"))
+        handles.append(
+            Patch(facecolor="#9e9e9e", hatch="////", edgecolor="white", label="preemptible")
+        )
+        handles.append(Patch(facecolor="none", edgecolor="#d62728", label="ended by preemption"))
+        handles.append(Patch(facecolor=(0.85, 0.15, 0.15, 0.13), label="host unhealthy"))
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(1.005, 1.0),
+            fontsize=8.5,
+            frameon=False,
+            title="allocation",
+            title_fontsize=9,
+        )
+        fig.tight_layout()
+        if hatched[0].size:
+            _hatch_overlay(fig, ax, hatched[0])
+        fig.savefig(out, format="png", dpi=dpi)
+        plt.close(fig)
+        return w0, w1
+
+
+def _hatch_overlay(fig: Any, ax: Any, rects: np.ndarray, period: int = 7) -> None:
+    """White diagonal stripes over `rects` (N, 4, 2 in data coordinates) as one image
+    at the axes' pixel resolution."""
+    box = ax.get_window_extent(fig.canvas.get_renderer())
+    width, height = max(1, round(box.width)), max(1, round(box.height))
+    (xa, xb), (ya, yb) = ax.get_xlim(), ax.get_ylim()  # ya > yb: rows grow downwards
+    x0 = rects[:, 0, 0]
+    x1 = rects[:, 1, 0]
+    y0 = rects[:, 0, 1]
+    y1 = rects[:, 2, 1]
+    c0 = np.clip(np.round((x0 - xa) / (xb - xa) * width), 0, width).astype(np.int64)
+    c1 = np.clip(np.round((x1 - xa) / (xb - xa) * width), 0, width).astype(np.int64)
+    r0 = np.clip(np.round((y0 - yb) / (ya - yb) * height), 0, height).astype(np.int64)
+    r1 = np.clip(np.round((y1 - yb) / (ya - yb) * height), 0, height).astype(np.int64)
+    keep = (c1 > c0) & (r1 > r0)
+    c0, c1, r0, r1 = c0[keep], c1[keep], r0[keep], r1[keep]
+    # 2-D difference array: coverage count after two cumulative sums
+    cover = np.zeros((height + 1, width + 1), dtype=np.int32)
+    np.add.at(cover, (r0, c0), 1)
+    np.add.at(cover, (r0, c1), -1)
+    np.add.at(cover, (r1, c0), -1)
+    np.add.at(cover, (r1, c1), 1)
+    mask = cover.cumsum(0).cumsum(1)[:height, :width] > 0
+    rows, cols = np.indices((height, width))
+    phase = (rows + cols) % period
+    image = np.zeros((height, width, 4), dtype=np.float32)
+    # a white stripe with a faint dark edge reads on light and dark shades alike
+    image[mask & (phase < 2)] = (1.0, 1.0, 1.0, 0.85)
+    image[mask & (phase == 2)] = (0.0, 0.0, 0.0, 0.22)
+    ax.imshow(
+        image,
+        extent=(xa, xb, ya, yb),
+        origin="upper",
+        aspect="auto",
+        interpolation="nearest",
+        zorder=2.2,
+    )
+    ax.set_xlim(xa, xb)
+    ax.set_ylim(ya, yb)
+
+
+def _bars(
+    g: GanttCollector, w0: float, w1: float, n_rows: int, t0: float, unit: float
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """Rectangles (N, 4, 2) for solid and hatched parts (with leaf indices) and for the
+    red outlines, one per contiguous block of GPU rows of an interval in the window."""
+    empty = (np.zeros((0, 4, 2)), np.zeros(0, dtype=int))
+    if not len(g.start):
+        return empty, empty, np.zeros((0, 4, 2))
+    start = np.frombuffer(g.start, dtype=np.float64)
+    end = np.frombuffer(g.end, dtype=np.float64)
+    sel = np.nonzero((end > w0) & (start < w1) & (end > start))[0]
+    if not sel.size:
+        return empty, empty, np.zeros((0, 4, 2))
+    pf = np.frombuffer(g.preemptible_from, dtype=np.float64)
+    leaf = np.frombuffer(g.leaf, dtype=np.int32)
+    pre = np.frombuffer(g.preempted, dtype=np.int8)
+    off = np.frombuffer(g.row_off, dtype=np.int64)
+    length = np.frombuffer(g.row_len, dtype=np.int32)
+    rows = np.frombuffer(g.rows, dtype=np.int32)
+
+    # blocks of contiguous rows: (interval index, row0, row1)
+    blk_i: list[int] = []
+    blk_r0: list[int] = []
+    blk_r1: list[int] = []
+    for i in sel.tolist():
+        r = rows[off[i] : off[i] + length[i]]
+        r = r[r < n_rows]
+        if not r.size:
+            continue
+        breaks = np.nonzero(np.diff(r) != 1)[0]
+        firsts = np.concatenate([[0], breaks + 1])
+        lasts = np.concatenate([breaks, [r.size - 1]])
+        for a, b in zip(firsts.tolist(), lasts.tolist(), strict=True):
+            blk_i.append(i)
+            blk_r0.append(int(r[a]))
+            blk_r1.append(int(r[b]) + 1)
+    if not blk_i:
+        return empty, empty, np.zeros((0, 4, 2))
+    bi = np.asarray(blk_i)
+    y0 = np.asarray(blk_r0, dtype=float) + 0.08
+    y1 = np.asarray(blk_r1, dtype=float) - 0.08
+    s = np.maximum(start[bi], w0)
+    e = np.minimum(end[bi], w1)
+    p = np.clip(pf[bi], s, e)
+
+    def rects(x0: np.ndarray, x1: np.ndarray, ya: np.ndarray, yb: np.ndarray) -> np.ndarray:
+        x0 = (x0 - t0) / unit
+        x1 = (x1 - t0) / unit
+        return np.stack(
+            [
+                np.stack([x0, ya], -1),
+                np.stack([x1, ya], -1),
+                np.stack([x1, yb], -1),
+                np.stack([x0, yb], -1),
+            ],
+            axis=1,
+        )
+
+    m_solid = p > s
+    m_hatch = e > p
+    solid = (rects(s[m_solid], p[m_solid], y0[m_solid], y1[m_solid]), leaf[bi][m_solid])
+    hatched = (rects(p[m_hatch], e[m_hatch], y0[m_hatch], y1[m_hatch]), leaf[bi][m_hatch])
+    m_out = (pre[bi] == 1) & (end[bi] <= w1)
+    outlines = rects(s[m_out], e[m_out], y0[m_out], y1[m_out])
+    return solid, hatched, outlines
+
+
+def write_gantt(
+    events: Iterable[Any] | str | Path,
+    out_path: str | Path,
+    *,
+    window: tuple[float, float] | None = None,
+    max_rows: int = 1024,
+    end: float | None = None,
+) -> tuple[float, float]:
+    """Collect `events` (or a journal path) and draw `gantt.png`; returns the window."""
+    g = GanttCollector()
+    for e in iter_events(events):
+        g.apply(e)
+    g.close(end)
+    return g.render(out_path, window=window, max_rows=max_rows)
+
+
+def gantt_png(g: GanttCollector, **kw: Any) -> bytes:
+    buf = io.BytesIO()
+    g.render(buf, **kw)
+    return buf.getvalue()
+
+
+__all__ = ["GanttCollector", "gantt_png", "write_gantt"]

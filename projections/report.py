@@ -1,0 +1,653 @@
+"""`report.html`: one self-contained page per run (no scripts, fonts or images from the
+network — charts are inline base64 PNGs rendered with matplotlib's Agg backend).
+
+Sections: headline numbers; cluster usage over time; per-allocation usage vs owed
+(small multiples, one per leaf); queue-wait CDFs by tag; preemptions over time by
+reason; the GPU timeline (gantt); tables of the summary. The summary dict itself is
+embedded as JSON (`<script type="application/json" id="summary">`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from projections.gantt import DAY, GanttCollector, palette
+from projections.summary import SummaryProjection, fold
+from projections.usage import HOUR
+
+_REASON_COLORS = {
+    "fair_share": "#1f77b4",
+    "unallocated": "#ff7f0e",
+    "drain": "#d62728",
+    "priority": "#9467bd",
+    "headroom": "#2ca02c",
+}
+
+
+# ------------------------------------------------------------------ formatting
+def fmt_pct(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def fmt_dur(s: float | None) -> str:
+    if s is None:
+        return "—"
+    if s < 60:
+        return f"{s:.0f} s" if s >= 10 or s == int(s) else f"{s:.1f} s"
+    if s < 3600:
+        return f"{s / 60:.1f} min"
+    if s < 2 * DAY:
+        return f"{s / 3600:.1f} h"
+    return f"{s / DAY:.1f} d"
+
+
+def fmt_num(x: float | int | None, digits: int = 0) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.{digits}f}"
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, bool) or v is None or not isinstance(v, int | float):
+        return "—" if v is None else str(v)
+    return fmt_num(v) if isinstance(v, int) or float(v).is_integer() else fmt_num(v, 2)
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "?"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _png(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _img(data: str, alt: str) -> str:
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _style_axes(ax: Any) -> None:
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.grid(color="#e6e6e6", lw=0.6)
+    ax.set_axisbelow(True)
+
+
+# ---------------------------------------------------------------------- charts
+class _Timebase:
+    """Bins for time series: hourly for short runs, coarser for long ones."""
+
+    def __init__(self, t0: float, t1: float) -> None:
+        self.t0 = t0
+        hours = max(1.0, (t1 - t0) / HOUR)
+        self.bin_h = 1 if hours <= 24 * 14 else 6 if hours <= 24 * 60 else 24
+        self.width = self.bin_h * HOUR
+        self.origin = math.floor(t0 / self.width) * self.width
+        self.n = max(1, math.ceil((t1 - self.origin) / self.width))
+        self.unit, self.unit_name = (DAY, "days") if t1 - t0 > 3 * DAY else (HOUR, "hours")
+
+    def index(self, hour: float) -> int:
+        return min(self.n - 1, max(0, int((hour - self.origin) // self.width)))
+
+    def x(self) -> np.ndarray:
+        """Bin starts in units since the run start."""
+        return (self.origin + np.arange(self.n) * self.width - self.t0) / self.unit
+
+    def xedges(self) -> np.ndarray:
+        return (self.origin + np.arange(self.n + 1) * self.width - self.t0) / self.unit
+
+    @property
+    def label(self) -> str:
+        return f"{self.unit_name} since start of run"
+
+
+def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
+    import matplotlib.pyplot as plt
+
+    healthy = np.zeros(tb.n)
+    charged = np.zeros(tb.n)
+    unalloc = np.zeros(tb.n)
+    contended = np.zeros(tb.n)
+    for r in proj.cluster_hourly_rows():
+        i = tb.index(r["hour"])
+        healthy[i] += r["healthy_gpu_s"]
+        charged[i] += r["charged_gpu_s"]
+        unalloc[i] += r["unallocated_gpu_s"]
+        contended[i] += r["contended_s"]
+    fig, ax = plt.subplots(figsize=(13, 3.4))
+    edges = tb.xedges()
+    x = np.repeat(edges, 2)[1:-1]
+
+    def steps(v: np.ndarray) -> np.ndarray:
+        return np.repeat(v / tb.width, 2)
+
+    ax.fill_between(x, 0, steps(charged), color="#4c78a8", lw=0, label="allocated (charged)")
+    ax.fill_between(
+        x,
+        steps(charged),
+        steps(charged + unalloc),
+        color="#f58518",
+        alpha=0.75,
+        lw=0,
+        label="unallocated",
+    )
+    ax.plot(x, steps(healthy), color="#222222", lw=1.2, label="healthy capacity")
+    top = max(1.0, float((healthy / tb.width).max()) * 1.08)
+    frac = contended / tb.width
+    ax.fill_between(
+        x,
+        0,
+        top,
+        where=np.repeat(frac, 2) > 0.5,
+        color="#888888",
+        alpha=0.08,
+        lw=0,
+        label="work waiting (contended)",
+    )
+    ax.set_ylim(0, top)
+    ax.set_xlim(edges[0], edges[-1])
+    ax.set_ylabel(f"GPUs (mean per {tb.bin_h} h)")
+    ax.set_xlabel(tb.label)
+    ax.set_title("Cluster usage", loc="left", fontsize=11)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
+    _style_axes(ax)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _allocation_chart(
+    proj: SummaryProjection, tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
+) -> str | None:
+    import matplotlib.pyplot as plt
+
+    series: dict[str, dict[str, np.ndarray]] = {}
+    for r in rows:
+        s = series.get(r["allocation"])
+        if s is None:
+            s = series[r["allocation"]] = {
+                k: np.zeros(tb.n) for k in ("received", "owed", "demand", "entitled", "unalloc")
+            }
+        i = tb.index(r["hour"])
+        s["received"][i] += r["received_gpu_s"]
+        s["owed"][i] += r["owed_gpu_s"]
+        s["demand"][i] += r["demand_gpu_s"]
+        s["entitled"][i] += r["entitled_gpu_s"]
+        s["unalloc"][i] += r["unallocated_gpu_s"]
+    if not series:
+        return None
+    leaves = sorted(series)
+    _, rgb = palette(leaves)
+    n = len(leaves)
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(13, 0.6 + 2.3 * nrows), sharex=True, squeeze=False
+    )
+    edges = tb.xedges()
+    x = np.repeat(edges, 2)[1:-1]
+    by_alloc = delivered.get("by_allocation") or {}
+    for k, leaf in enumerate(leaves):
+        ax = axes[k // ncols][k % ncols]
+        s = {key: np.repeat(v / tb.width, 2) for key, v in series[leaf].items()}
+        color = rgb[k]
+        ax.fill_between(x, 0, s["received"], color=color, alpha=0.35, lw=0)
+        ax.plot(x, s["received"], color=color, lw=1.3, label="received (charged)")
+        ax.plot(x, s["owed"], color="#111111", lw=1.1, label="owed")
+        ax.plot(x, s["entitled"], color="#555555", lw=0.8, ls=":", label="share × capacity")
+        ax.plot(x, s["demand"], color="#888888", lw=0.9, ls="--", label="demand (clipped)")
+        if s["unalloc"].any():
+            ax.plot(x, s["unalloc"], color="#f58518", lw=0.9, label="unallocated")
+        # demand is often many times the share: keep the interesting part readable
+        top = max(float(s[k].max()) for k in ("received", "owed", "entitled", "unalloc"))
+        if top > 0:
+            ax.set_ylim(0, top * 1.3)
+        ratio = by_alloc.get(leaf)
+        ax.set_title(
+            f"{leaf}  —  delivered {fmt_pct(ratio)}",
+            fontsize=9.5,
+            loc="left",
+            color="#b00020" if ratio is not None and ratio < 0.9 else "#222222",
+        )
+        ax.set_xlim(edges[0], edges[-1])
+        if top <= 0:
+            ax.set_ylim(bottom=0)
+        ax.tick_params(labelsize=8)
+        _style_axes(ax)
+    for k in range(n, nrows * ncols):
+        axes[k // ncols][k % ncols].set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel(tb.label, fontsize=9)
+    for row in axes:
+        row[0].set_ylabel("GPUs", fontsize=9)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=9)
+    fig.suptitle(
+        f"Usage vs owed per allocation (mean GPUs per {tb.bin_h} h)",
+        x=0.01,
+        ha="left",
+        fontsize=11,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (0.6 + 2.3 * nrows)))
+    return _png(fig)
+
+
+_DUR_TICKS = [
+    (0, "0"),
+    (1, "1s"),
+    (10, "10s"),
+    (60, "1m"),
+    (600, "10m"),
+    (3600, "1h"),
+    (6 * 3600, "6h"),
+    (DAY, "1d"),
+    (7 * DAY, "7d"),
+    (30 * DAY, "30d"),
+]
+
+
+def _ecdf(values: Any, limit: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(np.asarray(values, dtype=float))
+    y = np.arange(1, v.size + 1) / v.size
+    if v.size > limit:
+        idx = np.unique(np.linspace(0, v.size - 1, limit).astype(int))
+        v, y = v[idx], y[idx]
+    return np.concatenate([[v[0]], v]), np.concatenate([[0.0], y])
+
+
+def _wait_chart(proj: SummaryProjection) -> str:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
+    panels = (
+        (axes[0], proj.waits, "Queue wait: submit → first placement"),
+        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement"),
+    )
+    xmax = 60.0
+    for ax, waits, title in panels:
+        groups: list[tuple[str, Any]] = []
+        if len(waits.all):
+            groups.append(("all", waits.all))
+        tags = sorted(waits.by_tag, key=lambda t: (-len(waits.by_tag[t]), t))[:9]
+        groups.extend((t, waits.by_tag[t]) for t in sorted(tags))
+        for k, (name, vals) in enumerate(groups):
+            x, y = _ecdf(vals)
+            xmax = max(xmax, float(x[-1]))
+            ax.step(
+                x,
+                y,
+                where="post",
+                lw=2.0 if name == "all" else 1.3,
+                color="#222222" if name == "all" else plt.get_cmap("tab10")(k % 10),
+                label=f"{name} (n={len(vals):,})",
+            )
+        if not groups:
+            ax.text(
+                0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#888888"
+            )
+        ax.set_title(title, loc="left", fontsize=10.5)
+        ax.set_xscale("symlog", linthresh=1.0)
+        ax.axvline(60, color="#b00020", lw=0.8, ls=":")
+        if groups:
+            ax.legend(loc="lower right", fontsize=8.5, frameon=False)
+        _style_axes(ax)
+    for ax in axes:
+        ticks = [(v, lab) for v, lab in _DUR_TICKS if v <= xmax * 1.5]
+        ax.set_xticks([v for v, _ in ticks])
+        ax.set_xticklabels([lab for _, lab in ticks])
+        ax.set_xlim(0, xmax * 1.5)
+        ax.set_xlabel("wait (log scale; dotted line = 60 s)")
+    axes[0].set_ylabel("fraction of workloads")
+    axes[0].set_ylim(0, 1.02)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
+    import matplotlib.pyplot as plt
+
+    if not proj.preemptions_hourly:
+        return None
+    reasons = sorted({r for _, r in proj.preemptions_hourly})
+    counts = {r: np.zeros(tb.n) for r in reasons}
+    for (hour, reason), c in proj.preemptions_hourly.items():
+        counts[reason][tb.index(hour)] += c
+    fig, ax = plt.subplots(figsize=(13, 3.0))
+    x = tb.x()
+    width = tb.width / tb.unit
+    bottom = np.zeros(tb.n)
+    for k, r in enumerate(reasons):
+        ax.bar(
+            x,
+            counts[r],
+            width=width,
+            bottom=bottom,
+            align="edge",
+            color=_REASON_COLORS.get(r, plt.get_cmap("tab10")(k % 10)),
+            label=f"{r} ({int(counts[r].sum()):,})",
+            lw=0,
+        )
+        bottom += counts[r]
+    ax.set_xlim(tb.xedges()[0], tb.xedges()[-1])
+    ax.set_ylabel(f"preemptions per {tb.bin_h} h")
+    ax.set_xlabel(tb.label)
+    ax.set_title("Preemptions over time by reason", loc="left", fontsize=11)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
+    _style_axes(ax)
+    fig.tight_layout()
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------- tables
+def _table(head: list[str], rows: list[list[str]], numeric_from: int = 1) -> str:
+    th = "".join(
+        f'<th class="{"num" if i >= numeric_from else ""}">{html.escape(h)}</th>'
+        for i, h in enumerate(head)
+    )
+    body = []
+    for row in rows:
+        cells = []
+        for i, c in enumerate(row):
+            cls = "num" if i >= numeric_from else ""
+            cells.append(f'<td class="{cls}">{c}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _wait_rows(block: dict[str, Any]) -> list[list[str]]:
+    out = []
+    groups = [("all", block.get("all") or {})]
+    groups += sorted((block.get("by_tag") or {}).items())
+    for name, st in groups:
+        out.append(
+            [
+                f"<b>{html.escape(name)}</b>" if name == "all" else html.escape(name),
+                fmt_num(st.get("count")),
+                fmt_dur(st.get("p50")),
+                fmt_dur(st.get("p90")),
+                fmt_dur(st.get("p99")),
+                fmt_dur(st.get("mean")),
+                fmt_num(st.get("unplaced", 0)),
+            ]
+        )
+    return out
+
+
+def _delivered_rows(summary: dict[str, Any], proj: SummaryProjection) -> list[list[str]]:
+    d = summary.get("delivered") or {}
+    owed = d.get("owed_gpu_h") or {}
+    received = d.get("received_gpu_h") or {}
+    by = d.get("by_allocation") or {}
+    unalloc: dict[str, float] = {}
+    for r in proj.hourly_rows():
+        unalloc[r["allocation"]] = unalloc.get(r["allocation"], 0.0) + r["unallocated_gpu_s"]
+    leaves = sorted(set(owed) | set(by) | set(received) | set(proj.tree.leaves()))
+    rows = []
+    for leaf in leaves:
+        ratio = by.get(leaf)
+        cls = (
+            "bad"
+            if ratio is not None and ratio < 0.9
+            else ("warn" if ratio is not None and ratio < 0.95 else "")
+        )
+        rows.append(
+            [
+                html.escape(leaf),
+                fmt_pct(proj.tree.share(leaf), 2) if leaf in proj.tree else "—",
+                fmt_num(owed.get(leaf), 1),
+                fmt_num(received.get(leaf), 1),
+                fmt_num(unalloc.get(leaf, 0.0) / HOUR, 1),
+                f'<span class="{cls}">{fmt_pct(ratio)}</span>',
+            ]
+        )
+    return rows
+
+
+_CSS = """
+:root { --fg:#1d1d1f; --muted:#6b6b70; --line:#e3e3e8; --accent:#4c78a8; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: var(--fg); margin: 0; background: #fafafa; }
+main { max-width: 1360px; margin: 0 auto; padding: 24px 28px 48px; }
+h1 { font-size: 24px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 32px 0 10px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+.sub { color: var(--muted); margin: 0 0 18px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(128px, 1fr)); gap: 10px; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+.card .v { font-size: 22px; font-weight: 600; }
+.card .k { color: var(--muted); font-size: 12px; }
+figure { margin: 8px 0 0; background: #fff; border: 1px solid var(--line); border-radius: 8px;
+         padding: 8px; }
+figure img { width: 100%; height: auto; display: block; }
+figcaption { color: var(--muted); font-size: 12.5px; padding: 6px 4px 0; }
+table { border-collapse: collapse; background: #fff; border: 1px solid var(--line);
+        margin: 6px 0; min-width: 420px; }
+th, td { padding: 5px 12px; border-bottom: 1px solid var(--line); text-align: left; }
+th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.grid2 { display: grid; grid-template-columns: repeat(auto-fit, minmax(420px, 1fr)); gap: 18px; }
+.bad { color: #b00020; font-weight: 600; } .warn { color: #a15c00; font-weight: 600; }
+footer { color: var(--muted); font-size: 12px; margin-top: 36px; }
+"""
+
+
+def _cards(summary: dict[str, Any]) -> str:
+    d = summary.get("delivered") or {}
+    wl = summary.get("workloads") or {}
+    waits = (summary.get("wait_s") or {}).get("all") or {}
+    items = [
+        ("delivered (overall)", fmt_pct(d.get("overall"))),
+        ("delivered (worst allocation)", fmt_pct(d.get("min"))),
+        ("occupancy", fmt_pct(summary.get("occupancy"))),
+        ("contended occupancy", fmt_pct(summary.get("occupancy_contended"))),
+        ("unallocated share of busy", fmt_pct(summary.get("unallocated_fraction"))),
+        ("median wait", fmt_dur(waits.get("p50"))),
+        ("p90 wait", fmt_dur(waits.get("p90"))),
+        ("workloads submitted", fmt_num(wl.get("submitted"))),
+        ("preemptions", fmt_num(summary.get("preemptions"))),
+    ]
+    return (
+        '<div class="cards">'
+        + "".join(
+            f'<div class="card"><div class="v">{v}</div><div class="k">{html.escape(k)}</div></div>'
+            for k, v in items
+        )
+        + "</div>"
+    )
+
+
+def _figure(data: str | None, alt: str, caption: str) -> str:
+    if data is None:
+        return f'<p class="sub">{html.escape(caption)} — nothing to show.</p>'
+    return f"<figure>{_img(data, alt)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+
+
+def render_html(
+    summary: dict[str, Any],
+    proj: SummaryProjection,
+    gantt: GanttCollector,
+    *,
+    gantt_window: tuple[float, float] | None = None,
+    source: str | None = None,
+) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    policy = str(summary.get("policy", "?"))
+    period = summary.get("period") or {}
+    p_start, p_end = proj.period()
+    t0 = period.get("start", p_start) or p_start or 0.0
+    t1 = period.get("end", p_end) or p_end or t0
+    tb = _Timebase(t0, max(t1, t0 + 1))
+    rows = proj.hourly_rows()
+    delivered = summary.get("delivered") or proj.delivered(rows)
+
+    charts = {
+        "cluster": _cluster_chart(proj, tb),
+        "alloc": _allocation_chart(proj, tb, rows, delivered),
+        "waits": _wait_chart(proj),
+        "preempt": _preemption_chart(proj, tb),
+    }
+    gantt_b64 = None
+    window = None
+    if gantt.n_rows:
+        buf = io.BytesIO()
+        window = gantt.render(buf, window=gantt_window, title=f"GPU timeline ({policy})")
+        gantt_b64 = base64.b64encode(buf.getvalue()).decode("ascii")
+
+    wl = summary.get("workloads") or {}
+    workload_rows = [[html.escape(k), fmt_num(v)] for k, v in wl.items()]
+    headline = [
+        ["occupancy (busy / healthy GPU-s)", fmt_pct(summary.get("occupancy"), 2)],
+        ["contended occupancy", fmt_pct(summary.get("occupancy_contended"), 2)],
+        ["allocated fraction of busy", fmt_pct(summary.get("allocated_fraction"), 2)],
+        ["unallocated fraction of busy", fmt_pct(summary.get("unallocated_fraction"), 2)],
+        ["delivered overall", fmt_pct(delivered.get("overall"), 2)],
+        ["delivered, worst allocation", fmt_pct(delivered.get("min"), 2)],
+        ["delivered, strict hourly form", fmt_pct(delivered.get("hourly_strict"), 2)],
+        ["preemptions", fmt_num(summary.get("preemptions"))],
+    ]
+    for k, v in (summary.get("gpu_hours") or {}).items():
+        headline.append(
+            [
+                f"{k.replace('_', ' ')} (GPU-h)"
+                if k != "contended_hours"
+                else "time with work waiting (h)",
+                fmt_num(v, 1),
+            ]
+        )
+    by_reason = summary.get("preemptions_by_reason") or {}
+    engine = summary.get("engine") or {}
+    engine_rows = [[html.escape(str(k)), html.escape(_fmt_value(v))] for k, v in engine.items()]
+    title = f"allot report — {policy}"
+    span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h)"
+    gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
+    gantt_caption += "top-level allocation, shade per leaf; hatched = preemptible (unallocated or "
+    gantt_caption += "past protection); red outline = ended by preemption."
+    if window is not None:
+        gantt_caption += f" Window: {_when(window[0])} → {_when(window[1])}."
+
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body><main>",
+        f"<h1>{html.escape(title)}</h1>",
+        f'<p class="sub">{html.escape(span)}'
+        + (f" · journal {html.escape(source)}" if source else "")
+        + "</p>",
+        _cards(summary),
+        "<h2>Cluster</h2>",
+        _figure(
+            charts["cluster"],
+            "cluster usage",
+            "Busy GPUs (allocated vs unallocated) "
+            "against healthy capacity; grey background where work with a minimum "
+            "runtime was waiting.",
+        ),
+        "<h2>Usage vs owed per allocation</h2>",
+        _figure(
+            charts["alloc"],
+            "usage vs owed",
+            "owed = min(share × healthy capacity, "
+            "demand) per hour; received = charged GPU time; delivered = min(1, Σ received "
+            "/ Σ owed) over the run.",
+        ),
+        _table(
+            [
+                "allocation",
+                "share",
+                "owed GPU-h",
+                "received GPU-h",
+                "unallocated GPU-h",
+                "delivered",
+            ],
+            _delivered_rows(summary, proj),
+        ),
+        "<h2>Queue waits</h2>",
+        _figure(charts["waits"], "wait CDFs", "Cumulative distribution of waits by tag."),
+        '<div class="grid2"><div><h3>submit → first placement</h3>',
+        _table(
+            ["tag", "count", "p50", "p90", "p99", "mean", "still waiting"],
+            _wait_rows(summary.get("wait_s") or {}),
+        ),
+        "</div><div><h3>after a requeue</h3>",
+        _table(
+            ["tag", "count", "p50", "p90", "p99", "mean", "still waiting"],
+            _wait_rows(summary.get("requeue_wait_s") or {}),
+        ),
+        "</div></div>",
+        "<h2>Preemptions</h2>",
+        _figure(charts["preempt"], "preemptions", "Preemptions per time bin, stacked by reason."),
+        _table(["reason", "count"], [[html.escape(k), fmt_num(v)] for k, v in by_reason.items()])
+        if by_reason
+        else "",
+        "<h2>GPU timeline</h2>",
+        _figure(gantt_b64, "GPU timeline", gantt_caption),
+        "<h2>Numbers</h2>",
+        '<div class="grid2"><div>',
+        _table(["metric", "value"], headline),
+        "</div><div>",
+        _table(["workloads", "count"], workload_rows),
+        _table(["engine", "value"], engine_rows) if engine_rows else "",
+        "</div></div>",
+        '<script type="application/json" id="summary">'
+        + json.dumps(summary, sort_keys=True).replace("</", "<\\/")
+        + "</script>",
+        "<footer>Generated by allot from the run's journal; every chart is embedded, "
+        "so this file works offline.</footer>",
+        "</main></body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write_report(
+    events_or_path: Iterable[Any] | str | Path,
+    summary: dict[str, Any],
+    out_path: str | Path,
+    *,
+    gantt_window: tuple[float, float] | None = None,
+    start: float | None = None,
+    end: float | None = None,
+) -> Path:
+    """Fold the journal (one pass) and write the self-contained `report.html`.
+
+    Tables show `summary` as given (e.g. with the engine's timings); charts come from
+    the events, clipped to the summary's period unless `start` / `end` say otherwise."""
+    period = summary.get("period") or {}
+    if start is None:
+        start = period.get("start")
+    if end is None:
+        end = period.get("end")
+    gantt = GanttCollector()
+    proj = fold(events_or_path, start=start, end=end, sinks=[gantt])
+    gantt.close(proj.now)
+    source = str(events_or_path) if isinstance(events_or_path, str | Path) else None
+    text = render_html(summary, proj, gantt, gantt_window=gantt_window, source=source)
+    out = Path(out_path)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+__all__ = ["fmt_dur", "fmt_pct", "render_html", "write_report"]

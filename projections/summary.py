@@ -1,0 +1,301 @@
+"""`summary.json` of a run (issue 3 schema), folded from the journal in one pass.
+
+Keys (exact, plus a few extras marked *):
+
+- `policy`; *`period` {start, end, start_iso, end_iso, hours};
+- `workloads` {submitted, completed, rejected, preempted (workloads preempted at least
+  once), unfinished (pending or running at the end), *failed, *lost, *cancelled,
+  *preempted_terminal (preempted and not requeued)};
+- `preemptions` (count of `workload.preempted`), *`preemptions_by_reason`;
+- `occupancy` (busy / healthy GPU-seconds), `occupancy_contended` (the same, only while
+  some work with `min_runtime > 0` waits), `allocated_fraction`, `unallocated_fraction`
+  (of busy GPU-seconds: charged vs not), *`gpu_hours`;
+- `delivered` {overall, min, by_allocation, hourly_strict, *owed_gpu_h, *received_gpu_h}:
+  DESIGN §2 period form over the hourly rows; leaves that were owed nothing are not in
+  `by_allocation`; ratios are null when nothing was owed;
+- `wait_s` / `requeue_wait_s` {all, by_tag: {tag: ...}} each
+  {p50, p90, p99, mean, count, *unplaced}: submit → first placement, and preemption →
+  next placement after a requeue. Percentiles are nearest-rank; empty → null.
+  *unplaced counts workloads still waiting at the end (not in the percentiles);
+- `engine` (passed through).
+
+Counters and waits count events whose time lies in [start, end].
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from projections.usage import HOUR, UsageProjection, _Workload, hour_of, iter_events
+
+PERCENTILES = (50, 90, 99)
+
+
+def percentile(sorted_values: Any, p: int) -> float:
+    """Nearest-rank percentile of an ascending sequence (non-empty)."""
+    n = len(sorted_values)
+    rank = max(1, (p * n + 99) // 100)
+    return float(sorted_values[rank - 1])
+
+
+def wait_stats(values: Iterable[float], unplaced: int = 0) -> dict[str, Any]:
+    data = sorted(values)
+    out: dict[str, Any] = {f"p{p}": None for p in PERCENTILES}
+    out["mean"] = None
+    if data:
+        for p in PERCENTILES:
+            out[f"p{p}"] = round(percentile(data, p), 3)
+        out["mean"] = round(math.fsum(data) / len(data), 3)
+    out["count"] = len(data)
+    out["unplaced"] = unplaced
+    return out
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return round(num / den, 6) if den > 0 else None
+
+
+class _Waits:
+    """Wait samples overall and by tag, as compact float arrays."""
+
+    __slots__ = ("all", "by_tag")
+
+    def __init__(self) -> None:
+        self.all = array("d")
+        self.by_tag: dict[str, array] = {}
+
+    def add(self, value: float, tags: tuple[str, ...]) -> None:
+        self.all.append(value)
+        for tag in tags:
+            bucket = self.by_tag.get(tag)
+            if bucket is None:
+                bucket = self.by_tag[tag] = array("d")
+            bucket.append(value)
+
+
+class SummaryProjection(UsageProjection):
+    """`UsageProjection` plus the counters, waits and preemption log of a summary."""
+
+    def __init__(self, *, start: float | None = None, end: float | None = None, **kw: Any):
+        super().__init__(start=start, end=end, **kw)
+        self.counts = dict.fromkeys(
+            (
+                "submitted",
+                "completed",
+                "rejected",
+                "preempted",
+                "failed",
+                "lost",
+                "cancelled",
+                "preempted_terminal",
+            ),
+            0,
+        )
+        self.preemptions = 0
+        self.preemptions_by_reason: dict[str, int] = {}
+        # (hour, reason) -> count, for charts
+        self.preemptions_hourly: dict[tuple[float, str], int] = {}
+        self.waits = _Waits()
+        self.requeue_waits = _Waits()
+
+    def _counts(self) -> bool:
+        t = self.now
+        if t is None:
+            return False
+        return (self.start is None or t >= self.start) and (self.end is None or t <= self.end)
+
+    def on_submitted(self, wid: str, w: _Workload, d: dict[str, Any]) -> None:
+        if self._counts():
+            self.counts["submitted"] += 1
+
+    def on_placed(
+        self,
+        wid: str,
+        w: _Workload,
+        d: dict[str, Any],
+        first_wait: float | None,
+        requeue_wait: float | None,
+    ) -> None:
+        if not self._counts():
+            return
+        if first_wait is not None:
+            self.waits.add(first_wait, w.tags)
+        if requeue_wait is not None:
+            self.requeue_waits.add(requeue_wait, w.tags)
+
+    def on_preempted(self, wid: str, w: _Workload, d: dict[str, Any], first: bool) -> None:
+        if not self._counts():
+            return
+        self.preemptions += 1
+        reason = str(d.get("reason") or "unknown")
+        self.preemptions_by_reason[reason] = self.preemptions_by_reason.get(reason, 0) + 1
+        key = (hour_of(self.now or 0.0), reason)
+        self.preemptions_hourly[key] = self.preemptions_hourly.get(key, 0) + 1
+        if first:
+            self.counts["preempted"] += 1
+        if not d.get("requeued"):
+            self.counts["preempted_terminal"] += 1
+
+    def on_ended(self, wid: str, w: _Workload, d: dict[str, Any], outcome: str) -> None:
+        if self._counts() and outcome in self.counts:
+            self.counts[outcome] += 1
+
+    def on_rejected(self, d: dict[str, Any]) -> None:
+        if not self._counts():
+            return
+        kind = d.get("input_type")
+        if kind == "workload.submitted" or (kind is None and d.get("workload") not in self.live):
+            self.counts["rejected"] += 1
+
+    # ------------------------------------------------------------------ output
+    def _unplaced(self) -> tuple[int, dict[str, int], int, dict[str, int]]:
+        first = 0
+        first_tags: dict[str, int] = {}
+        again = 0
+        again_tags: dict[str, int] = {}
+        for w in self.live.values():
+            if w.running or w.submitted is None:
+                continue
+            if w.placed_once:
+                again += 1
+                for tag in w.tags:
+                    again_tags[tag] = again_tags.get(tag, 0) + 1
+            else:
+                first += 1
+                for tag in w.tags:
+                    first_tags[tag] = first_tags.get(tag, 0) + 1
+        return first, first_tags, again, again_tags
+
+    @staticmethod
+    def _wait_block(waits: _Waits, unplaced: int, by_tag_unplaced: dict[str, int]):
+        tags = sorted(set(waits.by_tag) | set(by_tag_unplaced))
+        return {
+            "all": wait_stats(waits.all, unplaced),
+            "by_tag": {
+                t: wait_stats(waits.by_tag.get(t, ()), by_tag_unplaced.get(t, 0)) for t in tags
+            },
+        }
+
+    def delivered(self, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        rows = self.hourly_rows() if rows is None else rows
+        owed: dict[str, float] = {}
+        received: dict[str, float] = {}
+        strict = 0.0
+        for r in rows:
+            a = r["allocation"]
+            owed[a] = owed.get(a, 0.0) + r["owed_gpu_s"]
+            received[a] = received.get(a, 0.0) + r["received_gpu_s"]
+            strict += min(r["received_gpu_s"], r["owed_gpu_s"])
+        total_owed = math.fsum(owed.values())
+        by_alloc = {
+            a: round(min(1.0, received[a] / owed[a]), 6) for a in sorted(owed) if owed[a] > 0
+        }
+        met = math.fsum(min(received[a], owed[a]) for a in owed)
+        return {
+            "overall": _ratio(met, total_owed),
+            "min": min(by_alloc.values()) if by_alloc else None,
+            "by_allocation": by_alloc,
+            "hourly_strict": _ratio(strict, total_owed),
+            "owed_gpu_h": {a: round(owed[a] / HOUR, 3) for a in sorted(owed)},
+            "received_gpu_h": {a: round(received[a] / HOUR, 3) for a in sorted(received)},
+        }
+
+    def summary(self, *, policy: str, engine: dict[str, Any] | None = None) -> dict[str, Any]:
+        tot = self.totals()
+        busy_all = tot["charged_gpu_s"] + tot["unallocated_gpu_s"]
+        start, end = self.period()
+        unplaced, unplaced_tags, unplaced_again, unplaced_again_tags = self._unplaced()
+        workloads = {
+            "submitted": self.counts["submitted"],
+            "completed": self.counts["completed"],
+            "rejected": self.counts["rejected"],
+            "preempted": self.counts["preempted"],
+            "unfinished": len(self.live),
+            "failed": self.counts["failed"],
+            "lost": self.counts["lost"],
+            "cancelled": self.counts["cancelled"],
+            "preempted_terminal": self.counts["preempted_terminal"],
+        }
+        return {
+            "policy": policy,
+            "period": {
+                "start": start,
+                "end": end,
+                "start_iso": iso(start),
+                "end_iso": iso(end),
+                "hours": None if start is None or end is None else round((end - start) / HOUR, 3),
+            },
+            "workloads": workloads,
+            "preemptions": self.preemptions,
+            "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
+            "occupancy": _ratio(tot["busy_gpu_s"], tot["healthy_gpu_s"]),
+            "occupancy_contended": _ratio(
+                tot["contended_busy_gpu_s"], tot["contended_healthy_gpu_s"]
+            ),
+            "allocated_fraction": _ratio(tot["charged_gpu_s"], busy_all),
+            "unallocated_fraction": _ratio(tot["unallocated_gpu_s"], busy_all),
+            "gpu_hours": {
+                "healthy": round(tot["healthy_gpu_s"] / HOUR, 3),
+                "busy": round(tot["busy_gpu_s"] / HOUR, 3),
+                "charged": round(tot["charged_gpu_s"] / HOUR, 3),
+                "unallocated": round(tot["unallocated_gpu_s"] / HOUR, 3),
+                "contended_hours": round(tot["contended_s"] / HOUR, 3),
+            },
+            "delivered": self.delivered(),
+            "wait_s": self._wait_block(self.waits, unplaced, unplaced_tags),
+            "requeue_wait_s": self._wait_block(
+                self.requeue_waits, unplaced_again, unplaced_again_tags
+            ),
+            "engine": dict(engine)
+            if engine is not None
+            else {"wall_s": None, "workloads_per_s": None, "peak_rss_mb": None},
+        }
+
+
+def fold(
+    events: Iterable[Any] | str | Path,
+    *,
+    start: float | None = None,
+    end: float | None = None,
+    sinks: Iterable[Any] = (),
+) -> SummaryProjection:
+    """One pass over `events` (or a journal path) into a closed `SummaryProjection`;
+    each of `sinks` (objects with `.apply(event)`) sees the same events."""
+    proj = SummaryProjection(start=start, end=end)
+    sinks = list(sinks)
+    for e in iter_events(events):
+        t = e["time"] if type(e) is dict else e.time
+        if end is not None and t > end:
+            continue  # keep consuming: the caller's generator may be writing the journal
+        proj.apply(e)
+        for sink in sinks:
+            sink.apply(e)
+    proj.close(end)
+    return proj
+
+
+def summarize(
+    events: Iterable[Any] | str | Path,
+    *,
+    policy: str,
+    engine: dict[str, Any] | None = None,
+    start: float | None = None,
+    end: float | None = None,
+) -> dict[str, Any]:
+    """The `summary.json` dict of a run; `end` defaults to the last event's time (pass
+    the simulation horizon to count idle/waiting time after the last event)."""
+    return fold(events, start=start, end=end).summary(policy=policy, engine=engine)
+
+
+__all__ = ["SummaryProjection", "fold", "iso", "percentile", "summarize", "wait_stats"]

@@ -1,0 +1,189 @@
+"""The `allot` command end to end: simulate, replay, compare, demo, and its errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = FIXTURES / "tiny.yaml"
+SUMMARY_KEYS = {
+    "policy",
+    "workloads",
+    "preemptions",
+    "occupancy",
+    "occupancy_contended",
+    "allocated_fraction",
+    "unallocated_fraction",
+    "delivered",
+    "wait_s",
+    "engine",
+}
+
+
+def allot(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "allot.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def two_policies(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    result = allot(
+        "simulate", str(TINY), "-p", "fairshare", "-p", "legacy-priority", "--out", str(out), "-q"
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_simulate_writes_every_output_per_policy(two_policies: Path) -> None:
+    for policy in ("fairshare", "legacy-priority"):
+        folder = two_policies / policy
+        assert {p.name for p in folder.iterdir()} >= {
+            "journal.jsonl",
+            "summary.json",
+            "report.html",
+            "gantt.png",
+        }
+        summary = orjson.loads((folder / "summary.json").read_bytes())
+        assert summary.keys() >= SUMMARY_KEYS
+        assert summary["policy"] == policy
+        assert summary["workloads"]["submitted"] == 80
+        assert (folder / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (two_policies / "comparison.md").read_text()
+    assert "| metric | fairshare | legacy-priority |" in table
+    assert "wait p90 (debug)" in table
+
+
+def test_journal_follows_the_event_contract(two_policies: Path) -> None:
+    from streams.codec import decode_event
+
+    lines = (two_policies / "fairshare" / "journal.jsonl").read_bytes().splitlines()
+    events = [decode_event(line) for line in lines]
+    assert events[0].type == "config.set"
+    assert [e.time for e in events] == sorted(e.time for e in events)
+    placed = [e for e in events if e.type == "workload.placed"]
+    assert placed and all(e.explain.get("policy") == "fairshare" for e in placed)
+    assert any(e.type == "host.drained" for e in events)  # h1 fails at 3h in the scenario
+
+
+def test_same_scenario_gives_byte_identical_journals(two_policies: Path, tmp_path: Path) -> None:
+    result = allot(
+        "simulate", str(TINY), "-p", "fairshare", "--out", str(tmp_path), "-q", "--no-report"
+    )
+    assert result.returncode == 0, result.stderr
+    first = (two_policies / "fairshare" / "journal.jsonl").read_bytes()
+    assert (tmp_path / "fairshare" / "journal.jsonl").read_bytes() == first
+
+
+def test_replay_verify_reproduces_a_journal_and_catches_tampering(
+    two_policies: Path, tmp_path: Path
+) -> None:
+    journal = two_policies / "fairshare" / "journal.jsonl"
+    ok = allot("replay", str(journal), "--verify")
+    assert ok.returncode == 0, ok.stderr
+    assert "reproduced byte for byte" in ok.stdout
+
+    lines = journal.read_bytes().splitlines()
+    index = next(i for i, line in enumerate(lines) if b'"workload.placed"' in line)
+    record = orjson.loads(lines[index])
+    record["charged"] = not record["charged"]
+    lines[index] = orjson.dumps(record)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_bytes(b"\n".join(lines) + b"\n")
+    bad = allot("replay", str(tampered), "--verify")
+    assert bad.returncode == 1
+    assert f"line {index + 1}" in bad.stderr
+
+
+def test_replay_what_if_under_another_policy(two_policies: Path, tmp_path: Path) -> None:
+    journal = two_policies / "fairshare" / "journal.jsonl"
+    result = allot(
+        "replay",
+        str(journal),
+        "--policy",
+        "fifo",
+        "--set",
+        "hysteresis=0.2",
+        "--out",
+        str(tmp_path),
+        "-q",
+    )
+    assert result.returncode == 0, result.stderr
+    summary = orjson.loads((tmp_path / "fifo" / "summary.json").read_bytes())
+    original = orjson.loads((two_policies / "fairshare" / "summary.json").read_bytes())
+    assert summary["policy"] == "fifo"
+    assert summary["workloads"]["submitted"] == original["workloads"]["submitted"]
+    config = orjson.loads((tmp_path / "fifo" / "journal.jsonl").read_bytes().splitlines()[0])[
+        "config"
+    ]
+    assert config["ordering"] == "fifo"
+    assert config["hysteresis"] == 0.2
+    assert config["window"] == 86400.0  # the journal's own config is kept
+
+
+def test_compare_shows_changes_per_tag_and_allocation(two_policies: Path) -> None:
+    result = allot(
+        "compare", str(two_policies / "fairshare"), str(two_policies / "legacy-priority")
+    )
+    assert result.returncode == 0, result.stderr
+    for row in ("wait p90 (debug)", "preemptions", "delivered lab/eval", "delivered lab/train"):
+        assert row in result.stdout
+
+
+def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path) -> None:
+    result = allot("demo", "--scenario", str(TINY), "--out", str(tmp_path / "demo"), "-q")
+    assert result.returncode == 0, result.stderr
+    assert "report.html" in result.stdout
+    assert (tmp_path / "demo" / "legacy-priority" / "report.html").exists()
+    assert (tmp_path / "demo" / "comparison.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["simulate", "missing.yaml", "--out", "x"], "missing.yaml"),
+        (["simulate", str(TINY), "--out", "x", "--set", "windw=3d"], "windw"),
+        (
+            ["simulate", str(TINY), "--out", "x", "--policy", "nope"],
+            "unknown ordering policy 'nope'",
+        ),
+        (["simulate", str(TINY), "--out", "x", "--set", "window"], "KEY=VALUE"),
+        (["replay", "missing.jsonl", "--verify"], "missing.jsonl"),
+        (["compare", "nowhere", "elsewhere"], "no summary.json"),
+    ],
+    ids=[
+        "missing-scenario",
+        "unknown-config-key",
+        "unknown-policy",
+        "set-without-value",
+        "missing-journal",
+        "compare-not-a-run",
+    ],
+)
+def test_bad_input_gives_one_clear_line_and_exit_2(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    result = allot(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_scenario_names_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    shutil.copy(TINY, bad)
+    bad.write_text(bad.read_text().replace("rate_per_h: 4", "rate_per_h: -4"))
+    result = allot("simulate", str(bad), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "workloads[0].generate.rate_per_h" in result.stderr
