@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from domain import events as ev
 from domain.evolve import evolve
-from domain.fairshare import Ranking, diverging
+from domain.fairshare import Ranking, diverging, entitlement, outranks
 from domain.state import Host, State, Workload
 
 
@@ -35,9 +35,9 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
        unallocated, and on a reserved host only if it cannot delay the reservation.
     5. Preempt: otherwise, if it may preempt, free the fewest GPUs of eligible victims
        (unallocated first, then the lowest ranked, then the most recently started).
-    6. Reserve: the first allocated workload that fits neither way reserves the hosts
-       that free soonest (protection ends, declared runtimes); later work backfills
-       them only if it cannot delay that start.
+    6. Reserve: each of the first MAX_RESERVATIONS allocated workloads that fit neither
+       way reserves the hosts that free soonest for it (protection ends, declared
+       runtimes); later work backfills them only if it cannot delay that start.
     A workload that cannot be placed ends its bucket's turn, and every bucket of the
     same class needing at least as many GPUs is skipped: such work cannot fit either.
     That keeps a cycle's cost independent of the number of pending workloads.
@@ -81,6 +81,11 @@ def next_wakeup(state: State) -> float | None:
     return min(moments, default=None)
 
 
+# how many of the top blocked allocated workloads hold hosts (Slurm's backfill also
+# reserves for several; one lets small allocations starve behind one big job's hold)
+MAX_RESERVATIONS = 1
+
+
 @dataclass(slots=True)
 class Blocked:
     """What the last full cycle left waiting, so quick cycles can build on it."""
@@ -89,23 +94,20 @@ class Blocked:
     edge: float
     ranking: Ranking
     failed: dict[tuple[bool, bool], list[tuple[Any, int]]]
-    reserved: frozenset[str]
-    reserved_from: float
-    reserved_for: str | None
-    holder_key: Any
+    reservations: dict[str, tuple[str, float]]
+    holders: int
+    last_holder_key: Any
 
 
 class _Cycle:
     __slots__ = (
         "cause",
+        "holders",
         "now",
         "out",
         "position",
         "ranking",
-        "reserve_tried",
-        "reserved",
-        "reserved_for",
-        "reserved_from",
+        "reservations",
         "state",
         "victim_cache",
     )
@@ -116,11 +118,10 @@ class _Cycle:
         self.cause = cause
         self.out: list[Any] = []
         self.ranking: Ranking = Ranking()
-        self.reserved: frozenset[str] = frozenset()
-        self.reserved_from = math.inf
-        self.reserved_for: str | None = None
+        # host -> (workload it is held for, when that workload is expected to start)
+        self.reservations: dict[str, tuple[str, float]] = {}
+        self.holders = 0  # workloads that tried to reserve this cycle
         self.position = 0
-        self.reserve_tried = False
         # (allocation, priority) -> host -> victims; see victim_map
         self.victim_cache: dict[tuple[str, int], dict[str, list[Any]]] = {}
 
@@ -181,8 +182,8 @@ class _Cycle:
         if last is None or last.version != s.version or self.now >= last.edge:
             return False
         self.ranking = last.ranking
-        self.reserved, self.reserved_from = last.reserved, last.reserved_from
-        self.reserved_for, self.reserve_tried = last.reserved_for, True
+        self.reservations = dict(last.reservations)
+        self.holders = MAX_RESERVATIONS
         policy = s.ordering
         for wid in s.fresh:
             w = s.workloads.get(wid)
@@ -202,8 +203,8 @@ class _Cycle:
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
             failures.append((key, w.gpus))
-            if allocated and (last.holder_key is None or key < last.holder_key):
-                return False  # it would hold the reservation instead
+            if allocated and (last.holders < MAX_RESERVATIONS or key < last.last_holder_key):
+                return False  # it would hold a reservation
         s.fresh.clear()
         return True
 
@@ -211,8 +212,10 @@ class _Cycle:
         s = self.state
         policy = s.ordering
         ranking = self.ranking = s.ordering.rank(s, self.now)
+        # a quick attempt may have borrowed the last cycle's view: start clean
+        self.reservations, self.holders, self.victim_cache = {}, 0, {}
         failures: dict[tuple[bool, bool], list[tuple[Any, int]]] = {}
-        holder_key = None
+        last_holder_key = None
         heap: list[tuple[Any, ...]] = []
         for key, queue in s.queues.items():
             w = s.workloads[queue[0][1]]
@@ -239,9 +242,9 @@ class _Cycle:
                 continue
             failed[klass] = min(w.gpus, failed.get(klass, math.inf))
             failures.setdefault(klass, []).append((sort_key, w.gpus))
-            if allocated and not self.reserve_tried:
-                self.reserve_tried = True
-                holder_key = failures[klass][-1][0]
+            if allocated and self.holders < MAX_RESERVATIONS:
+                self.holders += 1
+                last_holder_key = sort_key
                 self.reserve(w, short)
         s.fresh.clear()
         s.blocked = Blocked(
@@ -249,10 +252,9 @@ class _Cycle:
             edge=s.charged.next_edge(self.now),
             ranking=ranking,
             failed=failures,
-            reserved=self.reserved,
-            reserved_from=self.reserved_from,
-            reserved_for=self.reserved_for,
-            holder_key=holder_key,
+            reservations=self.reservations,
+            holders=self.holders,
+            last_holder_key=last_holder_key,
         )
 
     def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
@@ -260,10 +262,26 @@ class _Cycle:
             return False
         if allocated and not short and host.name in self.state.headroom:
             return False
-        if host.name in self.reserved and w.id != self.reserved_for:
-            # backfill only what cannot delay the reservation
-            return not allocated or self.now + w.min_runtime <= self.reserved_from
+        held = self.reservations.get(host.name)
+        if held is not None and held[0] != w.id:
+            return self.may_backfill(w, allocated, held)
         return True
+
+    def may_backfill(self, w: Workload, allocated: bool, held: tuple[str, float]) -> bool:
+        """Only what cannot delay the reservation: unallocated work (the holder may take
+        it back any time), or allocated work whose protection ends before the holder's
+        start and which the holder may then preempt."""
+        if not allocated:
+            return True
+        holder_id, start = held
+        if self.now + w.min_runtime > start:
+            return False
+        holder = self.state.workloads.get(holder_id)
+        if holder is None:
+            return True
+        as_victim = replace(w, charged=True, protected_until=self.now + w.min_runtime)
+        s = self.state
+        return s.ordering.may_preempt(s, self.ranking, holder, as_victim, math.inf) is not None
 
     def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
         s = self.state
@@ -428,7 +446,8 @@ class _Cycle:
         return chosen, list(victims.values())
 
     def reserve(self, w: Workload, short: bool) -> None:
-        """Hold the hosts that free soonest for `w`, the first allocated work that fits nowhere."""
+        """Hold the hosts that free soonest for `w`, one of the first MAX_RESERVATIONS
+        allocated workloads that fit nowhere (hosts held for earlier ones excluded)."""
         s = self.state
         need = w.gpus
         single = need <= s.max_host_gpus()
@@ -443,6 +462,8 @@ class _Cycle:
             return t
 
         for host in s.hosts.values():
+            if host.name in self.reservations:
+                continue  # already held for work ranked above `w`
             if not host.healthy or (single and host.gpus < need):
                 continue
             if not short and host.name in s.headroom:
@@ -474,9 +495,9 @@ class _Cycle:
                 return
         if not picked or math.isinf(picked[-1][0]):
             return
-        self.reserved = frozenset(t[2].name for t in picked)
-        self.reserved_from = max(t[0] for t in picked)
-        self.reserved_for = w.id
+        start = max(t[0] for t in picked)
+        for t in picked:
+            self.reservations[t[2].name] = (w.id, start)
 
     def frees_at(
         self, w: Workload, v: Workload, verdicts: dict[tuple[bool, str, int], bool]
@@ -514,15 +535,13 @@ class _Cycle:
             explain["ratio"] = _num(self.ranking.ratios.get(w.allocation, math.inf))
         if preempted:
             explain["preempted"] = preempted
-        if (
-            self.reserved_for is not None
-            and self.reserved_for != w.id
-            and self.reserved & hosts.keys()
-        ):
-            explain["backfill"] = {
-                "reserved_for": self.reserved_for,
-                "from": _num(self.reserved_from),
-            }
+        backfilled = [
+            held
+            for name in hosts
+            if (held := self.reservations.get(name)) is not None and held[0] != w.id
+        ]
+        if backfilled:
+            explain["backfill"] = {"reserved_for": backfilled[0][0], "from": _num(backfilled[0][1])}
         if s.headroom & hosts.keys():
             explain["headroom"] = True
         self.emit(
@@ -559,6 +578,15 @@ class _Cycle:
                 explain["compared"] = {
                     split[0]: _num(ratios[split[0]]),
                     split[1]: _num(ratios[split[1]]),
+                }
+            if outranks(self.state, self.ranking, w.allocation, v.allocation):
+                explain["rule"] = "ratio"
+            else:  # reclaim: GPUs in use vs entitled (share x healthy capacity) now
+                explain["rule"] = "reclaim"
+                rate = self.state.charged.rate
+                nodes = [*(split or ()), v.allocation]
+                explain["running_vs_entitled"] = {
+                    p: [rate(p), _num(entitlement(self.state, p))] for p in dict.fromkeys(nodes)
                 }
         elif reason == "priority":
             explain.update(beneficiary_priority=w.priority, victim_priority=v.priority)

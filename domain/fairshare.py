@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from domain.state import State
 from domain.tree import ancestors
@@ -51,6 +52,7 @@ def fair_tree(state: State, now: float) -> Ranking:
     return ranking
 
 
+@lru_cache(maxsize=65536)
 def diverging(a: str, b: str) -> tuple[str, str] | None:
     """The sibling ancestors of `a` and `b` where their paths split (None if nested)."""
     for x, y in zip(ancestors(a), ancestors(b), strict=False):
@@ -79,3 +81,25 @@ def _outranks(state: State, ranking: Ranking, winner: str, loser: str) -> bool:
     if math.isinf(rl):
         return not math.isinf(rw)
     return rl > rw * (1.0 + state.config.hysteresis) and rl > rw
+
+
+def entitlement(state: State, path: str) -> float:
+    """GPUs `path` is entitled to right now: its share of the healthy capacity."""
+    return state.tree.share(path) * state.healthy_capacity
+
+
+def reclaims(state: State, winner: str, loser: str, gpus: int) -> bool:
+    """Kueue-style reclaim: at the level the paths split, the winner's side still fits
+    within its entitlement after taking `gpus`, while the loser's side and the loser's
+    own allocation run beyond theirs (borrow). Ratios over the window decide the order; this lets work that is owed
+    GPUs *now* take them back from a borrower even when the window ratios are close."""
+    split = diverging(winner, loser)
+    if split is None:
+        return False
+    w, lo = split
+    rate = state.charged.rate
+    if rate(w) + gpus > entitlement(state, w):
+        return False
+    # the victim's side borrows, and so does the victim's own allocation: a small team
+    # inside a borrowing program is not made to pay for its big siblings
+    return rate(lo) > entitlement(state, lo) and rate(loser) > entitlement(state, loser)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from domain.fairshare import Ranking, fair_tree, outranks
+from domain.fairshare import Ranking, fair_tree, outranks, reclaims
 from domain.policies import register_ordering
 from domain.state import State, Workload
 
@@ -56,11 +56,11 @@ class FairShare:
             return "unallocated"
         if victim.protected_until > at or victim.allocation == beneficiary.allocation:
             return None
-        return (
-            "fair_share"
-            if outranks(state, ranking, beneficiary.allocation, victim.allocation)
-            else None
-        )
+        if outranks(state, ranking, beneficiary.allocation, victim.allocation):
+            return "fair_share"
+        if reclaims(state, beneficiary.allocation, victim.allocation, beneficiary.gpus):
+            return "fair_share"
+        return None
 
 
 class _NoFairShare:

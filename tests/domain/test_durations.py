@@ -1,0 +1,90 @@
+"""Durations as people write them and as the scheduler prints them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from domain.durations import format_duration, parse_duration
+
+PARSE_CASES = [
+    ("30s", 30.0),
+    ("15m", 900.0),
+    ("8h", 28_800.0),
+    ("7d", 604_800.0),
+    ("1w", 604_800.0),
+    ("1h30m", 5_400.0),
+    ("1d2h3m4s", 93_784.0),
+    ("1.5h", 5_400.0),
+    (" 2H ", 7_200.0),
+    ("2 h 30 m", 9_000.0),
+    ("90", 90.0),
+    ("0", 0.0),
+    ("0.25", 0.25),
+    (45, 45.0),
+    (1.5, 1.5),
+    (0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("text", "seconds"), PARSE_CASES, ids=[repr(t) for t, _ in PARSE_CASES])
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+BAD_CASES = [
+    "",
+    "abc",
+    "5x",
+    "h",
+    "1h-5m",
+    "-5",
+    "-1m",
+    -1,
+    -0.5,
+    "inf",
+    "nan",
+    math.inf,
+    math.nan,
+    True,
+    "1h 2",
+]
+
+
+@pytest.mark.parametrize("text", BAD_CASES, ids=[repr(t) for t in BAD_CASES])
+def test_parse_duration_rejects(text: str | float) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_parse_error_names_the_accepted_forms() -> None:
+    with pytest.raises(ValueError, match=r"30s, 15m, 8h, 7d"):
+        parse_duration("soon")
+
+
+FORMAT_CASES = [
+    (0, "0s"),
+    (45, "45s"),
+    (59.6, "1m"),
+    (60, "1m"),
+    (900, "15m"),
+    (5_400, "1h30m"),
+    (9_000, "2h30m"),
+    (28_800, "8h"),
+    (604_800, "7d"),
+    (93_600, "1d2h"),
+    (93_784, "1d2h"),  # two units at most
+    (3_601, "1h1s"),
+    (math.inf, "inf"),
+]
+
+
+@pytest.mark.parametrize(("seconds", "text"), FORMAT_CASES, ids=[t for _, t in FORMAT_CASES])
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize("seconds", [1, 59, 60, 61, 3_600, 5_400, 86_400, 90_000, 604_800])
+def test_format_parse_round_trip_for_two_unit_values(seconds: int) -> None:
+    assert parse_duration(format_duration(seconds)) == seconds

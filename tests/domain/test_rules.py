@@ -1,0 +1,877 @@
+"""One table-driven case per scheduling rule of DESIGN §5 (and per bullet of issue 2)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from domain import events as ev
+from domain import next_wakeup
+from domain.policies import ORDERING, register_ordering
+from domain.policies.ordering import Fifo
+from domain.state import Workload
+from tests.domain.builders import Cluster, cluster, seconds
+
+H = 3600.0
+
+# --------------------------------------------------------------------------------------
+# Rule 3: Fair-Tree order over fair-share ratios (ties: larger share, then path)
+
+
+def _release_order(c: Cluster, jobs: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
+    """Submit `jobs` a second apart while every host is cordoned, then uncordon: the
+    placement order."""
+    c.cordon_all()
+    for wid, alloc, contract in jobs:
+        contract = {"gpus": 1, "min_runtime": "15m", **contract}
+        c.after(1).submit(wid, alloc, **contract)
+    return c.uncordon_all()
+
+
+def _use(c: Cluster, alloc: str, gpu_hours: float, wid: str) -> None:
+    """Give `alloc` `gpu_hours` of charged usage on the (single, 8-GPU) host."""
+    c.submit(wid, alloc, gpus=8, min_runtime="15m")
+    assert c.placed(wid) is not None
+    c.after(gpu_hours / 8 * H).finish(wid)
+
+
+FAIR_TREE_CASES = [
+    # (tree weights, usage history [(alloc, gpu-hours)], expected placement order)
+    ({"x": 1, "y": 3}, [], ["on-y", "on-x"]),  # tie on ratio 0: larger share first
+    ({"y": 1, "x": 1}, [], ["on-x", "on-y"]),  # tie on ratio and share: path
+    ({"x": 1, "y": 3}, [("y", 8)], ["on-x", "on-y"]),  # lower ratio beats larger share
+    ({"x": 1, "y": 1}, [("x", 8), ("y", 4)], ["on-y", "on-x"]),  # ratio ascending
+    (
+        # hierarchical: p1/b never ran, but its program p1 used more than p2 did
+        {"p1/a": 1, "p1/b": 1, "p2/a": 1},
+        [("p1/a", 16), ("p2/a", 8)],
+        ["on-p2/a", "on-p1/b", "on-p1/a"],
+    ),
+    (
+        # ... and the same usage under a bigger p1 budget flips the program order
+        {"p1": 4, "p1/a": 1, "p1/b": 1, "p2": 1, "p2/a": 1},
+        [("p1/a", 16), ("p2/a", 8)],
+        ["on-p1/b", "on-p1/a", "on-p2/a"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("tree", "history", "expected"),
+    FAIR_TREE_CASES,
+    ids=[
+        "tie-larger-share-first",
+        "tie-path-order",
+        "lower-ratio-beats-larger-share",
+        "ratio-ascending",
+        "hierarchical-program-usage-counts",
+        "hierarchical-program-share-counts",
+    ],
+)
+def test_fair_tree_order(
+    tree: dict[str, float], history: list[tuple[str, float]], expected: list[str]
+) -> None:
+    c = cluster(hosts=1).tree(tree)
+    for i, (alloc, gpu_hours) in enumerate(history):
+        _use(c, alloc, gpu_hours, f"history-{i}")
+    leaves = [e.removeprefix("on-") for e in expected]
+    order = _release_order(c, [(f"on-{leaf}", leaf, {}) for leaf in leaves])
+    assert order == expected
+    ranks = [c.placed(wid).explain["rank"] for wid in expected]
+    assert ranks == sorted(ranks)
+
+
+def test_ratio_is_usage_over_share_capacity_window() -> None:
+    c = cluster(hosts=2, window="1d").tree({"x": 1, "y": 3})
+    c.submit("w", "x", gpus=8, min_runtime="15m")
+    c.at("1h").tick()
+    c.submit("probe", "x", gpus=1, min_runtime="15m")
+    # usage 8 GPU-h against share 0.25 of 16 GPUs over 24 h
+    assert c.placed("probe").explain["ratio"] == pytest.approx(8 / (0.25 * 16 * 24), abs=1e-6)
+    assert c.placed("probe").explain["share"] == pytest.approx(0.25)
+
+
+# --------------------------------------------------------------------------------------
+# Rule 4: pending order — (leaf rank, priority desc, submit time, id); unallocated last
+
+PENDING_ORDER_CASES = [
+    # jobs: (id, allocation, contract, submit offset (s)); expected release order
+    (
+        [("low", "x", {"priority": 0}, 0), ("high", "x", {"priority": 5}, 1)],
+        ["high", "low"],
+    ),
+    (
+        # priority does not cross allocations: y ranks after x (larger share of x)
+        [("x-low", "x", {"priority": 0}, 0), ("y-high", "y", {"priority": 9}, 1)],
+        ["x-low", "y-high"],
+    ),
+    (
+        [("later", "x", {}, 5), ("earlier", "x", {}, 5)],  # same time: id order
+        ["earlier", "later"],
+    ),
+    (
+        [("first", "x", {}, 0), ("second", "x", {}, 1)],
+        ["first", "second"],
+    ),
+    (
+        # unallocated (min_runtime 0) work after all allocated work, even lower-ranked
+        [("free", "x", {"min_runtime": 0}, 0), ("paid", "y", {}, 1)],
+        ["paid", "free"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expected"),
+    PENDING_ORDER_CASES,
+    ids=[
+        "priority-inside-allocation",
+        "priority-not-across-allocations",
+        "id-breaks-ties",
+        "submit-time",
+        "unallocated-after-allocated",
+    ],
+)
+def test_pending_order(jobs: list[tuple[str, str, dict, float]], expected: list[str]) -> None:
+    c = cluster(hosts=1).tree({"x": 2, "y": 1})
+    c.cordon_all()
+    for wid, alloc, contract, offset in jobs:
+        c.at(offset).submit(wid, alloc, **{"gpus": 1, "min_runtime": "15m", **contract})
+    assert c.uncordon_all() == expected
+
+
+def test_requeued_work_keeps_its_submit_time() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("old", "lab/a", gpus=8, min_runtime="15m", resumable=True)
+    c.at("20m").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    assert c.preempted("old").requeued is True
+    assert c.state.workloads["old"].state == "pending"
+    c.at("25m").submit("new", "lab/a", gpus=8, min_runtime="15m")
+    c.at("50m").finish("b")
+    assert c.placed("old").attempt == 2
+    assert c.placed("old").time == c.start + seconds("50m")
+    assert c.placed("new") is None
+    assert c.state.workloads["old"].submit_time == c.start
+
+
+def test_non_resumable_preempted_work_ends() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("once", "lab/a", gpus=8, min_runtime="15m", resumable=False)
+    c.at("20m").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    assert c.preempted("once").requeued is False
+    assert "once" not in c.state.workloads
+    c.at("50m").finish("b")
+    assert len(c.placements("once")) == 1  # never placed again
+    out = c.finish("once")
+    assert out[0].type == "workload.rejected" and "already ended" in out[0].error
+
+
+# --------------------------------------------------------------------------------------
+# Rule 5: single-host vs whole-host gang placement
+
+GANG_CASES = [
+    # (hosts busy before: {host: gpus}, request gpus, expected hosts or None, GPUs held)
+    ({}, 8, {"h0"}, 8),
+    ({}, 16, {"h0", "h1"}, 16),
+    ({}, 12, {"h0", "h1"}, 16),  # gang takes whole hosts
+    ({"h0": 2}, 4, {"h0"}, 4),  # fits on one host: never split
+    ({"h0": 2}, 9, {"h1", "h2"}, 16),  # skips the partly used host
+    ({"h0": 2, "h1": 2}, 16, None, 0),  # no two whole hosts free: waits
+    ({"h0": 4, "h1": 4}, 8, {"h2"}, 8),  # 4+4 free elsewhere is not one host
+]
+
+
+@pytest.mark.parametrize(
+    ("busy", "gpus", "expected", "held"),
+    GANG_CASES,
+    ids=[
+        "8-on-one-host",
+        "16-takes-two-whole-hosts",
+        "12-takes-two-whole-hosts",
+        "small-stays-on-one-host",
+        "gang-skips-partly-used-host",
+        "gang-waits-for-whole-hosts",
+        "single-host-not-split",
+    ],
+)
+def test_gang_placement(busy: dict[str, int], gpus: int, expected: set | None, held: int) -> None:
+    c = cluster(hosts=3).tree({"lab/a": 1})
+    for i, (host, n) in enumerate(busy.items()):
+        c.occupy(host, n, f"busy-{i}", min_runtime="8h")
+    c.submit("w", "lab/a", gpus=gpus, min_runtime="15m")
+    placed = c.placed("w")
+    if expected is None:
+        assert placed is None and c.state.workloads["w"].state == "pending"
+    else:
+        assert set(placed.hosts) == expected
+        assert sum(len(g) for g in placed.hosts.values()) == held
+        assert c.state.workloads["w"].held == held
+
+
+PLACEMENT_CASES = [("pack", "h3"), ("spread", "h0"), ("least-loaded", "h1")]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected"), PLACEMENT_CASES, ids=[p for p, _ in PLACEMENT_CASES]
+)
+def test_placement_policy_chooses_host(policy: str, expected: str) -> None:
+    # h0: 16 GPUs, 8 busy (8 free, 50%); h1: 8, 2 busy (6 free, 25%);
+    # h2: 8, 7 busy (1 free: too few); h3: 8, 5 busy (3 free, 62%)
+    c = Cluster(hosts=0)
+    for name, gpus in (("h0", 16), ("h1", 8), ("h2", 8), ("h3", 8)):
+        c.host(name, gpus)
+    c.tree({"lab/a": 1})
+    for host, n in (("h0", 8), ("h1", 2), ("h2", 7), ("h3", 5)):
+        c.occupy(host, n, f"busy-{host}", min_runtime="8h")
+    c.configure(placement=policy)
+    c.submit("w", "lab/a", gpus=2, min_runtime="15m")
+    assert set(c.placed("w").hosts) == {expected}
+    assert c.placed("w").explain["placement"] == policy
+
+
+# --------------------------------------------------------------------------------------
+# Rule 6: preemption
+
+
+def test_unallocated_work_is_preempted_by_any_allocated_request() -> None:
+    # the beneficiary's allocation has used far more than the victim's: irrelevant
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    _use(c, "lab/a", 40, "history")
+    c.submit("filler", "lab/b", gpus=8, min_runtime=0)
+    assert c.placed("filler").charged is False
+    c.after("1m").submit("paid", "lab/a", gpus=8, min_runtime="15m")
+    p = c.preempted("filler")
+    assert (p.reason, p.beneficiary, p.requeued) == ("unallocated", "paid", True)
+    assert c.placed("paid").explain["preempted"] == ["filler"]
+
+
+def test_unallocated_request_does_not_preempt() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("filler", "lab/b", gpus=8, min_runtime=0)
+    c.after("1m").submit("other", "lab/a", gpus=8, min_runtime=0)
+    assert c.preempted("filler") is None
+    assert c.pending() == {"other"}
+
+
+FAIR_SHARE_PREEMPTION_CASES = [
+    # (victim min_runtime, when the beneficiary asks, expect preemption)
+    ("1h", "30m", False),  # protected: never for fair share
+    ("1h", "59m", False),
+    ("1h", "1h", True),  # protection ends at start + min_runtime
+    ("15m", "20m", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("min_runtime", "ask_at", "preempted"),
+    FAIR_SHARE_PREEMPTION_CASES,
+    ids=["protected-30m", "protected-59m", "at-protected-until", "past-protection"],
+)
+def test_fair_share_preemption_only_after_protection(
+    min_runtime: str, ask_at: str, preempted: bool
+) -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("a", "lab/a", gpus=8, min_runtime=min_runtime)
+    c.at(ask_at).submit("b", "lab/b", gpus=8, min_runtime="15m")
+    p = c.preempted("a")
+    if not preempted:
+        assert p is None and c.pending() == {"b"}
+        return
+    assert (p.reason, p.beneficiary) == ("fair_share", "b")
+    assert p.time >= c.placed("a").protected_until
+    assert set(c.placed("b").hosts) == {"h0"}
+
+
+def test_protected_work_is_preempted_once_protection_ends_without_new_input() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("a", "lab/a", gpus=8, min_runtime="1h")
+    c.at("10m").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    assert next_wakeup(c.state) == c.start + H  # the moment protection ends
+    c.at("1h").tick()
+    assert c.preempted("a").reason == "fair_share"
+
+
+HYSTERESIS_CASES = [
+    # b ran 8 GPU-h; a then runs from 1h; b asks when a's usage is `lead` x b's
+    (0.05, 1.03, False),
+    (0.01, 1.03, True),
+    (0.05, 1.10, True),
+    (0.0, 1.01, True),
+]
+
+
+@pytest.mark.parametrize(
+    ("hysteresis", "lead", "preempted"),
+    HYSTERESIS_CASES,
+    ids=["within-margin", "smaller-margin", "beyond-margin", "no-margin"],
+)
+def test_hysteresis_margin(hysteresis: float, lead: float, preempted: bool) -> None:
+    c = cluster(hosts=1, hysteresis=hysteresis).tree({"lab/a": 1, "lab/b": 1})
+    _use(c, "lab/b", 8, "b-history")  # b: 8 GPU-h from 0 to 1h
+    c.submit("a", "lab/a", gpus=8, min_runtime="15m")  # a from 1h on
+    c.at(H + lead * H).submit("b", "lab/b", gpus=8, min_runtime="15m")
+    p = c.preempted("a")
+    assert (p is not None) == preempted
+    if preempted:
+        compared = p.explain["compared"]
+        assert compared["lab/a"] > compared["lab/b"] * (1 + hysteresis)
+        assert compared["lab/a"] == pytest.approx(lead * compared["lab/b"], rel=1e-3)
+
+
+def test_no_fair_share_preemption_within_one_allocation() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("old", "lab/a", gpus=8, min_runtime="15m")
+    c.at("5h").submit("urgent", "lab/a", gpus=8, min_runtime="15m", priority=100)
+    assert c.preempted("old") is None
+    assert c.pending() == {"urgent"}
+
+
+def test_no_preemption_for_a_beneficiary_that_does_not_outrank() -> None:
+    # b used more than a: b's request does not take a's GPUs even past protection
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    _use(c, "lab/b", 40, "b-history")
+    c.submit("a", "lab/a", gpus=8, min_runtime="15m")
+    c.after("1h").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    assert c.preempted("a") is None
+
+
+VICTIM_CASES = [
+    # (setup: [(host, gpus, id, allocation, min_runtime)], request gpus, expected victims)
+    (
+        # fewest GPUs: the 4-GPU filler on h1 rather than the 8-GPU one on h0
+        [
+            ("h0", 8, "u-big", "lab/c", 0),
+            ("h1", 4, "u-small", "lab/c", 0),
+            ("h1", 4, "prot", "lab/c", "8h"),
+        ],
+        4,
+        ["u-small"],
+    ),
+    (
+        # unallocated before charged past-protection work
+        [("h0", 4, "charged", "lab/c", "15m"), ("h0", 4, "filler", "lab/c", 0)],
+        4,
+        ["filler"],
+    ),
+    (
+        # among charged victims, the lowest-ranked allocation (c used more than b)
+        [("h0", 4, "on-b", "lab/b", "15m"), ("h0", 4, "on-c", "lab/c", "15m")],
+        4,
+        ["on-c"],
+    ),
+    (
+        # needs both: everything on the host
+        [("h0", 4, "on-b", "lab/b", "15m"), ("h0", 4, "on-c", "lab/c", "15m")],
+        8,
+        ["on-c", "on-b"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("setup", "gpus", "victims"),
+    VICTIM_CASES,
+    ids=["fewest-gpus", "unallocated-first", "lowest-ranked-first", "takes-what-it-needs"],
+)
+def test_victim_choice(setup: list[tuple], gpus: int, victims: list[str]) -> None:
+    hosts = max(int(h[1:]) for h, *_ in setup) + 1
+    c = cluster(hosts=hosts).tree({"lab/a": 1, "lab/b": 1, "lab/c": 1})
+    c.occupy("h0", 8, "c-history", allocation="lab/c", min_runtime="15m")
+    c.after("1h").finish("c-history")  # c: 8 GPU-h, ranks last
+    for host, n, wid, alloc, min_runtime in setup:
+        c.occupy(host, n, wid, allocation=alloc, min_runtime=min_runtime)
+    c.after("1h").submit("a", "lab/a", gpus=gpus, min_runtime="15m")
+    assert [p.workload for p in c.preemptions()] == victims
+    assert all(p.beneficiary == "a" for p in c.preemptions())
+    assert c.placed("a") is not None
+
+
+# --------------------------------------------------------------------------------------
+# Rule 8: contracts and zero-share leaves
+
+CONTRACT_CASES = [
+    # (config, min_runtime, accepted?, message fragment)
+    ({}, "8h", True, None),
+    ({}, "8h1m", False, "exceeds the cap 8h"),
+    ({"max_min_runtime": "1h"}, "2h", False, "max_min_runtime"),
+    ({"max_min_runtime": "1h"}, "1h", True, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "min_runtime", "accepted", "message"),
+    CONTRACT_CASES,
+    ids=["at-default-cap", "above-default-cap", "above-configured-cap", "at-configured-cap"],
+)
+def test_min_runtime_cap(
+    config: dict, min_runtime: str, accepted: bool, message: str | None
+) -> None:
+    c = cluster(hosts=1, **config).tree({"lab/a": 1})
+    out = c.submit("w", "lab/a", gpus=1, min_runtime=min_runtime)
+    if accepted:
+        assert out[0].type == "workload.submitted"
+        assert c.placed("w").protected_until == c.now + seconds(min_runtime)
+    else:
+        assert [e.type for e in out] == ["workload.rejected"]
+        assert message in out[0].error and "resumable" in out[0].error
+        assert "w" not in c.state.workloads
+
+
+UNCHARGED_CASES = [
+    # (tree, allocation, min_runtime): both run uncharged and unprotected
+    ({"lab/a": 1}, "lab/a", 0),
+    ({"lab/a": 1, "lab/zero": 0}, "lab/zero", "1h"),
+]
+
+
+@pytest.mark.parametrize(
+    ("tree", "alloc", "min_runtime"), UNCHARGED_CASES, ids=["min-runtime-0", "zero-share-leaf"]
+)
+def test_uncharged_work(tree: dict, alloc: str, min_runtime: Any) -> None:
+    c = cluster(hosts=1).tree(tree)
+    c.submit("free", alloc, gpus=4, min_runtime=min_runtime)
+    placed = c.placed("free")
+    assert placed.charged is False
+    assert placed.protected_until == placed.time
+    assert c.state.workloads["free"].protected_until == placed.time
+    c.after("2h").tick()
+    assert c.charged_total(alloc) == 0.0
+    assert c.charged_total("lab") == 0.0
+    assert c.unallocated_total(alloc) == pytest.approx(4 * 2 * H)
+    # preemptible by any allocated request, at once
+    c.budget("lab/other", 1)
+    c.submit("paid", "lab/other", gpus=8, min_runtime="15m")
+    assert c.preempted("free").reason == "unallocated"
+
+
+def test_zero_share_leaf_sorts_after_allocated_work() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/zero": 0})
+    order = _release_order(c, [("z", "lab/zero", {"min_runtime": "1h"}), ("a", "lab/a", {})])
+    assert order == ["a", "z"]
+    assert c.placed("z").charged is False and c.placed("a").charged is True
+
+
+# --------------------------------------------------------------------------------------
+# Rule 9: health
+
+
+def _health_cluster() -> Cluster:
+    c = cluster(hosts=2).tree({"lab/a": 1})
+    c.occupy("h0", 4, "alloc", min_runtime="30m")
+    c.occupy("h0", 4, "free", min_runtime=0)
+    return c
+
+
+def test_unhealthy_host_preempts_unallocated_now_and_takes_no_work() -> None:
+    c = _health_cluster()
+    n = len(c.journal)
+    c.at("5m").health("h0", False)
+    drain = c.preempted("free")
+    assert (drain.reason, drain.time) == ("drain", c.start + 300)
+    assert c.preempted("alloc") is None  # still protected
+    assert c.hosts_of("free") == {"h1"}  # requeued and placed elsewhere
+    c.submit("new", "lab/a", gpus=4, min_runtime="1h")
+    c.submit("new2", "lab/a", gpus=4, min_runtime="1h")
+    c.submit("new3", "lab/a", gpus=4, min_runtime="1h")
+    assert c.hosts_of("new") == c.hosts_of("new2") == {"h1"}  # new2 preempted `free`
+    assert c.pending() == {"free", "new3"}  # h0 has 4 free GPUs but takes nothing
+    assert c.free("h0") == 4
+    assert "h0" not in {h for e in c.journal[n:] if e.type == "workload.placed" for h in e.hosts}
+
+
+def test_unhealthy_host_preempts_allocated_work_at_protection_end_then_drains() -> None:
+    c = _health_cluster()
+    c.at("5m").health("h0", False)
+    assert c.drained() == ["h1", "h1"]  # only while `occupy` cordoned it
+    assert next_wakeup(c.state) == c.start + seconds("30m")
+    c.at("29m").tick()
+    assert c.preempted("alloc") is None
+    c.at("30m").tick()
+    p = c.preempted("alloc")
+    assert (p.reason, p.requeued, p.time) == ("drain", True, c.start + 1800)
+    assert c.drained()[2:] == ["h0"]
+    assert c.state.hosts["h0"].drained and not c.state.hosts["h0"].workloads
+    c.at("31m").tick()
+    assert c.drained()[2:] == ["h0"]  # reported once
+
+
+def test_empty_unhealthy_host_drains_at_once_and_returns_when_healthy() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.health("h0", False)
+    assert c.drained() == ["h0"]
+    c.submit("w", "lab/a", gpus=8, min_runtime="1h")
+    assert c.placed("w") is None
+    c.after("1m").health("h0", True)
+    assert set(c.placed("w").hosts) == {"h0"}
+    assert not c.state.hosts["h0"].drained
+
+
+# --------------------------------------------------------------------------------------
+# Rule 10: large-job reservation against fragmentation
+
+
+def _fragmented(with_big: bool) -> Cluster:
+    """h0: protected until 30m and 2h; h1: protected until 1h; h2: free."""
+    c = cluster(hosts=3).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 4, "a-30m", min_runtime="30m")
+    c.occupy("h0", 4, "a-2h", min_runtime="2h")
+    c.occupy("h1", 8, "a-1h", min_runtime="1h")
+    if with_big:
+        c.at("1m").submit("big", "lab/b", gpus=16, min_runtime="1h")
+    return c
+
+
+RESERVATION_CASES = [
+    # (big job waiting?, late job contract, placed?)
+    (True, {"gpus": 4, "min_runtime": "2h"}, False),  # would delay the big job
+    (False, {"gpus": 4, "min_runtime": "2h"}, True),
+    (True, {"gpus": 3, "min_runtime": "10m"}, True),  # ends before: backfilled
+    (True, {"gpus": 4, "min_runtime": 0}, True),  # unallocated: preemptible anyway
+]
+
+
+@pytest.mark.parametrize(
+    ("with_big", "contract", "placed"),
+    RESERVATION_CASES,
+    ids=["long-not-backfilled", "long-placed-without-reservation", "short-backfilled", "filler"],
+)
+def test_reservation_blocks_backfill_that_would_delay(
+    with_big: bool, contract: dict, placed: bool
+) -> None:
+    c = _fragmented(with_big)
+    if with_big:
+        assert c.placed("big") is None
+    c.at("2m").submit("late", "lab/a", **contract)
+    got = c.placed("late")
+    assert (got is not None) == placed
+    if placed and with_big:
+        assert set(got.hosts) == {"h2"}
+        if contract["min_runtime"]:
+            assert got.explain["backfill"]["reserved_for"] == "big"
+
+
+def test_large_job_gets_the_hosts_that_free_soonest() -> None:
+    c = _fragmented(True)
+    c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
+    c.at("1h").tick()
+    big = c.placed("big")
+    assert big is not None and set(big.hosts) == {"h1", "h2"}
+    assert {p.workload for p in c.preemptions()} == {"a-1h"}
+    assert all(p.reason == "fair_share" for p in c.preemptions())
+    assert c.placed("late") is None  # still waiting: h0 not free, h1/h2 taken
+    assert c.running() >= {"a-30m", "a-2h", "big"}
+
+
+# --------------------------------------------------------------------------------------
+# Rule 11: short-job headroom (needs >= 8 hosts: one host in eight at most)
+
+
+def _headroom_cluster() -> Cluster:
+    c = cluster(hosts=8, headroom_hosts=1).tree({"lab/a": 1})
+    for i in range(7):
+        c.submit(f"train-{i}", "lab/a", gpus=8, min_runtime="8h")
+    assert c.state.headroom == frozenset({"h7"})
+    assert "h7" not in {h for e in c.placements() for h in e.hosts}
+    return c
+
+
+def test_headroom_only_for_few_hosts() -> None:
+    assert cluster(hosts=7, headroom_hosts=1).state.headroom == frozenset()
+    assert cluster(hosts=16, headroom_hosts=3).state.headroom == frozenset({"h14", "h15"})
+
+
+HEADROOM_CASES = [
+    # (contract, placed on h7?)
+    ({"gpus": 8, "min_runtime": "8h"}, False),
+    ({"gpus": 3, "min_runtime": "10m"}, False),  # too many GPUs to be short
+    ({"gpus": 1, "min_runtime": "1h"}, False),  # too long to be short
+    ({"gpus": 1, "min_runtime": "10m"}, True),
+    ({"gpus": 2, "min_runtime": "15m"}, True),
+    ({"gpus": 8, "min_runtime": 0}, True),  # unallocated filler may use it
+]
+
+
+@pytest.mark.parametrize(
+    ("contract", "placed"),
+    HEADROOM_CASES,
+    ids=["long-8", "3-gpus", "1h-job", "short-1", "short-2-at-limits", "unallocated"],
+)
+def test_headroom(contract: dict, placed: bool) -> None:
+    c = _headroom_cluster()
+    c.submit("w", "lab/a", **contract)
+    got = c.placed("w")
+    if placed:
+        assert set(got.hosts) == {"h7"} and got.explain.get("headroom") is True
+    else:
+        assert got is None and c.pending() >= {"w"}
+
+
+def test_headroom_filler_is_preempted_for_a_short_job() -> None:
+    c = _headroom_cluster()
+    c.submit("filler", "lab/a", gpus=8, min_runtime=0)
+    c.after("1m").submit("debug", "lab/a", gpus=1, min_runtime="5m")
+    p = c.preempted("filler")
+    assert (p.reason, p.beneficiary) == ("unallocated", "debug")
+    assert set(c.placed("debug").hosts) == {"h7"}
+
+
+def test_short_job_prefers_headroom_over_training_hosts() -> None:
+    c = cluster(hosts=8, headroom_hosts=1).tree({"lab/a": 1})
+    c.submit("debug", "lab/a", gpus=1, min_runtime="5m")
+    assert set(c.placed("debug").hosts) == {"h7"}
+
+
+def test_headroom_is_configurable() -> None:
+    c = cluster(hosts=8, headroom_hosts=0).tree({"lab/a": 1})
+    for i in range(8):
+        c.submit(f"train-{i}", "lab/a", gpus=8, min_runtime="8h")
+    assert c.pending() == set() and c.state.headroom == frozenset()
+
+
+# --------------------------------------------------------------------------------------
+# Rule 4: ordering policies
+
+POLICY_JOBS = [
+    # (id, gpus, min_runtime, expected_runtime); submitted a second apart, one allocation
+    ("c1", 2, "30m", None),
+    ("c2", 8, "1h", None),
+    ("c3", 4, "4h", None),
+    ("c4", 1, "5m", "10h"),
+    ("c5", 2, "10m", None),
+]
+POLICY_CASES = [
+    ("fifo", "c1"),
+    ("largest-first", "c2"),
+    ("longest-first", "c4"),  # declared runtime wins over min_runtime
+    ("shortest-first", "c5"),
+    ("fairshare", "c1"),
+]
+
+
+@pytest.mark.parametrize(("policy", "first"), POLICY_CASES, ids=[p for p, _ in POLICY_CASES])
+def test_ordering_policy_picks_first(policy: str, first: str) -> None:
+    c = cluster(hosts=1, ordering=policy).tree({"lab/a": 1})
+    c.cordon_all()
+    for i, (wid, gpus, min_runtime, expected) in enumerate(POLICY_JOBS):
+        c.at(i).submit(wid, "lab/a", gpus=gpus, min_runtime=min_runtime, expected_runtime=expected)
+    order = c.uncordon_all()
+    assert order[0] == first
+    assert c.placed(first).explain["policy"] == policy
+    assert c.placed(first).explain["position"] == 1
+
+
+def test_budget_agnostic_policies_ignore_fair_share() -> None:
+    c = cluster(hosts=1, ordering="fifo").tree({"lab/a": 1, "lab/b": 1})
+    _use(c, "lab/a", 40, "history")
+    order = _release_order(c, [("a", "lab/a", {}), ("b", "lab/b", {})])
+    assert order == ["a", "b"]  # fairshare would put b (unused budget) first
+    c2 = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    _use(c2, "lab/a", 40, "history")
+    assert _release_order(c2, [("a", "lab/a", {}), ("b", "lab/b", {})]) == ["b", "a"]
+
+
+def test_budget_agnostic_policies_preempt_only_unallocated() -> None:
+    c = cluster(hosts=1, ordering="largest-first").tree({"lab/a": 1, "lab/b": 1})
+    c.submit("a", "lab/a", gpus=8, min_runtime="15m")
+    c.at("5h").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    assert c.preempted("a") is None
+    c.finish("a")
+    c.submit("filler", "lab/a", gpus=8, min_runtime=0)
+    c.finish("b")
+    c.submit("b2", "lab/b", gpus=8, min_runtime="15m")
+    assert c.preempted("filler").reason == "unallocated"
+
+
+def test_custom_ordering_policy_registration() -> None:
+    class NewestFirst(Fifo):
+        name = "test-newest-first"
+
+        def queue_key(self, w: Workload) -> tuple:
+            return (-w.submit_time,)
+
+    register_ordering(NewestFirst())
+    try:
+        c = cluster(hosts=1, ordering="test-newest-first").tree({"lab/a": 1})
+        order = _release_order(c, [("old", "lab/a", {}), ("new", "lab/a", {})])
+        assert order == ["new", "old"]
+        assert c.placed("new").explain["policy"] == "test-newest-first"
+        # and by config.set at run time
+        c.configure(ordering="fifo")
+        assert c.state.ordering.name == "fifo"
+        c.configure(ordering="test-newest-first")
+        assert c.state.ordering.name == "test-newest-first"
+    finally:
+        ORDERING.pop("test-newest-first", None)
+    out = c.configure(ordering="test-unknown-policy")
+    assert out[0].type == "config.rejected" and "test-unknown-policy" in out[0].error
+
+
+# --------------------------------------------------------------------------------------
+# legacy-priority: levels, non-preemptible caps, overflow, drain
+
+
+def _legacy(**config: Any) -> Cluster:
+    return cluster(hosts=1, ordering="legacy-priority", **config).tree({"a/x": 1, "b/x": 1})
+
+
+def test_legacy_levels_order_across_allocations() -> None:
+    c = _legacy()
+    order = _release_order(
+        c,
+        [
+            ("low", "a/x", {"priority": 0}),
+            ("urgent", "b/x", {"priority": 3}),
+            ("normal", "a/x", {"priority": 1}),
+            ("capped", "b/x", {"priority": 99}),  # levels are 0..3
+        ],
+    )
+    assert order == ["urgent", "capped", "normal", "low"]
+
+
+LEGACY_CAP_CASES = [
+    # (legacy_caps, gpus of two a/x jobs, non-preemptible flags)
+    ({"a": 4}, (4, 4), (True, False)),
+    ({"a": 8}, (4, 4), (True, True)),
+    ({}, (4, 4), (True, False)),  # default cap: share 0.5 x 8 GPUs
+    ({"a": 0}, (1, 1), (False, False)),
+]
+
+
+@pytest.mark.parametrize(
+    ("caps", "gpus", "non_preemptible"),
+    LEGACY_CAP_CASES,
+    ids=["cap-4", "cap-8", "default-cap-share", "cap-0"],
+)
+def test_legacy_non_preemptible_cap(caps: dict, gpus: tuple, non_preemptible: tuple) -> None:
+    c = _legacy(legacy_caps=caps)
+    c.submit("p1", "a/x", gpus=gpus[0], min_runtime="1h", priority=1)
+    c.submit("p2", "a/x", gpus=gpus[1], min_runtime="1h", priority=1)
+    flags = tuple(c.placed(w).protected_until is None for w in ("p1", "p2"))
+    assert flags == non_preemptible
+    for w in ("p1", "p2"):
+        if c.placed(w).protected_until is not None:
+            assert c.placed(w).protected_until == c.placed(w).time
+
+
+def test_legacy_overflow_preempted_only_by_higher_levels() -> None:
+    c = _legacy(legacy_caps={"a": 4, "b": 4})
+    c.submit("np", "a/x", gpus=4, min_runtime="1h", priority=1)
+    c.submit("overflow", "a/x", gpus=4, min_runtime="1h", priority=1)
+    c.after("1m").submit("same-level", "b/x", gpus=4, min_runtime="1h", priority=1)
+    assert c.preemptions() == []
+    c.after("1m").submit("higher", "b/x", gpus=4, min_runtime="1h", priority=2)
+    p = c.preempted("overflow")
+    assert (p.reason, p.beneficiary) == ("priority", "higher")
+    assert p.explain["beneficiary_priority"] == 2 and p.explain["victim_priority"] == 1
+    c.after("10h").submit("urgent", "b/x", gpus=4, min_runtime="1h", priority=3)
+    assert c.preempted("np") is None  # non-preemptible, even for urgent work
+    assert c.preempted("higher") is None  # b's non-preemptible share
+    assert c.running() == {"np", "higher"}
+
+
+def test_legacy_drain_waits_for_non_preemptible_work() -> None:
+    c = _legacy(legacy_caps={"a": 4})
+    c.submit("np", "a/x", gpus=4, min_runtime="1h", priority=1)
+    c.submit("overflow", "a/x", gpus=4, min_runtime="1h", priority=1)
+    c.after("1m").health("h0", False)
+    assert c.preempted("overflow").reason == "drain"
+    c.after("100h").tick()
+    assert c.preempted("np") is None and c.drained() == []
+    c.finish("np")
+    assert c.drained() == ["h0"]
+
+
+# --------------------------------------------------------------------------------------
+# explain and attempts
+
+
+def test_placed_explain_carries_rank_ratio_share() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 3, "lab/b": 1})
+    c.submit("w", "lab/b", gpus=1)
+    e = c.placed("w").explain
+    assert e["rank"] == 2 and e["ratio"] == 0.0 and e["share"] == pytest.approx(0.25)
+    assert e["policy"] == "fairshare" and e["placement"] == "pack"
+
+
+def test_fair_share_preemption_explain_carries_compared_ratios() -> None:
+    c = cluster(hosts=1, window="1d").tree({"lab/a": 1, "lab/b": 1})
+    c.submit("a", "lab/a", gpus=8, min_runtime="15m")
+    c.at("1h").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    e = c.preempted("a").explain
+    assert e["compared"] == {"lab/b": 0.0, "lab/a": pytest.approx(8 / (0.5 * 8 * 24), abs=1e-6)}
+    assert (e["beneficiary_rank"], e["victim_rank"]) == (1, 2)
+    assert e["hysteresis"] == 0.05 and e["ran_s"] == 3600.0
+    assert e["victim_allocation"] == "lab/a" and e["beneficiary_allocation"] == "lab/b"
+
+
+def test_attempts_increase_and_stale_finish_is_rejected() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("w", "lab/a", gpus=8, min_runtime="15m")
+    assert c.placed("w").attempt == 1
+    c.at("20m").submit("b", "lab/b", gpus=8, min_runtime="15m")
+    assert c.preempted("w").attempt == 1
+    c.at("40m").finish("b")
+    assert c.placed("w").attempt == 2 and c.state.workloads["w"].attempt == 2
+    out = c.finish("w", attempt=1)
+    assert [e.type for e in out] == ["workload.rejected"]
+    assert "attempt 1" in out[0].error and "attempt 2" in out[0].error
+    assert c.state.workloads["w"].state == "running"
+    out = c.finish("w", attempt=2)
+    assert out[0].type == "workload.finished" and "w" not in c.state.workloads
+
+
+# --------------------------------------------------------------------------------------
+# Rule 1/2: time and usage through the scheduler
+
+
+def test_usage_accrues_by_event_time_to_leaf_and_ancestors() -> None:
+    c = cluster(hosts=2).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("w", "lab/a", gpus=4, min_runtime="15m")
+    c.at("30m").tick()
+    assert c.usage("lab/a") == pytest.approx(4 * 1800)
+    assert c.usage("lab") == pytest.approx(4 * 1800)
+    assert c.usage("lab/b") == 0.0
+    c.at("90m").finish("w")
+    c.at("10h").tick()
+    assert c.charged_total("lab/a") == pytest.approx(4 * 5400)
+    assert math.isclose(c.usage("lab"), 4 * 5400)
+
+
+def test_finish_and_cancel_release_gpus() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.submit("run", "lab/a", gpus=6)
+    c.submit("wait", "lab/a", gpus=4)
+    assert c.free("h0") == 2 and c.pending() == {"wait"}
+    c.cancel("wait")
+    assert c.pending() == set() and c.state.pending_count == 0
+    c.after(1).submit("next", "lab/a", gpus=4)
+    c.after(1).cancel("run")
+    assert c.running() == {"next"} and c.free("h0") == 4
+    assert c.of_type("workload.cancelled", "run")
+
+
+def test_decisions_carry_cause_and_scheduler_actor() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    out = c.submit("w", "lab/a")
+    placed = out[1]
+    assert isinstance(placed, ev.WorkloadPlaced)
+    assert placed.cause == out[0].id and placed.actor == "allot"
+    assert placed.time == out[0].time
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known deviation: victims are taken greedily in preference order and then "
+    "trimmed, which is not the fewest GPUs (rule 6) when a later victim alone suffices",
+)
+def test_victims_are_the_fewest_gpus_even_against_preference_order() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/c": 1})
+    c.submit("old-3", "lab/c", gpus=3, min_runtime="15m")  # least preferred: started first
+    c.after(1).submit("two-a", "lab/c", gpus=2, min_runtime="15m")
+    c.after(1).submit("two-b", "lab/c", gpus=2, min_runtime="15m")
+    c.after(1).submit("pinned", "lab/c", gpus=1, min_runtime="8h")
+    c.at("1h").submit("new", "lab/a", gpus=3, min_runtime="15m")
+    assert c.placed("new") is not None
+    assert [p.workload for p in c.preemptions()] == ["old-3"]  # 3 GPUs, not 2 + 2
