@@ -19,6 +19,7 @@ from domain.state import RUNNING, State
 from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
+MAX_HOST_GPUS = 1024  # far above any real host; keeps a typo from allocating millions
 _DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
 
 
@@ -221,8 +222,8 @@ def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
     _require_admin(state, e.actor, "register hosts")
     if not e.host:
         raise Rejected("host name is empty")
-    if e.gpus <= 0:
-        raise Rejected(f"a host needs at least 1 GPU, got {e.gpus}")
+    if e.gpus <= 0 or e.gpus > MAX_HOST_GPUS:
+        raise Rejected(f"a host has 1 to {MAX_HOST_GPUS} GPUs, got {e.gpus}")
     if e.host in state.hosts:
         raise Rejected(
             f"host {e.host!r} is already registered with {state.hosts[e.host].gpus} GPUs"
