@@ -398,13 +398,21 @@ class _Cycle:
                 if got - c[2] >= need:
                     taken.remove(c)
                     got -= c[2]
-            cost = (
-                sum(c[1].held for c in taken),
-                sum(c[1].held for c in taken if c[1].charged),
-                host.index,
+            # greedy in preference order can overshoot: one victim alone may be fewer GPUs
+            alone = min(
+                (c for c in cands if free + c[2] >= need),
+                key=lambda c: (c[1].held, c[0]),
+                default=None,
             )
-            if best is None or cost < best[0]:
-                best = (cost, host, taken)
+            options = [taken] if alone is None else [taken, [alone]]
+            for victims in options:
+                cost = (
+                    sum(c[1].held for c in victims),
+                    sum(c[1].held for c in victims if c[1].charged),
+                    host.index,
+                )
+                if best is None or cost < best[0]:
+                    best = (cost, host, victims)
         if best is None:
             return None
         return [best[1]], [(c[1], c[3]) for c in best[2]]

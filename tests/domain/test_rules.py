@@ -861,11 +861,6 @@ def test_decisions_carry_cause_and_scheduler_actor() -> None:
     assert placed.time == out[0].time
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known deviation: victims are taken greedily in preference order and then "
-    "trimmed, which is not the fewest GPUs (rule 6) when a later victim alone suffices",
-)
 def test_victims_are_the_fewest_gpus_even_against_preference_order() -> None:
     c = cluster(hosts=1).tree({"lab/a": 1, "lab/c": 1})
     c.submit("old-3", "lab/c", gpus=3, min_runtime="15m")  # least preferred: started first
