@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from allot.commands import trace
+from allot.commands import executor, ops, requests, serve, trace, views
 from allot.progress import sim_progress
 
 app = typer.Typer(
@@ -27,6 +27,9 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(trace.app, name="trace", help="Import cluster traces into allot's submissions JSONL.")
+
+for _module in (requests, serve, views, ops, executor):
+    _module.register(app)
 
 console = Console()
 err = Console(stderr=True)

@@ -1,0 +1,83 @@
+"""Options every live command shares: where the journal is, which cluster, who you are."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+KafkaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--kafka",
+        envvar="ALLOT_KAFKA",
+        help="Kafka bootstrap HOST:PORT (default $ALLOT_KAFKA).",
+        show_default=False,
+    ),
+]
+DataOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data", help="Embedded journal folder (no broker): DIR/inbox.jsonl, DIR/journal.jsonl."
+    ),
+]
+JournalOpt = Annotated[
+    Path | None,
+    typer.Option("--journal", help="Read a journal file, e.g. a simulation's journal.jsonl."),
+]
+ClusterOpt = Annotated[
+    str,
+    typer.Option(
+        "--cluster",
+        envvar="ALLOT_CLUSTER",
+        help="Cluster name (default $ALLOT_CLUSTER, else 'default').",
+    ),
+]
+AsOpt = Annotated[
+    str | None,
+    typer.Option("--as", help="Act as this principal (default $USER).", show_default=False),
+]
+
+
+class TargetError(ValueError):
+    """A missing or conflicting --kafka/--data/--journal: one line for the user."""
+
+
+@dataclass(frozen=True)
+class Target:
+    kafka: str | None = None
+    data: Path | None = None
+    journal: Path | None = None
+
+    @property
+    def label(self) -> str:
+        return f"kafka {self.kafka}" if self.kafka else f"{self.data or self.journal}"
+
+
+def resolve_target(
+    kafka: str | None, data: Path | None, journal: Path | None = None, *, writable: bool = True
+) -> Target:
+    """Exactly one source: --data wins over $ALLOT_KAFKA when both are set."""
+    if journal is not None:
+        if writable:
+            raise TargetError(
+                "--journal is read-only; use --data DIR or --kafka HOST:PORT to send requests"
+            )
+        return Target(journal=journal)
+    if data is not None:
+        return Target(data=data)
+    if kafka:
+        return Target(kafka=kafka)
+    raise TargetError(
+        "say where the scheduler is: --kafka HOST:PORT (or $ALLOT_KAFKA) or --data DIR"
+    )
+
+
+def whoami(explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    return os.environ.get("USER") or getpass.getuser()

@@ -1,0 +1,9 @@
+"""allot serve commands (being built)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `allot` app."""

@@ -1,0 +1,137 @@
+"""The scheduler loop's transport-free heart: inbox records in, journal records out.
+
+Both shells use it — `allot serve --data DIR` (the embedded file journal) and the
+faust/aiokafka worker — so they decide identically:
+
+1. decode: bytes that are not a JSON object become a dead-letter entry (DLQ);
+   anything else becomes an input event or its `*.rejected`;
+2. stamp: an accepted input's event time is the record's broker timestamp, clamped so
+   it never goes backwards (the client's own `time` is only a claim: a claim older than
+   the usage window is rejected);
+3. `domain.handle`: admit -> evolve -> decide;
+4. encode: every resulting record carries `inbox: [partition, offset]` of the input
+   that caused it, so a restarted worker resumes after the last offset in its journal
+   and never folds an input twice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from domain import State, evolve, handle
+from domain import events as ev
+from domain.config import SchedulerConfig
+from streams.codec import Undecodable, decode_event, load_object
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRecord:
+    partition: int
+    offset: int
+    timestamp: float  # broker (or embedded append) time, seconds since the epoch
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    record: InboxRecord
+    error: str
+
+
+@dataclass
+class BatchResult:
+    journal: list[bytes] = field(default_factory=list)  # encoded journal records, in order
+    dead: list[DeadLetter] = field(default_factory=list)
+    inputs: int = 0  # inbox records folded (accepted or rejected)
+
+
+def encode_with_source(event: Any, record: InboxRecord) -> bytes:
+    body = ev.event_to_dict(event)
+    body["inbox"] = [record.partition, record.offset]
+    return orjson.dumps(body)
+
+
+class SchedulerCore:
+    """One cluster's scheduler state plus where it is in the inbox."""
+
+    def __init__(self, cluster: str, config: SchedulerConfig | None = None) -> None:
+        # the config takes effect through a journaled config.set, exactly as on replay
+        self.state = State(cluster)
+        self.wanted = config
+        # inbox partition -> last offset folded (resume point = this + 1)
+        self.positions: dict[int, int] = {}
+
+    # ------------------------------------------------------------- recovery
+    def fold_journal(self, lines: Iterable[bytes]) -> int:
+        """Rebuild from journal records (evolve only; decisions are facts now)."""
+        count = 0
+        for line in lines:
+            raw = load_object(line)
+            source = raw.get("inbox")
+            event = decode_event(line)
+            if event.cluster != self.state.cluster:
+                continue
+            evolve(self.state, event)
+            if isinstance(source, list) and len(source) == 2:
+                partition, offset = int(source[0]), int(source[1])
+                self.positions[partition] = max(self.positions.get(partition, -1), offset)
+            count += 1
+        return count
+
+    def seen(self, record: InboxRecord) -> bool:
+        return record.offset <= self.positions.get(record.partition, -1)
+
+    # -------------------------------------------------------------- process
+    def config_event(self, record: InboxRecord, config: SchedulerConfig) -> ev.ConfigSet:
+        return ev.ConfigSet(
+            id=f"{self.state.cluster}/config@{record.partition}:{record.offset}",
+            time=self._stamp(record),
+            cluster=self.state.cluster,
+            actor=ev.SCHEDULER,
+            config=config.model_dump(mode="json"),
+        )
+
+    def _stamp(self, record: InboxRecord) -> float:
+        now = self.state.now
+        return record.timestamp if not math.isfinite(now) else max(now, record.timestamp)
+
+    def process(
+        self, records: Iterable[InboxRecord], out: BatchResult | None = None
+    ) -> BatchResult:
+        """Fold a batch of inbox records (already-folded offsets are skipped)."""
+        out = out or BatchResult()
+        for record in records:
+            if self.seen(record):
+                continue
+            self.positions[record.partition] = record.offset
+            stamped = self._stamp(record)
+            try:
+                raw = load_object(record.value)
+            except Undecodable as why:
+                out.dead.append(DeadLetter(record, str(why)))
+                continue
+            out.inputs += 1
+            if self.wanted is not None and self.wanted != self.state.config:
+                # the scheduler's own fact (not a request): folded without admission
+                config = self.config_event(record, self.wanted)
+                evolve(self.state, config)
+                out.journal.append(encode_with_source(config, record))
+            event = ev.parse_input(raw, stamped)
+            if not isinstance(event, ev._Rejected):
+                event = self._restamp(event, stamped)
+            for produced in handle(self.state, event):
+                out.journal.append(encode_with_source(produced, record))
+        return out
+
+    def _restamp(self, event: Any, stamped: float) -> Any:
+        """The broker's time replaces the claim; a claim from before the window is kept
+        so admission rejects it (`claims time ... older than the window`)."""
+        claimed = event.time
+        if math.isfinite(claimed) and claimed < stamped - self.state.config.window:
+            return event
+        return event.model_copy(update={"time": stamped})
