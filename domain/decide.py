@@ -367,7 +367,7 @@ class _Cycle:
                 for vid, n in on_host.items():
                     v = s.workloads[vid]
                     entries.append(
-                        ((v.charged, -ranks.get(v.allocation, 0), -v.start, v.id), v, n, reason)
+                        ((v.charged, not v.resumable, -ranks.get(v.allocation, 0), -v.start, v.id), v, n, reason)
                     )
         for entries in found.values():
             entries.sort(key=lambda c: c[0])
