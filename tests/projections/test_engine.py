@@ -70,7 +70,7 @@ def test_jumps_nobody_explains_are_journaled_as_ticks() -> None:
         gpus=8,
         min_runtime=900,
         resumable=True,
-        runtime=600,
+        runtime=3000,
     )
     filler = ev.WorkloadSubmitted(
         id="s1",
