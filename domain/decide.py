@@ -52,7 +52,7 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     if state.cordoned:
         cycle.drain()
     if state.pending_count and not cycle.quick():
-        cycle.schedule()
+        cycle.schedule(light=cycle.can_be_light())
     return cycle.out
 
 
@@ -91,6 +91,7 @@ class Blocked:
     """What the last full cycle left waiting, so quick cycles can build on it."""
 
     version: int
+    shape_version: int
     edge: float
     ranking: Ranking
     failed: dict[tuple[bool, bool], list[tuple[Any, int]]]
@@ -103,6 +104,7 @@ class _Cycle:
     __slots__ = (
         "cause",
         "holders",
+        "light_hosts",
         "now",
         "out",
         "position",
@@ -121,6 +123,7 @@ class _Cycle:
         # host -> (workload it is held for, when that workload is expected to start)
         self.reservations: dict[str, tuple[str, float]] = {}
         self.holders = 0  # workloads that tried to reserve this cycle
+        self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
         # (allocation, priority) -> host -> victims; see victim_map
         self.victim_cache: dict[tuple[str, int], dict[str, list[Any]]] = {}
@@ -203,19 +206,46 @@ class _Cycle:
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
             failures.append((key, w.gpus))
-            if allocated and (last.holders < MAX_RESERVATIONS or key < last.last_holder_key):
+            if allocated and (
+                last.holders < MAX_RESERVATIONS
+                or last.last_holder_key is None
+                or key < last.last_holder_key
+            ):
                 return False  # it would hold a reservation
         s.fresh.clear()
         return True
 
-    def schedule(self) -> None:
+    def can_be_light(self) -> bool:
+        last = self.state.blocked
+        return (
+            last is not None
+            and self.now < last.edge
+            and last.shape_version == self.state.shape_version
+        )
+
+    def schedule(self, light: bool = False) -> None:
+        """The full cycle, or a *light* one when only capacity was freed (completions,
+        cancels) since the last: the same order on the last snapshot, its reservations
+        kept, and victims sought only on the hosts where GPUs were freed (elsewhere
+        nothing changed that could let a preemption succeed)."""
         s = self.state
         policy = s.ordering
-        ranking = self.ranking = s.ordering.rank(s, self.now)
-        # a quick attempt may have borrowed the last cycle's view: start clean
-        self.reservations, self.holders, self.victim_cache = {}, 0, {}
+        last = s.blocked
+        self.victim_cache = {}
+        if light:
+            ranking = self.ranking = last.ranking
+            self.reservations, self.holders = dict(last.reservations), MAX_RESERVATIONS
+            self.light_hosts = frozenset(s.freed_hosts)
+            last_holder_key = last.last_holder_key
+            edge = last.edge
+        else:
+            ranking = self.ranking = s.ordering.rank(s, self.now)
+            # a quick attempt may have borrowed the last cycle's view: start clean
+            self.reservations, self.holders = {}, 0
+            self.light_hosts = None
+            last_holder_key = None
+            edge = s.charged.next_edge(self.now)
         failures: dict[tuple[bool, bool], list[tuple[Any, int]]] = {}
-        last_holder_key = None
         heap: list[tuple[Any, ...]] = []
         for key, queue in s.queues.items():
             w = s.workloads[queue[0][1]]
@@ -247,9 +277,11 @@ class _Cycle:
                 last_holder_key = sort_key
                 self.reserve(w, short)
         s.fresh.clear()
+        s.freed_hosts.clear()
         s.blocked = Blocked(
             version=s.version,
-            edge=s.charged.next_edge(self.now),
+            shape_version=s.shape_version,
+            edge=edge,
             ranking=ranking,
             failed=failures,
             reservations=self.reservations,
@@ -288,6 +320,8 @@ class _Cycle:
         single = w.gpus <= s.max_host_gpus()
         hosts = self.free_hosts(w, allocated, short, single)
         preempted: list[str] = []
+        if hosts is None and self.light_hosts is not None and not single:
+            return False  # light cycle: gangs preempt in the next full cycle
         if hosts is None and (allocated or s.ordering.unallocated_may_preempt):
             plan = (
                 self.victims_single(w, allocated, short)
@@ -367,7 +401,18 @@ class _Cycle:
                 for vid, n in on_host.items():
                     v = s.workloads[vid]
                     entries.append(
-                        ((v.charged, not v.resumable, -ranks.get(v.allocation, 0), -v.start, v.id), v, n, reason)
+                        (
+                            (
+                                v.charged,
+                                not v.resumable,
+                                -ranks.get(v.allocation, 0),
+                                -v.start,
+                                v.id,
+                            ),
+                            v,
+                            n,
+                            reason,
+                        )
                     )
         for entries in found.values():
             entries.sort(key=lambda c: c[0])
@@ -380,7 +425,10 @@ class _Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
+        light = self.light_hosts
         for name, cands in self.victim_map(w).items():
+            if light is not None and name not in light:
+                continue
             host = s.hosts[name]
             free = len(host.free)
             if host.gpus < need or free + sum(c[2] for c in cands) < need:

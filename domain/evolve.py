@@ -28,12 +28,26 @@ def evolve(state: State, event: Any) -> State:
             state.fresh.append(event.workload)
         else:
             state.version += 1
+            if event.type in _SHAPE_CHANGES:
+                state.shape_version += 1
     if event.type in ev.INPUT_TYPES:
         state.remember(state.seen_order, state.seen_ids, event.id)
         state.forget_old()
     else:  # decisions and rejections: the scheduler's own records, numbered
         state.seq += 1
     return state
+
+
+_SHAPE_CHANGES = frozenset(
+    {
+        "workload.preempted",
+        "budget.set",
+        "budget.removed",
+        "host.registered",
+        "host.health",
+        "config.set",
+    }
+)
 
 
 def _submitted(state: State, e: ev.WorkloadSubmitted) -> None:
@@ -63,6 +77,7 @@ def _release(state: State, w: Workload, now: float) -> None:
             continue
         host.free = sorted((*host.free, *gpus))
         host.workloads.pop(w.id, None)
+        state.freed_hosts[name] = None
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, -w.held, now)
     if math.isinf(w.protected_until):

@@ -98,6 +98,10 @@ class State:
         self.exposed: dict[tuple[bool, str, int], dict[str, dict[str, int]]] = {}
         # bumped by anything that could unblock waiting work (see decide's quick cycles)
         self.version = 0
+        # bumped only by what changes who may preempt whom or where work may go: a
+        # protection end, a preemption, a budget, host or config change
+        self.shape_version = 0
+        self.freed_hosts: dict[str, None] = {}  # GPUs freed here since the last cycle
         self.fresh: list[str] = []  # submitted since the last full cycle
         self.blocked: Any = None  # the last full cycle's outcome (domain.decide.Blocked)
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
@@ -177,6 +181,7 @@ class State:
         """`w`'s protection has ended: its hosts become places victims may be found."""
         w.exposed = True
         self.version += 1
+        self.shape_version += 1
         group = self.exposed.setdefault((w.charged, w.allocation, w.priority), {})
         for name, gpus in w.hosts.items():
             self.hosts[name].exposed += len(gpus)
