@@ -390,13 +390,18 @@ class _Cycle:
         s = self.state
         ranks = self.ranking.ranks
         now = self.now
+        only = self.light_hosts
         found = {}
         for hosts in s.exposed.values():
+            if only is not None and only.isdisjoint(hosts):
+                continue
             first = next(iter(next(iter(hosts.values()))))
             reason = s.ordering.may_preempt(s, self.ranking, w, s.workloads[first], now)
             if reason is None:
                 continue
             for name, on_host in hosts.items():
+                if only is not None and name not in only:
+                    continue
                 entries = found.setdefault(name, [])
                 for vid, n in on_host.items():
                     v = s.workloads[vid]
@@ -425,10 +430,9 @@ class _Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
-        light = self.light_hosts
+        if self.light_hosts is not None and not self.light_hosts:
+            return None  # light cycle and no GPUs were freed anywhere
         for name, cands in self.victim_map(w).items():
-            if light is not None and name not in light:
-                continue
             host = s.hosts[name]
             free = len(host.free)
             if host.gpus < need or free + sum(c[2] for c in cands) < need:
