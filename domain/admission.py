@@ -36,7 +36,9 @@ def admit(state: State, event: Any) -> Any:
     if bad_time:
         now = state.now if math.isfinite(state.now) else 0.0
     if isinstance(event, ev._Rejected):  # already rejected at the edge (bad bytes/fields)
-        return event.model_copy(update={"id": state.next_id(), "time": now})
+        return event.model_copy(
+            update={"id": state.next_id(), "time": now, "cluster": state.cluster}
+        )
     try:
         if bad_time:
             raise Rejected(

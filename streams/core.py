@@ -23,9 +23,10 @@ from typing import Any
 
 import orjson
 
-from domain import State, evolve, handle
+from domain import State, decide, evolve, handle
 from domain import events as ev
 from domain.config import SchedulerConfig
+from domain.rederive import is_cause, rederive
 from streams.codec import Undecodable, decode_event, load_object
 
 
@@ -56,6 +57,10 @@ def encode_with_source(event: Any, record: InboxRecord) -> bytes:
     return orjson.dumps(body)
 
 
+class _Diverged(Exception):
+    pass
+
+
 class SchedulerCore:
     """One cluster's scheduler state plus where it is in the inbox."""
 
@@ -65,23 +70,43 @@ class SchedulerCore:
         self.wanted = config
         # inbox partition -> last offset folded (resume point = this + 1)
         self.positions: dict[int, int] = {}
+        self.diverged = False  # the journal could not be re-derived (see fold_journal)
 
     # ------------------------------------------------------------- recovery
     def fold_journal(self, lines: Iterable[bytes]) -> int:
-        """Rebuild from journal records (evolve only; decisions are facts now)."""
-        count = 0
+        """Rebuild from journal records by re-deriving them (see `domain.rederive`), so
+        the rebuilt scheduler decides exactly as the one that wrote them; every decision
+        re-made is checked against the journal's. Should they ever differ (a journal
+        written by other code), the journal wins: the state is rebuilt by folding it and
+        `diverged` says so."""
+        records: list[tuple[Any, list[int] | None]] = []
         for line in lines:
             raw = load_object(line)
             source = raw.get("inbox")
-            event = decode_event(line)
-            if event.cluster != self.state.cluster:
-                continue
-            evolve(self.state, event)
-            if isinstance(source, list) and len(source) == 2:
-                partition, offset = int(source[0]), int(source[1])
+            position = (
+                [int(source[0]), int(source[1])]
+                if isinstance(source, list) and len(source) == 2
+                else None
+            )
+            records.append((decode_event(line), position))
+        for _, position in records:
+            if position is not None:
+                partition, offset = position
                 self.positions[partition] = max(self.positions.get(partition, -1), offset)
-            count += 1
-        return count
+        expected = iter(r for r, _ in records if not is_cause(r))
+        try:
+            for _, made in rederive(self.state, (r for r, _ in records)):
+                for decision in made:
+                    if ev.event_to_dict(decision) != ev.event_to_dict(next(expected)):
+                        raise _Diverged
+            if next(expected, None) is not None:
+                raise _Diverged
+        except (_Diverged, StopIteration):
+            self.diverged = True
+            self.state = State(self.state.cluster)
+            for record, _ in records:
+                evolve(self.state, record)
+        return len(records)
 
     def seen(self, record: InboxRecord) -> bool:
         return record.offset <= self.positions.get(record.partition, -1)
@@ -121,6 +146,8 @@ class SchedulerCore:
                 config = self.config_event(record, self.wanted)
                 evolve(self.state, config)
                 out.journal.append(encode_with_source(config, record))
+                for produced in decide(self.state, self.state.now, cause=config.id):
+                    out.journal.append(encode_with_source(produced, record))
             event = ev.parse_input(raw, stamped)
             if not isinstance(event, ev._Rejected):
                 event = self._restamp(event, stamped)

@@ -1,9 +1,341 @@
-"""allot requests commands (being built)."""
+"""Requests people type: submit, cancel, budget set/remove, host register/health.
+
+Each command builds one v1 request (DESIGN §4) and sends it to the inbox — of a Kafka
+broker (`--kafka HOST:PORT`, default `$ALLOT_KAFKA`) or an embedded journal folder
+(`--data DIR`). Sending is asynchronous: the scheduler validates, authorizes and
+decides; `allot submit --wait N` waits for its verdict in the journal.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
 import typer
+
+from allot.commands.common import (
+    AsOpt,
+    ClusterOpt,
+    DataOpt,
+    KafkaOpt,
+    Target,
+    TargetError,
+    resolve_target,
+    whoami,
+)
+
+
+class RequestError(ValueError):
+    """A bad flag value (e.g. a duration): one line for the user, exit 2."""
+
+
+def _errors() -> tuple[type[BaseException], ...]:
+    from streams.embedded import EmbeddedError
+    from streams.inbox import InboxError
+
+    return (TargetError, RequestError, InboxError, EmbeddedError)
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Known errors become `error: ...` on stderr and exit code 2, never a traceback."""
+    try:
+        yield
+    except _errors() as why:
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _duration(flag: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    from domain.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as why:
+        raise RequestError(f"{flag} {text!r}: {why}") from None
+
+
+def _send(
+    kafka: str | None,
+    data: Any,
+    kind: str,
+    *,
+    cluster: str,
+    actor: str | None,
+    **fields: Any,
+) -> tuple[Target, dict[str, Any]]:
+    from streams.inbox import make_request, open_inbox
+
+    target = resolve_target(kafka, data)
+    request = make_request(kind, cluster=cluster, actor=whoami(actor), **fields)
+    writer = open_inbox(target)
+    try:
+        writer.send([request])
+    finally:
+        writer.close()
+    return target, request
+
+
+def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
+    typer.echo(f"{verb} (request {request['id']} to {target.label})")
+
+
+def _when(ts: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError):
+        return str(ts)
+
+
+def describe_outcome(record: dict[str, Any]) -> str:
+    """One line about a `workload.placed` / `*.rejected` journal record."""
+    workload = record.get("workload", "?")
+    if record.get("type") == "workload.placed":
+        hosts = record.get("hosts") or {}
+        where = ", ".join(
+            f"{host}[{','.join(str(g) for g in gpus)}]" for host, gpus in hosts.items()
+        )
+        if record.get("charged"):
+            until = record.get("protected_until")
+            kind = "charged, protected until " + _when(until) if until else "charged"
+        else:
+            kind = "unallocated, preemptible"
+        return f"Workload {workload} placed on {where} ({kind}, attempt {record.get('attempt', 1)})"
+    return f"Workload {workload} rejected: {record.get('error', 'no reason given')}"
+
+
+# ---------------------------------------------------------------- commands
+
+
+def submit(
+    allocation: Annotated[
+        str,
+        typer.Option("--allocation", "-A", help="Leaf allocation path, e.g. lab/olmo/pretrain."),
+    ],
+    gpus: Annotated[int, typer.Option("--gpus", "-G", help="GPUs the workload needs.")],
+    min_runtime: Annotated[
+        str,
+        typer.Option(
+            "--min-runtime",
+            help="Shortest useful occupancy (15m, 2h; 0 = unallocated, preemptible any time).",
+        ),
+    ],
+    resumable: Annotated[
+        bool, typer.Option("--resumable", help="Requeue (don't end) it when preempted.")
+    ] = False,
+    priority: Annotated[
+        int, typer.Option("--priority", help="Order inside its allocation (higher first).")
+    ] = 0,
+    tag: Annotated[
+        list[str] | None, typer.Option("--tag", help="A tag, e.g. debug (repeatable).")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="A human-readable name.")] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option("--runtime", help="Work it needs (read only by simulated executors)."),
+    ] = None,
+    expected_runtime: Annotated[
+        str | None,
+        typer.Option("--expected-runtime", help="Your estimate; some policies order by it."),
+    ] = None,
+    parsable: Annotated[
+        bool, typer.Option("--parsable", help="Print only the workload id.")
+    ] = False,
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            help="Wait up to SECONDS for the scheduler's verdict (placed or rejected); "
+            "exit 1 if rejected or still pending.",
+        ),
+    ] = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Submit a workload. Prints `Submitted workload <id>`; the scheduler decides later."""
+    from streams.inbox import make_request, new_ulid, open_inbox, outcome_of
+
+    with one_line_errors():
+        min_s = _duration("--min-runtime", min_runtime)
+        run_s = _duration("--runtime", runtime)
+        expected_s = _duration("--expected-runtime", expected_runtime)
+        if wait is not None and not wait >= 0:
+            raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
+        target = resolve_target(kafka, data)
+        workload = new_ulid()
+        request = make_request(
+            "workload.submitted",
+            cluster=cluster,
+            actor=whoami(as_),
+            workload=workload,
+            allocation=allocation,
+            gpus=gpus,
+            min_runtime=min_s,
+            resumable=resumable,
+            priority=priority,
+            tags=list(tag or []),
+            name=name,
+            runtime=run_s,
+            expected_runtime=expected_s,
+        )
+        writer = open_inbox(target)
+        try:
+            if wait is None:
+                writer.send([request])
+                outcome = None
+            else:
+                outcome = writer.send_and_wait([request], outcome_of(workload, request["id"]), wait)
+        finally:
+            writer.close()
+    typer.echo(workload if parsable else f"Submitted workload {workload}")
+    if wait is None:
+        return
+    if outcome is None:
+        hint = ""
+        if target.data is not None:
+            from streams.embedded import serving_pid
+
+            if serving_pid(target.data) is None:
+                hint = f"; no `allot serve --data {target.data}` is running"
+        typer.echo(f"Workload {workload} still pending after {wait:g} s{hint}", err=True)
+        raise typer.Exit(1)
+    typer.echo(describe_outcome(outcome), err=parsable)
+    if outcome.get("type") != "workload.placed":
+        raise typer.Exit(1)
+
+
+def cancel(
+    workload: Annotated[str, typer.Argument(help="Workload id (as `allot submit` printed).")],
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Cancel a workload (its submitter, its allocation's managers or an admin may)."""
+    with one_line_errors():
+        target, request = _send(
+            kafka, data, "workload.cancelled", cluster=cluster, actor=as_, workload=workload
+        )
+    _sent(f"Cancel of workload {workload} sent", target, request)
+
+
+budget_app = typer.Typer(
+    help="Change the budget tree: weights, managers, members.", no_args_is_help=True
+)
+host_app = typer.Typer(help="Register hosts and report their health.", no_args_is_help=True)
+
+
+@budget_app.command("set")
+def budget_set(
+    path: Annotated[str, typer.Argument(help="Allocation path, e.g. lab/olmo/pretrain.")],
+    weight: Annotated[float, typer.Argument(help="Share among its siblings (>= 0).")],
+    manager: Annotated[
+        list[str] | None,
+        typer.Option("--manager", help="May change its children's budgets (repeatable)."),
+    ] = None,
+    member: Annotated[
+        list[str] | None, typer.Option("--member", help="May submit to it (repeatable).")
+    ] = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Create an allocation or change its weight (managers of its parent or an admin)."""
+    with one_line_errors():
+        target, request = _send(
+            kafka,
+            data,
+            "budget.set",
+            cluster=cluster,
+            actor=as_,
+            allocation=path,
+            weight=weight,
+            managers=manager,
+            members=member,
+        )
+    _sent(f"Budget change for {path} (weight {weight:g}) sent", target, request)
+
+
+@budget_app.command("remove")
+def budget_remove(
+    path: Annotated[str, typer.Argument(help="Allocation path to remove (no children).")],
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Remove an allocation that has no children and no live workloads."""
+    with one_line_errors():
+        target, request = _send(
+            kafka, data, "budget.removed", cluster=cluster, actor=as_, allocation=path
+        )
+    _sent(f"Removal of {path} sent", target, request)
+
+
+@host_app.command("register")
+def host_register(
+    host: Annotated[str, typer.Argument(help="Host name.")],
+    gpus: Annotated[int, typer.Argument(help="Number of GPUs on the host.")],
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Register a host and its GPUs (admins only, when admins are set)."""
+    with one_line_errors():
+        target, request = _send(
+            kafka, data, "host.registered", cluster=cluster, actor=as_, host=host, gpus=gpus
+        )
+    _sent(f"Registration of host {host} ({gpus} GPUs) sent", target, request)
+
+
+@host_app.command("health")
+def host_health(
+    host: Annotated[str, typer.Argument(help="Host name.")],
+    healthy: Annotated[
+        bool,
+        typer.Option(
+            "--healthy/--unhealthy",
+            help="Healthy hosts take work; unhealthy ones are cordoned and drained.",
+            show_default=False,
+        ),
+    ],
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Report a host healthy or unhealthy (unhealthy: no new work, drained when empty)."""
+    with one_line_errors():
+        target, request = _send(
+            kafka,
+            data,
+            "host.health",
+            cluster=cluster,
+            actor=as_,
+            host=host,
+            healthy=healthy,
+            reason=reason,
+        )
+    state = "healthy" if healthy else "unhealthy"
+    _sent(f"Host {host} reported {state}", target, request)
+
+
+COMMANDS: dict[str, Callable[..., None]] = {"submit": submit, "cancel": cancel}
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `allot` app."""
+    for name, command in COMMANDS.items():
+        app.command(name)(command)
+    app.add_typer(budget_app, name="budget")
+    app.add_typer(host_app, name="host")

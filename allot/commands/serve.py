@@ -1,9 +1,247 @@
-"""allot serve commands (being built)."""
+"""`allot serve`: run the scheduler for one cluster.
+
+`--data DIR`: the embedded loop (no broker) over DIR/inbox.jsonl -> DIR/journal.jsonl,
+resuming after the last inbox offset the journal records. `--kafka HOST:PORT`: the
+streaming worker (`streams.worker.run_worker`).
+
+Config: without `--config`, `--set`, `--policy` or admins, the scheduler keeps the config
+its journal records (defaults when none). With any of them, the config is the defaults
+plus those settings, journaled as `config.set` if it differs from the recorded one.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from allot.commands.common import ClusterOpt, DataOpt, KafkaOpt, TargetError, resolve_target
+from allot.commands.requests import RequestError, one_line_errors
+
+IDLE_POLL_S = 0.02  # how often an idle embedded scheduler looks at the inbox
+TICKER_ACTOR = "allot-ticker"
+
+
+class ServeError(RequestError):
+    """`allot serve` cannot start: one line for the user, exit 2."""
+
+
+def _admins(flags: list[str] | None) -> list[str] | None:
+    if flags:
+        names = [a.strip() for flag in flags for a in flag.split(",")]
+    else:
+        names = [a.strip() for a in os.environ.get("ALLOT_ADMINS", "").split(",")]
+    names = [n for n in names if n]
+    return names or None
+
+
+def build_config(
+    config_file: Path | None,
+    sets: list[str] | None,
+    policy: str | None,
+    admins: list[str] | None,
+) -> Any:
+    """The wanted SchedulerConfig, or None when nothing was asked (keep the journal's)."""
+    from allot.plugins import prepare
+    from domain.config import ConfigError, SchedulerConfig, parse_config
+    from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
+    from projections.simulate import ENGINE_KEYS, SimulationError, split_overrides
+
+    if config_file is None and not sets and policy is None and admins is None:
+        return None
+    raw: dict[str, Any] = {}
+    if config_file is not None:
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(config_file.read_text())
+        except OSError as why:
+            raise ServeError(f"--config {config_file}: {why.strerror or why}") from None
+        except yaml.YAMLError as why:
+            raise ServeError(f"--config {config_file}: not valid YAML ({why})") from None
+        if loaded is None:
+            loaded = {}
+        if isinstance(loaded, dict) and isinstance(loaded.get("config"), dict):
+            loaded = loaded["config"]  # a scenario-style file: its `config:` section
+        if not isinstance(loaded, dict):
+            raise ServeError(
+                f"--config {config_file}: expected a mapping of config keys "
+                f"({', '.join(SchedulerConfig.model_fields)})"
+            )
+        raw.update(loaded)
+    try:
+        overrides, engine = split_overrides(sets or [])
+    except SimulationError as why:
+        raise ServeError(str(why)) from None
+    if engine:
+        raise ServeError(
+            f"--set {', '.join(sorted(engine))}: only the simulator reads "
+            f"{', '.join(sorted(ENGINE_KEYS))}"
+        )
+    raw.update(overrides)
+    if policy is not None:
+        raw["ordering"] = policy
+    if admins is not None:
+        raw["admins"] = admins
+    try:
+        prepare(raw)
+        config = parse_config(raw)
+        resolve_ordering(config.ordering)
+        resolve_placement(config.placement)
+    except (ConfigError, UnknownPolicy) as why:
+        raise ServeError(str(why)) from None
+    return config
+
+
+def serve(
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    admin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admin",
+            help="May create top-level allocations, register hosts, set config "
+            "(repeatable; default $ALLOT_ADMINS, comma-separated).",
+        ),
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config", metavar="FILE.yaml", help="Scheduler config keys (YAML)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", metavar="KEY=VALUE", help="Override a config key, e.g. window=3d."),
+    ] = None,
+    policy: Annotated[
+        str | None, typer.Option("--policy", help="Ordering policy (sets `ordering`).")
+    ] = None,
+    tick: Annotated[
+        str,
+        typer.Option("--tick", help="Write a clock.tick this often so time moves (0 = never)."),
+    ] = "10s",
+    once: Annotated[
+        bool,
+        typer.Option("--once", help="Process what the inbox holds now, then exit (--data)."),
+    ] = False,
+    batch: Annotated[
+        int,
+        typer.Option("--batch", min=1, help="Inbox records folded per journal write (--data)."),
+    ] = 2000,
+) -> None:
+    """Run the scheduler: fold the inbox through the domain core into the journal."""
+    from domain.durations import parse_duration
+
+    with one_line_errors():
+        try:
+            tick_s = parse_duration(tick)
+        except ValueError as why:
+            raise ServeError(f"--tick {tick!r}: {why}") from None
+        target = resolve_target(kafka, data)
+        config = build_config(config_file, set_, policy, _admins(admin))
+        if target.data is not None:
+            _serve_embedded(target.data, cluster, config, tick_s, once, batch)
+            return
+        if once:
+            raise ServeError("--once works with --data DIR (the embedded journal) only")
+        from streams.inbox import InboxError, parse_bootstrap
+
+        try:
+            bootstrap = parse_bootstrap(target.kafka or "")
+        except InboxError as why:
+            raise ServeError(str(why)) from None
+    _serve_kafka(bootstrap, cluster, config, tick_s)
+
+
+def _serve_kafka(bootstrap: str, cluster: str, config: Any, tick_s: float) -> None:
+    from aiokafka.errors import KafkaError
+
+    try:
+        from streams import worker
+    except ImportError as why:
+        typer.echo(f"error: the Kafka worker is not available: {why}", err=True)
+        raise typer.Exit(2) from None
+    # the worker's own one-line errors (e.g. BrokerUnavailable), if it defines them
+    known = tuple(
+        cls
+        for name in ("BrokerUnavailable", "WorkerError")
+        if isinstance(cls := getattr(worker, name, None), type) and issubclass(cls, Exception)
+    )
+    try:
+        result = worker.run_worker(bootstrap, config=config, clusters=[cluster], tick_every=tick_s)
+        if inspect.isawaitable(result):
+            asyncio.run(result)  # type: ignore[arg-type]
+    except known as why:
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2) from None
+    except (KafkaError, OSError) as why:
+        typer.echo(f"error: cannot reach Kafka at {bootstrap}: {why}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _serve_embedded(
+    folder: Path, cluster: str, config: Any, tick_s: float, once: bool, batch: int
+) -> None:
+    from streams.embedded import EmbeddedScheduler, append_requests
+    from streams.inbox import make_request
+
+    scheduler = EmbeddedScheduler(folder, cluster, config, batch=batch)
+    recovery = scheduler.start()
+    stop = threading.Event()
+    try:
+        repaired = (
+            f", {recovery.repaired} records of a cut-short input re-derived"
+            if recovery.repaired
+            else ""
+        )
+        typer.echo(
+            f"allot serve: cluster {cluster}, folder {folder}, resumed at inbox offset "
+            f"{recovery.resumed_at}, {recovery.folded} journal records folded{repaired}"
+            + ("" if once else f"; ticking every {tick_s:g} s" if tick_s else "; no ticker")
+        )
+        if once:
+            scheduler.drain()
+        else:
+            _install_stop_handlers(stop)
+            next_tick = time.monotonic() + tick_s
+            while not stop.is_set():
+                n = scheduler.step()
+                if tick_s and time.monotonic() >= next_tick:
+                    ticked = make_request("clock.tick", cluster=cluster, actor=TICKER_ACTOR)
+                    append_requests(folder, [ticked])
+                    next_tick = time.monotonic() + tick_s
+                if not n:
+                    stop.wait(IDLE_POLL_S)
+    finally:
+        scheduler.close()
+    typer.echo(
+        f"allot serve: stopped at inbox offset {scheduler.offset} "
+        f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run)"
+    )
+
+
+def _install_stop_handlers(stop: threading.Event) -> None:
+    """Ctrl-C / SIGTERM finish the current batch, then stop (no half-written batch)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(sig, handler)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `allot` app."""
+    app.command("serve")(serve)
+
+
+__all__ = ["ServeError", "TargetError", "build_config", "register", "serve"]

@@ -1,0 +1,322 @@
+"""Sending requests to a scheduler's inbox, and watching its journal for the outcome.
+
+`open_inbox(target)` gives a writer for `--data DIR` (appends to DIR/inbox.jsonl) or
+`--kafka HOST:PORT` (an idempotent aiokafka producer, `acks=all`, key = cluster, value
+= orjson bytes, to `allot.inbox`). The Kafka writer runs synchronously (asyncio.run)
+for the CLI and fails within a few seconds with `InboxError("cannot reach Kafka at
+HOST:PORT: ...")` when the broker does not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from streams import topics
+from streams.embedded import JOURNAL_FILE, EmbeddedError, LineReader, append_requests
+
+# aiokafka logs connection failures itself; the CLI reports them as one line
+logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+
+CONNECT_TIMEOUT_S = float(os.environ.get("ALLOT_KAFKA_CONNECT_TIMEOUT", "5"))
+SEND_TIMEOUT_S = float(os.environ.get("ALLOT_KAFKA_SEND_TIMEOUT", "15"))
+POLL_S = 0.02
+
+Match = Callable[[dict[str, Any]], bool]
+
+
+class InboxError(Exception):
+    """The request could not be sent (broker unreachable, folder unusable): one line."""
+
+
+# ------------------------------------------------------------------ identity
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ulid_lock = threading.Lock()
+_ulid_last = (0, 0)
+
+
+def new_ulid(now: float | None = None) -> str:
+    """A ULID: 48 bits of milliseconds + 80 random bits as 26 Crockford base32 chars.
+
+    Sortable by creation time, unique; within one millisecond of one process the
+    random part counts up, so ids from one process sort in creation order."""
+    global _ulid_last
+    ms = int((time.time() if now is None else now) * 1000) & ((1 << 48) - 1)
+    with _ulid_lock:
+        last_ms, last_rand = _ulid_last
+        if ms <= last_ms and now is None and last_rand < (1 << 80) - 1:
+            ms, rand = last_ms, last_rand + 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big")
+        _ulid_last = (ms, rand)
+    value = (ms << 80) | rand
+    chars = []
+    for _ in range(26):
+        chars.append(_CROCKFORD[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def make_request(kind: str, *, cluster: str, actor: str, **fields: Any) -> dict[str, Any]:
+    """An inbox request with the v1 envelope: a fresh `id`, `time` = now (a claim)."""
+    body: dict[str, Any] = {
+        "type": kind,
+        "v": 1,
+        "id": new_ulid(),
+        "time": time.time(),
+        "cluster": cluster,
+        "actor": actor,
+    }
+    body.update({k: v for k, v in fields.items() if v is not None})
+    return body
+
+
+# ------------------------------------------------------------------ writers
+
+
+class InboxWriter(Protocol):
+    label: str
+
+    def send(self, requests: list[dict[str, Any]]) -> None: ...
+
+    def send_and_wait(
+        self, requests: list[dict[str, Any]], match: Match, timeout: float
+    ) -> dict[str, Any] | None: ...
+
+    def close(self) -> None: ...
+
+
+class EmbeddedInbox:
+    """Appends requests to DIR/inbox.jsonl; the outcome is read from DIR/journal.jsonl."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.label = str(folder)
+
+    def send(self, requests: list[dict[str, Any]]) -> None:
+        try:
+            append_requests(self.folder, [orjson.dumps(r) for r in requests])
+        except EmbeddedError as why:
+            raise InboxError(str(why)) from None
+
+    def send_and_wait(
+        self, requests: list[dict[str, Any]], match: Match, timeout: float
+    ) -> dict[str, Any] | None:
+        path = self.folder / JOURNAL_FILE
+        reader = LineReader(path)
+        try:
+            # only records written after the request can be its outcome
+            reader.pos = path.stat().st_size if path.exists() else 0
+            self.send(requests)
+            deadline = time.monotonic() + timeout
+            while True:
+                for line in reader.read():
+                    if not line.strip():
+                        continue
+                    try:
+                        record = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(record, dict) and match(record):
+                        return record
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(POLL_S)
+        finally:
+            reader.close()
+
+    def close(self) -> None:
+        pass
+
+
+def parse_bootstrap(text: str) -> str:
+    """`HOST:PORT[,HOST:PORT...]` (a `kafka://` prefix is accepted)."""
+    servers = []
+    for part in text.strip().removeprefix("kafka://").split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InboxError(f"--kafka {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9092")
+        servers.append(f"{host}:{port}")
+    return ",".join(servers)
+
+
+class KafkaInbox:
+    """An idempotent producer (`acks=all`) to `allot.inbox`, key = cluster."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        send_timeout: float = SEND_TIMEOUT_S,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.label = f"kafka {self.bootstrap}"
+        self.connect_timeout = connect_timeout
+        self.send_timeout = send_timeout
+
+    def _unreachable(self, why: object) -> InboxError:
+        text = str(why) or type(why).__name__
+        if "Unable to bootstrap" in text:
+            text = "no broker answered (is it running? is the address right?)"
+        return InboxError(f"cannot reach Kafka at {self.bootstrap}: {text}")
+
+    def send(self, requests: list[dict[str, Any]]) -> None:
+        self._run(self._send(requests, None, 0.0))
+
+    def send_and_wait(
+        self, requests: list[dict[str, Any]], match: Match, timeout: float
+    ) -> dict[str, Any] | None:
+        return self._run(self._send(requests, match, timeout))
+
+    def close(self) -> None:
+        pass
+
+    def _run(self, coro: Any) -> Any:
+        from aiokafka.errors import KafkaError
+
+        try:
+            return asyncio.run(coro)
+        except InboxError:
+            raise
+        except (TimeoutError, KafkaError, OSError) as why:
+            raise self._unreachable(why) from None
+
+    async def _start(self, client: Any) -> None:
+        try:
+            await asyncio.wait_for(client.start(), self.connect_timeout)
+        except TimeoutError:
+            await _quiet_stop(client)
+            raise self._unreachable(f"no answer within {self.connect_timeout:g} s") from None
+        except Exception as why:
+            await _quiet_stop(client)
+            raise self._unreachable(why) from None
+
+    async def _send(
+        self, requests: list[dict[str, Any]], match: Match | None, timeout: float
+    ) -> dict[str, Any] | None:
+        from aiokafka import AIOKafkaProducer
+
+        consumer = None
+        if match is not None:
+            consumer = await self._watch()
+        try:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                enable_idempotence=True,
+                acks="all",
+                request_timeout_ms=int(self.send_timeout * 1000),
+                client_id="allot-cli",
+            )
+            await self._start(producer)
+            try:
+                futures = [
+                    await producer.send(
+                        topics.INBOX,
+                        key=str(r.get("cluster", "default")).encode(),
+                        value=orjson.dumps(r),
+                    )
+                    for r in requests
+                ]
+                await asyncio.wait_for(asyncio.gather(*futures), self.send_timeout)
+            except TimeoutError:
+                raise self._unreachable(
+                    f"{topics.INBOX} did not acknowledge within {self.send_timeout:g} s"
+                ) from None
+            finally:
+                await _quiet_stop(producer)
+            if consumer is None or match is None:
+                return None
+            return await self._wait(consumer, match, timeout)
+        finally:
+            if consumer is not None:
+                await _quiet_stop(consumer)
+
+    async def _watch(self) -> Any:
+        """A consumer of the journal positioned at its end (before the request is sent);
+        partitions that appear later are read from their start."""
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            topics.JOURNAL,
+            bootstrap_servers=self.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            metadata_max_age_ms=1000,
+            request_timeout_ms=int(self.send_timeout * 1000),
+            client_id="allot-cli-wait",
+        )
+        await self._start(consumer)
+        if topics.JOURNAL in await consumer.topics():
+            deadline = time.monotonic() + self.connect_timeout
+            while not consumer.assignment() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assigned = list(consumer.assignment())
+            if assigned:
+                await consumer.seek_to_end(*assigned)
+                for tp in assigned:
+                    await consumer.position(tp)
+        return consumer
+
+    async def _wait(self, consumer: Any, match: Match, timeout: float) -> dict[str, Any] | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            batches = await consumer.getmany(timeout_ms=int(min(left, 0.5) * 1000))
+            for records in batches.values():
+                for message in records:
+                    try:
+                        record = orjson.loads(message.value)
+                    except (orjson.JSONDecodeError, TypeError):
+                        continue
+                    if isinstance(record, dict) and match(record):
+                        return record
+
+
+async def _quiet_stop(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.stop(), 5.0)
+
+
+def open_inbox(target: Any) -> InboxWriter:
+    """A writer for `target` (anything with `.kafka: str | None` and `.data: Path | None`;
+    `--data` wins when both are set)."""
+    data = getattr(target, "data", None)
+    if data is not None:
+        return EmbeddedInbox(Path(data))
+    kafka = getattr(target, "kafka", None)
+    if kafka:
+        return KafkaInbox(kafka)
+    raise InboxError(
+        "say where the scheduler is: --kafka HOST:PORT (or $ALLOT_KAFKA) or --data DIR"
+    )
+
+
+def outcome_of(workload: str | None = None, ref: str | None = None) -> Match:
+    """Matches the journal record that decides a submission: `workload.placed` or
+    `workload.rejected` for `workload` (or a rejection whose `ref` is the request id)."""
+
+    def match(record: dict[str, Any]) -> bool:
+        kind = record.get("type")
+        if kind == "workload.placed":
+            return workload is not None and record.get("workload") == workload
+        if isinstance(kind, str) and kind.endswith(".rejected"):
+            return (ref is not None and record.get("ref") == ref) or (
+                workload is not None and record.get("workload") == workload
+            )
+        return False
+
+    return match

@@ -1,0 +1,509 @@
+"""The embedded journal (`--data DIR`): real files, real processes, kill -9."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from domain.events import INPUT_TYPES
+from streams.core import DeadLetter, InboxRecord
+from streams.embedded import (
+    DLQ_FILE,
+    INBOX_FILE,
+    JOURNAL_FILE,
+    EmbeddedError,
+    EmbeddedScheduler,
+    InboxReader,
+    LineReader,
+    append_dead_letters,
+    append_journal,
+    append_requests,
+    read_dead_letters,
+    read_inbox,
+    read_journal_lines,
+    serving_pid,
+)
+from streams.inbox import make_request
+
+ADMIN = "ops"
+
+
+def allot(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "allot.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def setup_requests(cluster: str = "default") -> list[dict]:
+    out = [
+        make_request("host.registered", cluster=cluster, actor=ADMIN, host=f"h{i}", gpus=8)
+        for i in range(4)
+    ]
+    out.append(
+        make_request(
+            "budget.set", cluster=cluster, actor=ADMIN, allocation="lab", weight=1, managers=["pm"]
+        )
+    )
+    for leaf, weight in (("a", 3), ("b", 2), ("c", 1)):
+        out.append(
+            make_request(
+                "budget.set",
+                cluster=cluster,
+                actor="pm",
+                allocation=f"lab/{leaf}",
+                weight=weight,
+                members=["alice", "bob"],
+            )
+        )
+    return out
+
+
+def mixed_requests(n: int, seed: int, cluster: str = "default") -> list[bytes | dict]:
+    """Submissions, cancels, finishes, ticks, health flips, budget changes and bad input."""
+    rng = random.Random(seed)
+    out: list[bytes | dict] = []
+    submitted: list[str] = []
+    for i in range(n):
+        k = rng.random()
+        if k < 0.02:
+            out.append(b"not json %d \xff" % i)  # DLQ (and not even UTF-8)
+        elif k < 0.04:
+            out.append({"type": "workload.submitted", "id": f"bad-{seed}-{i}", "cluster": cluster})
+        elif k < 0.05:
+            out.append({"type": "no.such.type", "id": f"odd-{seed}-{i}", "cluster": cluster})
+        elif k < 0.10 and submitted:
+            out.append(
+                make_request(
+                    "workload.finished",
+                    cluster=cluster,
+                    actor="executor",
+                    workload=rng.choice(submitted),
+                    outcome="completed",
+                )
+            )
+        elif k < 0.13 and submitted:
+            out.append(
+                make_request(
+                    "workload.cancelled",
+                    cluster=cluster,
+                    actor="alice",
+                    workload=rng.choice(submitted),
+                )
+            )
+        elif k < 0.16:
+            out.append(make_request("clock.tick", cluster=cluster, actor="allot-ticker"))
+        elif k < 0.17:
+            out.append(
+                make_request(
+                    "host.health",
+                    cluster=cluster,
+                    actor=ADMIN,
+                    host=f"h{rng.randrange(4)}",
+                    healthy=rng.random() < 0.6,
+                    reason="probe",
+                )
+            )
+        elif k < 0.18:
+            out.append(
+                make_request(
+                    "budget.set",
+                    cluster=cluster,
+                    actor=rng.choice(["pm", "mallory"]),
+                    allocation=f"lab/{rng.choice('abc')}",
+                    weight=rng.choice([1, 2, 3]),
+                )
+            )
+        else:
+            workload = f"w-{seed}-{i:05d}"
+            submitted.append(workload)
+            out.append(
+                make_request(
+                    "workload.submitted",
+                    cluster=cluster,
+                    actor=rng.choice(["alice", "bob", "mallory"]),
+                    workload=workload,
+                    allocation=f"lab/{rng.choice('abc')}",
+                    gpus=rng.choice([1, 2, 4, 8, 16]),
+                    min_runtime=rng.choice([0, 600, 3600, 7200]),
+                    resumable=rng.random() < 0.5,
+                    priority=rng.randrange(3),
+                )
+            )
+    return out
+
+
+def journal_records(folder: Path) -> list[dict]:
+    return [orjson.loads(line) for line in read_journal_lines(folder)]
+
+
+def assert_exactly_once(folder: Path) -> None:
+    """Every inbox offset is in the journal (accepted input or rejection) or the DLQ,
+    exactly once; no decision id repeats; the journal is in inbox order."""
+    inbox = len(read_inbox(folder))
+    records = journal_records(folder)
+    inputs: Counter[int] = Counter()
+    offsets = []
+    for r in records:
+        offsets.append(r["inbox"][1])
+        if r["type"] == "config.set":
+            continue
+        if r["type"] in INPUT_TYPES or r["type"].endswith(".rejected"):
+            inputs[r["inbox"][1]] += 1
+    dead = Counter(d["inbox"][1] for d in read_dead_letters(folder))
+    assert offsets == sorted(offsets)
+    assert not [o for o, n in inputs.items() if n > 1], "an input folded twice"
+    assert not [o for o, n in dead.items() if n > 1], "a dead letter written twice"
+    assert not set(inputs) & set(dead)
+    assert set(inputs) | set(dead) == set(range(inbox)), "an inbox offset is missing"
+    ids = Counter(r["id"] for r in records)
+    assert not [i for i, n in ids.items() if n > 1], "a decision (or input) id is duplicated"
+
+
+def stripped_copy(journal: Path, out: Path) -> Path:
+    """The journal without the `inbox` field each streamed record carries."""
+    with out.open("wb") as f:
+        for line in journal.read_bytes().splitlines():
+            record = orjson.loads(line)
+            record.pop("inbox", None)
+            f.write(orjson.dumps(record) + b"\n")
+    return out
+
+
+# ------------------------------------------------------------ files
+
+
+def test_requests_round_trip_with_offsets_and_raw_bytes(tmp_path: Path) -> None:
+    values = [
+        {"type": "clock.tick", "id": "t1"},
+        "not json at all",
+        b"\xff\xfe binary",
+        b'{"type":"clock.tick","id":"t2"}',
+    ]
+    append_requests(tmp_path, values[:2], ts=100.0)
+    append_requests(tmp_path, values[2:], ts=101.5)
+    records = read_inbox(tmp_path)
+    assert [r.offset for r in records] == [0, 1, 2, 3]
+    assert all(r.partition == 0 for r in records)
+    assert [r.timestamp for r in records] == [100.0, 100.0, 101.5, 101.5]
+    assert records[0].value == orjson.dumps(values[0])
+    assert records[1].value == b"not json at all"
+    assert records[2].value == b"\xff\xfe binary"  # survives byte for byte
+    assert records[3].value == values[3]
+    assert read_inbox(tmp_path, start=2) == records[2:]
+    assert read_inbox(tmp_path, start=1, limit=2) == records[1:3]
+    # each line is the documented wrapper
+    first = orjson.loads((tmp_path / INBOX_FILE).read_bytes().splitlines()[1])
+    assert first == {"ts": 100.0, "value": "not json at all"}
+
+
+def test_journal_and_dead_letters_append_and_read(tmp_path: Path) -> None:
+    append_journal(tmp_path, [b'{"a":1}', b'{"a":2}\n'])
+    append_journal(tmp_path, [])
+    assert list(read_journal_lines(tmp_path)) == [b'{"a":1}', b'{"a":2}']
+    record = InboxRecord(0, 7, 5.0, b"\x00garbage")
+    append_dead_letters(tmp_path, [DeadLetter(record, "not JSON: boom")])
+    (letter,) = read_dead_letters(tmp_path)
+    assert letter["inbox"] == [0, 7]
+    assert letter["error"] == "not JSON: boom"
+    assert letter["value"] == "\x00garbage"
+
+
+def test_a_truncated_last_line_is_ignored_then_cut_by_the_next_append(tmp_path: Path) -> None:
+    append_requests(tmp_path, ["one", "two"], ts=1.0)
+    path = tmp_path / INBOX_FILE
+    with path.open("ab") as f:  # a writer died mid-line
+        f.write(b'{"ts": 2.0, "value": "thr')
+    reader = InboxReader(tmp_path)
+    assert [r.value for r in reader.read()] == [b"one", b"two"]
+    assert reader.read() == []  # still cut short: not a record
+    assert [r.value for r in read_inbox(tmp_path)] == [b"one", b"two"]
+
+    append_requests(tmp_path, ["three"], ts=3.0)
+    (three,) = reader.read()  # the same reader continues correctly
+    assert (three.offset, three.value, three.timestamp) == (2, b"three", 3.0)
+    assert path.read_bytes().count(b"thr") == 1  # the torn tail is gone
+    assert [r.offset for r in read_inbox(tmp_path)] == [0, 1, 2]
+    reader.close()
+
+    # the journal reader and the DLQ reader ignore a torn tail too
+    append_journal(tmp_path, [b'{"x":1}'])
+    with (tmp_path / JOURNAL_FILE).open("ab") as f:
+        f.write(b'{"x":')
+    assert list(read_journal_lines(tmp_path)) == [b'{"x":1}']
+    append_journal(tmp_path, [b'{"x":2}'])
+    assert list(read_journal_lines(tmp_path)) == [b'{"x":1}', b'{"x":2}']
+    with (tmp_path / DLQ_FILE).open("ab") as f:
+        f.write(b'{"inbox":[0,')
+    assert list(read_dead_letters(tmp_path)) == []
+
+
+def test_a_line_longer_than_the_read_chunk(tmp_path: Path) -> None:
+    big = "x" * (3 << 20)
+    append_requests(tmp_path, ["a", big, "b"], ts=1.0)
+    with LineReader(tmp_path / INBOX_FILE) as reader:
+        lines = reader.read()
+    assert len(lines) == 3
+    assert [r.value for r in read_inbox(tmp_path)] == [b"a", big.encode(), b"b"]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from streams.embedded import append_requests
+    folder, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    for i in range(count):
+        append_requests(folder, [f"{name}:{i}"])
+    """
+)
+
+
+def test_two_writers_and_a_reader_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    count = 250
+    writers = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), name, str(count)])
+        for name in ("A", "B")
+    ]
+    reader = InboxReader(tmp_path)
+    seen: list[InboxRecord] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 2 * count and time.monotonic() < deadline:
+        batch = reader.read(37)  # small batches: the reader races the writers
+        seen.extend(batch)
+        if not batch:
+            time.sleep(0.002)
+    for w in writers:
+        assert w.wait(timeout=60) == 0
+    seen.extend(reader.read())
+    reader.close()
+
+    assert [r.offset for r in seen] == list(range(2 * count))
+    values = [r.value.decode() for r in seen]
+    assert Counter(values) == Counter(f"{n}:{i}" for n in "AB" for i in range(count))
+    for name in "AB":  # each writer's lines in its own order
+        mine = [int(v.split(":")[1]) for v in values if v.startswith(name)]
+        assert mine == list(range(count))
+    stamps = [r.timestamp for r in seen]
+    assert stamps == sorted(stamps)  # stamped under the lock, in line order
+    assert read_inbox(tmp_path) == seen
+
+
+# ------------------------------------------------------------ recovery
+
+
+def run_to_end(folder: Path, *, batch: int) -> None:
+    with EmbeddedScheduler(folder, "default", None, batch=batch) as scheduler:
+        scheduler.start()
+        scheduler.drain()
+
+
+def crash_states(folder: Path) -> list[tuple[bytes, bytes]]:
+    """(journal bytes, dlq bytes) a crash could leave: the scheduler writes journal lines
+    and dead letters in inbox order, so a crash state is a prefix of that merged stream,
+    possibly ending in a torn line."""
+    journal = (folder / JOURNAL_FILE).read_bytes().splitlines(keepends=True)
+    dlq = (folder / DLQ_FILE).read_bytes().splitlines(keepends=True)
+    stream = [("j", orjson.loads(x)["inbox"][1], x) for x in journal]
+    stream += [("d", orjson.loads(x)["inbox"][1], x) for x in dlq]
+    stream.sort(key=lambda item: item[1])  # stable: a group's lines keep their order
+    states = []
+    for cut in range(len(stream) + 1):
+        done = stream[:cut]
+        j = b"".join(x for kind, _, x in done if kind == "j")
+        d = b"".join(x for kind, _, x in done if kind == "d")
+        states.append((j, d))
+        if cut < len(stream):  # the next line torn half way
+            kind, _, line = stream[cut]
+            half = line[: max(1, len(line) // 2)]
+            states.append((j + half, d) if kind == "j" else (j, d + half))
+    return states
+
+
+def test_recovery_from_any_crash_point_rewrites_the_same_journal(tmp_path: Path) -> None:
+    full = tmp_path / "full"
+    append_requests(full, setup_requests(), ts=1_767_225_600.0)
+    requests = mixed_requests(150, seed=7)
+    for i in range(0, len(requests), 10):  # appended over time, ten at a time
+        append_requests(full, requests[i : i + 10], ts=1_767_225_600.0 + 60 * (i + 1))
+    run_to_end(full, batch=7)
+    journal = (full / JOURNAL_FILE).read_bytes()
+    dlq = (full / DLQ_FILE).read_bytes()
+    assert dlq and journal.count(b"workload.placed") > 5
+    assert_exactly_once(full)
+
+    states = crash_states(full)
+    rng = random.Random(3)
+    picked = states[:4] + rng.sample(states[4:-4], 30) + states[-4:]
+    for n, (j, d) in enumerate(picked):
+        folder = tmp_path / f"crash{n}"
+        folder.mkdir()
+        shutil.copy(full / INBOX_FILE, folder / INBOX_FILE)
+        (folder / JOURNAL_FILE).write_bytes(j)
+        (folder / DLQ_FILE).write_bytes(d)
+        run_to_end(folder, batch=5)
+        assert (folder / JOURNAL_FILE).read_bytes() == journal, f"crash state {n}"
+        assert (folder / DLQ_FILE).read_bytes() == dlq, f"crash state {n}"
+
+
+def test_serve_refuses_a_second_scheduler_and_a_wrong_cluster(tmp_path: Path) -> None:
+    append_requests(tmp_path, setup_requests())
+    first = EmbeddedScheduler(tmp_path, "default")
+    first.start()
+    try:
+        assert serving_pid(tmp_path) == os.getpid()
+        result = allot("serve", "--data", str(tmp_path), "--once")
+        assert result.returncode == 2
+        assert "already running" in result.stderr and str(os.getpid()) in result.stderr
+        assert "Traceback" not in result.stderr
+        first.drain()
+    finally:
+        first.close()
+    assert serving_pid(tmp_path) is None
+    with pytest.raises(EmbeddedError, match="cluster 'default'"):
+        EmbeddedScheduler(tmp_path, "other").start()
+    result = allot("serve", "--data", str(tmp_path), "--cluster", "other", "--once")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--cluster default" in result.stderr
+
+
+def test_kill_9_mid_stream_then_restart_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    append_requests(data, setup_requests())
+    once = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert once.returncode == 0, once.stderr
+    assert "resumed at inbox offset 0" in once.stdout
+    setup_lines = len(list(read_journal_lines(data)))
+    assert setup_lines >= len(setup_requests())
+
+    append_requests(data, mixed_requests(2000, seed=11))
+    total = len(read_inbox(data))
+    kills = 0
+    for round_ in range(3):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "allot.cli",
+                "serve",
+                "--data",
+                str(data),
+                "--admin",
+                ADMIN,
+                "--batch",
+                "23",
+                "--tick",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
+        try:
+            start = len(list(read_journal_lines(data)))
+            target = start + 150 + 100 * round_
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if len(list(read_journal_lines(data))) >= target or proc.poll() is not None:
+                    break
+                time.sleep(0.005)
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        finally:
+            proc.wait(timeout=30)
+            for stream in (proc.stdout, proc.stderr):
+                if stream:
+                    stream.close()
+    journaled = {r["inbox"][1] for r in journal_records(data)}
+    assert kills == 3 and max(journaled) < total - 1, "the kills should land mid-stream"
+
+    final = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert final.returncode == 0, final.stderr
+    assert "warning" not in final.stderr
+    assert f"stopped at inbox offset {total}" in final.stdout
+    assert_exactly_once(data)
+    assert len(list(read_dead_letters(data))) > 10
+
+    # the decisions are reproduced by a replay of the journal
+    stripped = stripped_copy(data / JOURNAL_FILE, tmp_path / "stripped.jsonl")
+    verify = allot("replay", str(stripped), "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    verify = allot("replay", str(data / JOURNAL_FILE), "--verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_serve_ticks_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    append_requests(tmp_path, setup_requests())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--data", str(tmp_path), "--tick", "0.2s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        ticks: list[dict] = []
+        while time.monotonic() < deadline and len(ticks) < 2:
+            ticks = [r for r in journal_records(tmp_path) if r["type"] == "clock.tick"]
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert len(ticks) >= 2 and all(t["actor"] == "allot-ticker" for t in ticks)
+    assert ticks[0]["time"] < ticks[1]["time"]  # time moves in the log
+    assert "ticking every 0.2 s" in out and "stopped at inbox offset" in out
+    assert_exactly_once(tmp_path)
+
+
+def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
+    append_requests(tmp_path, setup_requests())
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    environ["ALLOT_ADMINS"] = "ops, root"
+    flags = ["--once", "--set", "window=3d", "--policy", "fifo"]
+    result = subprocess.run(
+        [sys.executable, "-m", "allot.cli", "serve", "--data", str(tmp_path), *flags],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    config = journal_records(tmp_path)[0]
+    assert config["type"] == "config.set"
+    assert config["config"]["admins"] == ["ops", "root"]
+    assert config["config"]["ordering"] == "fifo" and config["config"]["window"] == 3 * 86400
+
+    # no config flags: the journal's config stays (no new config.set)
+    append_requests(tmp_path, [make_request("clock.tick", cluster="default", actor="x")])
+    assert allot("serve", "--data", str(tmp_path), "--once").returncode == 0
+    assert [r["type"] for r in journal_records(tmp_path)].count("config.set") == 1
+
+    for flags, message in (
+        (["--set", "windw=3d"], "unknown config key 'windw'"),
+        (["--set", "window"], "expected KEY=VALUE"),
+        (["--policy", "nope"], "nope"),
+        (["--tick", "soon"], "--tick 'soon'"),
+    ):
+        result = allot("serve", "--data", str(tmp_path), "--once", *flags)
+        assert result.returncode == 2, (flags, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (flags, result.stderr)
