@@ -271,30 +271,43 @@ def demo(
     console.print(f"  comparison table: {out / 'comparison.md'}")
 
 
-def main() -> None:
-    from allot.plugins import load_entry_points
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean the user asked for something impossible: one line, exit 2."""
+    from allot.commands.common import TargetError
+    from allot.commands.requests import RequestError
     from domain.config import ConfigError
     from domain.policies import UnknownPolicy
     from projections.journal import JournalError
     from projections.scenario import ScenarioError
     from projections.simulate import SimulationError
     from projections.traces import TraceError
+    from streams.embedded import EmbeddedError
+    from streams.inbox import InboxError
 
+    return (
+        CliError,
+        ConfigError,
+        EmbeddedError,
+        InboxError,
+        JournalError,
+        RequestError,
+        ScenarioError,
+        SimulationError,
+        TargetError,
+        TraceError,
+        UnknownPolicy,
+        orjson.JSONDecodeError,
+    )
+
+
+def main() -> None:
+    from allot.plugins import load_entry_points
+
+    errors = _user_errors()
     try:
         load_entry_points()
         app()
-    except (
-        UnknownPolicy,
-        CliError,
-        ConfigError,
-        JournalError,
-        ScenarioError,
-        SimulationError,
-        TraceError,
-    ) as why:
-        err.print(f"[red]error:[/] {why}")
-        sys.exit(2)
-    except orjson.JSONDecodeError as why:
+    except errors as why:
         err.print(f"[red]error:[/] {why}")
         sys.exit(2)
     except KeyboardInterrupt:
