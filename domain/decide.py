@@ -52,7 +52,7 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     if state.cordoned:
         cycle.drain()
     if state.pending_count and not cycle.quick():
-        cycle.schedule(light=cycle.can_be_light())
+        cycle.schedule(light=cycle.can_be_light() and not cycle.force_full)
     return cycle.out
 
 
@@ -103,6 +103,7 @@ class Blocked:
 class _Cycle:
     __slots__ = (
         "cause",
+        "force_full",
         "holders",
         "light_hosts",
         "now",
@@ -123,6 +124,7 @@ class _Cycle:
         # host -> (workload it is held for, when that workload is expected to start)
         self.reservations: dict[str, tuple[str, float]] = {}
         self.holders = 0  # workloads that tried to reserve this cycle
+        self.force_full = False  # a quick attempt found work that needs a full cycle
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
         # (allocation, priority) -> host -> victims; see victim_map
@@ -202,6 +204,7 @@ class _Cycle:
             before = len(self.out)
             if self.try_place(w, allocated, short):
                 if any(e.type == "workload.preempted" for e in self.out[before:]):
+                    self.force_full = True
                     return False
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
@@ -211,6 +214,7 @@ class _Cycle:
                 or last.last_holder_key is None
                 or key < last.last_holder_key
             ):
+                self.force_full = True
                 return False  # it would hold a reservation
         s.fresh.clear()
         return True

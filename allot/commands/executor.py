@@ -1,9 +1,339 @@
-"""allot executor commands (being built)."""
+"""`allot executor --simulate`: a stand-in launcher, and the contract a real one follows.
+
+The scheduler only *decides*; a launcher makes the decisions happen on the machines
+and tells the scheduler when work ends. It needs nothing but the journal (topic
+`allot.journal` keyed by cluster, or `DIR/journal.jsonl`) and the inbox:
+
+How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the journal
+-----------------------------------------------------------------------------------
+1. Read the journal of its cluster in order (a Kafka consumer on `allot.journal`
+   filtered by key = cluster, committing its own offset; or tail `DIR/journal.jsonl`).
+   Keep each `workload.submitted` (what to run: its name, tags, and whatever your
+   submit wrapper put in them, e.g. an image or a script).
+2. `workload.placed` (`workload`, `attempt`, `hosts` = host -> GPU indices): start
+   attempt `attempt` of the workload on exactly those GPUs — a Kubernetes Job with a
+   nodeSelector/affinity for each host and `CUDA_VISIBLE_DEVICES` (or a device plugin
+   allocation) for the indices; a Slurm job with `--nodelist` and the GPU binding; a
+   container with `--gpus '"device=0,1"'`. Starting late is fine; starting somewhere
+   else is not (the scheduler counts those GPUs as taken).
+3. `workload.preempted` (`workload`, `attempt`, `reason`, `beneficiary`, `requeued`):
+   stop that attempt, so the beneficiary can start on the same GPUs. A grace period
+   for checkpointing (`preempt_grace` in the journaled `config.set`, advisory) is the
+   launcher's to give, before the beneficiary's own `workload.placed` is acted on.
+   With `requeued: true` the workload waits again and will get a new
+   `workload.placed` with the next attempt: resume it from its checkpoint there.
+4. When an attempt ends on its own, send `workload.finished` to the inbox with
+   `outcome` `completed`, `failed` or `lost` (the node died) and the `attempt`; a
+   workload that could not be started at all is reported `failed`. The attempt makes
+   a late report about an old attempt harmless: the scheduler rejects it instead of
+   ending the new one.
+5. `workload.cancelled`: stop it; no report is needed.
+6. On restart, re-read the journal (or resume from the committed offset) and
+   reconcile: run exactly the attempts that are placed and not yet finished,
+   preempted or cancelled.
+
+Requests are v1 inbox records (DESIGN §4): `type`, `v: 1`, a unique `id`, `time`
+(now; the scheduler stamps its own), `cluster`, `actor` (this launcher's principal),
+`workload`, `outcome`, `attempt`.
+
+The simulated executor
+----------------------
+`allot executor --simulate` plays that launcher without running anything: on
+`workload.placed` it schedules a `workload.finished` (outcome completed, with the
+attempt) for when the workload's remaining `runtime` (from its `workload.submitted`)
+has passed, divided by `--speed`; `workload.preempted` cancels that report and, for
+resumable work, keeps the progress made (so a requeued workload needs only the rest);
+work without a `runtime` runs until cancelled. Report ids are deterministic
+(`executor/<cluster>/<workload>/<attempt>`), so a restarted executor that resends a
+report cannot end anything twice. `--once` reads the journal as it is now, fires the
+reports it schedules (waiting for them), and exits.
+"""
 
 from __future__ import annotations
 
+import heapq
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import orjson
 import typer
+
+from allot.commands.common import ClusterOpt, DataOpt, KafkaOpt, TargetError, resolve_target
+
+ACTOR = "executor"
+
+
+@dataclass(slots=True)
+class _Job:
+    runtime: float | None  # seconds of work; None: runs until cancelled
+    resumable: bool
+    done: float = 0.0  # seconds of work completed in earlier attempts
+    attempt: int = 0
+    started: float | None = None  # journal time the current attempt started
+
+
+class SimulatedLauncher:
+    """Journal records (dicts) in, due `workload.finished` requests out. No I/O."""
+
+    def __init__(self, cluster: str, speed: float = 1.0, actor: str = ACTOR) -> None:
+        if not speed > 0:
+            raise ValueError("--speed must be > 0")
+        self.cluster = cluster
+        self.speed = speed
+        self.actor = actor
+        self.jobs: dict[str, _Job] = {}
+        self.timers: dict[tuple[str, int], float] = {}  # (workload, attempt) -> due
+        self.heap: list[tuple[float, str, int]] = []
+        self.sent: dict[str, tuple[str, int]] = {}  # request id -> (workload, attempt)
+        self.rejected: list[dict[str, Any]] = []  # rejections of our reports
+
+    def report_id(self, workload: str, attempt: int) -> str:
+        return f"{ACTOR}/{self.cluster}/{workload}/{attempt}"
+
+    def on_record(self, r: dict[str, Any]) -> None:
+        if r.get("cluster", "default") != self.cluster:
+            return
+        kind = r.get("type")
+        wid = r.get("workload")
+        t = float(r.get("time", 0.0))
+        if kind == "workload.submitted" and isinstance(wid, str):
+            runtime = r.get("runtime")
+            self.jobs[wid] = _Job(
+                runtime=float(runtime) if isinstance(runtime, int | float) else None,
+                resumable=bool(r.get("resumable", False)),
+            )
+        elif kind == "workload.placed" and isinstance(wid, str):
+            job = self.jobs.setdefault(wid, _Job(runtime=None, resumable=False))
+            attempt = int(r.get("attempt", 1))
+            job.attempt, job.started = attempt, t
+            if job.runtime is not None:
+                due = t + max(0.0, job.runtime - job.done) / self.speed
+                self.timers[(wid, attempt)] = due
+                heapq.heappush(self.heap, (due, wid, attempt))
+        elif kind == "workload.preempted" and isinstance(wid, str):
+            attempt = int(r.get("attempt", 1))
+            self.timers.pop((wid, attempt), None)
+            job = self.jobs.get(wid)
+            if job is not None and job.attempt == attempt and job.started is not None:
+                if job.resumable:
+                    job.done += max(0.0, t - job.started) * self.speed
+                job.started = None
+            if not r.get("requeued", False):
+                self._forget(wid)
+        elif kind in ("workload.finished", "workload.cancelled") and isinstance(wid, str):
+            self._forget(wid)
+        elif isinstance(kind, str) and kind.endswith(".rejected") and r.get("ref") in self.sent:
+            self.rejected.append(r)
+
+    def _forget(self, wid: str) -> None:
+        job = self.jobs.pop(wid, None)
+        if job is not None:
+            self.timers.pop((wid, job.attempt), None)
+
+    def next_due(self) -> float | None:
+        while self.heap:
+            due, wid, attempt = self.heap[0]
+            if self.timers.get((wid, attempt)) == due:
+                return due
+            heapq.heappop(self.heap)
+        return None
+
+    def scheduled(self) -> int:
+        return len(self.timers)
+
+    def due(self, now: float) -> list[dict[str, Any]]:
+        """The reports due by `now` (removed from the schedule)."""
+        out = []
+        while (at := self.next_due()) is not None and at <= now:
+            _, wid, attempt = heapq.heappop(self.heap)
+            del self.timers[(wid, attempt)]
+            rid = self.report_id(wid, attempt)
+            self.sent[rid] = (wid, attempt)
+            out.append(
+                {
+                    "type": "workload.finished",
+                    "v": 1,
+                    "id": rid,
+                    "time": now,
+                    "cluster": self.cluster,
+                    "actor": self.actor,
+                    "workload": wid,
+                    "outcome": "completed",
+                    "attempt": attempt,
+                }
+            )
+        return out
+
+
+_END = object()
+
+
+def _reader(lines: Any, out: queue.Queue[Any]) -> None:
+    try:
+        for line in lines:
+            out.put(line)
+    except BaseException as exc:
+        out.put(exc)
+    out.put(_END)
+
+
+def run_executor(
+    target: Any,
+    cluster: str,
+    *,
+    speed: float = 1.0,
+    once: bool = False,
+    log: Any = None,
+    banner: str | None = None,
+    clock: Any = time.time,
+    stop: threading.Event | None = None,
+) -> int:
+    """Play the launcher against `target` (`.kafka` / `.data`); returns reports sent.
+    `banner` is logged once the journal answers (so a bad source is one error line)."""
+    from streams.inbox import open_inbox
+    from streams.sources import EmptyJournal, journal_lines
+
+    launcher = SimulatedLauncher(cluster, speed)
+    stop = stop or threading.Event()
+    lines = journal_lines(kafka=target.kafka, data=target.data, cluster=cluster, follow=not once)
+    inbox = open_inbox(target)
+    records: queue.Queue[Any] = queue.Queue(maxsize=10_000)
+    thread = threading.Thread(target=_reader, args=(lines, records), daemon=True)
+    thread.start()
+    reading = True
+    sent = 0
+    seen_rejections = 0
+    try:
+        while not stop.is_set():
+            now = clock()
+            batch = launcher.due(now)
+            if batch:
+                inbox.send(batch)
+                sent += len(batch)
+                if log:
+                    for r in batch:
+                        log(f"reported {r['workload']} attempt {r['attempt']} completed")
+            for rej in launcher.rejected[seen_rejections:]:
+                if log:
+                    log(f"report {rej.get('ref')} rejected: {rej.get('error')}")
+            seen_rejections = len(launcher.rejected)
+            if not reading and (once or not thread.is_alive()) and launcher.next_due() is None:
+                break
+            nxt = launcher.next_due()
+            wait = 0.2 if nxt is None else min(0.2, max(0.0, nxt - clock()))
+            if not reading:
+                stop.wait(wait)
+                continue
+            try:
+                item = records.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if banner and log and not isinstance(item, BaseException):
+                log(banner)
+                banner = None
+            while True:
+                if item is _END:
+                    reading = False
+                    break
+                if isinstance(item, EmptyJournal) and once:
+                    reading = False  # nothing placed yet: nothing to report
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                try:
+                    record = orjson.loads(item)
+                except orjson.JSONDecodeError:
+                    record = None
+                if isinstance(record, dict):
+                    launcher.on_record(record)
+                try:
+                    item = records.get_nowait()
+                except queue.Empty:
+                    break
+    finally:
+        inbox.close()
+    return sent
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the `allot` app."""
+    """Add `executor` to the `allot` app."""
+
+    @app.command("executor", help=_HELP)
+    def executor(
+        simulate: Annotated[
+            bool,
+            typer.Option(
+                "--simulate",
+                help="Play the launcher: report workload.finished after each workload's "
+                "runtime (the only mode this command has).",
+            ),
+        ] = False,
+        speed: Annotated[
+            float,
+            typer.Option("--speed", help="Run simulated work this many times faster."),
+        ] = 1.0,
+        once: Annotated[
+            bool,
+            typer.Option(
+                "--once",
+                help="Read the journal as it is now, send the reports it schedules (waiting "
+                "for them), then exit.",
+            ),
+        ] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-report log.")] = False,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        cluster: ClusterOpt = "default",
+    ) -> None:
+        from streams.embedded import EmbeddedError
+        from streams.inbox import InboxError
+        from streams.sources import SourceError
+
+        try:
+            if not simulate:
+                raise TargetError(
+                    "only the simulated executor is built in: use --simulate (a real launcher "
+                    "follows the contract in `allot executor --help`)"
+                )
+            if not speed > 0 or speed != speed:
+                raise TargetError(f"--speed must be > 0, got {speed:g}")
+            target = resolve_target(kafka, data)
+
+            def log(message: str) -> None:
+                if not quiet:
+                    typer.echo(f"allot executor: {message}", err=True)
+
+            banner = (
+                f"simulating the launcher of cluster {cluster} on {target.label}, "
+                f"speed x{speed:g}" + (", once" if once else "")
+            )
+            sent = run_executor(target, cluster, speed=speed, once=once, log=log, banner=banner)
+            if not quiet:
+                typer.echo(f"allot executor: {sent} reports sent", err=True)
+        except (TargetError, SourceError, InboxError, EmbeddedError) as why:
+            typer.echo(f"error: {why}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            sys.exit(130)
+
+
+_HELP = (
+    "Play the launcher (--simulate): follow the journal, report workload.finished after "
+    "each workload's runtime (divided by --speed), drop the report when it is preempted "
+    "(resumable work keeps its progress), never report work without a runtime.\n\n"
+    "A real launcher (Kubernetes Job, Slurm, a container runtime) follows the same "
+    "contract: read the cluster's journal in order; on workload.placed start that "
+    "attempt on exactly the hosts and GPU indices given; on workload.preempted stop "
+    "it (a checkpoint grace period, preempt_grace in the journaled config, is the "
+    "launcher's to give) before the beneficiary starts on those GPUs; when an attempt "
+    "ends, send workload.finished with outcome completed, failed or lost and the "
+    "attempt (a workload that cannot be started is reported failed); on "
+    "workload.cancelled stop it. Reports for an old attempt are rejected, never end a "
+    "newer one. See the module docstring of allot/commands/executor.py for details."
+)
+
+__all__ = ["SimulatedLauncher", "register", "run_executor"]

@@ -870,3 +870,15 @@ def test_victims_are_the_fewest_gpus_even_against_preference_order() -> None:
     c.at("1h").submit("new", "lab/a", gpus=3, min_runtime="15m")
     assert c.placed("new") is not None
     assert [p.workload for p in c.preemptions()] == ["old-3"]  # 3 GPUs, not 2 + 2
+
+
+def test_a_fresh_job_that_should_hold_the_reservation_gets_it() -> None:
+    """Regression: a submission that fails in a quick cycle and would hold the
+    reservation must trigger a full cycle, not a light one that reserves nothing."""
+    c = cluster(hosts=2).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 8, "a-1h", min_runtime="1h")
+    c.occupy("h1", 4, "a-2h", min_runtime="2h")
+    c.at("1m").submit("b16", "lab/b", gpus=16, min_runtime="1h")
+    c.at("2m").submit("b4", "lab/b", gpus=4, min_runtime="3h")
+    assert c.placed("b16") is None
+    assert c.placed("b4") is None  # h1's free GPUs are held for b16

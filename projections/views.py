@@ -1,0 +1,1046 @@
+"""The journal as people read it: the queue (like squeue), the share tree (like sshare)
+and why a workload is where it is — answered from the journal alone.
+
+Pure: no I/O. Events are folded with `domain.evolve` into a `domain.State` (the same
+state the scheduler had) plus, per workload, the history the state forgets (submit
+details, every placement and preemption with its `explain`, rejections, the end):
+
+    view = fold(events)                  # or fold(decode_lines(lines))
+    queue_rows(view, user="alice")       # pending in the order decide considers them
+    share_rows(view)                     # the budget tree, Fair-Tree order
+    why(view, "0-000017")["text"]        # a human explanation, line by line
+
+Time is the journal's: "now" is the latest event time folded, never the wall clock.
+
+Pending reasons (as `decide` would see the current state):
+
+- ``Reserved``: it holds a reservation (hosts kept free for it, rule 10);
+- ``Priority``: it would fit — on free GPUs or by preempting — but higher-ranked work
+  comes first (a reservation for it, or the cycle's rule that work of a class needing
+  as many GPUs as a failed one is not tried);
+- ``Headroom``: it fits only on the headroom hosts kept for short, small jobs;
+- ``Resources``: no room, even by preemption.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from pydantic import ValidationError
+
+from domain import State, evolve
+from domain import events as ev
+from domain.durations import format_duration
+from domain.fairshare import fair_tree
+from domain.fairshare import ratio as fair_ratio
+from domain.state import PENDING, RUNNING, Workload
+from domain.upcasting import upcast
+from streams.codec import Undecodable, load_object
+
+
+class ViewError(ValueError):
+    """A question the journal cannot answer: one line for the user."""
+
+
+# ------------------------------------------------------------------ decoding
+
+_KNOWN_TYPES: frozenset[str] = frozenset(
+    model.model_fields["type"].default
+    for union in (ev.Input, ev.Decision, ev.Rejection)
+    for model in get_args(union)
+)
+
+
+def decode_lines(lines: Iterable[bytes]) -> Iterator[Any]:
+    """Journal records (JSON bytes) as events. Records of types this version does not
+    know are skipped (a newer writer); a corrupt record raises ViewError naming it."""
+    for number, line in enumerate(lines, start=1):
+        try:
+            raw = upcast(load_object(line))
+        except Undecodable as why:
+            raise ViewError(f"journal record {number} is not JSON: {why}") from None
+        if raw.get("type") not in _KNOWN_TYPES:
+            continue
+        try:
+            yield ev.parse_event(raw)
+        except ValidationError as why:
+            raise ViewError(
+                f"journal record {number} ({raw.get('type')}) is not valid: "
+                f"{ev.describe_validation_error(why)}"
+            ) from None
+
+
+# ------------------------------------------------------------------ history
+
+
+@dataclass(slots=True)
+class Placement:
+    id: str
+    time: float
+    attempt: int
+    hosts: dict[str, tuple[int, ...]]
+    charged: bool
+    protected_until: float | None  # None: until it ends (legacy non-preemptible)
+    explain: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Preemption:
+    id: str
+    time: float
+    workload: str
+    attempt: int
+    reason: str
+    beneficiary: str | None
+    requeued: bool
+    explain: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Rejection:
+    id: str
+    time: float
+    type: str
+    ref: str
+    error: str
+    actor: str
+    workload: str | None
+    input_type: str | None
+
+
+@dataclass(slots=True)
+class History:
+    """What the journal says about one workload (the state keeps only live ones)."""
+
+    workload: str
+    submitted: ev.WorkloadSubmitted | None = None
+    placements: list[Placement] = field(default_factory=list)
+    preemptions: list[Preemption] = field(default_factory=list)  # of this workload
+    caused: list[Preemption] = field(default_factory=list)  # it was the beneficiary
+    rejections: list[Rejection] = field(default_factory=list)
+    ended: dict[str, Any] | None = None  # time, how (finished/cancelled/preempted), ...
+    pending_since: float | None = None
+
+
+class JournalView:
+    """A folded journal: the scheduler's state plus per-workload history."""
+
+    def __init__(self) -> None:
+        self.state: State | None = None
+        self.histories: dict[str, History] = {}
+        self.rejections: dict[str, Rejection] = {}  # by ref (the rejected input's id)
+        self.records = 0
+        self.first_time: float | None = None
+
+    @property
+    def now(self) -> float:
+        return self.require().now
+
+    @property
+    def cluster(self) -> str:
+        return self.require().cluster
+
+    def require(self) -> State:
+        if self.state is None:
+            raise ViewError("the journal is empty: no records to answer from")
+        return self.state
+
+    def history(self, wid: str) -> History:
+        h = self.histories.get(wid)
+        if h is None:
+            h = self.histories[wid] = History(wid)
+        return h
+
+    def add(self, event: Any) -> None:
+        state = self.state
+        if state is None:
+            state = self.state = State(event.cluster)
+            self.first_time = event.time
+        elif event.cluster != state.cluster:
+            raise ViewError(
+                f"the journal holds records of clusters {state.cluster!r} and "
+                f"{event.cluster!r}; pick one with --cluster"
+            )
+        wid = getattr(event, "workload", None)
+        was_live = wid is not None and wid in state.workloads
+        evolve(state, event)
+        self.records += 1
+        kind = event.type
+        if kind == "workload.submitted":
+            h = self.history(event.workload)
+            h.submitted = event
+            h.pending_since = event.time
+        elif kind == "workload.placed":
+            h = self.history(event.workload)
+            h.placements.append(
+                Placement(
+                    event.id,
+                    event.time,
+                    event.attempt,
+                    dict(event.hosts),
+                    event.charged,
+                    event.protected_until,
+                    dict(event.explain),
+                )
+            )
+            h.pending_since = None
+        elif kind == "workload.preempted":
+            p = Preemption(
+                event.id,
+                event.time,
+                event.workload,
+                event.attempt,
+                event.reason,
+                event.beneficiary,
+                event.requeued,
+                dict(event.explain),
+            )
+            h = self.history(event.workload)
+            h.preemptions.append(p)
+            if event.requeued:
+                h.pending_since = event.time
+            if event.beneficiary:
+                self.history(event.beneficiary).caused.append(p)
+        elif kind.endswith(".rejected"):
+            r = Rejection(
+                event.id,
+                event.time,
+                kind,
+                event.ref,
+                event.error,
+                event.actor,
+                event.workload,
+                event.input_type,
+            )
+            self.rejections[r.ref] = r
+            if r.workload:
+                self.history(r.workload).rejections.append(r)
+        if was_live and wid not in state.workloads:
+            how = {
+                "workload.finished": "finished",
+                "workload.cancelled": "cancelled",
+                "workload.preempted": "preempted",
+            }.get(kind, kind)
+            ended: dict[str, Any] = {"time": event.time, "how": how, "actor": event.actor}
+            if kind == "workload.finished":
+                ended["outcome"] = event.outcome
+            self.history(wid).ended = ended  # type: ignore[arg-type]
+
+
+def fold(events: Iterable[Any]) -> JournalView:
+    """Fold journal events (models) into a view; ViewError if there are none."""
+    view = JournalView()
+    for event in events:
+        view.add(event)
+    view.require()
+    return view
+
+
+def _view(source: JournalView | Iterable[Any]) -> JournalView:
+    return source if isinstance(source, JournalView) else fold(source)
+
+
+# ------------------------------------------------------------------ formatting
+
+
+def iso(t: float | None) -> str | None:
+    """`2026-01-01 00:30:00` (UTC)."""
+    if t is None or not math.isfinite(t):
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def clock(t: float, now: float) -> str:
+    """`HH:MM` (UTC) on the day of `now`, else `YYYY-MM-DD HH:MM`."""
+    at = datetime.fromtimestamp(t, UTC)
+    same_day = at.date() == datetime.fromtimestamp(now, UTC).date()
+    return at.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M")
+
+
+def num(x: float | None, digits: int = 4) -> float | None:
+    """A JSON-safe rounded number (None for infinity / unknown)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return round(x, digits)
+
+
+def show(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "inf"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+
+
+def nodelist(hosts: Iterable[str]) -> str:
+    """Slurm-style compressed host list: `h0,h1,h2,h5` -> `h[0-2,5]`."""
+    groups: dict[str, list[int]] = {}
+    plain: list[str] = []
+    for name in hosts:
+        m = _SUFFIX.match(name)
+        if m and not (len(m.group(2)) > 1 and m.group(2).startswith("0")):
+            groups.setdefault(m.group(1), []).append(int(m.group(2)))
+        else:
+            plain.append(name)
+    out = []
+    for prefix, numbers in groups.items():
+        numbers = sorted(set(numbers))
+        if len(numbers) == 1:
+            out.append(f"{prefix}{numbers[0]}")
+            continue
+        ranges, start, prev = [], numbers[0], numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(str(start) if start == prev else f"{start}-{prev}")
+            if n is not None:
+                start = prev = n
+        out.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join([*out, *plain])
+
+
+# ------------------------------------------------------------------ queue
+
+QueueRow = dict[str, Any]
+
+
+@dataclass(slots=True)
+class _Reasons:
+    """Why each pending workload waits, judged like one `decide` cycle would."""
+
+    state: State
+    cycle: Any
+    holders: dict[str, tuple[list[str], float]]
+
+    @classmethod
+    def build(cls, state: State) -> _Reasons:
+        from domain.decide import _Cycle
+
+        cycle = _Cycle(state, state.now, None)
+        cycle.ranking = state.ordering.rank(state, state.now)
+        cycle.reservations = {}
+        return cls(state, cycle, {})
+
+    def plan(self, pending: list[tuple[Any, Workload, bool]]) -> None:
+        """Walk the pending work in order like a full cycle, without placing anything:
+        the first allocated workloads that fit nowhere reserve hosts (rule 10), and
+        work of a class needing at least as many GPUs as a failed one is skipped."""
+        from domain.decide import MAX_RESERVATIONS
+
+        cycle = self.cycle
+        failed: dict[tuple[bool, bool], int] = {}
+        holders = 0
+        for _, w, allocated in pending:
+            short = self.state.short_small(w)
+            klass = (allocated, short)
+            if w.gpus >= failed.get(klass, math.inf):
+                continue
+            if self.fits(w, allocated, short):
+                continue
+            failed[klass] = min(w.gpus, failed.get(klass, math.inf))
+            if allocated and holders < MAX_RESERVATIONS:
+                holders += 1
+                cycle.reserve(w, short)
+        for host, (wid, start) in cycle.reservations.items():
+            self.holders.setdefault(wid, ([], start))[0].append(host)
+
+    @property
+    def ranking(self) -> Any:
+        return self.cycle.ranking
+
+    def fits(self, w: Workload, allocated: bool, short: bool) -> bool:
+        """Free GPUs for `w` now, or victims it may preempt for them."""
+        s, cycle = self.state, self.cycle
+        single = w.gpus <= s.max_host_gpus()
+        if cycle.free_hosts(w, allocated, short, single) is not None:
+            return True
+        if not (allocated or s.ordering.unallocated_may_preempt):
+            return False
+        plan = (
+            cycle.victims_single(w, allocated, short)
+            if single
+            else cycle.victims_gang(w, allocated, short)
+        )
+        return plan is not None
+
+    def reason(self, w: Workload, allocated: bool, ahead: list[Workload]) -> tuple[str, str]:
+        s, cycle = self.state, self.cycle
+        now = s.now
+        short = s.short_small(w)
+        held = self.holders.get(w.id)
+        if held is not None:
+            hosts, start = held
+            when = "now" if start <= now else f"from {clock(start, now)}"
+            return "Reserved", f"holds {nodelist(hosts)} for it, expected to start {when}"
+        if w.gpus > s.healthy_capacity:
+            return "Resources", (
+                f"needs {w.gpus} GPUs; the cluster has {s.healthy_capacity} healthy GPUs"
+            )
+        blocked_ahead = [a for a in ahead if a.state == PENDING]
+        first = blocked_ahead[0] if blocked_ahead else None
+        behind = (
+            f"behind {len(blocked_ahead)} higher-ranked pending workload"
+            f"{'s' if len(blocked_ahead) != 1 else ''}"
+            + (f" (first: {first.id} of {first.allocation})" if first else "")
+        )
+        if self.fits(w, allocated, short):
+            return "Priority", behind
+        saved = cycle.reservations
+        if saved:
+            cycle.reservations = {}
+            try:
+                fits_unreserved = self.fits(w, allocated, short)
+            finally:
+                cycle.reservations = saved
+            if fits_unreserved:
+                holders = sorted({wid for wid, _ in saved.values()})
+                return "Priority", (
+                    f"the hosts it could use are held for higher-ranked {', '.join(holders)}"
+                )
+        if allocated and not short and s.headroom and self.fits(w, allocated, True):
+            cfg = s.config
+            return "Headroom", (
+                f"only the headroom hosts {nodelist(sorted(s.headroom))} have room; they are "
+                f"kept for short jobs (<= {cfg.short_job_max_gpus} GPUs, min runtime "
+                f"<= {format_duration(cfg.short_job_max_min_runtime)})"
+            )
+        if not allocated and not s.ordering.unallocated_may_preempt:
+            return "Resources", "no free GPUs; unallocated work preempts nothing"
+        return "Resources", "no free GPUs and nothing it may preempt"
+
+
+def _allocated(state: State, w: Workload) -> bool:
+    return w.wants_allocation and state.tree.share(w.allocation) > 0
+
+
+def _key_json(key: tuple[Any, ...]) -> list[Any]:
+    out: list[Any] = []
+    for part in key:
+        if isinstance(part, float) and not math.isfinite(part):
+            out.append(None)
+        elif isinstance(part, bool | int | float | str) or part is None:
+            out.append(part)
+        else:
+            out.append(str(part))
+    return out
+
+
+def _matches_allocation(path: str, wanted: str | None) -> bool:
+    if not wanted:
+        return True
+    wanted = wanted.rstrip("/")
+    return path == wanted or path.startswith(wanted + "/")
+
+
+def queue_rows(
+    source: JournalView | Iterable[Any],
+    *,
+    user: str | None = None,
+    allocation: str | None = None,
+) -> list[QueueRow]:
+    """Live workloads: pending first, in the order the scheduler would consider them
+    (the ordering policy's rank and sort key, as `domain.decide` merges its buckets),
+    then running ones by start time. `allocation` matches the path and what is under it.
+
+    Each row: id, name, allocation, user, state (PENDING/RUNNING), gpus, time_s (pending:
+    waited since it last became pending; running: run time of this attempt), reason,
+    detail, nodelist, hosts, and the sort keys (position, rank, ratio, priority,
+    submitted, sort_key) for a long view.
+    """
+    view = _view(source)
+    state = view.require()
+    now = state.now
+    reasons = _Reasons.build(state)
+    ranking = reasons.ranking
+    policy = state.ordering
+    pending: list[tuple[Any, Workload, bool]] = []
+    running: list[Workload] = []
+    for w in state.workloads.values():
+        if w.state == RUNNING:
+            running.append(w)
+        else:
+            allocated = _allocated(state, w)
+            pending.append((policy.sort_key(ranking, w, allocated), w, allocated))
+    pending.sort(key=lambda item: item[0])
+    running.sort(key=lambda w: (w.start, w.id))
+    reasons.plan(pending)
+
+    rows: list[QueueRow] = []
+    ahead: list[Workload] = []
+    for position, (key, w, allocated) in enumerate(pending, start=1):
+        wanted = _wanted(view, w, user, allocation)
+        if wanted:
+            reason, detail = reasons.reason(w, allocated, ahead)
+            h = view.histories.get(w.id)
+            since = h.pending_since if h and h.pending_since is not None else w.submit_time
+            row = _row(view, w, "PENDING", now - since, reason, detail, ranking)
+            row.update(position=position, allocated=allocated, sort_key=_key_json(key))
+            rows.append(row)
+        ahead.append(w)
+    for w in running:
+        if not _wanted(view, w, user, allocation):
+            continue
+        if w.charged and w.protected_until > now:
+            if math.isinf(w.protected_until):
+                reason, detail = "protected", "non-preemptible (legacy priority) until it ends"
+            else:
+                reason = f"protected until {clock(w.protected_until, now)}"
+                detail = f"protected for {format_duration(w.protected_until - now)} more"
+        else:
+            reason = "preemptible"
+            detail = (
+                "charged; protection ended, runs while its allocation out-ranks waiting work"
+                if w.charged
+                else "unallocated: free, preemptible by any allocated work"
+            )
+        cordoned = [h for h in w.hosts if not state.hosts[h].healthy]
+        if cordoned:
+            detail += f"; host {nodelist(cordoned)} unhealthy: preempted when protection ends"
+        row = _row(view, w, "RUNNING", now - w.start, reason, detail, ranking)
+        row.update(
+            position=None,
+            allocated=w.charged,
+            attempt=w.attempt,
+            started=iso(w.start),
+            charged=w.charged,
+            protected_until=iso(w.protected_until),
+        )
+        rows.append(row)
+    return rows
+
+
+def _wanted(view: JournalView, w: Workload, user: str | None, allocation: str | None) -> bool:
+    return (user is None or w.actor == user) and _matches_allocation(w.allocation, allocation)
+
+
+def _row(
+    view: JournalView,
+    w: Workload,
+    state_name: str,
+    time_s: float,
+    reason: str,
+    detail: str,
+    ranking: Any,
+) -> QueueRow:
+    return {
+        "id": w.id,
+        "name": w.name,
+        "allocation": w.allocation,
+        "user": w.actor,
+        "state": state_name,
+        "gpus": w.gpus,
+        "time_s": round(max(0.0, time_s), 3),
+        "reason": reason,
+        "detail": detail,
+        "nodelist": nodelist(w.hosts) if w.hosts else "",
+        "hosts": {name: list(gpus) for name, gpus in w.hosts.items()},
+        "rank": ranking.ranks.get(w.allocation),
+        "ratio": num(ranking.ratios.get(w.allocation), 6),
+        "priority": w.priority,
+        "min_runtime": w.min_runtime,
+        "resumable": w.resumable,
+        "tags": list(w.tags),
+        "submitted": iso(w.submit_time),
+        "submit_time": w.submit_time,
+    }
+
+
+# ------------------------------------------------------------------ queue columns
+
+# name -> (squeue-style letter, header, cell)
+QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
+    "id": ("i", "ID", lambda r: r["id"]),
+    "name": ("j", "NAME", lambda r: r["name"] or ""),
+    "allocation": ("a", "ALLOCATION", lambda r: r["allocation"]),
+    "user": ("u", "USER", lambda r: r["user"]),
+    "state": ("T", "STATE", lambda r: r["state"]),
+    "st": ("t", "ST", lambda r: "PD" if r["state"] == "PENDING" else "R"),
+    "gpus": ("g", "GPUS", lambda r: str(r["gpus"])),
+    "time": ("M", "WAIT/TIME", lambda r: format_duration(r["time_s"])),
+    "reason": ("r", "REASON", lambda r: r["reason"]),
+    "nodelist": ("N", "NODELIST", lambda r: r["nodelist"]),
+    "reason_or_nodes": (
+        "R",
+        "NODELIST(REASON)",
+        lambda r: r["nodelist"] if r["state"] == "RUNNING" else f"({r['reason']})",
+    ),
+    "position": ("p", "POS", lambda r: "" if r["position"] is None else str(r["position"])),
+    "rank": ("k", "RANK", lambda r: "" if r["rank"] is None else str(r["rank"])),
+    "ratio": ("f", "RATIO", lambda r: "" if r["ratio"] is None else f"{r['ratio']:.4g}"),
+    "priority": ("Q", "PRIO", lambda r: str(r["priority"])),
+    "submitted": ("V", "SUBMITTED", lambda r: r["submitted"] or ""),
+    "min_runtime": ("l", "MIN_RUNTIME", lambda r: format_duration(r["min_runtime"])),
+    "tags": ("K", "TAGS", lambda r: ",".join(r["tags"])),
+    "detail": ("d", "DETAIL", lambda r: r["detail"]),
+}
+DEFAULT_COLUMNS = ["id", "allocation", "user", "state", "gpus", "time", "reason", "nodelist"]
+LONG_COLUMNS = [
+    "position",
+    "id",
+    "name",
+    "allocation",
+    "user",
+    "state",
+    "gpus",
+    "time",
+    "rank",
+    "ratio",
+    "priority",
+    "submitted",
+    "min_runtime",
+    "reason",
+    "nodelist",
+    "detail",
+]
+_BY_LETTER = {letter: name for name, (letter, _, _) in QUEUE_COLUMNS.items()}
+
+
+def parse_format(spec: str) -> list[str]:
+    """Columns from `%i %a %u %T %g %M %r` (squeue-like letters) or `id,user,reason`."""
+    spec = spec.strip()
+    if "%" in spec:
+        letters = re.findall(r"%(?:\.?\d+)?([A-Za-z])", spec)
+        unknown = [f"%{c}" for c in letters if c not in _BY_LETTER]
+        if unknown or not letters:
+            known = " ".join(f"%{letter}={name}" for letter, name in _BY_LETTER.items())
+            what = " ".join(unknown) if unknown else repr(spec)
+            raise ViewError(f"unknown format field {what}; known: {known}")
+        return [_BY_LETTER[c] for c in letters]
+    names = [n.strip().lower() for n in re.split(r"[,\s]+", spec) if n.strip()]
+    unknown = [n for n in names if n not in QUEUE_COLUMNS]
+    if unknown or not names:
+        what = ", ".join(unknown) if unknown else repr(spec)
+        raise ViewError(f"unknown column {what}; known: {', '.join(QUEUE_COLUMNS)}")
+    return names
+
+
+def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], list[list[str]]]:
+    """(headers, cells) of `rows` for `columns` (names of QUEUE_COLUMNS)."""
+    headers = [QUEUE_COLUMNS[c][1] for c in columns]
+    cells = [[QUEUE_COLUMNS[c][2](r) for c in columns] for r in rows]
+    return headers, cells
+
+
+# ------------------------------------------------------------------ shares
+
+ShareRow = dict[str, Any]
+
+
+def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
+    """The budget tree depth first, siblings in Fair-Tree order (fair-share ratio
+    ascending; ties: larger share, then path), so leaf ranks read top down.
+
+    Each row: path, name, depth, leaf, weight, share, usage_gpu_h (charged in the
+    window ending at the journal's latest time), ratio (None = infinite: zero share),
+    rank (leaves), running (charged GPUs now), unallocated (GPUs running unallocated),
+    entitled (share x healthy capacity), pending (GPUs of pending work).
+    """
+    view = _view(source)
+    state = view.require()
+    now = state.now
+    tree = state.tree
+    ranking = fair_tree(state, now)
+    pending: dict[str, int] = {}
+    for w in state.workloads.values():
+        if w.state == PENDING:
+            for p in _ancestors(w.allocation):
+                pending[p] = pending.get(p, 0) + w.gpus
+    rows: list[ShareRow] = []
+
+    def visit(paths: list[str], depth: int) -> None:
+        ratios = {p: ranking.ratios.get(p, fair_ratio(state, p, now)) for p in paths}
+        for p in sorted(paths, key=lambda p: (ratios[p], -tree.nodes[p].share, p)):
+            node = tree.nodes[p]
+            rows.append(
+                {
+                    "path": p,
+                    "name": p.rsplit("/", 1)[-1],
+                    "depth": depth,
+                    "leaf": not node.children,
+                    "weight": node.weight,
+                    "share": num(node.share, 6),
+                    "usage_gpu_h": round(state.charged.usage(p, now) / 3600.0, 3),
+                    "ratio": num(ratios[p], 6),
+                    "rank": ranking.ranks.get(p),
+                    "running": state.charged.rate(p),
+                    "unallocated": state.unallocated.rate(p),
+                    "entitled": round(node.share * state.healthy_capacity, 2),
+                    "pending": pending.get(p, 0),
+                }
+            )
+            if node.children:
+                visit(node.children, depth + 1)
+
+    visit(tree.roots, 0)
+    return rows
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def shares_header(source: JournalView | Iterable[Any]) -> dict[str, Any]:
+    """What the share numbers are relative to."""
+    view = _view(source)
+    state = view.require()
+    return {
+        "cluster": state.cluster,
+        "now": iso(state.now),
+        "time": state.now,
+        "policy": state.ordering.name,
+        "window_s": state.config.window,
+        "capacity": state.capacity,
+        "healthy_capacity": state.healthy_capacity,
+    }
+
+
+# ------------------------------------------------------------------ why
+
+
+def find_workload(view: JournalView, wid: str) -> str:
+    """`wid` itself, or the one workload id it is a unique prefix of; else ViewError
+    listing close matches."""
+    known = view.histories
+    if wid in known:
+        return wid
+    prefixed = [k for k in known if k.startswith(wid)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    close = sorted(prefixed)[:5] or difflib.get_close_matches(wid, list(known), n=5, cutoff=0.5)
+    hint = f"; did you mean: {', '.join(close)}?" if close else ""
+    if not close and not known:
+        hint = "; the journal has no workloads yet"
+    elif not close:
+        hint = "; `allot queue` lists live workloads"
+    raise ViewError(f"no workload {wid!r} in the journal of cluster {view.cluster!r}{hint}")
+
+
+def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]:
+    """Everything the journal says about one workload, with `text`: lines for people.
+
+    An id that names no workload but a rejected request (its `ref`) explains that
+    rejection. Unknown ids raise ViewError with close matches."""
+    view = _view(source)
+    state = view.require()
+    if workload_id not in view.histories and workload_id in view.rejections:
+        r = view.rejections[workload_id]
+        text = [
+            f"request {r.ref} ({r.input_type or r.type.replace('.rejected', '')}) "
+            f"from {r.actor} was rejected at {iso(r.time)}: {r.error}"
+        ]
+        return {"request": r.ref, "rejection": _rejection_json(r), "text": text}
+    wid = find_workload(view, workload_id)
+    h = view.histories[wid]
+    now = state.now
+    text: list[str] = []
+    out: dict[str, Any] = {"workload": wid, "cluster": state.cluster, "now": iso(now)}
+    s = h.submitted
+    if s is not None:
+        contract = [
+            s.allocation,
+            f"{s.gpus} GPU{'s' if s.gpus != 1 else ''}",
+            f"min runtime {format_duration(s.min_runtime)}"
+            + (" (unallocated: free, always preemptible)" if s.min_runtime <= 0 else ""),
+            "resumable" if s.resumable else "not resumable",
+            f"priority {s.priority}",
+        ]
+        if s.tags:
+            contract.append(f"tags {','.join(s.tags)}")
+        title = f"workload {wid}" + (f" ({s.name})" if s.name else "")
+        text.append(f"{title}: {', '.join(contract)}")
+        extra = []
+        if s.runtime is not None:
+            extra.append(f"needs {format_duration(s.runtime)} of work")
+        if s.expected_runtime is not None:
+            extra.append(f"expected runtime {format_duration(s.expected_runtime)}")
+        text.append(
+            f"submitted {iso(s.time)} by {s.actor}" + (f" ({'; '.join(extra)})" if extra else "")
+        )
+        out["submitted"] = {
+            "time": iso(s.time),
+            "actor": s.actor,
+            "allocation": s.allocation,
+            "gpus": s.gpus,
+            "min_runtime": s.min_runtime,
+            "resumable": s.resumable,
+            "priority": s.priority,
+            "tags": list(s.tags),
+            "name": s.name,
+            "runtime": s.runtime,
+            "expected_runtime": s.expected_runtime,
+        }
+    else:
+        text.append(f"workload {wid}: no accepted submission in the journal")
+
+    events: list[tuple[float, int, str, Any]] = []
+    for p in h.placements:
+        events.append((p.time, 1, "placed", p))
+    for p in h.preemptions:
+        events.append((p.time, 0, "preempted", p))
+    for r in h.rejections:
+        events.append((r.time, 2, "rejected", r))
+    events.sort(key=lambda e: (e[0], e[1]))
+    last_pending = s.time if s is not None else None
+    placements_json, preemptions_json, rejections_json = [], [], []
+    for _, _, kind, item in events:
+        if kind == "placed":
+            p: Placement = item
+            waited = (
+                ""
+                if last_pending is None
+                else f" after waiting {format_duration(p.time - last_pending)}"
+            )
+            text.append(
+                f"attempt {p.attempt}: placed {iso(p.time)}{waited} on {_hosts_text(p.hosts)}"
+            )
+            text.append("    " + _terms_text(p, now))
+            numbers = _placement_numbers(p.explain)
+            if numbers:
+                text.append("    " + numbers)
+            named = p.explain.get("preempted")
+            victims = [
+                c
+                for c in h.caused
+                if c.time == p.time and (not isinstance(named, list) or c.workload in named)
+            ]
+            for c in victims:
+                text.append(
+                    f"    preempted {c.workload} (attempt {c.attempt}) to make room: "
+                    + _preemption_reason_text(c, as_victim=False)
+                )
+            placements_json.append(
+                {
+                    "time": iso(p.time),
+                    "attempt": p.attempt,
+                    "hosts": {k: list(v) for k, v in p.hosts.items()},
+                    "charged": p.charged,
+                    "protected_until": iso(p.protected_until)
+                    if p.protected_until is not None
+                    else None,
+                    "explain": p.explain,
+                    "preempted": [c.workload for c in victims],
+                }
+            )
+        elif kind == "preempted":
+            q: Preemption = item
+            ran = q.explain.get("ran_s")
+            ran_text = (
+                f" after running {format_duration(ran)}" if isinstance(ran, int | float) else ""
+            )
+            by = f" for {q.beneficiary}" if q.beneficiary else ""
+            who = q.explain.get("beneficiary_allocation")
+            if q.beneficiary and who:
+                by += f" ({who})"
+            text.append(
+                f"attempt {q.attempt}: preempted {iso(q.time)}{ran_text}{by}: "
+                + _preemption_reason_text(q, as_victim=True)
+            )
+            for line in _preemption_numbers(q):
+                text.append("    " + line)
+            text.append(
+                "    requeued: it waits again with its original submit time"
+                if q.requeued
+                else "    not resumable: it ended here"
+            )
+            if q.requeued:
+                last_pending = q.time
+            preemptions_json.append(
+                {
+                    "time": iso(q.time),
+                    "attempt": q.attempt,
+                    "reason": q.reason,
+                    "beneficiary": q.beneficiary,
+                    "requeued": q.requeued,
+                    "explain": q.explain,
+                }
+            )
+        else:
+            r: Rejection = item
+            text.append(
+                f"rejected {iso(r.time)}: {r.input_type or r.type} request {r.ref} "
+                f"from {r.actor}: {r.error}"
+            )
+            rejections_json.append(_rejection_json(r))
+    out["placements"] = placements_json
+    out["preemptions"] = preemptions_json
+    out["rejections"] = rejections_json
+
+    current = _current(view, wid, h)
+    out["current"] = current
+    text.append("now: " + current["text"])
+    out["text"] = text
+    return out
+
+
+def _rejection_json(r: Rejection) -> dict[str, Any]:
+    return {
+        "time": iso(r.time),
+        "type": r.type,
+        "ref": r.ref,
+        "actor": r.actor,
+        "error": r.error,
+        "input_type": r.input_type,
+    }
+
+
+def _hosts_text(hosts: dict[str, tuple[int, ...]]) -> str:
+    parts = []
+    for name, gpus in hosts.items():
+        g = sorted(gpus)
+        span = (
+            f"{g[0]}-{g[-1]}"
+            if g and g == list(range(g[0], g[-1] + 1)) and len(g) > 1
+            else (",".join(str(x) for x in g))
+        )
+        parts.append(f"{name} GPUs {span}")
+    return "; ".join(parts)
+
+
+def _terms_text(p: Placement, now: float) -> str:
+    if not p.charged:
+        return "unallocated: not charged, never protected (any allocated work may preempt it)"
+    if p.protected_until is None:
+        return "charged, non-preemptible until it ends (legacy priority, within its cap)"
+    length = format_duration(p.protected_until - p.time)
+    return f"charged, protected until {iso(p.protected_until)} ({length})"
+
+
+def _placement_numbers(explain: dict[str, Any]) -> str:
+    parts = []
+    if "rank" in explain:
+        parts.append(f"allocation rank {explain['rank']}")
+    if "ratio" in explain:
+        parts.append(f"fair-share ratio {show(explain['ratio'])}")
+    if explain.get("share") is not None:
+        parts.append(f"share {show(explain['share'])}")
+    if "position" in explain:
+        parts.append(f"queue position {explain['position']} in its cycle")
+    if explain.get("policy"):
+        parts.append(f"policy {explain['policy']}/{explain.get('placement', '?')}")
+    if explain.get("backfill"):
+        b = explain["backfill"]
+        parts.append(f"backfilled onto hosts reserved for {b.get('reserved_for')}")
+    if explain.get("headroom"):
+        parts.append("on a headroom host (kept for short jobs)")
+    return ", ".join(parts)
+
+
+def _preemption_reason_text(q: Preemption, *, as_victim: bool) -> str:
+    e = q.explain
+    if q.reason == "unallocated":
+        return "reason unallocated (it ran free, so any allocated work may take its GPUs)"
+    if q.reason == "drain":
+        host = e.get("host", "?")
+        return f"reason drain (host {host} is unhealthy and its work is moved off)"
+    if q.reason == "fair_share":
+        rule = e.get("rule", "ratio")
+        if rule == "reclaim":
+            return (
+                "reason fair_share, rule reclaim (the beneficiary's side is owed GPUs now "
+                "while the victim's runs beyond its entitlement)"
+            )
+        return "reason fair_share, rule ratio (the beneficiary's allocation used less of its share)"
+    if q.reason == "priority":
+        return (
+            f"reason priority (level {e.get('beneficiary_priority')} over "
+            f"{e.get('victim_priority')})"
+        )
+    if q.reason == "headroom":
+        return "reason headroom (a short job needed the headroom host)"
+    return f"reason {q.reason}"
+
+
+def _preemption_numbers(q: Preemption) -> list[str]:
+    e = q.explain
+    lines = []
+    if e.get("victim_allocation"):
+        protected = e.get("protected_until")
+        lines.append(
+            f"victim allocation {e['victim_allocation']}, "
+            + ("charged" if e.get("charged") else "unallocated")
+            + (
+                f", protection ended {iso(protected)}"
+                if e.get("charged") and isinstance(protected, int | float)
+                else ""
+            )
+        )
+    if q.reason == "fair_share":
+        compared = e.get("compared") or {}
+        if compared:
+            pairs = ", ".join(f"{path} {show(v)}" for path, v in compared.items())
+            lines.append(
+                f"rule {e.get('rule', 'ratio')}: compared fair-share ratios {pairs} "
+                f"(hysteresis {show(e.get('hysteresis'))})"
+            )
+        else:
+            lines.append(f"rule {e.get('rule', 'ratio')}")
+        if e.get("beneficiary_rank") is not None or e.get("victim_rank") is not None:
+            lines.append(
+                f"ranks: beneficiary {e.get('beneficiary_rank')}, victim {e.get('victim_rank')}"
+            )
+        rve = e.get("running_vs_entitled")
+        if rve:
+            pairs = ", ".join(
+                f"{path} {vals[0]}/{show(vals[1])}"
+                for path, vals in rve.items()
+                if isinstance(vals, list | tuple) and len(vals) == 2
+            )
+            lines.append(f"running vs entitled GPUs: {pairs}")
+    elif q.reason == "drain" and e.get("host"):
+        lines.append(f"host {e['host']}")
+    return lines
+
+
+def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
+    state = view.require()
+    now = state.now
+    w = state.workloads.get(wid)
+    if w is None:
+        if h.ended is not None:
+            e = h.ended
+            how = e["how"]
+            if how == "finished":
+                what = f"finished ({e.get('outcome', 'completed')}) at {iso(e['time'])}"
+            elif how == "cancelled":
+                what = f"cancelled by {e.get('actor')} at {iso(e['time'])}"
+            elif how == "preempted":
+                what = f"ended at {iso(e['time'])}: preempted and not resumable"
+            else:
+                what = f"ended at {iso(e['time'])} ({how})"
+            return {
+                "state": how.upper(),
+                "text": what,
+                **{k: v for k, v in e.items() if k != "time"},
+            }
+        if h.submitted is None and h.rejections:
+            return {"state": "REJECTED", "text": "rejected; never ran"}
+        return {"state": "UNKNOWN", "text": "not live (ended outside the window kept here)"}
+    rows = [r for r in queue_rows(view) if r["id"] == wid]
+    row = rows[0] if rows else None
+    if w.state == RUNNING:
+        text = (
+            f"running on {nodelist(w.hosts)} for {format_duration(now - w.start)} "
+            f"(attempt {w.attempt}); {row['reason'] if row else ''}"
+        )
+        if row:
+            text += f" — {row['detail']}"
+        return {"state": "RUNNING", "text": text, "row": row}
+    pending = sum(1 for x in state.workloads.values() if x.state == PENDING)
+    text = (
+        f"pending for {format_duration(row['time_s'])}, position {row['position']} of "
+        f"{pending} — {row['reason']}: {row['detail']}"
+        if row
+        else "pending"
+    )
+    return {"state": "PENDING", "text": text, "row": row}

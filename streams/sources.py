@@ -1,0 +1,311 @@
+"""Where read-side commands get journal records: a file, the embedded folder, or Kafka.
+
+    for line in journal_lines(journal=Path("out/fairshare/journal.jsonl")): ...
+    for line in journal_lines(data=Path("DIR"), cluster="lab"): ...
+    for line in journal_lines(kafka="127.0.0.1:9092", cluster="lab"): ...
+
+Each yields the journal's records as raw JSON bytes, oldest first:
+
+- ``journal``: a journal file (a simulation's ``journal.jsonl``, a copy of the
+  embedded journal);
+- ``data``: the embedded journal ``DIR/journal.jsonl`` written by ``allot serve --data``;
+- ``kafka``: topic ``allot.journal`` read from the beginning up to its end as of the
+  start of the read (the last stable offset: records of unfinished transactions are
+  not shown), with an aiokafka consumer that joins no group (manual assignment, no
+  commits) and has bounded timeouts. Records are keyed by cluster; only ``cluster``'s
+  are kept when it is given.
+
+A last line without its newline is a write in progress (or cut short by a crash) and
+is not returned. In files, ``cluster`` keeps the records whose ``cluster`` field
+matches. ``follow=True`` keeps tailing after the current end (used by
+``allot executor``) and never ends by itself; a missing journal file is then waited
+for, as long as its folder exists.
+
+A missing file, an empty journal, a missing topic or an unreachable broker raise
+`SourceError` with one line a person can act on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from streams import topics
+
+# aiokafka logs connection failures itself; SourceError reports them as one line
+logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+
+# bounded waits for the Kafka reader (seconds)
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_MS = 10_000
+IDLE_TIMEOUT_S = 3.0  # no progress towards the end offsets for this long: stop there
+POLL_MS = 200
+FILE_POLL_S = 0.1
+
+
+class SourceError(RuntimeError):
+    """The journal cannot be read: one line for the user."""
+
+
+class EmptyJournal(SourceError):
+    """The journal exists but holds no (complete) records of the cluster."""
+
+
+def journal_lines(
+    *,
+    kafka: str | None = None,
+    data: Path | None = None,
+    journal: Path | None = None,
+    cluster: str | None = None,
+    follow: bool = False,
+) -> Iterator[bytes]:
+    """The journal's records as JSON bytes (one record each, no newline), oldest first.
+
+    Exactly one of ``journal`` (a file), ``data`` (the embedded folder) and ``kafka``
+    (a bootstrap ``HOST:PORT``) is read, in that order of preference.
+    """
+    if journal is not None:
+        return _file_lines(Path(journal), cluster, follow, what="journal file")
+    if data is not None:
+        folder = Path(data)
+        if not folder.is_dir():
+            raise SourceError(
+                f"{folder}: no such folder; start the embedded scheduler with "
+                f"`allot serve --data {folder}` or point --data at its folder"
+            )
+        return _file_lines(folder / "journal.jsonl", cluster, follow, what="embedded journal")
+    if kafka:
+        return _kafka_lines(kafka, cluster, follow)
+    raise SourceError(
+        "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR or --journal FILE"
+    )
+
+
+# ------------------------------------------------------------------ files
+
+
+def _matches(line: bytes, cluster: str | None) -> bool:
+    if cluster is None:
+        return True
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return True  # let the decoder name the bad line
+    return not isinstance(record, dict) or record.get("cluster", "default") == cluster
+
+
+def _file_lines(path: Path, cluster: str | None, follow: bool, *, what: str) -> Iterator[bytes]:
+    if not follow:
+        if not path.is_file():
+            if path.exists():
+                raise SourceError(f"{path}: not a file; --journal wants a journal.jsonl file")
+            raise SourceError(f"{path}: no such {what}")
+        return _read_file(path, cluster, what)
+    if not path.parent.is_dir():
+        raise SourceError(f"{path.parent}: no such folder")
+    return _tail_file(path, cluster)
+
+
+def _read_file(path: Path, cluster: str | None, what: str) -> Iterator[bytes]:
+    found = 0
+    seen: set[str] = set()
+    with path.open("rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break  # a write in progress or cut short: not a record yet
+            line = line.strip()
+            if not line:
+                continue
+            if _matches(line, cluster):
+                found += 1
+                yield line
+            elif len(seen) < 10:
+                with contextlib.suppress(Exception):
+                    seen.add(str(orjson.loads(line).get("cluster")))
+    if not found:
+        if seen:
+            others = ", ".join(sorted(seen))
+            raise EmptyJournal(
+                f"{path}: no records of cluster {cluster!r} (it holds: {others}); "
+                "pick one with --cluster"
+            )
+        raise EmptyJournal(f"{path}: the {what} is empty (no complete records yet)")
+
+
+def _tail_file(path: Path, cluster: str | None) -> Iterator[bytes]:
+    """Complete lines as they are appended, forever (the file may not exist yet)."""
+    while not path.exists():
+        time.sleep(FILE_POLL_S)
+    with path.open("rb") as f:
+        pos = 0  # start of the first line not yet returned
+        while True:
+            f.seek(pos)
+            line = f.readline()
+            if not line.endswith(b"\n"):
+                # nothing new, or a line still being written: read it again from its
+                # start later (the embedded writer truncates a cut-short line first)
+                time.sleep(FILE_POLL_S)
+                continue
+            pos += len(line)
+            line = line.strip()
+            if line and _matches(line, cluster):
+                yield line
+
+
+# ------------------------------------------------------------------ kafka
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[bytes]:
+    """Run an aiokafka consumer on its own thread and event loop (callers are plain
+    synchronous code, possibly inside another loop) and hand records over a queue."""
+    out: queue.Queue[Any] = queue.Queue(maxsize=64)
+    stop = threading.Event()
+
+    def put(item: Any) -> None:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def run() -> None:
+        try:
+            asyncio.run(_consume(bootstrap, cluster, follow, put, stop))
+        except BaseException as exc:
+            put(_Failure(exc))
+        else:
+            put(_END)
+
+    thread = threading.Thread(target=run, name="allot-journal-reader", daemon=True)
+    thread.start()
+    found = 0
+    try:
+        while True:
+            item = out.get()
+            if item is _END:
+                break
+            if isinstance(item, _Failure):
+                raise _as_source_error(item.error, bootstrap)
+            for line in item:
+                found += 1
+                yield line
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    if not found and not follow:
+        which = f"of cluster {cluster!r} " if cluster else ""
+        raise EmptyJournal(
+            f"the journal (topic {topics.JOURNAL} on {bootstrap}) has no records {which}yet; "
+            "is the scheduler running for this cluster (allot serve --kafka, --cluster)?"
+        )
+
+
+def _as_source_error(error: BaseException, bootstrap: str) -> SourceError:
+    if isinstance(error, SourceError):
+        return error
+    if isinstance(error, asyncio.TimeoutError | TimeoutError):
+        return SourceError(
+            f"cannot reach Kafka at {bootstrap}: no answer in {CONNECT_TIMEOUT_S:g}s"
+        )
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return SourceError(f"cannot read the journal from Kafka at {bootstrap}: {text}")
+
+
+async def _consume(
+    bootstrap: str,
+    cluster: str | None,
+    follow: bool,
+    put: Any,
+    stop: threading.Event,
+) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        request_timeout_ms=REQUEST_TIMEOUT_MS,
+        client_id="allot-reader",
+    )
+    try:
+        await asyncio.wait_for(consumer.start(), CONNECT_TIMEOUT_S)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        raise SourceError(
+            f"cannot reach Kafka at {bootstrap}: {_short(exc)}; "
+            "check --kafka / $ALLOT_KAFKA and that the broker runs"
+        ) from None
+    try:
+        # the public `topics()` does not keep the partitions it saw; ask the client once
+        metadata = await asyncio.wait_for(consumer._client.fetch_all_metadata(), CONNECT_TIMEOUT_S)
+        parts = sorted(metadata.partitions_for_topic(topics.JOURNAL) or ())
+        if topics.JOURNAL not in metadata.topics() or not parts:
+            raise SourceError(
+                f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
+                "and start the scheduler (allot serve --kafka ...)"
+            )
+        tps = [TopicPartition(topics.JOURNAL, p) for p in parts]
+        consumer.assign(tps)
+        await asyncio.wait_for(consumer.seek_to_beginning(*tps), CONNECT_TIMEOUT_S)
+        ends = await asyncio.wait_for(consumer.end_offsets(tps), CONNECT_TIMEOUT_S)
+        key = cluster.encode() if cluster is not None else None
+        remaining = {tp for tp in tps if ends.get(tp, 0) > 0}
+        # until the end offsets seen at the start (then, when following, forever)
+        last_progress = time.monotonic()
+        while not stop.is_set():
+            if not follow and not remaining:
+                return
+            batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
+            lines: list[bytes] = []
+            for tp in sorted(batches, key=lambda tp: tp.partition):
+                for record in batches[tp]:
+                    if _keep(record.key, record.value, key, cluster):
+                        lines.append(record.value)
+            if lines:
+                put(lines)
+            if batches:
+                last_progress = time.monotonic()
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+            if remaining and not follow and time.monotonic() - last_progress > IDLE_TIMEOUT_S:
+                return  # e.g. an unfinished transaction holds the rest back
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+
+
+def _keep(key: bytes | None, value: bytes | None, want: bytes | None, cluster: str | None) -> bool:
+    if value is None:
+        return False
+    if want is None:
+        return True
+    if key is not None:
+        return key == want
+    return _matches(value, cluster)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

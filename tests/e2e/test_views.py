@@ -1,0 +1,582 @@
+"""`allot queue`, `allot shares`, `allot why` and `allot executor --simulate` end to end.
+
+The views run as subprocesses on a simulation's journal (`--journal FILE`), on the
+embedded folder (`--data DIR`, written by `allot serve --data`) and on a real Kafka
+broker (`--kafka`, the session broker of tests/streams/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from allot.commands.executor import SimulatedLauncher
+from projections import views as v
+from streams.sources import SourceError, journal_lines
+from tests.streams.conftest import kafka_bootstrap  # noqa: F401  (the session broker)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TINY = FIXTURES / "tiny.yaml"
+
+
+def allot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {k: val for k, val in os.environ.items() if not k.startswith("ALLOT_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "allot.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=full_env,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    result = allot("simulate", str(TINY), "--out", str(out), "-q", "--no-report")
+    assert result.returncode == 0, result.stderr
+    return out / "fairshare" / "journal.jsonl"
+
+
+@pytest.fixture(scope="module")
+def records(journal: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in journal.read_bytes().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def folded(journal: Path) -> v.JournalView:
+    return v.fold(v.decode_lines(journal_lines(journal=journal)))
+
+
+# ------------------------------------------------------------------ queue
+
+
+def test_queue_table(journal: Path, folded: v.JournalView) -> None:
+    result = allot("queue", "--journal", str(journal))
+    assert result.returncode == 0, result.stderr
+    header = result.stdout.splitlines()[1].split()
+    assert header == [
+        "ID",
+        "ALLOCATION",
+        "USER",
+        "STATE",
+        "GPUS",
+        "WAIT/TIME",
+        "REASON",
+        "NODELIST",
+    ]
+    first = v.queue_rows(folded)[0]
+    assert first["id"] in result.stdout.splitlines()[2]
+    assert "cluster tiny" in result.stdout.splitlines()[0]
+
+
+def test_queue_json_matches_the_projection(journal: Path, folded: v.JournalView) -> None:
+    result = allot("queue", "--journal", str(journal), "--json")
+    assert result.returncode == 0, result.stderr
+    payload = orjson.loads(result.stdout)
+    assert payload["cluster"] == "tiny"
+    rows = payload["workloads"]
+    assert [r["id"] for r in rows] == [r["id"] for r in v.queue_rows(folded)]
+    assert {r["state"] for r in rows} <= {"PENDING", "RUNNING"}
+    assert all(r["reason"] for r in rows)
+    pending = [r for r in rows if r["state"] == "PENDING"]
+    assert [r["position"] for r in pending] == list(range(1, len(pending) + 1))
+
+
+@pytest.mark.parametrize(
+    ("args", "check"),
+    [
+        pytest.param(
+            ["-o", "%i %T %r"],
+            lambda out: out.splitlines()[0].split() == ["ID", "STATE", "REASON"],
+            id="format-letters",
+        ),
+        pytest.param(
+            ["--format", "id,user"],
+            lambda out: out.splitlines()[0].split() == ["ID", "USER"],
+            id="format-names",
+        ),
+        pytest.param(
+            ["-u", "alice", "--json"],
+            lambda out: {r["user"] for r in orjson.loads(out)["workloads"]} == {"alice"},
+            id="user",
+        ),
+        pytest.param(
+            ["-a", "lab/eval", "--json"],
+            lambda out: {r["allocation"] for r in orjson.loads(out)["workloads"]} == {"lab/eval"},
+            id="allocation",
+        ),
+        pytest.param(
+            ["--long"],
+            lambda out: (
+                {"POS", "RANK", "RATIO", "PRIO", "SUBMITTED"} <= set(out.splitlines()[1].split())
+            ),
+            id="long",
+        ),
+    ],
+)
+def test_queue_options(journal: Path, args: list[str], check: Any) -> None:
+    result = allot("queue", "--journal", str(journal), *args)
+    assert result.returncode == 0, result.stderr
+    assert check(result.stdout), result.stdout
+
+
+# ------------------------------------------------------------------ shares
+
+
+def test_shares(journal: Path) -> None:
+    table = allot("shares", "--journal", str(journal))
+    assert table.returncode == 0, table.stderr
+    assert "ALLOCATION" in table.stdout and "RATIO" in table.stdout
+    result = allot("shares", "--journal", str(journal), "--json")
+    assert result.returncode == 0, result.stderr
+    payload = orjson.loads(result.stdout)
+    rows = {r["path"]: r for r in payload["allocations"]}
+    assert set(rows) == {"lab", "lab/train", "lab/eval"}
+    assert rows["lab/train"]["share"] == 0.75 and rows["lab/eval"]["share"] == 0.25
+    assert sorted(r["rank"] for r in rows.values() if r["leaf"]) == [1, 2]
+    assert payload["capacity"] == 32
+
+
+# ------------------------------------------------------------------ why
+
+
+def test_why_preempted_workload(journal: Path, records: list[dict[str, Any]]) -> None:
+    q = next(r for r in records if r["type"] == "workload.preempted")
+    result = allot("why", q["workload"], "--journal", str(journal))
+    assert result.returncode == 0, result.stderr
+    assert f"workload {q['workload']}" in result.stdout
+    assert f"reason {q['reason']}" in result.stdout
+    assert q["beneficiary"] in result.stdout
+    assert "now: " in result.stdout.splitlines()[-1]
+    as_json = allot("why", q["workload"], "--journal", str(journal), "--json")
+    payload = orjson.loads(as_json.stdout)
+    assert payload["preemptions"][0]["reason"] == q["reason"]
+    assert payload["preemptions"][0]["explain"] == q["explain"]
+
+
+def test_why_placed_workload_quotes_explain(journal: Path, records: list[dict[str, Any]]) -> None:
+    p = next(r for r in records if r["type"] == "workload.placed" and r["charged"])
+    result = allot("why", p["workload"], "--journal", str(journal))
+    assert result.returncode == 0, result.stderr
+    assert f"allocation rank {p['explain']['rank']}" in result.stdout
+    assert f"fair-share ratio {v.show(p['explain']['ratio'])}" in result.stdout
+    assert f"protected until {v.iso(p['protected_until'])}" in result.stdout
+
+
+# ------------------------------------------------------------------ errors
+
+
+@pytest.mark.parametrize(
+    ("make_args", "needles"),
+    [
+        pytest.param(lambda j, d: ["queue"], ["--journal FILE"], id="no-source"),
+        pytest.param(
+            lambda j, d: ["queue", "--journal", str(d / "nope.jsonl")],
+            ["no such journal file"],
+            id="missing-file",
+        ),
+        pytest.param(
+            lambda j, d: ["shares", "--journal", str(d / "empty.jsonl")], ["empty"], id="empty-file"
+        ),
+        pytest.param(
+            lambda j, d: ["queue", "--data", str(d / "nofolder")],
+            ["no such folder"],
+            id="missing-folder",
+        ),
+        pytest.param(
+            lambda j, d: ["queue", "--data", str(d)],
+            ["no such embedded journal"],
+            id="folder-without-journal",
+        ),
+        pytest.param(
+            lambda j, d: ["why", "0-00000", "--journal", str(j)],
+            ["did you mean", "0-000001"],
+            id="unknown-id",
+        ),
+        pytest.param(
+            lambda j, d: ["queue", "--journal", str(j), "--cluster", "other"],
+            ["holds: tiny"],
+            id="wrong-cluster",
+        ),
+        pytest.param(
+            lambda j, d: ["queue", "--journal", str(j), "-o", "%Z"],
+            ["unknown format field %Z"],
+            id="bad-format",
+        ),
+        pytest.param(
+            lambda j, d: ["queue", "--journal", str(d / "corrupt.jsonl")],
+            ["record 2 is not JSON"],
+            id="corrupt-record",
+        ),
+        pytest.param(
+            lambda j, d: ["shares", "--kafka", "127.0.0.1:1"],
+            ["cannot reach Kafka at 127.0.0.1:1"],
+            id="unreachable-broker",
+        ),
+    ],
+)
+def test_errors_are_one_line(
+    journal: Path, tmp_path: Path, make_args: Any, needles: list[str]
+) -> None:
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    first = journal.read_bytes().splitlines()[0]
+    (tmp_path / "corrupt.jsonl").write_bytes(first + b"\n{not json\n")
+    one_line_error(allot(*make_args(journal, tmp_path)), *needles)
+
+
+def test_truncated_last_line_is_ignored(journal: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(journal.read_bytes() + b'{"type":"workload.subm')
+    a = allot("queue", "--journal", str(journal), "--json")
+    b = allot("queue", "--journal", str(cut), "--json")
+    assert b.returncode == 0, b.stderr
+    assert orjson.loads(a.stdout) == orjson.loads(b.stdout)
+
+
+def test_sources_ignore_a_truncated_tail(tmp_path: Path) -> None:
+    (tmp_path / "journal.jsonl").write_bytes(b'{"a":1}\n{"b":2}\n{"c":')
+    assert list(journal_lines(data=tmp_path)) == [b'{"a":1}', b'{"b":2}']
+    (tmp_path / "journal.jsonl").write_bytes(b'{"c":')
+    with pytest.raises(SourceError, match="empty"):
+        list(journal_lines(data=tmp_path))
+
+
+def test_follow_waits_for_complete_lines(tmp_path: Path) -> None:
+    """A cut-short line that the writer truncates and rewrites is read whole, once."""
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":')
+    lines = journal_lines(data=tmp_path, follow=True)
+    assert next(lines) == b'{"a":1}'
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(next(lines)), daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    assert not got  # the partial line is not a record
+    with path.open("r+b") as f:
+        f.truncate(len(b'{"a":1}\n'))
+        f.seek(0, 2)
+        f.write(b'{"c":3}\n')
+    reader.join(timeout=5)
+    assert got == [b'{"c":3}']
+
+
+# ------------------------------------------------------------------ executor
+
+
+def _placed(wid: str, attempt: int, t: float) -> dict[str, Any]:
+    return {
+        "type": "workload.placed",
+        "cluster": "c",
+        "workload": wid,
+        "attempt": attempt,
+        "time": t,
+    }
+
+
+def _preempted(wid: str, attempt: int, t: float, requeued: bool = True) -> dict[str, Any]:
+    return {
+        "type": "workload.preempted",
+        "cluster": "c",
+        "workload": wid,
+        "attempt": attempt,
+        "time": t,
+        "requeued": requeued,
+    }
+
+
+def _submitted(wid: str, runtime: float | None, resumable: bool = True) -> dict[str, Any]:
+    out = {"type": "workload.submitted", "cluster": "c", "workload": wid, "time": 0.0}
+    out["resumable"] = resumable
+    if runtime is not None:
+        out["runtime"] = runtime
+    return out
+
+
+LAUNCHER_CASES = [
+    ("runs-its-runtime", 1.0, [_submitted("w", 100), _placed("w", 1, 1000)], {("w", 1): 1100}),
+    ("speed-divides", 4.0, [_submitted("w", 100), _placed("w", 1, 1000)], {("w", 1): 1025}),
+    (
+        "resumable-keeps-progress",
+        1.0,
+        [
+            _submitted("w", 100),
+            _placed("w", 1, 1000),
+            _preempted("w", 1, 1030),
+            _placed("w", 2, 2000),
+        ],
+        {("w", 2): 2070},
+    ),
+    (
+        "not-resumable-starts-over",
+        1.0,
+        [
+            _submitted("w", 100, resumable=False),
+            _placed("w", 1, 1000),
+            _preempted("w", 1, 1030),
+            _placed("w", 2, 2000),
+        ],
+        {("w", 2): 2100},
+    ),
+    (
+        "preemption-cancels-the-report",
+        1.0,
+        [_submitted("w", 100), _placed("w", 1, 1000), _preempted("w", 1, 1030, requeued=False)],
+        {},
+    ),
+    ("no-runtime-runs-until-cancelled", 1.0, [_submitted("w", None), _placed("w", 1, 1000)], {}),
+    (
+        "finished-elsewhere",
+        1.0,
+        [
+            _submitted("w", 100),
+            _placed("w", 1, 1000),
+            {"type": "workload.cancelled", "cluster": "c", "workload": "w", "time": 1001},
+        ],
+        {},
+    ),
+    (
+        "other-cluster",
+        1.0,
+        [{**_submitted("w", 100), "cluster": "x"}, {**_placed("w", 1, 1000), "cluster": "x"}],
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("speed", "journal_records", "due"),
+    [pytest.param(s, j, d, id=i) for i, s, j, d in LAUNCHER_CASES],
+)
+def test_simulated_launcher(
+    speed: float, journal_records: list[dict[str, Any]], due: dict[tuple[str, int], float]
+) -> None:
+    launcher = SimulatedLauncher("c", speed)
+    for record in journal_records:
+        launcher.on_record(record)
+    assert launcher.timers == pytest.approx(due)
+    if due:
+        (wid, attempt), at = next(iter(due.items()))
+        assert launcher.due(at - 1) == []
+        [report] = launcher.due(at)
+        assert report == {
+            "type": "workload.finished",
+            "v": 1,
+            "id": f"executor/c/{wid}/{attempt}",
+            "time": at,
+            "cluster": "c",
+            "actor": "executor",
+            "workload": wid,
+            "outcome": "completed",
+            "attempt": attempt,
+        }
+        assert launcher.next_due() is None
+
+
+def _journal_types(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+
+
+def _setup_embedded(data: Path) -> tuple[str, str]:
+    """Two hosts, one allocation, a 2-second workload and one without a runtime."""
+    for args in (
+        ["host", "register", "h0", "8"],
+        ["host", "register", "h1", "8"],
+        ["budget", "set", "lab", "1"],
+        ["budget", "set", "lab/a", "1"],
+    ):
+        result = allot(*args, "--data", str(data))
+        assert result.returncode == 0, result.stderr
+    ids = []
+    for extra in (["--runtime", "2s", "--resumable"], ["--name", "forever"]):
+        result = allot(
+            "submit", "-A", "lab/a", "-G", "4", "--min-runtime", "1m", "--parsable",
+            "--as", "alice", "--data", str(data), *extra,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        ids.append(result.stdout.strip())
+    return ids[0], ids[1]
+
+
+def test_executor_once_on_the_embedded_journal(tmp_path: Path) -> None:
+    """submit -> serve places -> executor reports -> serve folds the report."""
+    data = tmp_path / "data"
+    short, forever = _setup_embedded(data)
+    assert allot("serve", "--data", str(data), "--once", "--tick", "0").returncode == 0
+    placed = {r["workload"] for r in _journal_types(data) if r["type"] == "workload.placed"}
+    assert placed == {short, forever}
+
+    started = time.monotonic()
+    result = allot("executor", "--simulate", "--data", str(data), "--once", "--speed", "10")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 60
+    assert f"reported {short} attempt 1 completed" in result.stderr
+
+    assert allot("serve", "--data", str(data), "--once", "--tick", "0").returncode == 0
+    finished = [r for r in _journal_types(data) if r["type"] == "workload.finished"]
+    assert [(r["workload"], r["attempt"], r["actor"], r["outcome"]) for r in finished] == [
+        (short, 1, "executor", "completed")
+    ]
+    queue = orjson.loads(allot("queue", "--data", str(data), "--json").stdout)
+    assert [(r["id"], r["state"]) for r in queue["workloads"]] == [(forever, "RUNNING")]
+    why = allot("why", short, "--data", str(data))
+    assert "finished (completed)" in why.stdout
+
+
+def test_executor_follows_a_running_scheduler(tmp_path: Path) -> None:
+    """`allot serve --data` and `allot executor --simulate` running side by side."""
+    data = tmp_path / "data"
+    short, _ = _setup_embedded(data)
+    env = {k: val for k, val in os.environ.items() if not k.startswith("ALLOT_")}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", *args, "--data", str(data)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        for args in (["serve", "--tick", "0"], ["executor", "--simulate", "--speed", "4"])
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        done = False
+        while time.monotonic() < deadline and not done:
+            done = any(
+                r["type"] == "workload.finished" and r["workload"] == short
+                for r in _journal_types(data)
+            )
+            time.sleep(0.1)
+        assert done, [p.poll() for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def test_executor_errors_are_one_line(tmp_path: Path) -> None:
+    one_line_error(allot("executor", "--data", str(tmp_path)), "--simulate")
+    one_line_error(allot("executor", "--simulate"), "--kafka")
+    one_line_error(
+        allot("executor", "--simulate", "--speed", "0", "--data", str(tmp_path)), "--speed"
+    )
+    one_line_error(
+        allot("executor", "--simulate", "--once", "--data", str(tmp_path / "nope")),
+        "no such folder",
+    )
+
+
+# ------------------------------------------------------------------ kafka
+
+
+async def _produce(bootstrap: str, topic: str, records: list[dict[str, Any]], key: str) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
+    await producer.start()
+    try:
+        sent = [
+            await producer.send(topic, key=key.encode(), value=orjson.dumps(r)) for r in records
+        ]
+        await asyncio.gather(*sent)
+    finally:
+        await producer.stop()
+
+
+async def _read_inbox(bootstrap: str, cluster: str, want: int) -> list[dict[str, Any]]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        "allot.inbox", bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    found: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(found) < want and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                for message in batch:
+                    if message.key == cluster.encode():
+                        found.append(orjson.loads(message.value))
+    finally:
+        await consumer.stop()
+    return found
+
+
+@pytest.mark.kafka
+def test_views_read_the_kafka_journal(
+    kafka_bootstrap: str,  # noqa: F811
+    records: list[dict[str, Any]],
+    folded: v.JournalView,
+) -> None:
+    cluster = f"views-{uuid.uuid4().hex[:8]}"
+    mine = [{**r, "cluster": cluster} for r in records]
+    asyncio.run(_produce(kafka_bootstrap, "allot.journal", mine, cluster))
+    result = allot("queue", "--cluster", cluster, "--json", env={"ALLOT_KAFKA": kafka_bootstrap})
+    assert result.returncode == 0, result.stderr
+    rows = orjson.loads(result.stdout)["workloads"]
+    assert [r["id"] for r in rows] == [r["id"] for r in v.queue_rows(folded)]
+    shares = allot("shares", "--kafka", kafka_bootstrap, "--cluster", cluster, "--json")
+    assert shares.returncode == 0, shares.stderr
+    one_line_error(
+        allot("queue", "--kafka", kafka_bootstrap, "--cluster", f"{cluster}-none"), "no records"
+    )
+
+
+@pytest.mark.kafka
+def test_executor_once_reports_to_the_kafka_inbox(kafka_bootstrap: str) -> None:  # noqa: F811
+    cluster = f"exec-{uuid.uuid4().hex[:8]}"
+    now = time.time()
+    journal = [
+        {"type": "workload.submitted", "v": 1, "id": "s1", "time": now, "cluster": cluster,
+         "actor": "alice", "workload": "w1", "allocation": "lab/a", "gpus": 1, "runtime": 1.0},
+        {"type": "workload.placed", "v": 1, "id": f"{cluster}/0", "time": now, "cluster": cluster,
+         "actor": "allot", "workload": "w1", "hosts": {"h0": [0]}, "attempt": 1, "charged": True,
+         "protected_until": now},
+        {"type": "workload.submitted", "v": 1, "id": "s2", "time": now, "cluster": cluster,
+         "actor": "alice", "workload": "w2", "allocation": "lab/a", "gpus": 1},
+    ]  # fmt: skip
+    asyncio.run(_produce(kafka_bootstrap, "allot.journal", journal, cluster))
+    result = allot(
+        "executor", "--simulate", "--once", "--speed", "2", "--kafka", kafka_bootstrap,
+        "--cluster", cluster,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [report] = asyncio.run(_read_inbox(kafka_bootstrap, cluster, 1))
+    assert (report["type"], report["workload"], report["attempt"], report["actor"]) == (
+        "workload.finished",
+        "w1",
+        1,
+        "executor",
+    )

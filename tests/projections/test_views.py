@@ -1,0 +1,504 @@
+"""Read-side views (`projections.views`): queue order and reasons, the share tree, why.
+
+Journals are built by running `domain.handle` on inputs (the domain test builders),
+then folded back by the views, exactly as `allot queue/shares/why` read them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from domain import events as ev
+from domain.fairshare import ratio
+from projections import views as v
+from tests.domain.builders import START, Cluster, cluster, fingerprint
+
+
+def make(**config: Any) -> Cluster:
+    c = cluster(**config)
+    c.initial = c.state.config  # type: ignore[attr-defined]
+    return c
+
+
+def view_of(c: Cluster) -> v.JournalView:
+    """The builder's journal, as the scheduler would have written it: its config first."""
+    config = ev.ConfigSet(
+        id="cfg",
+        time=c.start,
+        cluster=c.name,
+        actor=ev.SCHEDULER,
+        config=c.initial.model_dump(mode="json"),  # type: ignore[attr-defined]
+    )
+    return v.fold([config, *c.journal])
+
+
+def warm(c: Cluster, allocation: str = "lab/a", until: str = "2h") -> None:
+    """`allocation` uses the whole cluster until `until`, so it out-uses its siblings."""
+    c.submit("warm", allocation, gpus=c.state.capacity, min_runtime="15m")
+    c.at(until).finish("warm")
+
+
+# ------------------------------------------------------------------ scenarios
+
+
+def order_by_rank_then_priority() -> Cluster:
+    """lab/a used GPUs before, so lab/b ranks first; priority orders inside lab/a;
+    unallocated work comes last."""
+    c = make(hosts=1, headroom_hosts=0)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    warm(c)
+    c.submit("a-run", "lab/a", gpus=8, min_runtime="8h")
+    c.after(1).submit("a-lo", "lab/a", gpus=8, min_runtime="1h", priority=0)
+    c.after(1).submit("a-hi", "lab/a", gpus=8, min_runtime="1h", priority=5)
+    c.after(1).submit("u", "lab/b", gpus=8, min_runtime=0)
+    c.after(1).submit("b", "lab/b", gpus=8, min_runtime="1h")
+    c.at("3h").tick()
+    return c
+
+
+def reservation_blocks_backfill() -> Cluster:
+    """A 16-GPU job holds both hosts until lab/a's protection ends; a 4-GPU job that
+    would fit on the free GPUs may not backfill (it would run past that start)."""
+    c = make(hosts=2, headroom_hosts=0)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    warm(c)
+    c.occupy("h0", 8, "a-h0", allocation="lab/a", min_runtime="1h")
+    c.occupy("h1", 4, "a-h1", allocation="lab/a", min_runtime="1h")
+    c.after(1).submit("b16", "lab/b", gpus=16, min_runtime="1h")
+    c.budget("lab/b", 1)  # a full cycle: b16 reserves
+    c.after(1).submit("b4", "lab/b", gpus=4, min_runtime="2h")
+    c.after(1).submit("u8", "lab/b", gpus=8, min_runtime=0)
+    return c
+
+
+def headroom_only() -> Cluster:
+    """8 hosts, one kept as headroom for short jobs: a 1-hour job does not go there."""
+    c = make(hosts=8, headroom_hosts=1)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    for i in range(7):
+        c.submit(f"b{i}", "lab/b", gpus=8, min_runtime="2h")
+    c.after(1).submit("long", "lab/b", gpus=8, min_runtime="1h")
+    return c
+
+
+def own_allocation_is_protected() -> Cluster:
+    """Nothing to preempt: the running work is its own allocation's, and protected."""
+    c = make(hosts=1, headroom_hosts=0)
+    c.tree({"lab/a": 1})
+    c.submit("a1", "lab/a", gpus=8, min_runtime="1h")
+    c.after(60).submit("a2", "lab/a", gpus=8, min_runtime="1h")
+    c.at("10m").tick()
+    return c
+
+
+QUEUE_CASES: list[tuple[str, Callable[[], Cluster], list[tuple[str, str, str]]]] = [
+    (
+        "rank-then-priority-then-unallocated",
+        order_by_rank_then_priority,
+        [
+            ("b", "PENDING", "Reserved"),
+            ("a-hi", "PENDING", "Resources"),
+            ("a-lo", "PENDING", "Resources"),
+            ("u", "PENDING", "Resources"),
+            ("a-run", "RUNNING", "protected until 10:00"),
+        ],
+    ),
+    (
+        "reservation-blocks-backfill",
+        reservation_blocks_backfill,
+        [
+            ("b16", "PENDING", "Reserved"),
+            ("b4", "PENDING", "Priority"),
+            ("u8", "PENDING", "Resources"),
+            ("a-h0", "RUNNING", "protected until 03:00"),
+            ("a-h1", "RUNNING", "protected until 03:00"),
+        ],
+    ),
+    (
+        "headroom",
+        headroom_only,
+        [("long", "PENDING", "Headroom")]
+        + [(f"b{i}", "RUNNING", "protected until 02:00") for i in range(7)],
+    ),
+    (
+        "resources",
+        own_allocation_is_protected,
+        [("a2", "PENDING", "Resources"), ("a1", "RUNNING", "protected until 01:00")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "expected"), [pytest.param(b, e, id=i) for i, b, e in QUEUE_CASES]
+)
+def test_queue_order_and_reasons(
+    build: Callable[[], Cluster], expected: list[tuple[str, str, str]]
+) -> None:
+    c = build()
+    view = view_of(c)
+    rows = v.queue_rows(view)
+    assert [(r["id"], r["state"], r["reason"]) for r in rows] == expected
+    pending = [r for r in rows if r["state"] == "PENDING"]
+    assert [r["position"] for r in pending] == list(range(1, len(pending) + 1))
+    # the scheduler's own sort keys, ascending
+    keys = [r["sort_key"] for r in pending]
+    assert keys == sorted(keys, key=lambda k: [(x is None, x) for x in k])
+
+
+def test_fold_rebuilds_the_schedulers_state() -> None:
+    c = reservation_blocks_backfill()
+    assert fingerprint(view_of(c).state) == fingerprint(c.state)
+
+
+def test_reserved_and_priority_details_name_the_holder() -> None:
+    rows = {r["id"]: r for r in v.queue_rows(view_of(reservation_blocks_backfill()))}
+    assert "h[0-1]" in rows["b16"]["detail"]
+    assert "03:00" in rows["b16"]["detail"]
+    assert "b16" in rows["b4"]["detail"]
+
+
+def test_queue_times_are_relative_to_the_journals_latest_event() -> None:
+    c = order_by_rank_then_priority()
+    rows = {r["id"]: r for r in v.queue_rows(view_of(c))}
+    now = c.state.now
+    assert rows["a-run"]["time_s"] == pytest.approx(now - (START + 2 * 3600))
+    assert rows["b"]["time_s"] == pytest.approx(now - (START + 2 * 3600 + 4))
+    assert rows["a-run"]["nodelist"] == "h0"
+    assert rows["b"]["nodelist"] == ""
+
+
+def test_running_work_past_protection_and_unallocated_is_preemptible() -> None:
+    c = make(hosts=2, headroom_hosts=0)
+    c.tree({"lab/a": 1})
+    c.submit("prot", "lab/a", gpus=8, min_runtime="30m")
+    c.submit("free", "lab/a", gpus=8, min_runtime=0)
+    c.at("20m").tick()
+    rows = {r["id"]: r for r in v.queue_rows(view_of(c))}
+    assert rows["prot"]["reason"] == "protected until 00:30"
+    assert rows["free"]["reason"] == "preemptible"
+    assert "unallocated" in rows["free"]["detail"]
+    c.at("40m").tick()
+    rows = {r["id"]: r for r in v.queue_rows(view_of(c))}
+    assert rows["prot"]["reason"] == "preemptible"
+
+
+@pytest.mark.parametrize(
+    ("user", "allocation", "ids"),
+    [
+        pytest.param("alice", None, {"a1", "a2"}, id="user"),
+        pytest.param(None, "lab/b", {"b1"}, id="allocation"),
+        pytest.param(None, "lab", {"a1", "a2", "b1"}, id="allocation-subtree"),
+        pytest.param("alice", "lab/b", set(), id="both"),
+    ],
+)
+def test_queue_filters(user: str | None, allocation: str | None, ids: set[str]) -> None:
+    c = make(hosts=1, headroom_hosts=0)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    c.submit("a1", "lab/a", gpus=4, actor="alice")
+    c.submit("a2", "lab/a", gpus=8, actor="alice")
+    c.submit("b1", "lab/b", gpus=8, actor="bob")
+    rows = v.queue_rows(view_of(c), user=user, allocation=allocation)
+    assert {r["id"] for r in rows} == ids
+
+
+# ------------------------------------------------------------------ shares
+
+
+def test_share_tree_numbers() -> None:
+    c = make(hosts=2, headroom_hosts=0, window="1d")
+    c.tree({"lab/a": 1, "lab/b": 3})
+    c.submit("a", "lab/a", gpus=8, min_runtime="2h")
+    c.submit("b", "lab/b", gpus=4, min_runtime=0)
+    c.submit("q", "lab/b", gpus=16, min_runtime="15m")
+    c.at("1h").tick()
+    view = view_of(c)
+    rows = v.share_rows(view)
+    by_path = {r["path"]: r for r in rows}
+    # Fair-Tree order: lab/b (nothing charged yet) before lab/a
+    assert [r["path"] for r in rows] == ["lab", "lab/b", "lab/a"]
+    assert [r["depth"] for r in rows] == [0, 1, 1]
+    a, b = by_path["lab/a"], by_path["lab/b"]
+    assert (a["weight"], a["share"], b["share"]) == (1.0, 0.25, 0.75)
+    assert a["usage_gpu_h"] == pytest.approx(8.0)
+    assert b["usage_gpu_h"] == 0.0
+    budget = 0.25 * 16 * 86400
+    assert a["ratio"] == pytest.approx(8 * 3600 / budget, abs=1e-6)
+    assert a["ratio"] == pytest.approx(ratio(c.state, "lab/a", c.state.now), abs=1e-6)
+    assert (b["rank"], a["rank"], by_path["lab"]["rank"]) == (1, 2, None)
+    assert (a["running"], a["entitled"]) == (8, 4.0)
+    assert (b["running"], b["unallocated"], b["entitled"]) == (0, 4, 12.0)
+    assert b["pending"] == 16 and by_path["lab"]["pending"] == 16
+    assert by_path["lab"]["usage_gpu_h"] == pytest.approx(8.0)
+
+
+def test_zero_share_has_infinite_ratio() -> None:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1, "lab/zero": 0})
+    rows = {r["path"]: r for r in v.share_rows(view_of(c))}
+    assert rows["lab/zero"]["ratio"] is None
+    assert rows["lab/zero"]["entitled"] == 0
+
+
+# ------------------------------------------------------------------ why
+
+
+def preempted_for_fair_share() -> Cluster:
+    c = make(hosts=1, headroom_hosts=0)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    c.submit("victim", "lab/a", gpus=8, min_runtime="15m")
+    c.at("2h").submit("winner", "lab/b", gpus=8, min_runtime="30m")
+    return c
+
+
+def preempted_unallocated() -> Cluster:
+    c = make(hosts=1, headroom_hosts=0)
+    c.tree({"lab/a": 1})
+    c.submit("filler", "lab/a", gpus=8, min_runtime=0)
+    c.at("5m").submit("real", "lab/a", gpus=8, min_runtime="15m")
+    return c
+
+
+def rejected_contract() -> Cluster:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("toolong", "lab/a", gpus=1, min_runtime="9h", id="req-toolong")
+    return c
+
+
+def _one(c: Cluster, kind: str, wid: str) -> Any:
+    found = [e for e in c.journal if e.type == kind and getattr(e, "workload", None) == wid]
+    assert found, (kind, wid)
+    return found[-1]
+
+
+def expect_placed(c: Cluster) -> list[str]:
+    p = _one(c, "workload.placed", "winner")
+    return [
+        f"placed {v.iso(p.time)}",
+        "h0 GPUs 0-7",
+        f"protected until {v.iso(p.protected_until)}",
+        f"allocation rank {p.explain['rank']}",
+        f"fair-share ratio {v.show(p.explain['ratio'])}",
+        f"share {v.show(p.explain['share'])}",
+        "preempted victim (attempt 1) to make room",
+        "submitted 2026-01-01 02:00:00 by root",
+    ]
+
+
+def expect_fair_share_victim(c: Cluster) -> list[str]:
+    q = _one(c, "workload.preempted", "victim")
+    compared = q.explain["compared"]
+    assert q.explain["rule"] == "ratio"
+    return [
+        f"preempted {v.iso(q.time)} after running 2h for winner (lab/b)",
+        "reason fair_share, rule ratio",
+        *(f"{path} {v.show(value)}" for path, value in compared.items()),
+        f"hysteresis {v.show(q.explain['hysteresis'])}",
+        f"ranks: beneficiary {q.explain['beneficiary_rank']}, victim {q.explain['victim_rank']}",
+        "requeued",
+        "now: pending",
+    ]
+
+
+def expect_unallocated(c: Cluster) -> list[str]:
+    return [
+        "min runtime 0s (unallocated",
+        "unallocated: not charged, never protected",
+        "preempted 2026-01-01 00:05:00 after running 5m for real (lab/a): reason unallocated",
+        "now: pending",
+    ]
+
+
+def expect_rejected(c: Cluster) -> list[str]:
+    r = next(e for e in c.journal if e.type == "workload.rejected")
+    return [f"request {r.ref}", r.error, "rejected; never ran"]
+
+
+WHY_CASES = [
+    ("placed-beneficiary", preempted_for_fair_share, "winner", expect_placed),
+    ("preempted-fair-share", preempted_for_fair_share, "victim", expect_fair_share_victim),
+    ("preempted-unallocated", preempted_unallocated, "filler", expect_unallocated),
+    ("rejected", rejected_contract, "toolong", expect_rejected),
+]
+
+
+@pytest.mark.parametrize(
+    ("build", "wid", "expect"), [pytest.param(b, w, e, id=i) for i, b, w, e in WHY_CASES]
+)
+def test_why_quotes_the_journals_numbers(
+    build: Callable[[], Cluster], wid: str, expect: Callable[[Cluster], list[str]]
+) -> None:
+    c = build()
+    answer = v.why(view_of(c), wid)
+    text = "\n".join(answer["text"])
+    for needle in expect(c):
+        assert needle in text, (needle, text)
+    orjson.dumps(answer)  # JSON-ready as is
+
+
+def test_why_reclaim_shows_running_vs_entitled() -> None:
+    """A hand-written journal whose preemption used the reclaim rule."""
+    t = START
+    base = {"cluster": "x", "time": t}
+    events = [
+        ev.HostRegistered(id="h", host="h0", gpus=8, **base),
+        ev.BudgetSet(id="b1", allocation="lab", weight=1, **base),
+        ev.BudgetSet(id="b2", allocation="lab/a", weight=1, **base),
+        ev.WorkloadSubmitted(id="s", workload="w", allocation="lab/a", gpus=8, **base),
+        ev.WorkloadPlaced(
+            id="p",
+            workload="w",
+            hosts={"h0": (0, 1, 2, 3, 4, 5, 6, 7)},
+            charged=True,
+            protected_until=t,
+            **base,
+        ),
+        ev.WorkloadPreempted(
+            id="q",
+            workload="w",
+            reason="fair_share",
+            beneficiary="z",
+            requeued=True,
+            explain={
+                "rule": "reclaim",
+                "compared": {"lab/b": 0.5, "lab/a": 0.52},
+                "running_vs_entitled": {"lab/b": [0, 4.0], "lab/a": [8, 4.0]},
+            },
+            cluster="x",
+            time=t + 60,
+        ),
+    ]
+    text = "\n".join(v.why(v.fold(events), "w")["text"])
+    assert "rule reclaim" in text
+    assert "running vs entitled GPUs: lab/b 0/4, lab/a 8/4" in text
+    assert "lab/b 0.5, lab/a 0.52" in text
+
+
+def test_why_finished_and_cancelled() -> None:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("done", "lab/a", gpus=1)
+    c.submit("gone", "lab/a", gpus=1, actor="alice")
+    c.at("1h").finish("done", attempt=1)
+    c.cancel("gone", actor="alice")
+    view = view_of(c)
+    assert v.why(view, "done")["current"]["state"] == "FINISHED"
+    assert "finished (completed) at 2026-01-01 01:00:00" in v.why(view, "done")["text"][-1]
+    assert "cancelled by alice" in v.why(view, "gone")["text"][-1]
+
+
+def test_why_pending_tells_position_and_reason() -> None:
+    answer = v.why(view_of(reservation_blocks_backfill()), "b4")
+    assert answer["current"]["state"] == "PENDING"
+    assert "position 2 of 3 — Priority" in answer["text"][-1]
+
+
+def test_why_by_rejected_request_id() -> None:
+    c = rejected_contract()
+    answer = v.why(view_of(c), "req-toolong")
+    assert answer["request"] == "req-toolong"
+    assert "exceeds the cap" in answer["text"][0]
+
+
+@pytest.mark.parametrize(
+    ("asked", "hint"),
+    [
+        pytest.param("job-3", "job-1", id="close-match"),
+        pytest.param("job", "did you mean: job-1, job-2", id="ambiguous-prefix"),
+        pytest.param("zzzzzz", "`allot queue` lists live workloads", id="nothing-close"),
+    ],
+)
+def test_why_unknown_id_lists_close_matches(asked: str, hint: str) -> None:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("job-1", "lab/a")
+    c.submit("job-2", "lab/a")
+    with pytest.raises(v.ViewError, match="no workload") as info:
+        v.why(view_of(c), asked)
+    assert hint in str(info.value)
+
+
+def test_why_unique_prefix_is_enough() -> None:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("01ABCDEF", "lab/a")
+    assert v.why(view_of(c), "01ABC")["workload"] == "01ABCDEF"
+
+
+# ------------------------------------------------------------------ edges
+
+
+def test_empty_journal_is_a_clear_error() -> None:
+    with pytest.raises(v.ViewError, match="empty"):
+        v.fold([])
+
+
+def test_mixed_clusters_are_refused() -> None:
+    events = [
+        ev.ClockTick(id="1", time=START, cluster="a"),
+        ev.ClockTick(id="2", time=START, cluster="b"),
+    ]
+    with pytest.raises(v.ViewError, match="--cluster"):
+        v.fold(events)
+
+
+def test_decode_lines_skips_unknown_types_and_names_bad_records() -> None:
+    good = orjson.dumps({"type": "clock.tick", "id": "t", "time": START, "cluster": "c"})
+    future = orjson.dumps({"type": "workload.progress", "id": "p", "time": START})
+    assert [e.id for e in v.decode_lines([good, future, good])] == ["t", "t"]
+    with pytest.raises(v.ViewError, match="record 2 is not JSON"):
+        list(v.decode_lines([good, b"{oops"]))
+    bad = orjson.dumps({"type": "host.registered", "id": "h", "time": START, "host": "h0"})
+    with pytest.raises(v.ViewError, match=r"record 1 .*gpus"):
+        list(v.decode_lines([bad]))
+
+
+@pytest.mark.parametrize(
+    ("spec", "columns"),
+    [
+        pytest.param(
+            "%i %a %u %T %g %M %r",
+            ["id", "allocation", "user", "state", "gpus", "time", "reason"],
+            id="letters",
+        ),
+        pytest.param("%.10i %R", ["id", "reason_or_nodes"], id="width-and-R"),
+        pytest.param("id, user,reason", ["id", "user", "reason"], id="names"),
+    ],
+)
+def test_parse_format(spec: str, columns: list[str]) -> None:
+    assert v.parse_format(spec) == columns
+
+
+@pytest.mark.parametrize("spec", ["%Z", "id,bogus", ""])
+def test_parse_format_rejects_unknown(spec: str) -> None:
+    with pytest.raises(v.ViewError):
+        v.parse_format(spec)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "text"),
+    [
+        (["h0"], "h0"),
+        (["h0", "h1", "h2", "h5"], "h[0-2,5]"),
+        (["h3", "h1"], "h[1,3]"),
+        (["gpu-a", "h0"], "h0,gpu-a"),
+    ],
+)
+def test_nodelist(hosts: list[str], text: str) -> None:
+    assert v.nodelist(hosts) == text
+
+
+def test_rows_are_json_ready() -> None:
+    view = view_of(order_by_rank_then_priority())
+    orjson.dumps(v.queue_rows(view))
+    orjson.dumps(v.share_rows(view))
+    assert not any(
+        isinstance(x, float) and not math.isfinite(x)
+        for r in v.share_rows(view)
+        for x in r.values()
+    )
