@@ -17,13 +17,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-_ROOT_CONFTEST = Path(__file__).parents[1] / "conftest.py"
-if not (_ROOT_CONFTEST.exists() and "def kafka_bootstrap" in _ROOT_CONFTEST.read_text()):
-    # The broker fixture lives in tests/streams/conftest.py, which tests here cannot see.
-    # Once it moves to tests/conftest.py this import is skipped and one session shares
-    # one broker (until then a full run may start a second one).
-    from tests.streams.conftest import kafka_bootstrap  # noqa: F401
-
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 ADMIN = "ops"
 

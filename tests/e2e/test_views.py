@@ -24,7 +24,6 @@ import pytest
 from allot.commands.executor import SimulatedLauncher
 from projections import views as v
 from streams.sources import SourceError, journal_lines
-from tests.streams.conftest import kafka_bootstrap  # noqa: F401  (the session broker)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny.yaml"
@@ -536,7 +535,7 @@ async def _read_inbox(bootstrap: str, cluster: str, want: int) -> list[dict[str,
 
 @pytest.mark.kafka
 def test_views_read_the_kafka_journal(
-    kafka_bootstrap: str,  # noqa: F811
+    kafka_bootstrap: str,
     records: list[dict[str, Any]],
     folded: v.JournalView,
 ) -> None:
@@ -555,7 +554,7 @@ def test_views_read_the_kafka_journal(
 
 
 @pytest.mark.kafka
-def test_executor_once_reports_to_the_kafka_inbox(kafka_bootstrap: str) -> None:  # noqa: F811
+def test_executor_once_reports_to_the_kafka_inbox(kafka_bootstrap: str) -> None:
     cluster = f"exec-{uuid.uuid4().hex[:8]}"
     now = time.time()
     journal = [

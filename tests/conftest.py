@@ -1,4 +1,4 @@
-"""A real Kafka broker for the streams tests.
+"""A real Kafka broker for every test that needs one (one per session).
 
 ``kafka_bootstrap`` is ``host:port`` of a broker, from the first of:
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 KAFKA_DIR = ROOT / "deploy" / "kafka"
 # First use downloads the jars with Maven; later starts take seconds.
 START_TIMEOUT_S = 900
