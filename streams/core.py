@@ -71,6 +71,8 @@ class SchedulerCore:
         # inbox partition -> last offset folded (resume point = this + 1)
         self.positions: dict[int, int] = {}
         self.diverged = False  # the journal could not be re-derived (see fold_journal)
+        self._config_checked: Any = None
+        self._config_differs = False
 
     # ------------------------------------------------------------- recovery
     def fold_journal(self, lines: Iterable[bytes]) -> int:
@@ -108,6 +110,14 @@ class SchedulerCore:
                 evolve(self.state, record)
         return len(records)
 
+    def config_due(self) -> bool:
+        """Journal the wanted config before the next input? (Compared once, not per
+        record: pydantic model equality is not free.)"""
+        if self._config_checked is not self.state.config:
+            self._config_checked = self.state.config
+            self._config_differs = self.wanted is not None and self.wanted != self.state.config
+        return self._config_differs
+
     def seen(self, record: InboxRecord) -> bool:
         return record.offset <= self.positions.get(record.partition, -1)
 
@@ -141,7 +151,7 @@ class SchedulerCore:
                 out.dead.append(DeadLetter(record, str(why)))
                 continue
             out.inputs += 1
-            if self.wanted is not None and self.wanted != self.state.config:
+            if self.config_due():
                 # the scheduler's own fact (not a request): folded without admission
                 config = self.config_event(record, self.wanted)
                 evolve(self.state, config)

@@ -1,9 +1,73 @@
-"""allot ops commands (being built)."""
+"""allot ops commands: `allot topics create`."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import sys
+from typing import Annotated
+
 import typer
+
+from allot.commands.common import KafkaOpt
+
+topics_app = typer.Typer(
+    name="topics",
+    help="Kafka topics the scheduler uses (inbox, journal, dead letters, snapshots).",
+    no_args_is_help=True,
+)
+
+
+@topics_app.command("create")
+def create(
+    kafka: KafkaOpt = None,
+    partitions: Annotated[
+        int,
+        typer.Option(
+            "--partitions",
+            min=1,
+            help="Partitions per topic (records are keyed by cluster; one worker reads all).",
+        ),
+    ] = 1,
+    replication_factor: Annotated[
+        int, typer.Option("--replication-factor", min=1, help="Replicas per partition.")
+    ] = 1,
+) -> None:
+    """Create allot.inbox, allot.journal (kept forever, not compacted), allot.inbox.dlq and
+    allot.snapshots (compacted); existing topics are left alone and reported."""
+    from streams.worker import BrokerUnavailable, Topics, create_topics, topic_configs
+
+    if not kafka:
+        print("error: say where Kafka is: --kafka HOST:PORT (or $ALLOT_KAFKA)", file=sys.stderr)
+        raise typer.Exit(2)
+    bootstrap = kafka.removeprefix("kafka://")
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # one line, not a log dump
+    topics = Topics()
+    try:
+        report = asyncio.run(
+            create_topics(
+                bootstrap,
+                partitions=partitions,
+                topics=topics,
+                replication_factor=replication_factor,
+            )
+        )
+    except BrokerUnavailable as why:
+        print(f"error: {why}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except Exception as why:  # an authorization or policy error from the broker
+        print(f"error: creating topics on {bootstrap} failed: {why}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    configs = topic_configs(topics)
+    for name in report.created:
+        settings = ", ".join(f"{k}={v}" for k, v in configs[name].items())
+        print(
+            f"created {name} ({partitions} partition{'s' if partitions != 1 else ''}; {settings})"
+        )
+    for name in report.existing:
+        print(f"exists  {name} (left unchanged)")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `allot` app."""
+    app.add_typer(topics_app, name="topics")

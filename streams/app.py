@@ -1,0 +1,141 @@
+"""The faust-streaming entry point: `faust -A streams.app worker -l info`.
+
+    ALLOT_KAFKA=127.0.0.1:9092 ALLOT_ADMINS=root faust -A streams.app worker -l info
+
+`app` is a plain `faust.App`; the scheduler runs inside it as a faust *service*
+(`@app.service`) that drives `streams.worker.serve` — the very loop `allot serve
+--kafka` and `python -m streams.worker` run — so every shell decides identically.
+
+Why a service and not a faust agent + table:
+
+- Exactly once needs the worker to choose where it reads: on start it rebuilds each
+  cluster's `SchedulerCore` from its snapshot plus the journal and then *seeks* the
+  inbox to one past the last offset the journal (or the DLQ) records. Faust agents
+  read from consumer-group offsets, which are committed separately from the journal
+  and so could skip or repeat inputs after a crash; a faust consumer group therefore
+  stays out of the correctness path (the service's consumer uses no group at all).
+- Throughput needs whole batches end to end (`getmany`, one Kafka transaction of
+  `send_batch` record batches per batch) — agents hand over one event at a time, and
+  a changelog-backed table written per event manages ~4k events/s here.
+- Faust tables expire windowed entries by wall clock and may lose windows on
+  rebalance; usage is event-time state inside `domain`. The "changelog-backed table
+  of snapshots" of DESIGN is the compacted `allot.snapshots` topic the worker writes
+  periodically (key = cluster) — the same structure a faust table's changelog has,
+  without a changelog record per event.
+
+Run one such worker per cluster set: workers with the same topics and `ALLOT_CLUSTERS`
+share a transactional id, so a second one fences the first (which exits; that is the
+single-writer guarantee). Split clusters between workers with `ALLOT_CLUSTERS`.
+
+Faust still provides what it is good at here: the worker process (logging, signals,
+`-l`, its web server). Environment:
+
+- `ALLOT_KAFKA` bootstrap HOST:PORT (default 127.0.0.1:9092)
+- `ALLOT_ADMINS` comma-separated admin principals; `ALLOT_CLUSTERS` only these clusters
+- `ALLOT_TICK_EVERY` (10 s), `ALLOT_SNAPSHOT_EVERY` (60 s), `ALLOT_TOPIC_SUFFIX`
+- `ALLOT_CONFIG` extra scheduler config as JSON, e.g. `{"window": "3d"}`
+- `ALLOT_FAUST_DATADIR` (default `allot-data`)
+
+faust's own flags apply: `--web-port N` (default 6066) or `--without-web`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import faust
+import mode
+import orjson
+
+from domain.config import SchedulerConfig, parse_config
+from streams.worker import Topics, serve
+
+log = logging.getLogger("allot.app")
+
+BOOTSTRAP = os.environ.get("ALLOT_KAFKA", "").strip().removeprefix("kafka://") or "127.0.0.1:9092"
+STOP_TIMEOUT_S = 30.0
+
+
+def _float_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+def scheduler_config() -> SchedulerConfig | None:
+    """The scheduler config from the environment (journaled as `config.set` when it
+    differs from the recorded one); None when nothing is set: keep the journal's."""
+    extra: dict[str, Any] = {}
+    raw = os.environ.get("ALLOT_CONFIG", "").strip()
+    if raw:
+        extra = orjson.loads(raw)
+    admins = [a.strip() for a in os.environ.get("ALLOT_ADMINS", "").split(",") if a.strip()]
+    if admins:
+        extra["admins"] = tuple(admins)
+    return parse_config(extra) if extra else None
+
+
+def _clusters() -> list[str] | None:
+    names = [c.strip() for c in os.environ.get("ALLOT_CLUSTERS", "").split(",") if c.strip()]
+    return names or None
+
+
+app = faust.App(
+    "allot",
+    broker=f"kafka://{BOOTSTRAP}",
+    store="memory://",
+    datadir=os.environ.get("ALLOT_FAUST_DATADIR", "allot-data"),
+    topic_partitions=1,
+    producer_acks=-1,
+)
+
+
+@app.service
+class Scheduler(mode.Service):
+    """Runs `streams.worker.serve` for the app's lifetime; a clean stop snapshots."""
+
+    def __post_init__(self) -> None:
+        self._stop_event: asyncio.Event | None = None
+        self._done: asyncio.Event | None = None
+
+    @mode.Service.task
+    async def _run(self) -> None:
+        self._stop_event = asyncio.Event()
+        self._done = asyncio.Event()
+        try:
+            await serve(
+                BOOTSTRAP,
+                config=scheduler_config(),
+                clusters=_clusters(),
+                tick_every=_float_env("ALLOT_TICK_EVERY", 10.0),
+                snapshot_every=_float_env("ALLOT_SNAPSHOT_EVERY", 60.0),
+                topics=Topics.suffixed(os.environ.get("ALLOT_TOPIC_SUFFIX", "")),
+                stop=self._stop_event,
+                on_ready=lambda w: log.info(
+                    "allot scheduler consuming %s (%d clusters recovered)",
+                    w.topics.inbox,
+                    len(w.cores),
+                ),
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as why:
+            # The journal is the state: crashing is safe, a restart resumes exactly.
+            # Exit the whole process so a supervisor restarts it (faust would otherwise
+            # keep an idle worker alive).
+            log.error("allot scheduler stopped: %s", why)
+            logging.shutdown()
+            os._exit(1)
+        finally:
+            self._done.set()
+
+    async def on_stop(self) -> None:
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self._done is not None:
+            try:
+                await asyncio.wait_for(self._done.wait(), STOP_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("allot scheduler did not stop within %.0fs", STOP_TIMEOUT_S)

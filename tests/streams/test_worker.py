@@ -1,0 +1,805 @@
+"""The live scheduler on a real broker: inbox -> worker -> journal, DLQ, kill -9 recovery.
+
+Every test uses its own topics (a unique suffix), so tests don't see each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from domain import events as ev
+from domain.config import SchedulerConfig
+from projections.replay import verify
+from streams.worker import Topics, create_topics, serve
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0
+ADMIN = "root"
+
+
+def _suffix() -> str:
+    return f"-t{uuid.uuid4().hex[:10]}"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+class Inbox:
+    """Writes requests the way the submit tools do (idempotent, acks=all, keyed by cluster)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5
+        )
+
+    async def __aenter__(self) -> Inbox:
+        await self.producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+
+    @staticmethod
+    def record(cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "v": 1,
+            "id": fields.pop("id", None) or f"{kind}-{uuid.uuid4().hex}",
+            "time": time.time(),
+            "cluster": cluster,
+            "actor": actor,
+            **fields,
+        }
+
+    async def send(self, cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict:
+        body = self.record(cluster, kind, actor, **fields)
+        await (await self.producer.send(self.topic, orjson.dumps(body), key=cluster.encode()))
+        return body
+
+    async def send_raw(self, value: bytes, key: bytes | None) -> None:
+        await (await self.producer.send(self.topic, value, key=key))
+
+    async def setup(self, cluster: str, hosts: int = 1, leaves: tuple[str, ...] = ("a",)) -> None:
+        for i in range(hosts):
+            await self.send(cluster, "host.registered", host=f"h{i}", gpus=8)
+        await self.send(cluster, "budget.set", allocation="lab", weight=1, managers=["alice"])
+        for leaf in leaves:
+            await self.send(
+                cluster, "budget.set", allocation=f"lab/{leaf}", weight=1, members=["u"]
+            )
+
+
+class JournalReader:
+    """Accumulates committed journal records (decoded) from the beginning."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.raw: list[Any] = []
+        self.consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+        )
+
+    async def __aenter__(self) -> JournalReader:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    async def poll(self, timeout_ms: int = 100) -> None:
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms)
+        for tp in sorted(batches, key=lambda tp: tp.partition):
+            for r in batches[tp]:
+                self.raw.append(r)
+                self.records.append(orjson.loads(r.value))
+
+    async def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float = WAIT_S
+    ) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = predicate(self.records)
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                kinds = Counter(r["type"] for r in self.records)
+                raise AssertionError(f"timed out; journal so far: {dict(kinds)}")
+            await self.poll()
+
+
+def first(kind: str, **match: Any) -> Callable[[list[dict]], dict | None]:
+    def find(records: list[dict]) -> dict | None:
+        for r in records:
+            if r["type"] == kind and all(r.get(k) == v for k, v in match.items()):
+                return r
+        return None
+
+    return find
+
+
+@dataclass
+class Rig:
+    bootstrap: str
+    topics: Topics
+    inbox: Inbox
+    journal: JournalReader
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+
+    def start(self, config: SchedulerConfig | None = None, **options: Any) -> None:
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(
+            serve(
+                self.bootstrap,
+                config=config or SchedulerConfig(admins=(ADMIN,)),
+                topics=self.topics,
+                stop=self.stop,
+                tick_every=options.pop("tick_every", 0),
+                snapshot_every=options.pop("snapshot_every", 60.0),
+                **options,
+            )
+        )
+
+    async def halt(self) -> Any:
+        assert self.task is not None
+        self.stop.set()
+        worker = await asyncio.wait_for(self.task, WAIT_S)
+        self.task = None
+        return worker
+
+
+@contextlib.asynccontextmanager
+async def rig(bootstrap: str, partitions: int = 1) -> AsyncIterator[Rig]:
+    topics = Topics.suffixed(_suffix())
+    await create_topics(bootstrap, topics=topics, partitions=partitions)
+    async with (
+        Inbox(bootstrap, topics.inbox) as inbox,
+        JournalReader(bootstrap, topics.journal) as journal,
+    ):
+        r = Rig(bootstrap, topics, inbox, journal)
+        try:
+            yield r
+        finally:
+            if r.task is not None:
+                r.stop.set()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(r.task, WAIT_S)
+
+
+async def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Any]:
+    """Every committed (or, with read_uncommitted, every written) record of `topic`."""
+    parts = await _partitions(bootstrap, topic)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        isolation_level=isolation,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[Any] = []
+        deadline = time.monotonic() + WAIT_S
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp in sorted(batches, key=lambda tp: tp.partition):
+                out.extend(r for r in batches[tp] if r.offset < ends[tp])
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(bootstrap: str, topic: str) -> set[int]:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        return set(await producer.partitions_for(topic))
+    finally:
+        await producer.stop()
+
+
+def headers(record: Any) -> dict[str, bytes]:
+    return dict(record.headers or ())
+
+
+# ------------------------------------------------------------------ end to end
+
+
+async def test_submit_is_placed_in_the_journal(kafka_bootstrap: str) -> None:
+    async with rig(kafka_bootstrap) as r:
+        r.start()
+        await r.inbox.setup("c")
+        sub = await r.inbox.send(
+            "c",
+            "workload.submitted",
+            actor="u",
+            workload="w1",
+            allocation="lab/a",
+            gpus=2,
+            min_runtime=600,
+            resumable=True,
+        )
+        placed = await r.journal.wait_for(first("workload.placed", workload="w1"))
+        assert placed["cause"] == sub["id"]
+        assert placed["charged"] is True
+        assert sum(len(g) for g in placed["hosts"].values()) == 2
+        assert placed["id"].startswith("c/")
+        accepted = first("workload.submitted", workload="w1")(r.journal.records)
+        assert accepted is not None and accepted["actor"] == "u"
+        # the journal record says which inbox record caused it
+        assert accepted["inbox"] == placed["inbox"]
+        # the event time is the broker's stamp of the inbox record, not the client's claim
+        assert abs(accepted["time"] - sub["time"]) < 30
+        # one journal topic, keyed by cluster
+        keys = {rec.key for rec in r.journal.raw}
+        assert keys == {b"c"}
+
+
+async def test_unallocated_work_is_preempted_by_allocated_work(kafka_bootstrap: str) -> None:
+    async with rig(kafka_bootstrap) as r:
+        r.start()
+        await r.inbox.setup("c")
+        await r.inbox.send(
+            "c",
+            "workload.submitted",
+            actor="u",
+            workload="free",
+            allocation="lab/a",
+            gpus=8,
+            min_runtime=0,
+            resumable=True,
+        )
+        free = await r.journal.wait_for(first("workload.placed", workload="free"))
+        assert free["charged"] is False
+        await r.inbox.send(
+            "c",
+            "workload.submitted",
+            actor="u",
+            workload="paid",
+            allocation="lab/a",
+            gpus=8,
+            min_runtime=600,
+        )
+        preempted = await r.journal.wait_for(first("workload.preempted", workload="free"))
+        assert preempted["reason"] == "unallocated"
+        assert preempted["beneficiary"] == "paid"
+        assert preempted["requeued"] is True
+        placed = await r.journal.wait_for(first("workload.placed", workload="paid"))
+        assert placed["charged"] is True
+        assert placed["hosts"] == free["hosts"]
+
+
+async def test_budget_change_reorders_the_queue(kafka_bootstrap: str) -> None:
+    """Two clusters in one worker, same story; only cluster `y` raises lab/b's weight
+    before the GPUs free up, and only there lab/b's workload goes first."""
+    async with rig(kafka_bootstrap) as r:
+        r.start()
+        for cluster in ("x", "y"):
+            await r.inbox.setup(cluster, leaves=("a", "b", "c"))
+            await r.inbox.send(
+                cluster,
+                "workload.submitted",
+                actor="u",
+                workload=f"{cluster}-block",
+                allocation="lab/c",
+                gpus=8,
+                min_runtime=3600,
+            )
+        for cluster in ("x", "y"):
+            await r.journal.wait_for(first("workload.placed", workload=f"{cluster}-block"))
+            for leaf in ("a", "b"):
+                await r.inbox.send(
+                    cluster,
+                    "workload.submitted",
+                    actor="u",
+                    workload=f"{cluster}-{leaf}",
+                    allocation=f"lab/{leaf}",
+                    gpus=8,
+                    min_runtime=600,
+                )
+        await r.inbox.send("y", "budget.set", allocation="lab/b", weight=5)
+        await r.journal.wait_for(first("budget.set", cluster="y", allocation="lab/b", weight=5.0))
+        for cluster in ("x", "y"):
+            await r.inbox.send(
+                cluster,
+                "workload.finished",
+                actor="executor",
+                workload=f"{cluster}-block",
+                outcome="completed",
+                attempt=1,
+            )
+        x = await r.journal.wait_for(_after_block("x"))
+        y = await r.journal.wait_for(_after_block("y"))
+        assert x["workload"] == "x-a"  # equal shares: the tie goes to the path order
+        assert y["workload"] == "y-b"  # lab/b's share is now larger: it ranks first
+        assert y["explain"]["share"] > x["explain"]["share"]
+
+
+def _after_block(cluster: str) -> Callable[[list[dict]], dict | None]:
+    def find(records: list[dict]) -> dict | None:
+        finished = False
+        for rec in records:
+            if rec["cluster"] != cluster:
+                continue
+            if rec["type"] == "workload.finished":
+                finished = True
+            elif finished and rec["type"] == "workload.placed":
+                return rec
+        return None
+
+    return find
+
+
+async def test_unauthorized_budget_change_is_rejected_with_its_actor(kafka_bootstrap: str) -> None:
+    async with rig(kafka_bootstrap) as r:
+        r.start()
+        await r.inbox.setup("c")
+        bad = await r.inbox.send("c", "budget.set", actor="mallory", allocation="lab/a", weight=9)
+        top = await r.inbox.send("c", "budget.set", actor="mallory", allocation="evil", weight=9)
+        ok = await r.inbox.send("c", "budget.set", actor="alice", allocation="lab/a", weight=3)
+        rejected = await r.journal.wait_for(first("budget.rejected", ref=bad["id"]))
+        assert rejected["actor"] == "mallory"
+        assert "mallory" in rejected["error"] and "manager" in rejected["error"]
+        assert rejected["allocation"] == "lab/a"
+        rejected_top = await r.journal.wait_for(first("budget.rejected", ref=top["id"]))
+        assert rejected_top["actor"] == "mallory"
+        accepted = await r.journal.wait_for(first("budget.set", id=ok["id"]))
+        assert accepted["actor"] == "alice" and accepted["weight"] == 3.0
+        assert not first("budget.set", id=bad["id"])(r.journal.records)
+
+
+async def test_malformed_records_go_to_the_dlq_and_processing_continues(
+    kafka_bootstrap: str,
+) -> None:
+    async with rig(kafka_bootstrap) as r:
+        r.start()
+        await r.inbox.setup("c")
+        await r.inbox.send_raw(b"{not json", key=b"c")
+        await r.inbox.send_raw(b"\xff\xfe garbage without a key", key=None)
+        await r.inbox.send_raw(b"[1, 2, 3]", key=b"c")
+        # a JSON object that is not a valid request is a journaled rejection, not a dead letter
+        await r.inbox.send("c", "workload.submitted", actor="u", workload="w", gpus=-1)
+        await r.inbox.send("c", "no.such.type")
+        after = await r.inbox.send("c", "clock.tick")
+        await r.journal.wait_for(first("clock.tick", id=after["id"]))
+        assert first("workload.rejected", workload="w")(r.journal.records)
+        assert first("input.rejected", input_type="no.such.type")(r.journal.records)
+        await r.halt()
+
+        dead = await read_all(kafka_bootstrap, r.topics.dlq)
+        assert [d.value for d in dead] == [
+            b"{not json",
+            b"\xff\xfe garbage without a key",
+            b"[1, 2, 3]",
+        ]
+        h = [headers(d) for d in dead]
+        assert b"not JSON" in h[0]["error"] and h[0]["cluster"] == b"c"
+        assert b"not JSON" in h[1]["error"] and "cluster" not in h[1]
+        assert b"not a JSON object" in h[2]["error"]
+        assert all(x["inbox.topic"] == r.topics.inbox.encode() for x in h)
+        assert len({x["inbox.offset"] for x in h}) == 3
+        assert dead[0].key == b"c" and dead[1].key is None
+
+        # a restart neither dead-letters them again nor re-folds anything
+        before = len(r.journal.records)
+        r.start()
+        tick = await r.inbox.send("c", "clock.tick")
+        await r.journal.wait_for(first("clock.tick", id=tick["id"]))
+        await r.halt()
+        assert len(await read_all(kafka_bootstrap, r.topics.dlq)) == 3
+        await r.journal.poll(500)
+        assert len(r.journal.records) == before + 1
+
+
+async def test_workers_split_clusters_between_them(kafka_bootstrap: str) -> None:
+    """`clusters=[...]`: two workers on the same topics, each deciding only its own."""
+    async with rig(kafka_bootstrap) as r:
+        config = SchedulerConfig(admins=(ADMIN,))
+        stop = asyncio.Event()
+        ready: list[Any] = []
+        tasks = [
+            asyncio.create_task(
+                serve(
+                    kafka_bootstrap, config=config, clusters=[name], topics=r.topics, stop=stop,
+                    tick_every=0, on_ready=ready.append,
+                )
+            )
+            for name in ("one", "two")
+        ]  # fmt: skip
+        try:
+            for name in ("one", "two"):
+                await r.inbox.setup(name)
+                await r.inbox.send(
+                    name,
+                    "workload.submitted",
+                    actor="u",
+                    workload=f"{name}-w",
+                    allocation="lab/a",
+                    gpus=1,
+                    min_runtime=60,
+                )
+            for name in ("one", "two"):
+                await r.journal.wait_for(first("workload.placed", workload=f"{name}-w"))
+        finally:
+            stop.set()
+            workers = await asyncio.gather(*tasks)
+        assert {w.identity for w in workers} == {w.identity for w in ready}
+        assert len({w.identity for w in workers}) == 2  # two transactional ids
+        assert [sorted(w.cores) for w in workers] == [["one"], ["two"]]
+        submitted = Counter(
+            x["workload"] for x in r.journal.records if x["type"] == "workload.submitted"
+        )
+        assert submitted == {"one-w": 1, "two-w": 1}
+
+
+# ------------------------------------------------------------------ transactions
+
+
+async def test_a_batch_cut_short_before_its_commit_is_invisible_and_redone(
+    kafka_bootstrap: str,
+) -> None:
+    """A worker dies after writing a batch but before committing it: read_committed
+    readers never see that batch, and the next incarnation (same transactional id)
+    aborts it and decides the same inputs again, exactly once."""
+    async with rig(kafka_bootstrap) as r:
+        ready: list[Any] = []
+        r.start(on_ready=ready.append)
+        await r.inbox.setup("c")
+        await r.journal.wait_for(first("budget.set", allocation="lab/a"))
+        worker = ready[0]
+        producer = worker._producer
+        never = asyncio.Event()
+
+        async def hang() -> None:
+            await never.wait()
+
+        async def no_close() -> None:  # a crash cleans nothing up
+            return None
+
+        producer.commit_transaction = hang
+        worker._close = no_close
+        sub = await r.inbox.send(
+            "c",
+            "workload.submitted",
+            actor="u",
+            workload="w",
+            allocation="lab/a",
+            gpus=1,
+            min_runtime=60,
+        )
+        async with JournalReader(kafka_bootstrap, r.topics.journal) as dirty:
+            dirty.consumer._fetcher._isolation_level = 0  # read_uncommitted
+            await dirty.wait_for(first("workload.placed", workload="w"))
+        r.task.cancel()  # the process is gone, its transaction is still open
+        with contextlib.suppress(asyncio.CancelledError):
+            await r.task
+        r.task = None
+        await r.journal.poll(1000)
+        assert not first("workload.submitted", workload="w")(r.journal.records)
+
+        r.start()
+        placed = await r.journal.wait_for(first("workload.placed", workload="w"))
+        assert placed["cause"] == sub["id"]
+        await r.halt()
+        committed = [
+            orjson.loads(x.value) for x in await read_all(kafka_bootstrap, r.topics.journal)
+        ]
+        assert sum(x.get("workload") == "w" for x in committed) == 2  # submitted + placed
+        never.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(producer.stop(), 5)
+
+
+def test_redecide_checks_the_journal_and_falls_back_to_folding_facts() -> None:
+    from streams.core import InboxRecord, SchedulerCore
+    from streams.worker import Diverged, fold_only, redecide
+
+    live = SchedulerCore("c", SchedulerConfig(admins=(ADMIN,)))
+    inputs = [
+        Inbox.record("c", "host.registered", host="h0", gpus=8),
+        Inbox.record("c", "budget.set", allocation="lab", weight=1),
+        Inbox.record("c", "budget.set", allocation="lab/a", weight=1, members=["u"]),
+        Inbox.record("c", "workload.submitted", actor="u", workload="w1", allocation="lab/a",
+                     gpus=8, min_runtime=0),
+        Inbox.record("c", "workload.submitted", actor="u", workload="w2", allocation="lab/a",
+                     gpus=4, min_runtime=60),
+        Inbox.record("c", "workload.submitted", actor="u", workload="w3", allocation="lab/a",
+                     gpus=-4),
+    ]  # fmt: skip
+    t0 = time.time()
+    records = [InboxRecord(0, n, t0 + n, orjson.dumps(body)) for n, body in enumerate(inputs)]
+    journal = live.process(records).journal
+    assert any(b"workload.preempted" in line for line in journal)
+
+    again = SchedulerCore("c", SchedulerConfig(admins=(ADMIN,)))
+    assert redecide(again, journal) == len(journal)
+    assert again.positions == live.positions == {0: 5}
+    assert again.state.seq == live.state.seq
+    numbered = again.state.seq
+    # the rebuilt core goes on deciding exactly like the live one
+    more = [InboxRecord(0, 6, t0 + 9, orjson.dumps(Inbox.record("c", "clock.tick")))]
+    assert again.process(more).journal == live.process(more).journal
+
+    tampered = [line.replace(b'"h0":[0,1,2,3]', b'"h0":[4,5,6,7]') for line in journal]
+    assert tampered != journal
+    with pytest.raises(Diverged):
+        redecide(SchedulerCore("c"), tampered)
+    facts = SchedulerCore("c")
+    assert fold_only(facts, tampered) == len(journal)
+    assert facts.state.seq == numbered  # the journal's numbering: nothing lost or repeated
+
+
+# ------------------------------------------------------------------ kill -9
+
+
+def _spawn_worker(bootstrap: str, suffix: str, log: Path) -> subprocess.Popen:
+    cmd = [
+        sys.executable, "-m", "streams.worker", "--kafka", bootstrap, f"--topic-suffix={suffix}",
+        "--admin", ADMIN, "--tick-every", "0.3", "--snapshot-every", "0.5", "--max-batch", "150",
+        "--log-level", "info",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _inputs_seen(records: list[dict]) -> int:
+    return sum(1 for r in records if "inbox" in r and _is_input(r))
+
+
+def _is_input(r: dict) -> bool:
+    kind = r["type"]
+    return (kind in ev.INPUT_TYPES and kind != "config.set") or kind.endswith(".rejected")
+
+
+async def _executor(bootstrap: str, topics: Topics, inbox: Inbox, stop: asyncio.Event) -> None:
+    """Plays the launcher: reports each placed attempt as finished right away, so GPUs
+    free up and the scheduler keeps deciding while it is being killed."""
+    async with JournalReader(bootstrap, topics.journal) as journal:
+        done = 0
+        while not stop.is_set():
+            await journal.poll(100)
+            for r in journal.records[done:]:
+                if r["type"] == "workload.placed":
+                    body = inbox.record(
+                        r["cluster"],
+                        "workload.finished",
+                        actor="executor",
+                        workload=r["workload"],
+                        attempt=r["attempt"],
+                        outcome="completed",
+                    )
+                    await inbox.producer.send(
+                        topics.inbox, orjson.dumps(body), key=r["cluster"].encode()
+                    )
+            done = len(journal.records)
+
+
+async def _inbox_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    parts = await _partitions(bootstrap, topic)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+def _folded_up_to(ends: dict[int, int]) -> Callable[[list[dict]], bool]:
+    def check(records: list[dict]) -> bool:
+        last: dict[int, int] = defaultdict(lambda: -1)
+        for r in records:
+            if "inbox" in r:
+                p, o = r["inbox"]
+                last[p] = max(last[p], o)
+        return all(last[p] >= end - 1 for p, end in ends.items() if end > 0)
+
+    return check
+
+
+async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two clusters on a 2-partition inbox; a worker subprocess is SIGKILLed twice while
+    requests, executor reports and ticks stream in, and restarted each time."""
+    suffix = _suffix()
+    topics = Topics.suffixed(suffix)
+    await create_topics(kafka_bootstrap, topics=topics, partitions=2)
+    clusters = [f"k{suffix}-a", f"k{suffix}-b"]
+    total = 3000
+    log = tmp_path / "worker.log"
+    procs: list[subprocess.Popen] = []
+
+    async def feed(inbox: Inbox) -> None:
+        """A steady stream of submissions and cancellations (~15 ms per 100)."""
+        for n in range(total):
+            cluster = clusters[n % 2]
+            if n % 15 == 14:
+                body = inbox.record(cluster, "workload.cancelled", actor="u", workload=f"w{n - 7}")
+            else:
+                body = inbox.record(
+                    cluster,
+                    "workload.submitted",
+                    actor="u",
+                    workload=f"w{n}",
+                    allocation=f"lab/{'ab'[n % 3 % 2]}",
+                    gpus=1 + n % 8,
+                    min_runtime=(0, 60, 600)[n % 3],
+                    resumable=bool(n % 2),
+                )
+            await inbox.producer.send(topics.inbox, orjson.dumps(body), key=cluster.encode())
+            if n % 100 == 99:
+                await inbox.producer.flush()
+                await asyncio.sleep(0.2)
+        await inbox.producer.flush()
+
+    stop_executor = asyncio.Event()
+    try:
+        async with (
+            Inbox(kafka_bootstrap, topics.inbox) as inbox,
+            JournalReader(kafka_bootstrap, topics.journal) as journal,
+        ):
+            for cluster in clusters:
+                await inbox.setup(cluster, hosts=4, leaves=("a", "b"))
+            procs.append(_spawn_worker(kafka_bootstrap, suffix, log))
+            await journal.wait_for(lambda recs: _inputs_seen(recs) >= 14)  # set up, running
+            feeder = asyncio.create_task(feed(inbox))
+            executor = asyncio.create_task(_executor(kafka_bootstrap, topics, inbox, stop_executor))
+            # kill 1: mid-stream, 400 inputs in (no snapshot yet: recovery folds the
+            # journal); kill 2: mid-stream again after the second incarnation has folded
+            # 500 more and written a snapshot round (recovery = snapshot + journal tail)
+            for more, settle in ((400, 0.0), (500, 0.7)):
+                base = _inputs_seen(journal.records)
+                await journal.wait_for(lambda recs, n=base + more: _inputs_seen(recs) >= n)
+                await asyncio.sleep(settle)
+                assert not feeder.done(), "the stream ended before the kill; slow the feed"
+                procs[-1].send_signal(signal.SIGKILL)
+                assert procs[-1].wait(WAIT_S) == -signal.SIGKILL
+                procs.append(_spawn_worker(kafka_bootstrap, suffix, log))
+            await asyncio.wait_for(feeder, WAIT_S)
+            await asyncio.sleep(1.0)  # the executor reports the last placements
+            stop_executor.set()
+            await asyncio.wait_for(executor, WAIT_S)
+            ends = await _inbox_ends(kafka_bootstrap, topics.inbox)
+            await journal.wait_for(_folded_up_to(ends))
+            procs[-1].send_signal(signal.SIGTERM)
+            assert procs[-1].wait(WAIT_S) == 0, log.read_text()[-3000:]
+    finally:
+        stop_executor.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    inbox_records = await read_all(kafka_bootstrap, topics.inbox)
+    raw_journal = await read_all(kafka_bootstrap, topics.journal)
+    journal_records = [orjson.loads(r.value) for r in raw_journal]
+    written = await read_all(kafka_bootstrap, topics.journal, "read_uncommitted")
+    # records of batches a kill cut short: in the log, never seen by read_committed readers
+    print(f"journal: {len(raw_journal)} committed, {len(written) - len(raw_journal)} aborted")
+    text = log.read_text()
+    assert text.count("scheduler ready") == 3, text[-3000:]  # three incarnations
+    assert "loaded snapshot round" in text  # a restart began from a snapshot
+
+    # every inbox record up to the last one folded appears exactly once, as an accepted
+    # input or its rejection: no gap, no repeat
+    folded = Counter(tuple(r["inbox"]) for r in journal_records if _is_input(r))
+    assert max(folded.values()) == 1, [k for k, v in folded.items() if v > 1][:5]
+    last: dict[int, int] = defaultdict(lambda: -1)
+    for p, o in folded:
+        last[p] = max(last[p], o)
+    expected = {(r.partition, r.offset) for r in inbox_records if r.offset <= last[r.partition]}
+    assert set(folded) == expected
+    # ... and that covers everything the test sent (only late ticks may be unread)
+    sent = {orjson.loads(r.value)["id"] for r in inbox_records}
+    sent = {i for i in sent if not i.startswith("tick/")}
+    inputs = Counter(
+        r["id"] for r in journal_records if _is_input(r) and not r["type"].endswith(".rejected")
+    )
+    refs = Counter(r["ref"] for r in journal_records if r["type"].endswith(".rejected"))
+    assert max(inputs.values()) == 1
+    assert sent <= set(inputs) | set(refs)
+    assert len(sent) > total + 2 * 7  # submissions, cancellations, setup, executor reports
+    assert any(r["type"] == "workload.finished" for r in journal_records)  # executor reports
+
+    for cluster in clusters:
+        mine = [orjson.loads(r.value) for r in raw_journal if r.key == cluster.encode()]
+        # decisions and rejections are numbered cluster/seq: dense, each exactly once
+        own = [r["id"] for r in mine if r["type"] not in ev.INPUT_TYPES]
+        assert own == [f"{cluster}/{n}" for n in range(len(own))]
+        placements = Counter(
+            (r["workload"], r["attempt"]) for r in mine if r["type"] == "workload.placed"
+        )
+        assert placements.total() > 100 and max(placements.values()) == 1  # each attempt once
+        assert any(r["type"] == "workload.preempted" for r in mine)
+        # re-deciding the journal's inputs reproduces its decisions byte for byte
+        dump = tmp_path / f"{cluster}.jsonl"
+        dump.write_bytes(
+            b"".join(r.value + b"\n" for r in raw_journal if r.key == cluster.encode())
+        )
+        result = verify(dump)
+        assert result.difference is None, result.difference
+        assert result.decisions == len(own) - sum(r["type"].endswith(".rejected") for r in mine)
+
+
+# ------------------------------------------------------------------ faust
+
+
+async def test_faust_worker_runs_the_scheduler(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`faust -A streams.app worker` starts, schedules a request, and stops cleanly."""
+    suffix = _suffix()
+    topics = Topics.suffixed(suffix)
+    await create_topics(kafka_bootstrap, topics=topics)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "ALLOT_KAFKA": kafka_bootstrap,
+        "ALLOT_TOPIC_SUFFIX": suffix,
+        "ALLOT_ADMINS": ADMIN,
+        "ALLOT_TICK_EVERY": "0",
+        "ALLOT_FAUST_DATADIR": str(tmp_path / "faust"),
+    }
+    log = tmp_path / "faust.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["faust", "-A", "streams.app", "worker", "-l", "info", "--without-web"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        async with (
+            Inbox(kafka_bootstrap, topics.inbox) as inbox,
+            JournalReader(kafka_bootstrap, topics.journal) as journal,
+        ):
+            await inbox.setup("f")
+            await inbox.send(
+                "f",
+                "workload.submitted",
+                actor="u",
+                workload="fw",
+                allocation="lab/a",
+                gpus=1,
+                min_runtime=60,
+            )
+            placed = await journal.wait_for(first("workload.placed", workload="fw"), 90)
+        assert placed["cluster"] == "f"
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "allot scheduler consuming" in text, text[-3000:]
+    assert "snapshot round" in text, text[-3000:]  # the clean stop wrote a snapshot
