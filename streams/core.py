@@ -16,6 +16,7 @@ faust/aiokafka worker — so they decide identically:
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ class SchedulerCore:
         the rebuilt scheduler decides exactly as the one that wrote them; every decision
         re-made is checked against the journal's. Should they ever differ (a journal
         written by other code), the journal wins: the state is rebuilt by folding it and
-        `diverged` says so."""
+        `diverged` says so. Works from a fresh core or from a restored snapshot."""
         records: list[tuple[Any, list[int] | None]] = []
         for line in lines:
             raw = load_object(line)
@@ -95,6 +96,7 @@ class SchedulerCore:
             if position is not None:
                 partition, offset = position
                 self.positions[partition] = max(self.positions.get(partition, -1), offset)
+        base = copy.deepcopy(self.state)  # where a divergent journal is folded from
         expected = iter(r for r, _ in records if not is_cause(r))
         try:
             for _, made in rederive(self.state, (r for r, _ in records)):
@@ -105,7 +107,7 @@ class SchedulerCore:
                 raise _Diverged
         except (_Diverged, StopIteration):
             self.diverged = True
-            self.state = State(self.state.cluster)
+            self.state = base
             for record, _ in records:
                 evolve(self.state, record)
         return len(records)

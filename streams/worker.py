@@ -33,7 +33,7 @@ log holds whole batches only (readers use `isolation_level="read_committed"`). O
    worker identity names the round), or starts empty when there is none;
 3. re-decides each cluster's committed journal after the snapshot's offsets (all of it
    without one), exactly as the live core did, checking every decision against the
-   journal byte for byte (`redecide`: folding facts alone would leave `decide`'s own
+   journal (`SchedulerCore.fold_journal`: folding facts alone would leave `decide`'s own
    caches cold and later decisions would differ from a worker that never stopped);
 4. seeks each inbox partition to one past the last offset the journal or the DLQ
    records — consumer-group offsets play no part (the worker uses no group at all).
@@ -61,7 +61,6 @@ import sys
 import time
 import uuid
 import zlib
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -72,12 +71,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
-from domain import decide, evolve
-from domain import events as ev
 from domain.config import SchedulerConfig
 from streams import topics as names
-from streams.codec import decode_event, encode
-from streams.core import InboxRecord, SchedulerCore, encode_with_source
+from streams.core import InboxRecord, SchedulerCore
 
 log = logging.getLogger("allot.worker")
 
@@ -245,10 +241,6 @@ def _header(headers: Iterable[tuple[str, bytes]] | None, name: str) -> bytes | N
     return None
 
 
-class Diverged(Exception):
-    """Re-deciding the journal tail did not reproduce the journal's decisions."""
-
-
 def _source(raw: dict[str, Any]) -> tuple[int, int] | None:
     source = raw.get("inbox")
     if isinstance(source, list) and len(source) == 2:
@@ -259,65 +251,6 @@ def _source(raw: dict[str, Any]) -> tuple[int, int] | None:
 def _note(positions: dict[int, int], source: tuple[int, int] | None) -> None:
     if source is not None and source[1] > positions.get(source[0], -1):
         positions[source[0]] = source[1]
-
-
-def redecide(core: SchedulerCore, lines: list[bytes]) -> int:
-    """Bring `core` from its snapshot to the end of its journal by doing exactly what the
-    live core did: fold each input, run `decide` after it (except after the scheduler's
-    own `config.set`, which `SchedulerCore.process` folds without deciding) and check
-    that the decisions equal the journal's, byte for byte.
-
-    Why not `SchedulerCore.fold_journal` (evolve only): `decide` keeps state that `evolve`
-    does not rebuild (the last full cycle's outcome that quick cycles reuse, reservations),
-    so a state folded without deciding decides differently from the live one afterwards
-    and the journal would stop replaying (`allot replay --verify`). Raises `Diverged`.
-
-    Records are routed by the journal key (the cluster whose core wrote them), not by
-    their `cluster` field: edge rejections keep the sender's claimed cluster."""
-    state = core.state
-    positions = core.positions
-    pending: deque[bytes] = deque()
-    for line in lines:
-        raw = orjson.loads(line)
-        source = _source(raw)
-        kind = raw.get("type")
-        if kind in ev.INPUT_TYPES or (isinstance(kind, str) and kind.endswith(".rejected")):
-            if pending:
-                raise Diverged(
-                    f"re-deciding made {pending[0][:300].decode(errors='replace')} "
-                    f"but the journal goes on with {line[:300].decode(errors='replace')}"
-                )
-            event = decode_event(line)
-            evolve(state, event)
-            if not (kind == "config.set" and event.actor == ev.SCHEDULER):
-                where = InboxRecord(*(source or (-1, -1)), 0.0, b"")
-                for decision in decide(state, state.now, cause=event.id):
-                    if source is None:
-                        pending.append(encode(decision))
-                    else:
-                        pending.append(encode_with_source(decision, where))
-        else:
-            expected = pending.popleft() if pending else None
-            if expected != line:
-                made = expected[:300].decode(errors="replace") if expected else "nothing"
-                raise Diverged(
-                    f"the journal has {line[:300].decode(errors='replace')} "
-                    f"but re-deciding made {made}"
-                )
-        _note(positions, source)
-    if pending:
-        raise Diverged(f"re-deciding made {pending[0][:300].decode(errors='replace')} at the end")
-    return len(lines)
-
-
-def fold_only(core: SchedulerCore, lines: list[bytes]) -> int:
-    """The fallback when `redecide` diverges: fold the journal's records as facts (what
-    `SchedulerCore.fold_journal` does, routed by key). No decision is lost or repeated —
-    the journal is the truth — but caches of `decide` restart cold."""
-    for line in lines:
-        evolve(core.state, decode_event(line))
-        _note(core.positions, _source(orjson.loads(line)))
-    return len(lines)
 
 
 @dataclass
@@ -591,7 +524,7 @@ class Worker:
             log.warning("ignoring snapshot round (%s); folding the whole journal", why)
             return {}
         self.cores = cores
-        self._snapshot_blobs = blobs  # kept until recovery ends (the `redecide` fallback)
+        self._snapshot_blobs = blobs  # kept until recovery ends
         self.dead_positions = dead
         self.scanned = scanned
         log.info("loaded snapshot round %s: %d clusters", manifest["round"], len(cores))
@@ -609,21 +542,14 @@ class Worker:
             self.journal_next[partition] = records[-1].offset + 1
         count = 0
         for cluster, lines in tails.items():
-            try:
-                count += redecide(self._core(cluster), lines)
-            except Diverged as why:
+            core = self._core(cluster)
+            count += core.fold_journal(lines)
+            if core.diverged:
                 log.error(
-                    "cluster %s: the journal does not replay (%s); folding it as facts",
+                    "cluster %s: the journal does not re-derive under this code; "
+                    "folded it as facts (decide's caches restart cold)",
                     cluster,
-                    why,
                 )
-                blob = self._snapshot_blobs.get(cluster)
-                if blob is not None:
-                    self.cores[cluster] = self._unpickle(blob)
-                else:
-                    self.cores.pop(cluster, None)
-                fold_only(self._core(cluster), lines)
-                count += len(lines)
         self._snapshot_blobs = {}
         self.stats.recovered_records = count
 

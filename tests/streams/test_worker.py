@@ -518,9 +518,8 @@ async def test_a_batch_cut_short_before_its_commit_is_invisible_and_redone(
             await asyncio.wait_for(producer.stop(), 5)
 
 
-def test_redecide_checks_the_journal_and_falls_back_to_folding_facts() -> None:
+def test_recovery_rederives_the_journal_and_falls_back_to_folding_facts() -> None:
     from streams.core import InboxRecord, SchedulerCore
-    from streams.worker import Diverged, fold_only, redecide
 
     live = SchedulerCore("c", SchedulerConfig(admins=(ADMIN,)))
     inputs = [
@@ -540,7 +539,8 @@ def test_redecide_checks_the_journal_and_falls_back_to_folding_facts() -> None:
     assert any(b"workload.preempted" in line for line in journal)
 
     again = SchedulerCore("c", SchedulerConfig(admins=(ADMIN,)))
-    assert redecide(again, journal) == len(journal)
+    assert again.fold_journal(journal) == len(journal)
+    assert not again.diverged
     assert again.positions == live.positions == {0: 5}
     assert again.state.seq == live.state.seq
     numbered = again.state.seq
@@ -550,11 +550,11 @@ def test_redecide_checks_the_journal_and_falls_back_to_folding_facts() -> None:
 
     tampered = [line.replace(b'"h0":[0,1,2,3]', b'"h0":[4,5,6,7]') for line in journal]
     assert tampered != journal
-    with pytest.raises(Diverged):
-        redecide(SchedulerCore("c"), tampered)
     facts = SchedulerCore("c")
-    assert fold_only(facts, tampered) == len(journal)
+    assert facts.fold_journal(tampered) == len(journal)
+    assert facts.diverged  # re-deciding made h0 [0..3], the journal says [4..7]: the journal wins
     assert facts.state.seq == numbered  # the journal's numbering: nothing lost or repeated
+    assert facts.state.workloads["w2"].hosts == {"h0": (4, 5, 6, 7)}
 
 
 # ------------------------------------------------------------------ kill -9
