@@ -208,6 +208,9 @@ class _Cycle:
                     return False
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
+            # keep only the frontier: a failure ahead of this one needing no more GPUs
+            # already covers whatever this one would (so the list stays tiny)
+            failures[:] = [(fk, fg) for fk, fg in failures if fk < key or fg < w.gpus]
             failures.append((key, w.gpus))
             if allocated and (
                 last.holders < MAX_RESERVATIONS

@@ -160,17 +160,16 @@ class SchedulerCore:
                 out.journal.append(encode_with_source(config, record))
                 for produced in decide(self.state, self.state.now, cause=config.id):
                     out.journal.append(encode_with_source(produced, record))
+            claimed = raw.get("time")
+            if not (
+                isinstance(claimed, int | float)
+                and not isinstance(claimed, bool)
+                and claimed < stamped - self.state.config.window
+            ):
+                # the broker's time replaces the claim; a claim from before the window
+                # is kept so admission rejects it ("older than the window")
+                raw["time"] = stamped
             event = ev.parse_input(raw, stamped)
-            if not isinstance(event, ev._Rejected):
-                event = self._restamp(event, stamped)
             for produced in handle(self.state, event):
                 out.journal.append(encode_with_source(produced, record))
         return out
-
-    def _restamp(self, event: Any, stamped: float) -> Any:
-        """The broker's time replaces the claim; a claim from before the window is kept
-        so admission rejects it (`claims time ... older than the window`)."""
-        claimed = event.time
-        if math.isfinite(claimed) and claimed < stamped - self.state.config.window:
-            return event
-        return event.model_copy(update={"time": stamped})
