@@ -1,0 +1,443 @@
+"""Prometheus metrics folded from the journal (prometheus-client, a custom `Collector`).
+
+    collector = MetricsCollector()
+    for event in events:               # journal records, oldest first (models or dicts)
+        collector.apply(event)
+    registry = collector.registry()    # a private CollectorRegistry holding only it
+    text = exposition(registry)        # the text format, as /metrics serves it
+
+Everything is computed from the journal, so `allot metrics` (reading a journal) and the
+worker (folding what it writes) expose the same numbers. Names are `allot_*` in base
+units (seconds, ratios), counters end in `_total`, and labels are bounded: `cluster`,
+`state`, `reason`, `class`, `type` and `allocation` (the budget tree is configured, so
+its paths are bounded) — never workload ids or users.
+
+Per cluster (a journal may hold several; each gets its own fold):
+
+- ``allot_gpus{state}``: allocated / unallocated (held by charged / uncharged running
+  work on healthy hosts), idle (free on healthy hosts), cordoned (every GPU of an
+  unhealthy host); they sum to the registered GPUs.
+- ``allot_workloads{state}``: pending / running.
+- ``allot_queue_wait_seconds{class}``: histogram of submit → first placement;
+  ``class`` is ``short`` for work tagged ``debug`` or within the short-job rule
+  (0 < min_runtime ≤ short_job_max_min_runtime and gpus ≤ short_job_max_gpus), else
+  ``other``.
+- ``allot_preemptions_total{reason}``.
+- ``allot_fair_share_ratio{allocation}``: usage / (share × capacity × window) of every
+  node of the tree, as `decide` sees it (+Inf for a zero share).
+- ``allot_delivered_ratio{allocation}``: min(1, Σ_h received_h / Σ_h owed_h) since the
+  first record folded, with the counters ``allot_owed_gpu_seconds_total`` and
+  ``allot_received_gpu_seconds_total`` behind it (so a dashboard can take any range:
+  ``increase(received) / increase(owed)``). Leaves with nothing owed have no sample.
+- ``allot_decisions_total{type}``: placed / preempted / drained (``rate()`` gives
+  decisions per second).
+- ``allot_decision_latency_seconds``: histogram of decision time − the journal time of
+  the input (or rejection) that caused it (0 in simulations).
+- ``allot_rejected_inputs_total{reason}``: by the ``*.rejected`` record type.
+- ``allot_journal_records_total``, ``allot_journal_last_record_timestamp_seconds`` and
+  ``allot_journal_lag_seconds`` (wall clock − the last record's time).
+
+`apply` and `collect` take a lock: one thread may follow the journal while the HTTP
+server's threads scrape.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, get_args
+
+from prometheus_client.core import (
+    CollectorRegistry,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from domain import State, evolve
+from domain import events as ev
+from domain.fairshare import ratio as fair_ratio
+from domain.state import PENDING, RUNNING
+from domain.upcasting import upcast
+from projections.usage import UsageProjection
+
+# histogram buckets (seconds)
+QUEUE_WAIT_BUCKETS = (
+    1.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    900.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
+    28800.0,
+    86400.0,
+    math.inf,
+)
+DECISION_LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    math.inf,
+)
+
+GPU_STATES = ("allocated", "unallocated", "idle", "cordoned")
+WORKLOAD_STATES = (PENDING, RUNNING)
+QUEUE_CLASSES = ("short", "other")
+PREEMPTION_REASONS: tuple[str, ...] = get_args(
+    ev.WorkloadPreempted.model_fields["reason"].annotation
+)
+DECISION_TYPES = {
+    "workload.placed": "placed",
+    "workload.preempted": "preempted",
+    "host.drained": "drained",
+}
+REJECTION_TYPES: tuple[str, ...] = tuple(
+    sorted(m.model_fields["type"].default for m in get_args(ev.Rejection))
+)
+KNOWN_TYPES: frozenset[str] = frozenset(
+    m.model_fields["type"].default
+    for u in (ev.Input, ev.Decision, ev.Rejection)
+    for m in get_args(u)
+)
+CAUSE_MEMORY = 4096  # recent causes whose times are kept for the latency histogram
+
+# every metric family the collector exposes (the names Prometheus sees, before any
+# _bucket/_sum/_count suffix): the Grafana dashboard test checks its queries use these
+METRIC_NAMES: dict[str, str] = {
+    "allot_gpus": "gauge",
+    "allot_workloads": "gauge",
+    "allot_queue_wait_seconds": "histogram",
+    "allot_preemptions_total": "counter",
+    "allot_fair_share_ratio": "gauge",
+    "allot_delivered_ratio": "gauge",
+    "allot_owed_gpu_seconds_total": "counter",
+    "allot_received_gpu_seconds_total": "counter",
+    "allot_decisions_total": "counter",
+    "allot_decision_latency_seconds": "histogram",
+    "allot_rejected_inputs_total": "counter",
+    "allot_journal_records_total": "counter",
+    "allot_journal_last_record_timestamp_seconds": "gauge",
+    "allot_journal_lag_seconds": "gauge",
+}
+
+
+def exposed_series_names() -> set[str]:
+    """Every series name a scrape may show (histograms add _bucket, _sum, _count)."""
+    out: set[str] = set()
+    for name, kind in METRIC_NAMES.items():
+        if kind == "histogram":
+            out |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
+        else:
+            out.add(name)
+    return out
+
+
+class _Histogram:
+    """Cumulative-bucket counts for a custom collector."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out, total = [], 0
+        for bound, n in zip(self.bounds, self.counts, strict=True):
+            total += n
+            out.append(("+Inf" if math.isinf(bound) else _float(bound), total))
+        return out
+
+
+def _float(x: float) -> str:
+    return repr(float(x))
+
+
+class _Usage(UsageProjection):
+    """UsageProjection that reports first placements to its cluster's fold."""
+
+    def __init__(self, on_wait: Callable[[Any, float], None]) -> None:
+        super().__init__()
+        self._on_wait = on_wait
+
+    def on_placed(self, wid, w, d, first_wait, requeue_wait) -> None:  # type: ignore[no-untyped-def]
+        if first_wait is not None:
+            self._on_wait(w, first_wait)
+
+
+class _ClusterFold:
+    """The folds and counters of one cluster."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.state = State(cluster)
+        self.usage = _Usage(self._observe_wait)
+        self.waits = {c: _Histogram(QUEUE_WAIT_BUCKETS) for c in QUEUE_CLASSES}
+        self.latency = _Histogram(DECISION_LATENCY_BUCKETS)
+        self.preemptions = dict.fromkeys(PREEMPTION_REASONS, 0)
+        self.decisions = dict.fromkeys(DECISION_TYPES.values(), 0)
+        self.rejections = dict.fromkeys(REJECTION_TYPES, 0)
+        self.causes: OrderedDict[str, float] = OrderedDict()
+        self.records = 0
+        self.last_time: float | None = None
+        self._delivered_at = -1  # record count the delivered cache was computed at
+        self._delivered: dict[str, tuple[float, float]] = {}
+
+    def queue_class(self, tags: Iterable[str], min_runtime: float, gpus: int) -> str:
+        if "debug" in tags:
+            return "short"
+        cfg = self.state.config
+        if 0 < min_runtime <= cfg.short_job_max_min_runtime and gpus <= cfg.short_job_max_gpus:
+            return "short"
+        return "other"
+
+    def _observe_wait(self, w: Any, wait: float) -> None:
+        self.waits[self.queue_class(w.tags, w.min_runtime, w.gpus)].observe(max(0.0, wait))
+
+    def apply(self, event: Any) -> None:
+        kind = event.type
+        self.records += 1
+        if self.last_time is None or event.time > self.last_time:
+            self.last_time = event.time
+        if kind in DECISION_TYPES:
+            self.decisions[DECISION_TYPES[kind]] += 1
+            cause = event.cause
+            if cause is not None and cause in self.causes:
+                self.latency.observe(max(0.0, event.time - self.causes[cause]))
+            if kind == "workload.preempted":
+                self.preemptions[event.reason] = self.preemptions.get(event.reason, 0) + 1
+        else:  # inputs and rejections cause cycles
+            self.causes[event.id] = event.time
+            if len(self.causes) > CAUSE_MEMORY:
+                self.causes.popitem(last=False)
+            if kind in self.rejections:
+                self.rejections[kind] += 1
+        self.usage.apply(event)
+        evolve(self.state, event)
+
+    # ------------------------------------------------------------- reading
+    def gpus(self) -> dict[str, int]:
+        out = dict.fromkeys(GPU_STATES, 0)
+        workloads = self.state.workloads
+        for host in self.state.hosts.values():
+            if not host.healthy:
+                out["cordoned"] += host.gpus
+                continue
+            out["idle"] += len(host.free)
+            for wid, n in host.workloads.items():
+                w = workloads.get(wid)
+                out["allocated" if w is not None and w.charged else "unallocated"] += n
+        return out
+
+    def workloads(self) -> dict[str, int]:
+        out = dict.fromkeys(WORKLOAD_STATES, 0)
+        for w in self.state.workloads.values():
+            out[w.state] = out.get(w.state, 0) + 1
+        return out
+
+    def fair_share(self) -> dict[str, float]:
+        state = self.state
+        now = state.now
+        if not math.isfinite(now):
+            return {}
+        return {path: fair_ratio(state, path, now) for path in sorted(state.tree.nodes)}
+
+    def delivered(self) -> dict[str, tuple[float, float]]:
+        """(owed, received) GPU-seconds per leaf since the first record (cached per
+        record count: recomputing reads every hourly row)."""
+        if self._delivered_at != self.records:
+            sums: dict[str, list[float]] = {}
+            for row in self.usage.hourly_rows():
+                acc = sums.setdefault(row["allocation"], [0.0, 0.0])
+                acc[0] += row["owed_gpu_s"]
+                acc[1] += row["received_gpu_s"]
+            self._delivered = {a: (o, r) for a, (o, r) in sorted(sums.items())}
+            self._delivered_at = self.records
+        return self._delivered
+
+
+class MetricsCollector(Collector):
+    """A prometheus-client collector fed journal events with `apply` (see module doc)."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.clusters: dict[str, _ClusterFold] = {}
+        self.skipped = 0  # records of types this version does not know
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------- folding
+    def apply(self, event: Any) -> None:
+        """Fold one journal record: a `domain.events` model or its wire-form dict.
+        Dicts of unknown types (a newer writer) are skipped."""
+        if isinstance(event, dict):
+            raw = upcast(dict(event))
+            if raw.get("type") not in KNOWN_TYPES:
+                self.skipped += 1
+                return
+            event = ev.parse_event(raw)
+        with self._lock:
+            fold = self.clusters.get(event.cluster)
+            if fold is None:
+                fold = self.clusters[event.cluster] = _ClusterFold(event.cluster)
+            fold.apply(event)
+
+    def apply_all(self, events: Iterable[Any]) -> MetricsCollector:
+        for e in events:
+            self.apply(e)
+        return self
+
+    def registry(self) -> CollectorRegistry:
+        """A private registry holding only this collector (no global state)."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        return registry
+
+    # ------------------------------------------------------------- exposing
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            return iter(self._families())
+
+    def _families(self) -> list[Metric]:
+        c = ["cluster"]
+        gpus = GaugeMetricFamily("allot_gpus", "GPUs by state.", labels=[*c, "state"])
+        workloads = GaugeMetricFamily(
+            "allot_workloads", "Live workloads by state.", labels=[*c, "state"]
+        )
+        waits = HistogramMetricFamily(
+            "allot_queue_wait_seconds",
+            "Submit to first placement, by class (short: debug-tagged or short and small).",
+            labels=[*c, "class"],
+        )
+        preemptions = CounterMetricFamily(
+            "allot_preemptions", "Preemptions by reason.", labels=[*c, "reason"]
+        )
+        fair = GaugeMetricFamily(
+            "allot_fair_share_ratio",
+            "usage / (share x capacity x window) per allocation (tree node).",
+            labels=[*c, "allocation"],
+        )
+        delivered = GaugeMetricFamily(
+            "allot_delivered_ratio",
+            "min(1, received / owed) per leaf allocation since the first record.",
+            labels=[*c, "allocation"],
+        )
+        owed = CounterMetricFamily(
+            "allot_owed_gpu_seconds",
+            "GPU-seconds owed per leaf allocation (hourly min(entitlement, demand)).",
+            labels=[*c, "allocation"],
+        )
+        received = CounterMetricFamily(
+            "allot_received_gpu_seconds",
+            "Charged GPU-seconds received per leaf allocation.",
+            labels=[*c, "allocation"],
+        )
+        decisions = CounterMetricFamily(
+            "allot_decisions", "Scheduling decisions by type.", labels=[*c, "type"]
+        )
+        latency = HistogramMetricFamily(
+            "allot_decision_latency_seconds",
+            "Journal time from the causing input to the decision.",
+            labels=c,
+        )
+        rejected = CounterMetricFamily(
+            "allot_rejected_inputs", "Rejected inputs by rejection type.", labels=[*c, "reason"]
+        )
+        records = CounterMetricFamily("allot_journal_records", "Journal records folded.", labels=c)
+        last = GaugeMetricFamily(
+            "allot_journal_last_record_timestamp_seconds",
+            "Time of the last journal record (unix seconds).",
+            labels=c,
+        )
+        lag = GaugeMetricFamily(
+            "allot_journal_lag_seconds",
+            "Wall clock minus the last journal record's time.",
+            labels=c,
+        )
+        now = self.clock()
+        for name in sorted(self.clusters):
+            f = self.clusters[name]
+            for state, n in f.gpus().items():
+                gpus.add_metric([name, state], n)
+            for state, n in f.workloads().items():
+                workloads.add_metric([name, state], n)
+            for klass, h in f.waits.items():
+                waits.add_metric([name, klass], h.buckets(), h.sum)
+            for reason, n in f.preemptions.items():
+                preemptions.add_metric([name, reason], n)
+            for path, r in f.fair_share().items():
+                fair.add_metric([name, path], r)
+            for path, (o, r) in f.delivered().items():
+                owed.add_metric([name, path], o)
+                received.add_metric([name, path], r)
+                if o > 0:
+                    delivered.add_metric([name, path], min(1.0, r / o))
+            for kind, n in f.decisions.items():
+                decisions.add_metric([name, kind], n)
+            latency.add_metric([name], f.latency.buckets(), f.latency.sum)
+            for kind, n in f.rejections.items():
+                rejected.add_metric([name, kind], n)
+            records.add_metric([name], f.records)
+            if f.last_time is not None:
+                last.add_metric([name], f.last_time)
+                lag.add_metric([name], max(0.0, now - f.last_time))
+        return [
+            gpus,
+            workloads,
+            waits,
+            preemptions,
+            fair,
+            delivered,
+            owed,
+            received,
+            decisions,
+            latency,
+            rejected,
+            records,
+            last,
+            lag,
+        ]
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    """The Prometheus text format of `registry` (what /metrics serves)."""
+    return generate_latest(registry).decode()
+
+
+__all__ = [
+    "METRIC_NAMES",
+    "MetricsCollector",
+    "exposed_series_names",
+    "exposition",
+]
