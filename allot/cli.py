@@ -11,15 +11,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from allot.commands import executor, ops, requests, serve, trace, views
+from allot.commands import audit, dashboard, executor, metrics, ops, requests, serve, trace, views
 from allot.progress import sim_progress
 
 app = typer.Typer(
     name="allot",
     help=(
         "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
-        "Simulate policies before rollout (simulate, replay, compare, demo) and import "
-        "real traces (trace import)."
+        "Run it live (serve; submit, cancel, budget, host; queue, shares, why; executor), "
+        "watch it (metrics, dashboard, audit, history, preemptions), and simulate policies "
+        "before rollout (simulate, replay, compare, demo, trace import). Every command has "
+        "--help."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -28,7 +30,7 @@ app = typer.Typer(
 )
 app.add_typer(trace.app, name="trace", help="Import cluster traces into allot's submissions JSONL.")
 
-for _module in (requests, serve, views, ops, executor):
+for _module in (requests, serve, views, ops, executor, metrics, dashboard, audit):
     _module.register(app)
 
 console = Console()

@@ -1,0 +1,409 @@
+"""`allot audit load|sql`, `allot history`, `allot budget log`, `allot preemptions`.
+
+The journal (from `--kafka`, `--data DIR` or `--journal FILE`) is copied into an
+embedded DuckDB database (`--db`, default `allot-audit.duckdb` or `$ALLOT_AUDIT_DB`) by
+`allot audit load` (again: only the new records); the other commands read that
+database (see `projections.audit` for its tables and views). Times are UTC; relative
+times (`7d`, `12h`) count back from the journal's latest event.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt, TargetError
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+DbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="The audit database (default $ALLOT_AUDIT_DB, else allot-audit.duckdb).",
+        show_default=False,
+    ),
+]
+SinceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="From: an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
+        "journal's latest event, e.g. 7d.",
+        show_default=False,
+    ),
+]
+UntilOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--until",
+        help="Until (same forms as --since; default: the latest event).",
+        show_default=False,
+    ),
+]
+
+audit_app = typer.Typer(
+    help="Keep the journal in a DuckDB database and ask it questions in SQL.",
+    no_args_is_help=True,
+)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    return typer.Exit(2)
+
+
+def _answer(fn: Any) -> Any:
+    """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
+    import duckdb
+
+    from projections.audit import AuditError
+    from streams.sources import SourceError
+
+    try:
+        return fn()
+    except (TargetError, SourceError, AuditError) as why:
+        raise _fail(str(why)) from None
+    except duckdb.Error as why:
+        text = str(why).strip().splitlines()
+        raise _fail(f"audit database: {text[0] if text else type(why).__name__}") from None
+    except OSError as why:
+        raise _fail(f"cannot read: {why}") from None
+
+
+def _db(db: Path | None) -> Path:
+    from projections.audit import default_db
+
+    return db if db is not None else default_db()
+
+
+def _open(db: Path | None) -> Any:
+    from projections.audit import connect
+
+    return connect(_db(db), read_only=True)
+
+
+def _emit_json(payload: Any) -> None:
+    typer.echo(
+        orjson.dumps(
+            payload,
+            option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME,
+            default=str,
+        )
+    )
+
+
+class _Titled(Table):
+    """A borderless table that prints its title on its own line above it."""
+
+    heading: str = ""
+
+
+def _table(title: str, headers: list[tuple[str, str]]) -> _Titled:
+    table = _Titled(header_style="bold", box=None, pad_edge=False)
+    table.heading = title
+    for header, justify in headers:
+        table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    return table
+
+
+def _print(table: _Titled) -> None:
+    """Print at the table's natural width (cells are never cut), the title above it."""
+    title = table.heading
+    console = Console()
+    natural = max(Console(width=10_000).measure(table).maximum, len(title))
+    if not console.is_terminal or natural > console.width:
+        console = Console(width=max(natural, 40))
+    console.print(Text(title, style="bold"), soft_wrap=True)
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.0f}"
+    return str(value)
+
+
+def _truncated_tail(path: Path | None) -> bool:
+    """True when the journal file ends in a line without its newline."""
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) != b"\n"
+
+
+@audit_app.command("load")
+def audit_load(
+    db: DbOpt = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    journal: JournalOpt = None,
+    cluster: ClusterOpt = None,  # type: ignore[assignment]
+) -> None:
+    """Copy the journal's new records into the audit database (creating it).
+
+    Loading again adds only the records loaded since; the database holds one journal.
+    A last line without its newline (a write in progress) is left for the next load.
+    """
+    from allot.commands.common import resolve_target
+    from projections.audit import load
+    from streams.sources import journal_lines
+
+    def run() -> None:
+        if kafka is None and data is None and journal is None:
+            raise TargetError(
+                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
+                "or --journal FILE"
+            )
+        target = resolve_target(kafka, data, journal, writable=False)
+        wanted = cluster if cluster is not None or not target.kafka else "default"
+        lines = journal_lines(
+            kafka=target.kafka, data=target.data, journal=target.journal, cluster=wanted
+        )
+        source = target.label + (f" cluster {wanted}" if wanted else "")
+        if not target.kafka:
+            source = str(Path(target.label).resolve()) + (f" cluster {wanted}" if wanted else "")
+        path = target.journal or (target.data / "journal.jsonl" if target.data else None)
+        result = load(_db(db), lines, source=source)
+        typer.echo(
+            f"loaded {result['added']:,} new records into {_db(db)} ({result['records']:,} in all)"
+        )
+        if _truncated_tail(path):
+            typer.echo(
+                f"note: the last line of {path} is incomplete (a write in progress or cut "
+                "short); it was not loaded",
+                err=True,
+            )
+
+    _answer(run)
+
+
+@audit_app.command("sql")
+def audit_sql(
+    query: Annotated[
+        str, typer.Argument(help='SQL, e.g. "SELECT type, count(*) FROM journal GROUP BY ALL".')
+    ],
+    db: DbOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Ask the audit database anything in SQL (read-only).
+
+    Tables and views: journal, records, submissions, placements, preemptions,
+    budget_changes, rejections, runs."""
+    from projections.audit import sql
+
+    def run() -> None:
+        con = _open(db)
+        try:
+            columns, rows = sql(con, query)
+        finally:
+            con.close()
+        if json_:
+            _emit_json([dict(zip(columns, row, strict=True)) for row in rows])
+            return
+        table = _table(f"{len(rows):,} rows", [(c, "left") for c in columns])
+        for row in rows:
+            table.add_row(*(_cell(v) for v in row))
+        _print(table)
+
+    _answer(run)
+
+
+def _history(
+    allocation: str, since: str | None, until: str | None, db: Path | None, json_: bool
+) -> None:
+    from projections.audit import history
+
+    def run() -> None:
+        con = _open(db)
+        try:
+            answer = history(con, allocation, since, until)
+        finally:
+            con.close()
+        if json_:
+            _emit_json(answer)
+            return
+        title = (
+            f"{answer['allocation']} · {answer['since'] or 'start'} → {answer['until']} UTC · "
+            "GPU-hours by user"
+        )
+        table = _table(
+            title,
+            [
+                ("USER", "left"),
+                ("CHARGED GPU-h", "right"),
+                ("UNALLOCATED GPU-h", "right"),
+                ("RUNS", "right"),
+            ],
+        )
+        for u in answer["users"]:
+            table.add_row(
+                u["user"] or "?",
+                f"{u['charged_gpu_h']:.2f}",
+                f"{u['unallocated_gpu_h']:.2f}",
+                str(u["runs"]),
+            )
+        table.add_row(
+            "total",
+            f"{answer['charged_gpu_h']:.2f}",
+            f"{answer['unallocated_gpu_h']:.2f}",
+            str(sum(u["runs"] for u in answer["users"])),
+            style="bold",
+        )
+        _print(table)
+
+    _answer(run)
+
+
+def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
+    from projections.audit import budget_log
+
+    def run() -> None:
+        con = _open(db)
+        try:
+            rows = budget_log(con, allocation)
+        finally:
+            con.close()
+        if json_:
+            _emit_json(rows)
+            return
+        table = _table(
+            f"{len(rows):,} budget changes",
+            [
+                ("TIME (UTC)", "left"),
+                ("ACTOR", "left"),
+                ("ALLOCATION", "left"),
+                ("CHANGE", "left"),
+                ("WEIGHT", "right"),
+                ("MANAGERS", "left"),
+                ("MEMBERS", "left"),
+            ],
+        )
+        for r in rows:
+            table.add_row(
+                r["time"],
+                r["actor"] or "",
+                r["allocation"] or "",
+                r["change"],
+                "" if r["weight"] is None else f"{r['weight']:g}",
+                ",".join(r["managers"] or []),
+                ",".join(r["members"] or []),
+            )
+        _print(table)
+
+    _answer(run)
+
+
+def _preemptions(since: str | None, until: str | None, db: Path | None, json_: bool) -> None:
+    from projections.audit import preemptions
+
+    def run() -> None:
+        con = _open(db)
+        try:
+            rows = preemptions(con, since, until)
+        finally:
+            con.close()
+        if json_:
+            _emit_json(rows)
+            return
+        table = _table(
+            f"{len(rows):,} preemptions",
+            [
+                ("TIME (UTC)", "left"),
+                ("WORKLOAD", "left"),
+                ("ATTEMPT", "right"),
+                ("ALLOCATION", "left"),
+                ("USER", "left"),
+                ("GPUS", "right"),
+                ("REASON", "left"),
+                ("BENEFICIARY", "left"),
+                ("REQUEUED", "left"),
+                ("RAN", "right"),
+            ],
+        )
+        from domain.durations import format_duration
+
+        for r in rows:
+            table.add_row(
+                r["time"],
+                r["workload"] or "",
+                _cell(r["attempt"]),
+                r["allocation"] or "",
+                r["user"] or "",
+                _cell(r["gpus"]),
+                r["reason"] or "",
+                r["beneficiary"] or "",
+                "yes" if r["requeued"] else "no",
+                "" if r["ran_s"] is None else format_duration(r["ran_s"]),
+            )
+        _print(table)
+
+    _answer(run)
+
+
+def _budget_typer(app: typer.Typer) -> typer.Typer | None:
+    for group in app.registered_groups:
+        if group.name == "budget" and group.typer_instance is not None:
+            return group.typer_instance
+    return None
+
+
+def register(app: typer.Typer) -> None:
+    """Add `audit load|sql`, `history`, `preemptions` and `budget log` to the `allot` app
+    (after `allot.commands.requests`, whose `budget` group gets `log`)."""
+    app.add_typer(audit_app, name="audit")
+
+    @app.command("history")
+    def history_cmd(
+        allocation: Annotated[
+            str, typer.Option("--allocation", "-a", help="Allocation path (and those under it).")
+        ],
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        db: DbOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """GPU-hours charged and unallocated by user for an allocation (and those under it).
+
+        Reads the audit database (`allot audit load` first); runs are clipped to
+        [--since, --until]."""
+        _history(allocation, since, until, db, json_)
+
+    @app.command("preemptions")
+    def preemptions_cmd(
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        db: DbOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Every preemption: victim, its allocation and user, reason, beneficiary.
+
+        Reads the audit database (`allot audit load` first)."""
+        _preemptions(since, until, db, json_)
+
+    def budget_log_cmd(
+        allocation: Annotated[
+            str | None,
+            typer.Option("--allocation", "-a", help="Only this allocation and those under it."),
+        ] = None,
+        db: DbOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        """Every budget change (weights, managers, members, removals) with actor and time.
+
+        Reads the audit database (`allot audit load` first)."""
+        _budget_log(allocation, db, json_)
+
+    budget = _budget_typer(app)
+    if budget is not None:
+        budget.command("log")(budget_log_cmd)
+    else:  # the requests module is not registered: stand alone
+        app.command("budget-log")(budget_log_cmd)

@@ -1,0 +1,105 @@
+"""`allot dashboard`: the journal's projections as a small offline web app.
+
+Reads the journal from Kafka (`--kafka`, default `$ALLOT_KAFKA`), the embedded folder
+(`--data DIR`) or a file (`--journal FILE`), like `allot queue`; pages and their
+behaviour are described in `projections.dashboard`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, TargetError
+
+
+def _fail(message: str) -> NoReturn:
+    """One line on stderr (never wrapped), exit code 2."""
+    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    raise typer.Exit(2)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `dashboard` to the `allot` app."""
+
+    @app.command()
+    def dashboard(
+        port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = 8080,
+        host: Annotated[
+            str, typer.Option("--host", help="Address to bind (default: this machine only).")
+        ] = "127.0.0.1",
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: Annotated[
+            str | None,
+            typer.Option(
+                "--cluster",
+                envvar="ALLOT_CLUSTER",
+                help="Cluster name (files and --data: all records unless given; Kafka: 'default').",
+                show_default=False,
+            ),
+        ] = None,
+        refresh: Annotated[
+            float,
+            typer.Option(
+                "--refresh",
+                help="Kafka only: re-read the journal at most every this many seconds.",
+            ),
+        ] = 5.0,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No request log.")] = False,
+    ) -> None:
+        """Serve the allocations, queue, GPU timeline and why pages over HTTP (offline:
+        no scripts or assets from the network). Pages re-read the journal when it changes."""
+        from allot.commands.common import resolve_target
+        from projections.dashboard import Dashboard, file_stamp, make_server
+        from streams.sources import journal_lines
+
+        if kafka is None and data is None and journal is None:
+            _fail(
+                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
+                "or --journal FILE"
+            )
+        try:
+            target = resolve_target(kafka, data, journal, writable=False)
+        except TargetError as why:
+            _fail(str(why))
+        wanted = cluster
+        if target.kafka and wanted is None:
+            wanted = "default"
+        path: Path | None = None
+        if target.journal is not None:
+            path = target.journal
+        elif target.data is not None:
+            path = target.data / "journal.jsonl"
+
+        def lines():  # type: ignore[no-untyped-def]
+            return journal_lines(
+                kafka=target.kafka, data=target.data, journal=target.journal, cluster=wanted
+            )
+
+        board = Dashboard(
+            lines,
+            label=target.label + (f" · cluster {wanted}" if wanted else ""),
+            stamp=file_stamp(path) if path is not None else None,
+            ttl=refresh,
+        )
+
+        def log(line: str) -> None:
+            if not quiet:
+                typer.echo(line, err=True)
+
+        try:
+            server = make_server(board, host, port, log=log)
+        except OSError as why:
+            _fail(f"cannot listen on {host}:{port}: {why.strerror or why}")
+        bound_host, bound_port = server.server_address[:2]
+        typer.echo(f"allot dashboard: http://{bound_host}:{bound_port}/ ({board.label})")
+        try:
+            server.serve_forever(poll_interval=0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()

@@ -1,0 +1,531 @@
+"""The audit store: the journal in an embedded DuckDB database, for ad-hoc questions.
+
+    loaded = load("allot-audit.duckdb", journal_lines(journal=Path("journal.jsonl")))
+    con = connect("allot-audit.duckdb")
+    con.sql("SELECT type, count(*) FROM journal GROUP BY ALL").show()
+
+`load` appends the records it has not seen yet: the database remembers how many records
+of its source it holds and the `id` of the last one, so loading again only adds the new
+ones (and refuses a different journal). Records are batched through DuckDB's own JSON
+reader (a temporary NDJSON file per batch), so millions of records load in seconds.
+
+Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seconds):
+
+- `records` (table): one row per record, `seq` (0-based journal position), the
+  envelope, the fields the views need, and `record` (the raw JSON);
+- `journal`: `seq, type, time, cluster, actor, workload, allocation, id, record`;
+- `submissions`: accepted `workload.submitted` with `user` (its actor);
+- `placements`: `workload.placed` with the submitting `user`, `gpus`, `charged`, ...;
+- `preemptions`: `workload.preempted` with the victim's allocation, user and GPUs;
+- `budget_changes`: `budget.set` / `budget.removed` with actor, weight, managers;
+- `rejections`: every `*.rejected` record with `ref` and `error`;
+- `runs`: one row per placement, from `start` to the first end of that workload after
+  it (`workload.finished`, `workload.preempted` or `workload.cancelled`); a run still
+  going has `end` NULL and is counted up to the journal's latest time (`end_t`).
+
+The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
+`allot budget log` and `allot preemptions`. Errors a person can act on raise `AuditError`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+BATCH = 500_000  # records per DuckDB JSON read
+
+# fields copied out of each record into `records`: (column, SQL type, JSON path)
+_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("type", "VARCHAR", "$.type"),
+    ("t", "DOUBLE", "$.time"),
+    ("cluster", "VARCHAR", "$.cluster"),
+    ("actor", "VARCHAR", "$.actor"),
+    ("workload", "VARCHAR", "$.workload"),
+    ("allocation", "VARCHAR", "$.allocation"),
+    ("id", "VARCHAR", "$.id"),
+    ("gpus", "INTEGER", "$.gpus"),
+    ("attempt", "INTEGER", "$.attempt"),
+    ("charged", "BOOLEAN", "$.charged"),
+    ("protected_until", "DOUBLE", "$.protected_until"),
+    ("reason", "VARCHAR", "$.reason"),
+    ("beneficiary", "VARCHAR", "$.beneficiary"),
+    ("requeued", "BOOLEAN", "$.requeued"),
+    ("outcome", "VARCHAR", "$.outcome"),
+    ("weight", "DOUBLE", "$.weight"),
+    ("ref", "VARCHAR", "$.ref"),
+    ("error", "VARCHAR", "$.error"),
+    ("min_runtime", "DOUBLE", "$.min_runtime"),
+    ("managers", "JSON", "$.managers"),
+    ("members", "JSON", "$.members"),
+    ("victim_allocation", "VARCHAR", "$.explain.victim_allocation"),
+    ("ran_s", "DOUBLE", "$.explain.ran_s"),
+)
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS records (
+    seq BIGINT,
+    time TIMESTAMP,
+    {", ".join(f"{name} {sql}" for name, sql, _ in _FIELDS)},
+    record JSON
+);
+CREATE TABLE IF NOT EXISTS audit_state (
+    source VARCHAR,
+    records BIGINT,
+    last_id VARCHAR,
+    last_time DOUBLE,
+    loaded_at TIMESTAMP
+);
+CREATE OR REPLACE VIEW journal AS
+    SELECT seq, type, time, cluster, actor, workload, allocation, id, record FROM records;
+CREATE TABLE IF NOT EXISTS workloads (
+    workload VARCHAR, allocation VARCHAR, "user" VARCHAR, gpus INTEGER, submitted_seq BIGINT
+);
+CREATE TABLE IF NOT EXISTS run_spells (
+    workload VARCHAR, attempt INTEGER, allocation VARCHAR, "user" VARCHAR, gpus INTEGER,
+    charged BOOLEAN, start TIMESTAMP, "end" TIMESTAMP, ended_by VARCHAR, how VARCHAR,
+    start_t DOUBLE, end_t DOUBLE, gpu_seconds DOUBLE, placed_seq BIGINT
+);
+CREATE OR REPLACE VIEW submissions AS
+    SELECT seq, time, t, cluster, workload, allocation, actor AS "user", gpus, min_runtime,
+           record
+    FROM records WHERE type = 'workload.submitted';
+CREATE OR REPLACE VIEW placements AS
+    SELECT p.seq, p.time, p.t, p.cluster, p.workload, p.attempt,
+           coalesce(p.allocation, w.allocation) AS allocation, w."user",
+           coalesce(p.gpus, w.gpus) AS gpus, p.charged,
+           make_timestamp(CAST(round(p.protected_until * 1e6) AS BIGINT)) AS protected_until,
+           p.record->'hosts' AS hosts, p.record->'explain' AS explain
+    FROM records p LEFT JOIN workloads w USING (workload)
+    WHERE p.type = 'workload.placed';
+CREATE OR REPLACE VIEW preemptions AS
+    SELECT q.seq, q.time, q.t, q.cluster, q.workload, q.attempt,
+           coalesce(q.victim_allocation, w.allocation) AS allocation, w."user", w.gpus,
+           q.reason, q.beneficiary, q.requeued, q.ran_s, q.actor, q.record->'explain' AS explain
+    FROM records q LEFT JOIN workloads w USING (workload)
+    WHERE q.type = 'workload.preempted';
+CREATE OR REPLACE VIEW budget_changes AS
+    SELECT seq, time, t, cluster, actor, allocation,
+           CASE type WHEN 'budget.set' THEN 'set' ELSE 'removed' END AS change,
+           weight, managers, members
+    FROM records WHERE type IN ('budget.set', 'budget.removed');
+CREATE OR REPLACE VIEW rejections AS
+    SELECT seq, time, t, cluster, type, actor, ref, error, workload, allocation, record
+    FROM records WHERE type LIKE '%.rejected';
+CREATE OR REPLACE VIEW runs AS SELECT * FROM run_spells;
+"""
+
+
+class AuditError(ValueError):
+    """A question the audit store cannot answer: one line for the user."""
+
+
+def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    path = Path(db_path)
+    if read_only and not path.exists():
+        raise AuditError(f"{path}: no audit database; run `allot audit load --db {path}` first")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as why:
+        raise AuditError(f"{path}: cannot open the audit database: {_first_line(why)}") from None
+    con.execute("SET TimeZone = 'UTC'").fetchall()
+    if not read_only:
+        con.execute(_SCHEMA).fetchall()
+    elif not _has_table(con, "records"):
+        con.close()
+        raise AuditError(f"{path}: not an audit database; run `allot audit load --db {path}`")
+    return con
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    rows = con.execute(
+        "SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]
+    ).fetchall()
+    return bool(rows)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return " ".join(text.splitlines()[0].split()) if text else type(error).__name__
+
+
+def state(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
+    row = con.execute(
+        "SELECT source, records, last_id, last_time, loaded_at FROM audit_state"
+    ).fetchall()
+    if not row:
+        return None
+    row = row[0]
+    return dict(zip(("source", "records", "last_id", "last_time", "loaded_at"), row, strict=True))
+
+
+def load(db_path: str | Path, lines: Iterable[bytes], *, source: str = "") -> dict[str, Any]:
+    """Append the records of `lines` (a journal, oldest first) not yet in the database.
+
+    Returns `{"added": n, "records": total, "source": ...}`. A database holds one
+    journal: the records it already has must be the journal's first ones (checked by
+    the `id` of the last one loaded)."""
+    con = connect(db_path)
+    try:
+        return _load(con, lines, source)
+    finally:
+        con.close()
+
+
+def _load(con: duckdb.DuckDBPyConnection, lines: Iterable[bytes], source: str) -> dict[str, Any]:
+    before = state(con)
+    done = before["records"] if before else 0
+    if before and source and before["source"] and before["source"] != source:
+        raise AuditError(
+            f"this database holds the journal of {before['source']}, not {source}; "
+            "use another --db for another journal"
+        )
+    label = source or (before or {}).get("source") or ""
+    seq = 0
+    batch: list[bytes] = []
+    first = done
+    with tempfile.TemporaryDirectory(prefix="allot-audit-") as tmp:
+        chunk = Path(tmp) / "batch.jsonl"
+        for line in lines:
+            if seq < done:
+                if seq == done - 1:
+                    _check_same(line, before, seq)
+                seq += 1
+                continue
+            batch.append(b'{"seq":%d,"r":%b}' % (seq, line))
+            seq += 1
+            if len(batch) >= BATCH:
+                _insert(con, chunk, batch, first, label)
+                first = seq
+                batch = []
+        if seq < done:
+            raise AuditError(
+                f"the journal has {seq:,} records but this database already holds {done:,}: "
+                "it is another (or a rewritten) journal; use another --db"
+            )
+        if batch:
+            _insert(con, chunk, batch, first, label)
+    if seq > done:
+        con.execute("CHECKPOINT").fetchall()
+    return {"added": seq - done, "records": seq, "source": label}
+
+
+def _check_same(line: bytes, before: dict[str, Any] | None, seq: int) -> None:
+    try:
+        rid = orjson.loads(line).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        rid = None
+    if before is not None and rid != before["last_id"]:
+        raise AuditError(
+            f"record {seq:,} of the journal is {rid!r}, but the database loaded "
+            f"{before['last_id']!r} there: another (or a rewritten) journal; use another --db"
+        )
+
+
+def _insert(
+    con: duckdb.DuckDBPyConnection, chunk: Path, batch: list[bytes], first: int, source: str
+) -> None:
+    """Add one batch (journal positions `first`...), the derived rows, and the new
+    position, in one transaction: a load cut short resumes after its last batch."""
+    try:
+        last = orjson.loads(batch[-1])["r"]
+    except orjson.JSONDecodeError:
+        last = None
+    last_id = last.get("id") if isinstance(last, dict) else None
+    last_time = last.get("time") if isinstance(last, dict) else None
+    chunk.write_bytes(b"\n".join(batch) + b"\n")
+    paths = ", ".join(f"'{path}'" for _, _, path in _FIELDS)
+    fields = ", ".join(
+        f"CAST(f[{i + 1}] AS {sql})" if sql != "VARCHAR" else f"f[{i + 1}]"
+        for i, (_, sql, _) in enumerate(_FIELDS)
+    )
+    names = ", ".join(name for name, _, _ in _FIELDS)
+    try:
+        con.execute("BEGIN").fetchall()
+        con.execute(
+            f"""
+            INSERT INTO records (seq, time, {names}, record)
+            SELECT seq, make_timestamp(CAST(round(CAST(f[2] AS DOUBLE) * 1e6) AS BIGINT)),
+                   {fields}, r
+            FROM (
+                SELECT seq, r, json_extract_string(r, [{paths}]) AS f
+                FROM read_json(?, format = 'newline_delimited',
+                               columns = {{'seq': 'BIGINT', 'r': 'JSON'}},
+                               maximum_object_size = 67108864)
+            )
+            """,
+            [str(chunk)],
+        ).fetchall()
+        _derive(con, first)
+        con.execute("DELETE FROM audit_state").fetchall()
+        con.execute(
+            "INSERT INTO audit_state VALUES (?, ?, ?, ?, now()::TIMESTAMP)",
+            [source, first + len(batch), last_id, last_time],
+        ).fetchall()
+        con.execute("COMMIT").fetchall()
+    except duckdb.Error as why:
+        con.execute("ROLLBACK").fetchall()
+        raise AuditError(_bad_record(batch, first) or f"cannot load: {_first_line(why)}") from None
+
+
+def _derive(con: duckdb.DuckDBPyConnection, first: int) -> None:
+    """Bring `workloads` and `run_spells` up to date with the records from `first` on:
+    new submissions; runs of new placements, and of older ones still open (their end
+    may be among the new records)."""
+    con.execute(
+        """
+        INSERT INTO workloads
+        SELECT workload, allocation, actor, gpus, seq FROM records
+        WHERE seq >= ? AND type = 'workload.submitted'
+        """,
+        [first],
+    ).fetchall()
+    lo = con.execute(
+        'SELECT coalesce(min(placed_seq), ?) FROM run_spells WHERE "end" IS NULL', [first]
+    ).fetchall()[0][0]
+    lo = min(lo, first)
+    con.execute("DELETE FROM run_spells WHERE placed_seq >= ?", [lo]).fetchall()
+    con.execute(
+        """
+        INSERT INTO run_spells
+        WITH placed AS (
+            SELECT seq, t, workload, attempt, allocation, gpus, charged
+            FROM records WHERE seq >= $lo AND type = 'workload.placed'
+        ), ends AS (
+            SELECT seq, t, workload, type, coalesce(outcome, reason) AS how
+            FROM records
+            WHERE seq > $lo
+              AND type IN ('workload.finished', 'workload.preempted', 'workload.cancelled')
+        ), latest AS (SELECT max(t) AS now FROM records)
+        SELECT p.workload, p.attempt, coalesce(p.allocation, w.allocation), w."user",
+               coalesce(p.gpus, w.gpus), p.charged,
+               make_timestamp(CAST(round(p.t * 1e6) AS BIGINT)),
+               make_timestamp(CAST(round(e.t * 1e6) AS BIGINT)),
+               replace(e.type, 'workload.', ''), e.how,
+               p.t, coalesce(e.t, latest.now),
+               coalesce(p.gpus, w.gpus) * (coalesce(e.t, latest.now) - p.t),
+               p.seq
+        FROM placed p
+        ASOF LEFT JOIN ends e ON p.workload = e.workload AND e.seq > p.seq
+        LEFT JOIN workloads w ON w.workload = p.workload
+        CROSS JOIN latest
+        ORDER BY p.seq
+        """,
+        {"lo": lo},
+    ).fetchall()
+
+
+def _bad_record(batch: list[bytes], first: int) -> str | None:
+    """Name the first record of a failed batch that is not a JSON object with a time."""
+    for i, line in enumerate(batch):
+        try:
+            record = orjson.loads(line)["r"]
+        except orjson.JSONDecodeError:
+            return f"journal record {first + i + 1:,} is not valid JSON (a damaged journal?)"
+        if not isinstance(record, dict):
+            return f"journal record {first + i + 1:,} is not a JSON object"
+        t = record.get("time")
+        if not isinstance(t, int | float) or isinstance(t, bool):
+            return f"journal record {first + i + 1:,} has no numeric 'time'"
+    return None
+
+
+# ------------------------------------------------------------------ queries
+
+
+def sql(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one ad-hoc query: (column names, rows); a bad query raises AuditError."""
+    try:
+        rel = con.execute(query)
+        if rel.description is None:
+            return [], []
+        columns = [d[0] for d in rel.description]
+        return columns, rel.fetchall()
+    except duckdb.Error as why:
+        raise AuditError(f"query failed: {_first_line(why)}") from None
+
+
+def latest_time(con: duckdb.DuckDBPyConnection) -> float:
+    row = con.execute("SELECT max(t) FROM records").fetchall()[0]
+    if row[0] is None:
+        raise AuditError("the audit database is empty: load a journal with `allot audit load`")
+    return float(row[0])
+
+
+def parse_time(text: str, now: float) -> float:
+    """An ISO date/time (UTC unless it says otherwise) or a duration before `now`
+    (the journal's latest event time): `7d`, `12h`, `now`."""
+    from domain.durations import parse_duration
+
+    text = text.strip()
+    if text.lower() == "now":
+        return now
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise AuditError(
+            f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
+            "or a duration before the journal's latest event such as 7d or 12h"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _window(
+    con: duckdb.DuckDBPyConnection, since: str | None, until: str | None
+) -> tuple[float, float]:
+    now = latest_time(con)
+    lo = parse_time(since, now) if since else float("-inf")
+    hi = parse_time(until, now) if until else now
+    if hi < lo:
+        raise AuditError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
+    return lo, hi
+
+
+def known_allocation(con: duckdb.DuckDBPyConnection, path: str) -> bool:
+    row = con.execute(
+        """
+        SELECT count(*) FROM records
+        WHERE type IN ('budget.set', 'workload.submitted', 'workload.placed')
+          AND (allocation = ? OR starts_with(allocation, ? || '/'))
+        """,
+        [path, path],
+    ).fetchall()
+    return bool(row[0][0])
+
+
+def history(
+    con: duckdb.DuckDBPyConnection,
+    allocation: str,
+    since: str | None = None,
+    until: str | None = None,
+) -> dict[str, Any]:
+    """GPU-hours charged and unallocated by user in `allocation` (and under it),
+    counting the part of each run inside [since, until]."""
+    path = allocation.strip().strip("/")
+    lo, hi = _window(con, since, until)
+    if not path or not known_allocation(con, path):
+        raise AuditError(
+            f"unknown allocation {allocation!r}: no budget or workload in the journal names it "
+            '(see `allot shares` or `allot audit sql "SELECT DISTINCT allocation FROM budget_changes"`)'
+        )
+    rows = con.execute(
+        """
+        SELECT "user",
+               sum(CASE WHEN charged THEN g END) / 3600.0 AS charged_gpu_h,
+               sum(CASE WHEN NOT charged THEN g END) / 3600.0 AS unallocated_gpu_h,
+               count(*) AS runs
+        FROM (
+            SELECT "user", charged,
+                   gpus * (least(end_t, $hi) - greatest(start_t, $lo)) AS g
+            FROM runs
+            WHERE (allocation = $path OR starts_with(allocation, $path || '/'))
+              AND start_t < $hi AND end_t > $lo
+        )
+        GROUP BY ALL ORDER BY charged_gpu_h DESC NULLS LAST, "user"
+        """,
+        {"path": path, "lo": lo if lo != float("-inf") else -1e18, "hi": hi},
+    ).fetchall()
+    users = [
+        {
+            "user": u,
+            "charged_gpu_h": round(c or 0.0, 4),
+            "unallocated_gpu_h": round(n or 0.0, 4),
+            "runs": runs,
+        }
+        for u, c, n, runs in rows
+    ]
+    return {
+        "allocation": path,
+        "since": iso(lo) if lo != float("-inf") else None,
+        "until": iso(hi),
+        "users": users,
+        "charged_gpu_h": round(sum(u["charged_gpu_h"] for u in users), 4),
+        "unallocated_gpu_h": round(sum(u["unallocated_gpu_h"] for u in users), 4),
+    }
+
+
+def budget_log(
+    con: duckdb.DuckDBPyConnection, allocation: str | None = None
+) -> list[dict[str, Any]]:
+    """Every budget change, oldest first (optionally for one allocation and under it)."""
+    latest_time(con)
+    where, params = "", []
+    if allocation:
+        path = allocation.strip().strip("/")
+        where = "WHERE allocation = ? OR starts_with(allocation, ? || '/')"
+        params = [path, path]
+    rows = con.execute(
+        f"""
+        SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, actor, allocation, change, weight,
+               managers, members
+        FROM budget_changes {where} ORDER BY seq
+        """,
+        params,
+    ).fetchall()
+    if allocation and not rows:
+        raise AuditError(f"unknown allocation {allocation!r}: no budget change names it")
+    loads = orjson.loads
+    return [
+        {
+            "time": when,
+            "t": t,
+            "actor": actor,
+            "allocation": alloc,
+            "change": change,
+            "weight": weight,
+            "managers": loads(m) if m else None,
+            "members": loads(mb) if mb else None,
+        }
+        for when, t, actor, alloc, change, weight, m, mb in rows
+    ]
+
+
+def preemptions(
+    con: duckdb.DuckDBPyConnection, since: str | None = None, until: str | None = None
+) -> list[dict[str, Any]]:
+    """Every preemption in [since, until], oldest first."""
+    lo, hi = _window(con, since, until)
+    rows = con.execute(
+        """
+        SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, workload, attempt, allocation,
+               "user", gpus, reason, beneficiary, requeued, ran_s
+        FROM preemptions WHERE t >= $lo AND t <= $hi ORDER BY seq
+        """,
+        {"lo": lo if lo != float("-inf") else -1e18, "hi": hi},
+    ).fetchall()
+    keys = (
+        "time",
+        "t",
+        "workload",
+        "attempt",
+        "allocation",
+        "user",
+        "gpus",
+        "reason",
+        "beneficiary",
+        "requeued",
+        "ran_s",
+    )
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def default_db() -> Path:
+    return Path(os.environ.get("ALLOT_AUDIT_DB", "allot-audit.duckdb"))

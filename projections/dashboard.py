@@ -1,0 +1,731 @@
+"""`allot dashboard`: a small offline web app over the journal's projections.
+
+Server-rendered HTML (no scripts, no fonts or images from the network): charts are
+inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
+
+- ``/``            allocations: usage vs owed over time per leaf, delivered table, the
+                   budget tree with weights and shares (`views.share_rows`);
+- ``/queue``       pending work in scheduling order with the sort keys that order it
+                   (`views.queue_rows`) and the running work;
+- ``/timeline``    the GPU timeline (`gantt.GanttCollector`) for ``?from=..&to=..``
+                   (offsets from the run start such as ``3h``, or UTC times such as
+                   ``2026-01-01 03:00``);
+- ``/workload/ID`` why a workload is where it is (`views.why`); unknown ids get a 404
+                   page with close matches.
+
+`Dashboard` re-folds the journal when it changes (file size / mtime; Kafka: at most
+every `ttl` seconds) — cheap for small journals. An empty or missing journal renders
+an explicit empty state; a truncated last line is not a record yet (streams.sources).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from projections.report import fmt_dur, fmt_num, fmt_pct
+
+Lines = Callable[[], Iterable[bytes]]
+_DRAW = threading.Lock()  # pyplot is not thread-safe: one chart at a time
+
+
+# ------------------------------------------------------------------ snapshot
+@dataclass
+class Snapshot:
+    """One fold of the journal (or why there is none)."""
+
+    view: Any = None  # projections.views.JournalView
+    usage: Any = None  # projections.summary.SummaryProjection (closed)
+    gantt: Any = None  # projections.gantt.GanttCollector (closed)
+    delivered: dict[str, Any] = field(default_factory=dict)
+    empty: str | None = None  # an empty or missing journal: the message
+    error: str | None = None  # an unreadable journal: the message
+    built: float = 0.0
+    charts: dict[Any, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def ok(self) -> bool:
+        return self.view is not None
+
+
+def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
+    """Fold journal records (JSON bytes, or a callable returning them) into the views,
+    usage and gantt projections."""
+    from projections.gantt import GanttCollector
+    from projections.summary import fold as fold_usage
+    from projections.views import ViewError, decode_lines, fold
+    from streams.sources import EmptyJournal, SourceError
+
+    try:
+        if callable(lines):
+            lines = lines()
+        events = list(decode_lines(lines))
+        if not events:
+            return Snapshot(empty="the journal holds no records yet", built=time.time())
+        view = fold(events)
+        gantt = GanttCollector()
+        usage = fold_usage(events, sinks=[gantt])
+        gantt.close()
+    except EmptyJournal as why:
+        return Snapshot(empty=str(why), built=time.time())
+    except SourceError as why:
+        text = str(why)
+        if "no such" in text:
+            return Snapshot(empty=text, built=time.time())
+        return Snapshot(error=text, built=time.time())
+    except ViewError as why:
+        return Snapshot(error=str(why), built=time.time())
+    except OSError as why:
+        return Snapshot(error=f"cannot read the journal: {why}", built=time.time())
+    return Snapshot(
+        view=view, usage=usage, gantt=gantt, delivered=usage.delivered(), built=time.time()
+    )
+
+
+class Dashboard:
+    """The current snapshot of a journal source, re-folded when the source changes.
+
+    `lines()` reads the whole journal; `stamp()` (optional) is cheap and changes when the
+    journal does (a file's size and mtime). Without `stamp` the journal is re-read at
+    most every `ttl` seconds."""
+
+    def __init__(
+        self,
+        lines: Lines,
+        *,
+        label: str,
+        stamp: Callable[[], Any] | None = None,
+        ttl: float = 5.0,
+    ) -> None:
+        self.lines = lines
+        self.label = label
+        self.stamp = stamp
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._snap: Snapshot | None = None
+        self._key: Any = None
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            if self.stamp is not None:
+                key = self.stamp()
+                fresh = self._snap is not None and key == self._key
+            else:
+                key = None
+                fresh = self._snap is not None and time.time() - self._snap.built < self.ttl
+            if not fresh:
+                self._snap = build_snapshot(self.lines)
+                self._key = key
+            assert self._snap is not None
+            return self._snap
+
+
+def file_stamp(path: Any) -> Callable[[], Any]:
+    from pathlib import Path
+
+    p = Path(path)
+
+    def stamp() -> Any:
+        try:
+            st = p.stat()
+        except OSError:
+            return None
+        return (st.st_size, st.st_mtime_ns)
+
+    return stamp
+
+
+# ------------------------------------------------------------------ html
+_CSS = """
+:root { --fg:#1d1d1f; --muted:#5f5f66; --line:#e3e3e8; --accent:#35608f; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: var(--fg); margin: 0; background: #fafafa; }
+nav { background: #1f2d3d; color: #fff; padding: 0 28px; display: flex; gap: 6px;
+      align-items: center; flex-wrap: wrap; }
+nav .brand { font-weight: 700; margin-right: 18px; padding: 12px 0; }
+nav a { color: #dce6f2; text-decoration: none; padding: 12px 12px 9px; display: inline-block;
+        border-bottom: 3px solid transparent; }
+nav a:hover { background: #2c3e53; }
+nav a.on { color: #fff; border-bottom-color: #7fb2e5; font-weight: 600; }
+nav .src { margin-left: auto; color: #a9b8c8; font-size: 12px; }
+main { max-width: 1360px; margin: 0 auto; padding: 20px 28px 48px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px;
+     border-bottom: 1px solid var(--line); }
+.sub { color: var(--muted); margin: 0 0 16px; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr)); gap: 10px; }
+.card { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; }
+.card .v { font-size: 21px; font-weight: 600; }
+.card .k { color: var(--muted); font-size: 12px; }
+figure { margin: 8px 0 0; background: #fff; border: 1px solid var(--line); border-radius: 8px;
+         padding: 8px; }
+figure img { width: 100%; height: auto; display: block; }
+figcaption { color: var(--muted); font-size: 12.5px; padding: 6px 4px 0; }
+table { border-collapse: collapse; background: #fff; border: 1px solid var(--line); margin: 6px 0; }
+th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: left;
+         vertical-align: top; }
+th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.detail { color: var(--muted); font-size: 12.5px; max-width: 420px; }
+a { color: var(--accent); }
+code, pre { font: 12.5px/1.5 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+pre.why { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px;
+          white-space: pre-wrap; }
+.badge { display: inline-block; padding: 1px 7px; border-radius: 10px; font-size: 12px;
+         background: #eef2f7; }
+.badge.Resources { background: #fde8e8; } .badge.Priority { background: #fff4d6; }
+.badge.Reserved { background: #e3f3e6; } .badge.Headroom { background: #e8eefc; }
+.empty { background: #fff; border: 1px dashed #b9b9c3; border-radius: 10px; padding: 28px;
+         margin-top: 18px; }
+.empty h1 { font-size: 20px; }
+.bad { color: #b00020; font-weight: 600; } .warn { color: #a15c00; font-weight: 600; }
+form.range { background: #fff; border: 1px solid var(--line); border-radius: 8px;
+             padding: 10px 12px; display: flex; gap: 12px; align-items: end; flex-wrap: wrap; }
+form.range label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
+form.range input { font-size: 14px; padding: 4px 6px; width: 200px; }
+form.range button { font-size: 14px; padding: 5px 14px; }
+.msg { background: #fde8e8; border: 1px solid #f3b6b6; border-radius: 6px; padding: 8px 12px;
+       margin: 10px 0; }
+.hint { color: var(--muted); font-size: 12.5px; }
+"""
+
+_PAGES = (("/", "Allocations"), ("/queue", "Queue"), ("/timeline", "GPU timeline"))
+
+
+def esc(x: Any) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def page(title: str, body: str, *, active: str = "", source: str = "") -> str:
+    links = "".join(
+        f'<a href="{href}" class="{"on" if href == active else ""}">{esc(name)}</a>'
+        for href, name in _PAGES
+    )
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<link rel='icon' href='data:,'>"
+        f"<title>{esc(title)} · allot</title><style>{_CSS}</style></head><body>"
+        f"<nav><span class='brand'>allot</span>{links}"
+        f"<span class='src'>{esc(source)}</span></nav><main>{body}</main></body></html>"
+    )
+
+
+def _table(head: list[tuple[str, bool]], rows: list[str], *, cls: str = "") -> str:
+    th = "".join(f'<th class="{"num" if num else ""}">{esc(h)}</th>' for h, num in head)
+    return (
+        f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )
+
+
+def _td(value: Any, key: str, *, num: bool = False, raw: bool = False, cls: str = "") -> str:
+    classes = " ".join(c for c in ("num" if num else "", cls) if c)
+    text = value if raw else esc(value)
+    return f'<td class="{classes}" data-k="{key}">{text}</td>'
+
+
+def _img(png: bytes | str, alt: str) -> str:
+    data = png if isinstance(png, str) else base64.b64encode(png).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _when(t: float | None) -> str:
+    if t is None or not math.isfinite(t):
+        return "—"
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _header(snap: Snapshot, title: str) -> str:
+    state = snap.view.state
+    return (
+        f"<h1>{esc(title)}</h1><p class='sub'>cluster <b>{esc(state.cluster)}</b> · as of "
+        f"<b>{esc(_when(state.now))}</b> (the journal's latest event) · policy "
+        f"<b>{esc(state.ordering.name)}</b> · {state.healthy_capacity} of {state.capacity} "
+        f"GPUs healthy · {snap.view.records:,} records</p>"
+    )
+
+
+def empty_page(snap: Snapshot, active: str, source: str) -> str:
+    if snap.empty is not None:
+        body = (
+            "<div class='empty' id='empty-state'><h1>No journal records yet</h1>"
+            f"<p>{esc(snap.empty)}.</p><p class='hint'>The dashboard shows allocations, the "
+            "queue and the GPU timeline as soon as the scheduler has written records; it "
+            "re-reads the journal on every page load.</p></div>"
+        )
+        return page("empty journal", body, active=active, source=source)
+    body = (
+        "<div class='empty' id='error-state'><h1>The journal cannot be read</h1>"
+        f"<p>{esc(snap.error)}</p><p class='hint'>Fix or replace the journal; the page "
+        "reloads it on the next request.</p></div>"
+    )
+    return page("unreadable journal", body, active=active, source=source)
+
+
+# ------------------------------------------------------------------ allocations
+def _usage_chart(snap: Snapshot) -> str | None:
+    from projections.report import _allocation_chart, _Timebase
+
+    usage = snap.usage
+    rows = usage.hourly_rows()
+    start, end = usage.period()
+    if start is None or end is None or not rows:
+        return None
+    tb = _Timebase(start, max(end, start + 1.0))
+    return _allocation_chart(usage, tb, rows, snap.delivered)
+
+
+def allocations_page(snap: Snapshot) -> str:
+    from projections.views import share_rows
+
+    d = snap.delivered
+    by = d.get("by_allocation") or {}
+    owed = d.get("owed_gpu_h") or {}
+    received = d.get("received_gpu_h") or {}
+    cards = [
+        ("delivered (overall)", fmt_pct(d.get("overall")), "overall"),
+        ("delivered (worst allocation)", fmt_pct(d.get("min")), "min"),
+        ("delivered (hourly, strict)", fmt_pct(d.get("hourly_strict")), "strict"),
+        ("healthy GPUs", str(snap.view.state.healthy_capacity), "healthy"),
+        ("live workloads", str(len(snap.view.state.workloads)), "live"),
+    ]
+    out = [_header(snap, "Allocations")]
+    out.append(
+        "<div class='cards'>"
+        + "".join(
+            f"<div class='card' data-card='{k}'><div class='v'>{esc(v)}</div>"
+            f"<div class='k'>{esc(label)}</div></div>"
+            for label, v, k in cards
+        )
+        + "</div>"
+    )
+    out.append("<h2>Allocation usage over time</h2>")
+    with snap.lock, _DRAW:
+        if "usage" not in snap.charts:
+            snap.charts["usage"] = _usage_chart(snap) or ""
+        chart = snap.charts["usage"]
+    if chart:
+        out.append(
+            f"<figure>{_img(chart, 'usage vs owed per allocation')}<figcaption>Received "
+            "(charged) GPUs vs owed = min(share × healthy capacity, demand), per leaf, "
+            "hour by hour. Delivered = min(1, Σ received / Σ owed) over the journal.</figcaption>"
+            "</figure>"
+        )
+    else:
+        out.append("<p class='hint'>No allocation has had demand or usage yet.</p>")
+    rows = []
+    leaves = sorted(set(owed) | set(received) | set(by))
+    for leaf in leaves:
+        ratio = by.get(leaf)
+        cls = "bad" if ratio is not None and ratio < 0.9 else ""
+        rows.append(
+            f'<tr data-alloc="{esc(leaf)}">'
+            + _td(leaf, "allocation")
+            + _td(fmt_num(owed.get(leaf), 1), "owed", num=True)
+            + _td(fmt_num(received.get(leaf), 1), "received", num=True)
+            + _td(fmt_pct(ratio), "delivered", num=True, cls=cls)
+            + "</tr>"
+        )
+    out.append("<h2>Delivered per allocation</h2>")
+    out.append(
+        _table(
+            [
+                ("allocation", False),
+                ("owed GPU-h", True),
+                ("received GPU-h", True),
+                ("delivered", True),
+            ],
+            rows,
+            cls="delivered",
+        )
+        if rows
+        else "<p class='hint'>Nothing was owed yet.</p>"
+    )
+    tree_rows = []
+    for r in share_rows(snap.view):
+        indent = "&nbsp;&nbsp;&nbsp;&nbsp;" * r["depth"]
+        name = f"{indent}{esc(r['name'])}" + ("" if r["leaf"] else "/")
+        tree_rows.append(
+            f'<tr data-path="{esc(r["path"])}">'
+            + _td(name, "name", raw=True)
+            + _td(f"{r['weight']:g}", "weight", num=True)
+            + _td(fmt_pct(r["share"], 2), "share", num=True)
+            + _td(f"{r['usage_gpu_h']:,.1f}", "usage", num=True)
+            + _td("inf" if r["ratio"] is None else f"{r['ratio']:.4f}", "ratio", num=True)
+            + _td("" if r["rank"] is None else r["rank"], "rank", num=True)
+            + _td(f"{r['running']} / {r['entitled']:g}", "running", num=True)
+            + _td(r["unallocated"], "unallocated", num=True)
+            + _td(r["pending"], "pending", num=True)
+            + "</tr>"
+        )
+    from domain.durations import format_duration
+
+    window = snap.view.state.config.window
+    out.append("<h2>Budget tree</h2>")
+    out.append(
+        f"<p class='hint'>Siblings in Fair-Tree order (lowest fair-share ratio first). "
+        f"Share = product of weight / Σ sibling weights along the path; usage = charged "
+        f"GPU-hours in the {esc(format_duration(window))} window; ratio = usage / (share × capacity "
+        "× window).</p>"
+    )
+    out.append(
+        _table(
+            [
+                ("allocation", False),
+                ("weight", True),
+                ("share", True),
+                ("usage GPU-h", True),
+                ("ratio", True),
+                ("rank", True),
+                ("running / entitled GPUs", True),
+                ("unallocated GPUs", True),
+                ("pending GPUs", True),
+            ],
+            tree_rows,
+            cls="tree",
+        )
+        if tree_rows
+        else "<p class='hint'>No allocations are configured.</p>"
+    )
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ queue
+def queue_page(snap: Snapshot) -> str:
+    from projections.views import queue_rows
+
+    rows = queue_rows(snap.view)
+    pending = [r for r in rows if r["state"] == "PENDING"]
+    running = [r for r in rows if r["state"] == "RUNNING"]
+    policy = snap.view.state.ordering
+    doc = " ".join((policy.__doc__ or "").split())
+    out = [_header(snap, "Queue")]
+    keys = (
+        " Sort key: (not allocated, allocation rank, −priority, submit time); an allocation's "
+        "rank comes from its fair-share ratio (usage / (share × capacity × window)) — "
+        "lower ratio, better rank."
+        if policy.name == "fairshare"
+        else ""
+    )
+    out.append(
+        f"<p class='hint'>Pending work in the order the scheduler considers it "
+        f"(policy <b>{esc(policy.name)}</b>{': ' + esc(doc) if doc else ''}).{esc(keys)}</p>"
+    )
+    out.append(f"<h2>Pending ({len(pending)})</h2>")
+    prow = []
+    for r in pending:
+        wid = esc(r["id"])
+        prow.append(
+            f'<tr data-id="{wid}">'
+            + _td(r["position"], "position", num=True)
+            + _td(f'<a href="/workload/{wid}">{wid}</a>', "id", raw=True)
+            + _td(r["allocation"], "allocation")
+            + _td(r["user"], "user")
+            + _td(r["gpus"], "gpus", num=True)
+            + _td("yes" if r["allocated"] else "no", "allocated")
+            + _td("" if r["rank"] is None else r["rank"], "rank", num=True)
+            + _td("inf" if r["ratio"] is None else f"{r['ratio']:.4f}", "ratio", num=True)
+            + _td(r["priority"], "priority", num=True)
+            + _td(r["submitted"], "submitted")
+            + _td(fmt_dur(r["time_s"]), "waited", num=True)
+            + _td(
+                f'<span class="badge {esc(r["reason"])}">{esc(r["reason"])}</span>',
+                "reason",
+                raw=True,
+            )
+            + _td(r["detail"], "detail", cls="detail")
+            + "</tr>"
+        )
+    out.append(
+        _table(
+            [
+                ("#", True),
+                ("workload", False),
+                ("allocation", False),
+                ("user", False),
+                ("GPUs", True),
+                ("allocated", False),
+                ("rank", True),
+                ("ratio", True),
+                ("priority", True),
+                ("submitted (UTC)", False),
+                ("waited", True),
+                ("reason", False),
+                ("detail", False),
+            ],
+            prow,
+            cls="pending",
+        )
+        if prow
+        else "<p class='hint' id='no-pending'>Nothing is waiting.</p>"
+    )
+    out.append(f"<h2>Running ({len(running)})</h2>")
+    rrow = []
+    for r in running:
+        wid = esc(r["id"])
+        rrow.append(
+            f'<tr data-id="{wid}">'
+            + _td(f'<a href="/workload/{wid}">{wid}</a>', "id", raw=True)
+            + _td(r["allocation"], "allocation")
+            + _td(r["user"], "user")
+            + _td(r["gpus"], "gpus", num=True)
+            + _td(r["started"], "started")
+            + _td(fmt_dur(r["time_s"]), "time", num=True)
+            + _td(r["nodelist"], "nodelist")
+            + _td(r["reason"], "reason")
+            + _td(r["detail"], "detail", cls="detail")
+            + "</tr>"
+        )
+    out.append(
+        _table(
+            [
+                ("workload", False),
+                ("allocation", False),
+                ("user", False),
+                ("GPUs", True),
+                ("started (UTC)", False),
+                ("running for", True),
+                ("hosts", False),
+                ("state", False),
+                ("detail", False),
+            ],
+            rrow,
+            cls="running",
+        )
+        if rrow
+        else "<p class='hint'>Nothing is running.</p>"
+    )
+    return "".join(out)
+
+
+# ------------------------------------------------------------------ timeline
+class RangeError(ValueError):
+    """A bad ?from= / ?to=: one line for the user."""
+
+
+def parse_time(text: str, start: float) -> float:
+    """An offset from the run start (`3h`, `1d12h`, `90m`) or a UTC time
+    (`2026-01-01 03:00`, `2026-01-01T03:00:00Z`)."""
+    from domain.durations import parse_duration
+
+    text = text.strip()
+    try:
+        return start + parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise RangeError(
+            f"{text!r} is neither an offset from the start (like 3h or 1d6h) nor a UTC "
+            "time (like 2026-01-01 03:00)"
+        ) from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.timestamp()
+
+
+def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float, float]:
+    g = snap.gantt
+    t0 = g.first_time or 0.0
+    t1 = g.last_time or t0
+    a_text = (query.get("from") or [""])[0].strip()
+    b_text = (query.get("to") or [""])[0].strip()
+    if not a_text and not b_text:
+        return g.busiest_window()
+    a = parse_time(a_text, t0) if a_text else t0
+    b = parse_time(b_text, t0) if b_text else max(t1, a + 1.0)
+    if b <= a:
+        raise RangeError("the range is empty: 'to' must be after 'from'")
+    return a, b
+
+
+def _offset(t: float, t0: float) -> str:
+    from domain.durations import format_duration
+
+    return format_duration(max(0.0, t - t0))
+
+
+def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str]:
+    import numpy as np
+
+    from projections.gantt import gantt_png
+
+    g = snap.gantt
+    t0 = g.first_time or 0.0
+    out = [_header(snap, "GPU timeline")]
+    status = 200
+    try:
+        w0, w1 = timeline_window(snap, query)
+        message = ""
+    except RangeError as why:
+        status = 400
+        message = f"<div class='msg' id='range-error'>{esc(why)}</div>"
+        w0, w1 = g.busiest_window()
+    a_val = (query.get("from") or [_offset(w0, t0)])[0]
+    b_val = (query.get("to") or [_offset(w1, t0)])[0]
+    out.append(
+        "<form class='range' method='get' action='/timeline'>"
+        f"<label>from<input name='from' value='{esc(a_val)}'></label>"
+        f"<label>to<input name='to' value='{esc(b_val)}'></label>"
+        "<button type='submit'>Show</button>"
+        "<span class='hint'>offsets from the journal's start (3h, 1d6h) or UTC times "
+        f"(2026-01-01 03:00). The journal spans {esc(_when(t0))} → "
+        f"{esc(_when(g.last_time))} ({esc(_offset(g.last_time or t0, t0))}).</span></form>"
+    )
+    out.append(message)
+    starts = np.frombuffer(g.start, dtype=np.float64)
+    ends = np.frombuffer(g.end, dtype=np.float64)
+    pre = np.frombuffer(g.preempted, dtype=np.int8)
+    inside = (ends > w0) & (starts < w1) & (ends > starts)
+    shown = int(inside.sum())
+    preempted = int((inside & (pre == 1) & (ends <= w1)).sum())
+    out.append(
+        f"<p class='sub'>{esc(_when(w0))} → {esc(_when(w1))}: "
+        f"<b data-k='intervals'>{shown}</b> run intervals on <b>{g.n_rows}</b> GPUs, "
+        f"<b data-k='preempted'>{preempted}</b> ended by preemption.</p>"
+    )
+    key = ("gantt", round(w0, 3), round(w1, 3))
+    with snap.lock, _DRAW:
+        if key not in snap.charts:
+            if len(snap.charts) > 32:  # bounded: drop the oldest ranges
+                for old in [k for k in snap.charts if k != "usage"][:16]:
+                    del snap.charts[old]
+            snap.charts[key] = base64.b64encode(gantt_png(g, window=(w0, w1))).decode("ascii")
+        chart = snap.charts[key]
+    out.append(
+        f"<figure>{_img(chart, 'GPU timeline')}<figcaption>Rows are GPUs (host/index), bars "
+        "are workloads (a hue per top-level allocation, a shade per leaf); hatched where "
+        "preemptible (unallocated, or past its protected time); red outline where the run "
+        "ended by preemption; light red bands where a host was unhealthy.</figcaption></figure>"
+    )
+    return status, "".join(out)
+
+
+# ------------------------------------------------------------------ workload
+def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
+    from projections.views import ViewError, why
+
+    try:
+        answer = why(snap.view, wid)
+    except ViewError as err:
+        body = (
+            f"<div class='empty' id='not-found'><h1>Unknown workload {esc(wid)}</h1>"
+            f"<p>{esc(err)}</p><p class='hint'>The <a href='/queue'>queue</a> lists live "
+            "workloads with links; finished ones are reachable by id at "
+            "<code>/workload/ID</code> (a unique prefix works too).</p></div>"
+        )
+        return 404, body
+    name = answer.get("workload") or answer.get("request") or wid
+    out = [_header(snap, f"Workload {name}")]
+    current = answer.get("current") or {}
+    if current.get("text"):
+        out.append(f"<p class='sub' id='now'><b>now:</b> {esc(current['text'])}</p>")
+    out.append("<h2>Why</h2>")
+    out.append("<pre class='why' id='why'>" + esc("\n".join(answer["text"])) + "</pre>")
+    return 200, "".join(out)
+
+
+# ------------------------------------------------------------------ server
+class _Handler(BaseHTTPRequestHandler):
+    dashboard: Dashboard
+    log: Callable[[str], None] | None = None
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.log is not None:
+            self.log(format % args)
+
+    def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
+        data = body.encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        try:
+            status, html_text = self.route()
+        except Exception as exc:  # a bug: one clear page, never a traceback to the user
+            status = 500
+            html_text = page(
+                "error",
+                "<div class='empty' id='error-state'><h1>Something went wrong</h1>"
+                f"<p>{esc(type(exc).__name__)}: {esc(exc)}</p></div>",
+                source=self.dashboard.label,
+            )
+        self._send(status, html_text)
+
+    def route(self) -> tuple[int, str]:
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        query = parse_qs(url.query)
+        src = self.dashboard.label
+        if path == "/favicon.ico":
+            return 204, ""
+        known = path in ("/", "/queue", "/timeline") or path.startswith("/workload/")
+        if not known:
+            body = (
+                f"<div class='empty' id='not-found'><h1>No page {esc(path)}</h1><p>Try "
+                "<a href='/'>allocations</a>, <a href='/queue'>the queue</a>, <a "
+                "href='/timeline'>the GPU timeline</a> or <code>/workload/ID</code>.</p></div>"
+            )
+            return 404, page("not found", body, source=src)
+        active = "/" if path == "/" else "/" + path.split("/")[1]
+        snap = self.dashboard.snapshot()
+        if not snap.ok:
+            return 200, empty_page(snap, active, src)
+        if path == "/":
+            return 200, page("Allocations", allocations_page(snap), active=active, source=src)
+        if path == "/queue":
+            return 200, page("Queue", queue_page(snap), active=active, source=src)
+        if path == "/timeline":
+            status, body = timeline_page(snap, query)
+            return status, page("GPU timeline", body, active=active, source=src)
+        wid = unquote(path[len("/workload/") :])
+        status, body = workload_page(snap, wid)
+        return status, page(f"workload {wid}", body, active="/queue", source=src)
+
+
+def make_server(
+    dashboard: Dashboard,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> ThreadingHTTPServer:
+    handler = type(
+        "DashboardHandler",
+        (_Handler,),
+        {"dashboard": dashboard, "log": staticmethod(log) if log else None},
+    )
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+__all__ = [
+    "Dashboard",
+    "RangeError",
+    "Snapshot",
+    "build_snapshot",
+    "file_stamp",
+    "make_server",
+    "parse_time",
+]

@@ -1,0 +1,293 @@
+"""The audit store (`projections.audit`): a real DuckDB file, checked against the journal.
+
+Journals come from `domain.handle` (the domain test builders: a small, hand-checkable
+history) and from `allot simulate` of tests/e2e/fixtures/tiny.yaml; every number the
+views and presets give is recomputed here from the records in plain Python.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from domain import events as ev
+from projections import audit
+from streams.codec import encode
+from streams.sources import journal_lines
+from tests.domain.builders import START, cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests" / "e2e" / "fixtures" / "tiny.yaml"
+SIMULATE = (sys.executable, "-m", "allot.cli", "simulate")
+HOUR = 3600.0
+
+
+def write(path: Path, records: list[Any]) -> Path:
+    path.write_bytes(b"".join(encode(r) + b"\n" for r in records))
+    return path
+
+
+def small_history() -> list[Any]:
+    """8 GPUs; alice runs 4 GPUs charged for 1h in lab/a; bob runs 4 GPUs unallocated
+    in lab/b from 0 to the end (3h); pm halves lab/a's weight at 30m; a submission to
+    an unknown allocation is rejected."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, members=("alice",), actor="pm")
+    c.budget("lab/b", 1, members=("bob",), actor="pm")
+    c.submit("a1", "lab/a", gpus=4, min_runtime="1h", actor="alice")
+    c.submit("b1", "lab/b", gpus=4, min_runtime=0, actor="bob")
+    c.at("30m").input(ev.BudgetSet, allocation="lab/a", weight=0.5, actor="pm")
+    c.submit("x1", "lab/zzz", gpus=1, actor="alice")
+    c.at("1h").finish("a1")
+    c.at("3h").tick()
+    return c.journal
+
+
+@pytest.fixture
+def small(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
+    journal = write(tmp_path / "journal.jsonl", small_history())
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    records = [orjson.loads(line) for line in journal.read_bytes().splitlines()]
+    return journal, db, records
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, list[dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("sim")
+    subprocess.run(
+        [*SIMULATE, str(TINY), "--out", str(out), "-q", "--no-report"],
+        check=True,
+        cwd=ROOT,
+    )
+    journal = out / "fairshare" / "journal.jsonl"
+    db = out / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    records = [orjson.loads(line) for line in journal.read_bytes().splitlines() if line.strip()]
+    return journal, db, records
+
+
+def ts(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC).replace(tzinfo=None)
+
+
+def python_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs folded by hand: a placement lasts until its workload's next end record."""
+    users = {r["workload"]: r["actor"] for r in records if r["type"] == "workload.submitted"}
+    now = max(r["time"] for r in records)
+    open_: dict[str, dict[str, Any]] = {}
+    runs: list[dict[str, Any]] = []
+    for r in records:
+        if r["type"] == "workload.placed":
+            run = {
+                "workload": r["workload"],
+                "allocation": r["allocation"],
+                "user": users[r["workload"]],
+                "gpus": r["gpus"],
+                "charged": r["charged"],
+                "start": r["time"],
+                "end": None,
+            }
+            open_[r["workload"]] = run
+            runs.append(run)
+        elif r["type"] in ("workload.finished", "workload.preempted", "workload.cancelled"):
+            run = open_.pop(r.get("workload"), None)
+            if run is not None:
+                run["end"] = r["time"]
+    for run in runs:
+        run["end_t"] = run["end"] if run["end"] is not None else now
+    return runs
+
+
+def python_history(
+    records: list[dict[str, Any]], path: str, lo: float, hi: float
+) -> dict[str, tuple[float, float]]:
+    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for run in python_runs(records):
+        a = run["allocation"]
+        if a != path and not a.startswith(path + "/"):
+            continue
+        start, end = max(run["start"], lo), min(run["end_t"], hi)
+        if end <= start:
+            continue
+        out[run["user"]][0 if run["charged"] else 1] += run["gpus"] * (end - start) / HOUR
+    return {u: (round(c, 4), round(n, 4)) for u, (c, n) in out.items()}
+
+
+def preset_history(answer: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    return {u["user"]: (u["charged_gpu_h"], u["unallocated_gpu_h"]) for u in answer["users"]}
+
+
+# ------------------------------------------------------------------ the journal view
+
+
+def test_journal_view_has_one_typed_row_per_record(small: Any) -> None:
+    _, db, records = small
+    con = audit.connect(db, read_only=True)
+    columns, rows = audit.sql(
+        con,
+        "SELECT type, time, cluster, actor, workload, allocation, record FROM journal ORDER BY seq",
+    )
+    described = {r[0]: r[1] for r in con.execute("DESCRIBE journal").fetchall()}
+    con.close()
+    assert described["time"] == "TIMESTAMP"
+    assert described["type"] == "VARCHAR"
+    assert columns == ["type", "time", "cluster", "actor", "workload", "allocation", "record"]
+    assert len(rows) == len(records)
+    for row, r in zip(rows, records, strict=True):
+        assert row[0] == r["type"]
+        assert abs((row[1] - ts(r["time"])).total_seconds()) < 1e-3
+        assert row[2:6] == (r["cluster"], r["actor"], r.get("workload"), r.get("allocation"))
+        assert orjson.loads(row[6]) == r
+
+
+def test_views_match_the_records(small: Any) -> None:
+    _, db, records = small
+    con = audit.connect(db, read_only=True)
+
+    def count(view: str) -> int:
+        return con.execute(f"SELECT count(*) FROM {view}").fetchall()[0][0]
+
+    by_type = defaultdict(int)
+    for r in records:
+        by_type[r["type"]] += 1
+    assert count("placements") == by_type["workload.placed"] == 2
+    assert count("preemptions") == by_type["workload.preempted"]
+    assert count("budget_changes") == by_type["budget.set"] + by_type["budget.removed"]
+    assert count("rejections") == sum(n for t, n in by_type.items() if t.endswith(".rejected"))
+    assert count("rejections") >= 1
+    assert count("submissions") == by_type["workload.submitted"]
+
+    runs = con.execute(
+        'SELECT workload, "user", allocation, gpus, charged, start, "end", ended_by, '
+        "gpu_seconds FROM runs ORDER BY workload"
+    ).fetchall()
+    con.close()
+    assert runs == [
+        ("a1", "alice", "lab/a", 4, True, ts(START), ts(START + HOUR), "finished", 4 * HOUR),
+        ("b1", "bob", "lab/b", 4, False, ts(START), None, None, 4 * 3 * HOUR),
+    ]
+
+
+def test_presets_on_the_small_history(small: Any) -> None:
+    db = small[1]
+    con = audit.connect(db, read_only=True)
+    answer = audit.history(con, "lab")
+    assert preset_history(answer) == {"alice": (4.0, 0.0), "bob": (0.0, 12.0)}
+    assert answer["charged_gpu_h"] == 4.0 and answer["unallocated_gpu_h"] == 12.0
+    # clipped: the last 2.5h (from 30m): alice 0.5h x 4, bob 2.5h x 4
+    clipped = audit.history(con, "lab", since="2h30m")
+    assert preset_history(clipped) == {"alice": (2.0, 0.0), "bob": (0.0, 10.0)}
+    assert preset_history(audit.history(con, "lab/a", until="2026-01-01T00:15")) == {
+        "alice": (1.0, 0.0)
+    }
+    log = audit.budget_log(con)
+    assert [(e["allocation"], e["weight"], e["actor"]) for e in log][-1] == ("lab/a", 0.5, "pm")
+    assert log[-1]["time"] == "2026-01-01T00:30:00"
+    assert [e["allocation"] for e in audit.budget_log(con, "lab/a")] == ["lab/a", "lab/a"]
+    assert audit.preemptions(con) == []
+    with pytest.raises(audit.AuditError, match="unknown allocation 'lab/nope'"):
+        audit.history(con, "lab/nope")
+    with pytest.raises(audit.AuditError, match="not a time"):
+        audit.history(con, "lab", since="last tuesday")
+    with pytest.raises(audit.AuditError, match="syntax error"):
+        audit.sql(con, "SELEC 1")
+    con.close()
+
+
+def test_presets_on_a_simulation_match_python(sim: Any) -> None:
+    _, db, records = sim
+    con = audit.connect(db, read_only=True)
+    now = max(r["time"] for r in records)
+    for path, since in (("lab", None), ("lab/eval", "6h"), ("lab/train", "2026-01-01T03:00")):
+        lo = audit.parse_time(since, now) if since else float("-inf")
+        expected = python_history(records, path, lo, now)
+        got = preset_history(audit.history(con, path, since))
+        assert got.keys() == expected.keys() and expected
+        for user, (charged, unallocated) in expected.items():
+            assert got[user] == pytest.approx((charged, unallocated), abs=1e-3)
+    preempted = [r for r in records if r["type"] == "workload.preempted"]
+    assert preempted, "the fixture preempts"
+    rows = audit.preemptions(con)
+    assert [(p["workload"], p["reason"], p["beneficiary"]) for p in rows] == [
+        (r["workload"], r["reason"], r.get("beneficiary")) for r in preempted
+    ]
+    late = audit.preemptions(con, since="6h")
+    assert len(late) == sum(1 for r in preempted if r["time"] >= now - 6 * HOUR)
+    budgets = [r for r in records if r["type"].startswith("budget.")]
+    assert [(e["allocation"], e["weight"]) for e in audit.budget_log(con)] == [
+        (r["allocation"], r.get("weight")) for r in budgets
+    ]
+    con.close()
+
+
+# ------------------------------------------------------------------ loading
+
+
+def test_loading_twice_adds_nothing_and_appends_resume(tmp_path: Path) -> None:
+    history = small_history()
+    journal = tmp_path / "journal.jsonl"
+    db = tmp_path / "audit.duckdb"
+    write(journal, history[:10])
+    first = audit.load(db, journal_lines(journal=journal), source="j")
+    assert first == {"added": 10, "records": 10, "source": "j"}
+    assert audit.load(db, journal_lines(journal=journal), source="j")["added"] == 0
+    write(journal, history)
+    again = audit.load(db, journal_lines(journal=journal), source="j")
+    assert again["added"] == len(history) - 10
+    con = audit.connect(db, read_only=True)
+    seqs = [r[0] for r in con.execute("SELECT seq FROM journal ORDER BY seq").fetchall()]
+    ids = [r[0] for r in con.execute("SELECT id FROM journal ORDER BY seq").fetchall()]
+    con.close()
+    assert seqs == list(range(len(history)))
+    assert ids == [r.id for r in history]
+
+
+def test_small_batches_keep_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(audit, "BATCH", 3)
+    history = small_history()
+    journal = write(tmp_path / "journal.jsonl", history)
+    db = tmp_path / "audit.duckdb"
+    assert audit.load(db, journal_lines(journal=journal))["added"] == len(history)
+    con = audit.connect(db, read_only=True)
+    ids = [r[0] for r in con.execute("SELECT id FROM journal ORDER BY seq").fetchall()]
+    con.close()
+    assert ids == [r.id for r in history]
+
+
+def test_another_journal_is_refused(tmp_path: Path) -> None:
+    history = small_history()
+    db = tmp_path / "audit.duckdb"
+    a = write(tmp_path / "a.jsonl", history)
+    audit.load(db, journal_lines(journal=a), source="a")
+    with pytest.raises(audit.AuditError, match="another --db"):
+        audit.load(db, journal_lines(journal=a), source="b")
+    shorter = write(tmp_path / "b.jsonl", history[:3])
+    with pytest.raises(audit.AuditError, match="another"):
+        audit.load(db, journal_lines(journal=shorter), source="a")
+
+
+def test_a_damaged_record_is_named(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(b'{"type":"clock.tick","time":1.0,"id":"a"}\n{"type": oops\n')
+    with pytest.raises(audit.AuditError, match="record 2 is not valid JSON"):
+        audit.load(tmp_path / "audit.duckdb", journal_lines(journal=journal))
+
+
+def test_an_empty_database_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "audit.duckdb"
+    audit.connect(db).close()
+    con = audit.connect(db, read_only=True)
+    with pytest.raises(audit.AuditError, match="empty"):
+        audit.history(con, "lab")
+    con.close()
+    with pytest.raises(audit.AuditError, match="no audit database"):
+        audit.connect(tmp_path / "missing.duckdb", read_only=True)
