@@ -179,7 +179,10 @@ def simulate(
 
 @app.command()
 def replay(
-    journal: Annotated[Path, typer.Argument(help="A recorded journal (JSONL).")],
+    journal: Annotated[
+        Path | None,
+        typer.Argument(help="A recorded journal (JSONL); or read it from Kafka with --kafka."),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Output folder for the what-if.")
     ] = None,
@@ -192,11 +195,64 @@ def replay(
             help="Re-decide with the journal's own config; fail on the first difference.",
         ),
     ] = False,
+    kafka: Annotated[
+        str | None,
+        typer.Option(
+            "--kafka",
+            metavar="HOST:PORT",
+            help="Read the journal topic from this Kafka broker instead of a file.",
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="The cluster whose journal to replay (with --kafka; default 'default').",
+        ),
+    ] = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Replay a recorded journal: --verify checks determinism; otherwise re-decide its
-    inputs (submissions with the work each workload did, budget and health changes)
-    under a new policy or config (--policy, --set) — a what-if."""
+    """Replay a recorded journal (a file, or the journal topic with --kafka): --verify
+    checks determinism; otherwise re-decide its inputs (submissions with the work each
+    workload did, budget and health changes) under a new policy or config (--policy,
+    --set) — a what-if."""
+    import tempfile
+
+    def fail(message: str) -> typer.Exit:
+        typer.echo(f"error: {message}", err=True)  # one line, however long
+        return typer.Exit(2)
+
+    if (journal is None) == (kafka is None):
+        raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT (not both)")
+    if not verify and out is None:
+        raise fail("replay needs --out DIR (or --verify)")
+    if kafka is None:
+        if cluster is not None:
+            raise fail("--cluster goes with --kafka (a journal file is replayed whole)")
+        assert journal is not None
+        _replay(journal, out, policy, set_, verify, quiet)
+        return
+    from streams.sources import SourceError, journal_lines
+
+    with tempfile.TemporaryDirectory(prefix="allot-replay-") as tmp:
+        path = Path(tmp) / "journal.jsonl"
+        try:
+            with path.open("wb") as f:
+                for line in journal_lines(kafka=kafka, cluster=cluster or "default"):
+                    f.write(line + b"\n")
+        except SourceError as why:
+            raise fail(str(why)) from None
+        _replay(path, out, policy, set_, verify, quiet)
+
+
+def _replay(
+    journal: Path,
+    out: Path | None,
+    policy: list[str] | None,
+    set_: list[str] | None,
+    verify: bool,
+    quiet: bool,
+) -> None:
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
     from projections.simulate import split_overrides
@@ -212,8 +268,7 @@ def replay(
             f"[green]✓[/] {result.decisions:,} decisions in {result.records:,} records reproduced byte for byte"
         )
         return
-    if out is None:
-        raise CliError("replay needs --out DIR (or --verify)")
+    assert out is not None
     config_overrides, engine = split_overrides(set_ or [])
     spec = journal_run_spec(journal, config_overrides, engine)
     _run_policies(

@@ -35,7 +35,7 @@ import fcntl
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -418,8 +418,12 @@ class EmbeddedScheduler:
         config: SchedulerConfig | None = None,
         *,
         batch: int = 2000,
+        on_journal: Callable[[list[bytes]], None] | None = None,
     ) -> None:
         self.folder = _folder(folder)
+        # called with journal lines once they are appended (and, from `start`, with
+        # every line of the recovered journal): e.g. a metrics fold
+        self.on_journal = on_journal
         self.cluster = cluster
         self.config = config  # None: keep the config the journal records
         self.batch = batch
@@ -465,7 +469,12 @@ class EmbeddedScheduler:
         """Take the serve lock and rebuild the state (see `_recover`)."""
         self._take_serve_lock()
         try:
-            return self._recover()
+            recovery = self._recover()
+            if self.on_journal is not None:
+                with LineReader(self.folder / JOURNAL_FILE) as reader:
+                    while lines := reader.read(50_000):
+                        self.on_journal([line for line in lines if line.strip()])
+            return recovery
         except BaseException:
             self.close()
             raise
@@ -636,6 +645,8 @@ class EmbeddedScheduler:
             if letter is not None:
                 append_dead_letters(self.folder, [letter])
         append_journal(self.folder, out.journal[written:])
+        if self.on_journal is not None and out.journal:
+            self.on_journal(out.journal)
         self.processed += len(records)
         self.journaled += len(out.journal)
         return len(records)

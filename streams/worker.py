@@ -61,7 +61,7 @@ import sys
 import time
 import uuid
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -283,8 +283,13 @@ class Worker:
         poll_ms: int = 100,
         create: bool = True,
         partitions: int = 1,
+        on_journal: Callable[[str, list[bytes]], None] | None = None,
     ) -> None:
         self.bootstrap = bootstrap.removeprefix("kafka://")
+        # called with (cluster, journal lines) after each transaction commits and, during
+        # recovery, with every committed journal record of this worker's clusters (from
+        # the beginning, whatever the snapshot covers): e.g. a metrics fold
+        self.on_journal = on_journal
         self.config = config
         self.clusters = None if clusters is None else set(clusters)
         self.tick_every = tick_every
@@ -534,12 +539,24 @@ class Worker:
         """Re-decide each cluster's journal tail after its snapshot (see `redecide`)."""
         self.journal_next = {p: start.get(p, 0) for p in self._journal_parts}
         tails: dict[str, list[bytes]] = {}
-        async for partition, records in self._read_to_end(self.topics.journal, start):
+        observe = self.on_journal
+        # an observer sees the whole journal, the cores only what the snapshot lacks
+        read_from = None if observe is not None else start
+        async for partition, records in self._read_to_end(self.topics.journal, read_from):
+            first = start.get(partition, 0)
+            seen: dict[str, list[bytes]] = {}
             for r in records:
                 cluster = r.key.decode("utf-8", "replace") if r.key is not None else None
                 if self._mine(cluster):
-                    tails.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
-            self.journal_next[partition] = records[-1].offset + 1
+                    if observe is not None:
+                        seen.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
+                    if r.offset >= first:
+                        tails.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
+            for cluster, lines in seen.items():
+                observe(cluster, lines)  # type: ignore[misc]
+            self.journal_next[partition] = max(
+                self.journal_next.get(partition, 0), records[-1].offset + 1
+            )
         count = 0
         for cluster, lines in tails.items():
             core = self._core(cluster)
@@ -696,6 +713,9 @@ class Worker:
             pending.append((-1, 0, fut))
         results = await asyncio.gather(*(fut for _, _, fut in pending))
         await producer.commit_transaction()
+        if self.on_journal is not None:
+            for cluster, lines in out.items():
+                self.on_journal(cluster, lines)
         for (part, count, _), meta in zip(pending, results, strict=True):
             if part >= 0:
                 end = meta.offset + count
@@ -835,6 +855,7 @@ async def serve(
     create_topics: bool = True,
     partitions: int = 1,
     on_ready: Any = None,
+    on_journal: Callable[[str, list[bytes]], None] | None = None,
 ) -> Worker:
     """Run the scheduler until `stop` is set (then snapshot and return the worker).
 
@@ -857,6 +878,7 @@ async def serve(
         max_batch=max_batch,
         create=create_topics,
         partitions=partitions,
+        on_journal=on_journal,
     )
     if on_ready is not None:
 

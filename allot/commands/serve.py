@@ -136,6 +136,21 @@ def serve(
         int,
         typer.Option("--batch", min=1, help="Inbox records folded per journal write (--data)."),
     ] = 2000,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            help="Serve Prometheus metrics (allot_*) of what the scheduler journals on "
+            "http://BIND:PORT/metrics.",
+        ),
+    ] = None,
+    metrics_bind: Annotated[
+        str,
+        typer.Option(
+            "--metrics-bind", help="Address for --metrics-port (0.0.0.0: every interface)."
+        ),
+    ] = "127.0.0.1",
 ) -> None:
     """Run the scheduler: fold the inbox through the domain core into the journal."""
     from domain.durations import parse_duration
@@ -147,8 +162,11 @@ def serve(
             raise ServeError(f"--tick {tick!r}: {why}") from None
         target = resolve_target(kafka, data)
         config = build_config(config_file, set_, policy, _admins(admin))
+        if metrics_port is not None and not 0 < metrics_port < 65536:
+            raise ServeError(f"--metrics-port {metrics_port}: use a TCP port between 1 and 65535")
+        metrics = JournalMetrics(metrics_port, metrics_bind) if metrics_port is not None else None
         if target.data is not None:
-            _serve_embedded(target.data, cluster, config, tick_s, once, batch)
+            _serve_embedded(target.data, cluster, config, tick_s, once, batch, metrics)
             return
         if once:
             raise ServeError("--once works with --data DIR (the embedded journal) only")
@@ -158,10 +176,61 @@ def serve(
             bootstrap = parse_bootstrap(target.kafka or "")
         except InboxError as why:
             raise ServeError(str(why)) from None
-    _serve_kafka(bootstrap, cluster, config, tick_s)
+    _serve_kafka(bootstrap, cluster, config, tick_s, metrics)
 
 
-def _serve_kafka(bootstrap: str, cluster: str, config: Any, tick_s: float) -> None:
+class JournalMetrics:
+    """`--metrics-port`: a `MetricsCollector` fed the journal lines the scheduler
+    recovers and writes, served by prometheus_client's HTTP server once recovery is
+    done (so the first scrape sees the whole journal)."""
+
+    def __init__(self, port: int, bind: str) -> None:
+        from projections.metrics import MetricsCollector
+
+        self.port = port
+        self.bind = bind
+        self.collector = MetricsCollector()
+        self.server: Any = None
+        self.bad = 0  # lines that could not be folded (reported once)
+
+    def feed(self, lines: list[bytes]) -> None:
+        from streams.codec import Undecodable, load_object
+
+        for line in lines:
+            try:
+                self.collector.apply(load_object(line))
+            except (Undecodable, ValueError) as why:
+                self.bad += 1
+                if self.bad == 1:
+                    typer.echo(
+                        f"allot serve: warning: metrics skip a journal record: {why}", err=True
+                    )
+
+    def start(self) -> None:
+        from prometheus_client import start_http_server
+
+        if self.server is not None:
+            return
+        try:
+            self.server, _thread = start_http_server(
+                self.port, addr=self.bind, registry=self.collector.registry()
+            )
+        except OSError as why:
+            raise ServeError(
+                f"--metrics-port {self.port}: cannot listen on {self.bind}:{self.port}: {why}"
+            ) from None
+        typer.echo(f"allot serve: metrics on http://{self.bind}:{self.port}/metrics", err=True)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+def _serve_kafka(
+    bootstrap: str, cluster: str, config: Any, tick_s: float, metrics: JournalMetrics | None = None
+) -> None:
     from aiokafka.errors import KafkaError
 
     try:
@@ -175,28 +244,51 @@ def _serve_kafka(bootstrap: str, cluster: str, config: Any, tick_s: float) -> No
         for name in ("BrokerUnavailable", "WorkerError")
         if isinstance(cls := getattr(worker, name, None), type) and issubclass(cls, Exception)
     )
+    options: dict[str, Any] = {}
+    if metrics is not None:
+        options["on_journal"] = lambda _cluster, lines: metrics.feed(lines)
     try:
-        result = worker.run_worker(bootstrap, config=config, clusters=[cluster], tick_every=tick_s)
+        if metrics is not None:
+            metrics.start()  # listening now: a port in use fails before any Kafka work
+        result = worker.run_worker(
+            bootstrap, config=config, clusters=[cluster], tick_every=tick_s, **options
+        )
         if inspect.isawaitable(result):
             asyncio.run(result)  # type: ignore[arg-type]
+    except ServeError as why:
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2) from None
     except known as why:
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(2) from None
     except (KafkaError, OSError) as why:
         typer.echo(f"error: cannot reach Kafka at {bootstrap}: {why}", err=True)
         raise typer.Exit(2) from None
+    finally:
+        if metrics is not None:
+            metrics.stop()
 
 
 def _serve_embedded(
-    folder: Path, cluster: str, config: Any, tick_s: float, once: bool, batch: int
+    folder: Path,
+    cluster: str,
+    config: Any,
+    tick_s: float,
+    once: bool,
+    batch: int,
+    metrics: JournalMetrics | None = None,
 ) -> None:
     from streams.embedded import EmbeddedScheduler, append_requests
     from streams.inbox import make_request
 
-    scheduler = EmbeddedScheduler(folder, cluster, config, batch=batch)
+    scheduler = EmbeddedScheduler(
+        folder, cluster, config, batch=batch, on_journal=metrics.feed if metrics else None
+    )
     recovery = scheduler.start()
     stop = threading.Event()
     try:
+        if metrics is not None:
+            metrics.start()
         repaired = (
             f", {recovery.repaired} records of a cut-short input re-derived"
             if recovery.repaired
@@ -222,6 +314,8 @@ def _serve_embedded(
                     stop.wait(IDLE_POLL_S)
     finally:
         scheduler.close()
+        if metrics is not None:
+            metrics.stop()
     typer.echo(
         f"allot serve: stopped at inbox offset {scheduler.offset} "
         f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run)"
