@@ -77,7 +77,6 @@ from streams.core import InboxRecord, SchedulerCore
 
 log = logging.getLogger("allot.worker")
 
-SNAPSHOTS = "allot.snapshots"  # compacted: latest snapshot per cluster (+ manifests)
 TICKER = "allot-ticker"
 SNAPSHOT_FORMAT = 1
 MANIFEST_PREFIX = "__manifest__/"
@@ -101,13 +100,13 @@ class Topics:
     inbox: str = names.INBOX
     journal: str = names.JOURNAL
     dlq: str = names.DLQ
-    snapshots: str = SNAPSHOTS
+    snapshots: str = names.SNAPSHOTS
 
     @classmethod
     def suffixed(cls, suffix: str) -> Topics:
         """Default names plus a suffix (tests and benchmarks use their own topics)."""
         return cls(
-            *(f"{name}{suffix}" for name in (names.INBOX, names.JOURNAL, names.DLQ, SNAPSHOTS))
+            *(f"{name}{suffix}" for name in (names.INBOX, names.JOURNAL, names.DLQ, names.SNAPSHOTS))
         )
 
     def all(self) -> list[str]:
