@@ -48,7 +48,7 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     cycle's snapshot and against its failures. Blocked work is re-examined at the next
     such change — at the latest at the next bucket edge.
     """
-    cycle = _Cycle(state, now, cause)
+    cycle = Cycle(state, now, cause)
     if state.cordoned:
         cycle.drain()
     if state.pending_count and not cycle.quick():
@@ -100,7 +100,12 @@ class Blocked:
     last_holder_key: Any
 
 
-class _Cycle:
+class Cycle:
+    """One scheduling cycle's working view (see `decide`). Read-side projections may
+    also use it as a dry run: `free_hosts`, `victims_single`, `victims_gang` and
+    `reserve` only look at the state (reservations live on the cycle); only `emit`,
+    `place` and `preempt` change it."""
+
     __slots__ = (
         "cause",
         "force_full",

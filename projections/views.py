@@ -324,9 +324,9 @@ class _Reasons:
 
     @classmethod
     def build(cls, state: State) -> _Reasons:
-        from domain.decide import _Cycle
+        from domain.decide import Cycle
 
-        cycle = _Cycle(state, state.now, None)
+        cycle = Cycle(state, state.now, None)
         cycle.ranking = state.ordering.rank(state, state.now)
         cycle.reservations = {}
         return cls(state, cycle, {})
