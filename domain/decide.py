@@ -369,7 +369,7 @@ class Cycle:
         if single:
             fits = [
                 h
-                for h in s.hosts.values()
+                for h in map(s.hosts.__getitem__, s.with_free)
                 if len(h.free) >= need and self.usable(h, w, allocated, short)
             ]
             if short and s.headroom:  # keep training hosts whole: short work goes to headroom first
@@ -378,7 +378,7 @@ class Cycle:
             return None if host is None else {host.name: tuple(host.free[:need])}
         whole = [
             h
-            for h in s.hosts.values()
+            for h in map(s.hosts.__getitem__, s.with_free)
             if len(h.free) == h.gpus and self.usable(h, w, allocated, short)
         ]
         chosen = _fewest_hosts(whole, need)
@@ -488,7 +488,7 @@ class Cycle:
         options = []
         victims = self.victim_map(w)
         hosts = [s.hosts[name] for name in victims]
-        hosts.extend(h for h in s.hosts.values() if not h.workloads)
+        hosts.extend(h for h in map(s.hosts.__getitem__, s.with_free) if not h.workloads)
         for host in hosts:
             if len(host.free) + host.exposed < host.gpus:
                 continue  # some of it is protected: cannot be cleared

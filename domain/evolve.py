@@ -77,6 +77,7 @@ def _release(state: State, w: Workload, now: float) -> None:
             continue
         host.free = sorted((*host.free, *gpus))
         host.workloads.pop(w.id, None)
+        state.with_free[name] = None
         state.freed_hosts[name] = None
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, -w.held, now)
@@ -121,6 +122,8 @@ def _placed(state: State, e: ev.WorkloadPlaced) -> None:
         host = state.hosts[name]
         taken = set(gpus)
         host.free = [g for g in host.free if g not in taken]
+        if not host.free:
+            state.with_free.pop(name, None)
         host.workloads[w.id] = len(gpus)
         w.held += len(gpus)
     w.start = e.time
@@ -161,6 +164,7 @@ def _budget_removed(state: State, e: ev.BudgetRemoved) -> None:
 
 def _host_registered(state: State, e: ev.HostRegistered) -> None:
     state.hosts[e.host] = Host(e.host, len(state.hosts), e.gpus, list(range(e.gpus)))
+    state.with_free[e.host] = None
     state.capacity += e.gpus
     state.largest_host = max(state.largest_host, e.gpus)
     state.healthy_capacity += e.gpus

@@ -84,6 +84,7 @@ class State:
         self.charged = UsageLedger(self.config.window, self.config.bucket)
         self.unallocated = UsageLedger(self.config.window, self.config.bucket)
         self.hosts: dict[str, Host] = {}
+        self.with_free: dict[str, None] = {}  # hosts with a free GPU: where placement looks
         self.capacity = 0  # registered GPUs (healthy or not)
         self.largest_host = 0  # GPUs of the biggest host: larger work is a gang
         self.healthy_capacity = 0
