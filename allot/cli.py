@@ -11,7 +11,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from allot.commands import audit, dashboard, executor, metrics, ops, requests, serve, trace, views
+from allot.commands import (
+    audit,
+    dashboard,
+    executor,
+    metrics,
+    ops,
+    requests,
+    serve,
+    trace,
+    usage,
+    views,
+)
 from allot.progress import sim_progress
 
 app = typer.Typer(
@@ -30,7 +41,7 @@ app = typer.Typer(
 )
 app.add_typer(trace.app, name="trace", help="Import cluster traces into allot's submissions JSONL.")
 
-for _module in (requests, serve, views, ops, executor, metrics, dashboard, audit):
+for _module in (requests, serve, views, ops, executor, metrics, dashboard, audit, usage):
     _module.register(app)
 
 console = Console()

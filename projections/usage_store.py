@@ -1,0 +1,109 @@
+"""The usage and entitlement table, kept between runs: resumable from its own offset.
+
+`ResumableUsage` wraps `UsageProjection` with where it stopped in the journal file (a
+byte offset and a record count), saved atomically next to it; `update()` folds only what
+was appended since, so a restart does not re-read history. The saved projection is the
+open one (intervals still running); reports are made from a closed copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from domain.upcasting import upcast
+from projections.usage import UsageProjection
+
+FORMAT = 1
+
+
+class UsageStoreError(ValueError):
+    pass
+
+
+@dataclass
+class ResumableUsage:
+    journal: Path
+    projection: UsageProjection = field(default_factory=UsageProjection)
+    offset: int = 0  # bytes of the journal already folded
+    records: int = 0
+    first_line: bytes = b""  # the journal's first record: a different journal is refused
+
+    @classmethod
+    def open(cls, state_path: Path, journal: Path) -> ResumableUsage:
+        if not state_path.exists():
+            return cls(journal=journal)
+        try:
+            saved = pickle.loads(state_path.read_bytes())
+        except Exception as why:  # a damaged state file: say so, never guess
+            raise UsageStoreError(
+                f"{state_path}: not a usage state file ({type(why).__name__})"
+            ) from None
+        if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+            raise UsageStoreError(f"{state_path}: not a usage state file of this version")
+        store = cls(
+            journal, saved["projection"], saved["offset"], saved["records"], saved["first_line"]
+        )
+        if store.first_line and store._read_first_line() != store.first_line:
+            raise UsageStoreError(
+                f"{state_path} was built from another journal than {journal}; remove it to start over"
+            )
+        return store
+
+    def _read_first_line(self) -> bytes:
+        with self.journal.open("rb") as fh:
+            return fh.readline().rstrip(b"\n")
+
+    def update(self) -> int:
+        """Fold the complete records appended since the last update; returns how many."""
+        if not self.journal.exists():
+            raise UsageStoreError(f"{self.journal}: no such journal file")
+        folded = 0
+        with self.journal.open("rb") as fh:
+            fh.seek(self.offset)
+            while True:
+                line = fh.readline()
+                if not line.endswith(b"\n"):
+                    break  # nothing more, or a record still being written
+                self.offset += len(line)
+                body = line.rstrip(b"\n")
+                if not body.strip():
+                    continue
+                try:
+                    raw = upcast(orjson.loads(body))
+                except orjson.JSONDecodeError:
+                    raise UsageStoreError(
+                        f"{self.journal}: record {self.records + 1} is not JSON"
+                    ) from None
+                if not self.first_line:
+                    self.first_line = body
+                self.projection.apply(raw)
+                self.records += 1
+                folded += 1
+        return folded
+
+    def save(self, state_path: Path) -> None:
+        blob = pickle.dumps(
+            {
+                "format": FORMAT,
+                "projection": self.projection,
+                "offset": self.offset,
+                "records": self.records,
+                "first_line": self.first_line,
+            }
+        )
+        tmp = state_path.with_name(state_path.name + ".tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, state_path)
+
+    def rows(self, end: float | None = None) -> list[dict[str, Any]]:
+        """Hourly rows per allocation, intervals still open counted up to `end`."""
+        closed = copy.deepcopy(self.projection)
+        closed.close(end)
+        return closed.hourly_rows()

@@ -1,0 +1,108 @@
+"""The usage table resumes from its own offset: a restart folds only what is new."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from projections.usage import UsageProjection
+from projections.usage_store import ResumableUsage, UsageStoreError
+
+TINY = Path(__file__).parents[1] / "e2e" / "fixtures" / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "allot.cli",
+            "simulate",
+            str(TINY),
+            "--out",
+            str(out),
+            "-q",
+            "--no-report",
+        ],
+        check=True,
+    )
+    return out / "fairshare" / "journal.jsonl"
+
+
+def _one_pass(path: Path) -> list[dict]:
+    from projections.usage import iter_journal
+
+    projection = UsageProjection()
+    for record in iter_journal(path):
+        projection.apply(record)
+    projection.close()
+    return projection.hourly_rows()
+
+
+def test_resuming_folds_only_new_records_and_matches_one_pass(
+    journal: Path, tmp_path: Path
+) -> None:
+    lines = journal.read_bytes().splitlines(keepends=True)
+    growing = tmp_path / "journal.jsonl"
+    state = tmp_path / "usage.state"
+    half = len(lines) // 2
+    growing.write_bytes(b"".join(lines[:half]) + lines[half][:-5])  # a record cut short
+
+    first = ResumableUsage.open(state, growing)
+    assert first.update() == half  # the cut-short record waits
+    first.save(state)
+
+    growing.write_bytes(b"".join(lines))
+    again = ResumableUsage.open(state, growing)
+    assert again.records == half
+    assert again.update() == len(lines) - half  # only what is new
+    assert again.rows() == _one_pass(journal)
+
+
+def test_another_journal_or_a_damaged_state_is_refused(journal: Path, tmp_path: Path) -> None:
+    state = tmp_path / "usage.state"
+    store = ResumableUsage.open(state, journal)
+    store.update()
+    store.save(state)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(journal.read_bytes().splitlines(keepends=True)[1])
+    with pytest.raises(UsageStoreError, match="another journal"):
+        ResumableUsage.open(state, other)
+    state.write_bytes(b"not a pickle")
+    with pytest.raises(UsageStoreError, match="not a usage state file"):
+        ResumableUsage.open(state, journal)
+
+
+def test_allot_usage_keeps_its_table_and_reports_delivered(journal: Path, tmp_path: Path) -> None:
+    import orjson
+
+    state = tmp_path / "usage.state"
+    args = [
+        sys.executable,
+        "-m",
+        "allot.cli",
+        "usage",
+        "--journal",
+        str(journal),
+        "--state",
+        str(state),
+        "--json",
+    ]
+    first = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert state.exists()
+    again = subprocess.run(args, capture_output=True, text=True, check=True)
+    assert orjson.loads(first.stdout) == orjson.loads(again.stdout)
+    rows = {row["allocation"]: row for row in orjson.loads(first.stdout)}
+    assert set(rows) == {"lab/eval", "lab/train"}
+    for row in rows.values():
+        expected = min(1.0, row["received_gpu_h"] / row["owed_gpu_h"])
+        assert abs(row["delivered"] - expected) < 1e-3
+    bad = subprocess.run(
+        [sys.executable, "-m", "allot.cli", "usage"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "exactly one of --data DIR or --journal FILE" in bad.stderr
