@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -29,6 +30,18 @@ def parse_duration(value: str | float | int) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"duration must be a finite number of seconds >= 0, got {value!r}")
     return seconds
+
+
+def parse_utc(text: str) -> float:
+    """Seconds since the epoch from an ISO 8601 date or time (`2026-01-01`,
+    `2026-01-01 03:00`, `...T03:00:00Z`); without a zone it is UTC. ValueError if not."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def format_duration(seconds: float) -> str:

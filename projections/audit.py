@@ -361,7 +361,7 @@ def latest_time(con: duckdb.DuckDBPyConnection) -> float:
 def parse_time(text: str, now: float) -> float:
     """An ISO date/time (UTC unless it says otherwise) or a duration before `now`
     (the journal's latest event time): `7d`, `12h`, `now`."""
-    from domain.durations import parse_duration
+    from domain.durations import parse_duration, parse_utc
 
     text = text.strip()
     if text.lower() == "now":
@@ -371,15 +371,12 @@ def parse_time(text: str, now: float) -> float:
     except ValueError:
         pass
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_utc(text)
     except ValueError:
         raise AuditError(
             f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
             "or a duration before the journal's latest event such as 7d or 12h"
         ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.timestamp()
 
 
 def iso(t: float | None) -> str | None:

@@ -517,7 +517,7 @@ class RangeError(ValueError):
 def parse_time(text: str, start: float) -> float:
     """An offset from the run start (`3h`, `1d12h`, `90m`) or a UTC time
     (`2026-01-01 03:00`, `2026-01-01T03:00:00Z`)."""
-    from domain.durations import parse_duration
+    from domain.durations import parse_duration, parse_utc
 
     text = text.strip()
     try:
@@ -525,15 +525,12 @@ def parse_time(text: str, start: float) -> float:
     except ValueError:
         pass
     try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_utc(text)
     except ValueError:
         raise RangeError(
             f"{text!r} is neither an offset from the start (like 3h or 1d6h) nor a UTC "
             "time (like 2026-01-01 03:00)"
         ) from None
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return at.timestamp()
 
 
 def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float, float]:

@@ -40,6 +40,7 @@ from pydantic import (
 )
 
 from domain.config import SchedulerConfig
+from domain.durations import parse_utc
 from domain.events import BudgetSet, HostHealth, HostRegistered, WorkloadSubmitted
 from domain.tree import ancestors, parent_of, valid_path
 from projections.generate import Duration, GenerateSpec, samples
@@ -153,11 +154,8 @@ def _epoch(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
         try:
-            value = datetime.fromisoformat(text)
+            return parse_utc(value)
         except ValueError:
             raise ValueError(
                 f"not a time: {value!r} (use ISO 8601, e.g. 2026-01-01T00:00:00Z)"

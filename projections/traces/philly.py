@@ -11,9 +11,9 @@ timestamp.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
+from domain.durations import parse_utc
 from projections.traces.common import (
     Allocations,
     BadValue,
@@ -36,7 +36,7 @@ def parse_timestamp(text: str, column: str) -> float:
     """Seconds since the epoch; naive timestamps are UTC."""
     require(text, column)
     try:
-        moment = datetime.fromisoformat(text)
+        return parse_utc(text)
     except ValueError:
         try:
             return float(text)
@@ -44,9 +44,6 @@ def parse_timestamp(text: str, column: str) -> float:
             raise BadValue(
                 column, f"{text!r} is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
             ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
 
 
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:

@@ -88,3 +88,26 @@ def test_format_duration(seconds: float, text: str) -> None:
 @pytest.mark.parametrize("seconds", [1, 59, 60, 61, 3_600, 5_400, 86_400, 90_000, 604_800])
 def test_format_parse_round_trip_for_two_unit_values(seconds: int) -> None:
     assert parse_duration(format_duration(seconds)) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("2026-01-01", 1_767_225_600.0),
+        ("2026-01-01 03:00", 1_767_236_400.0),
+        ("2026-01-01T03:00:00Z", 1_767_236_400.0),
+        ("2026-01-01T04:00:00+01:00", 1_767_236_400.0),
+    ],
+    ids=["date", "naive-is-utc", "zulu", "offset"],
+)
+def test_utc_times(text: str, seconds: float) -> None:
+    from domain.durations import parse_utc
+
+    assert parse_utc(text) == seconds
+
+
+def test_a_utc_time_must_be_iso() -> None:
+    from domain.durations import parse_utc
+
+    with pytest.raises(ValueError):
+        parse_utc("yesterday")
