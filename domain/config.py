@@ -66,6 +66,10 @@ class SchedulerConfig(BaseModel):
             raise ValueError("must be at least 1s")
         return value
 
+    def is_short_small(self, gpus: int, min_runtime: float) -> bool:
+        """Short and small work (rule 11): may use the headroom hosts."""
+        return 0 < min_runtime <= self.short_job_max_min_runtime and gpus <= self.short_job_max_gpus
+
     def with_overrides(self, overrides: dict[str, Any]) -> SchedulerConfig:
         """A copy with `overrides` validated; raises ConfigError naming the key."""
         return parse_config({**self.model_dump(), **overrides})

@@ -102,9 +102,9 @@ class Blocked:
 
 class Cycle:
     """One scheduling cycle's working view (see `decide`). Read-side projections may
-    also use it as a dry run: `free_hosts`, `victims_single`, `victims_gang` and
-    `reserve` only look at the state (reservations live on the cycle); only `emit`,
-    `place` and `preempt` change it."""
+    also use it as a dry run (`dry_run`, `fits`, `free_hosts`, `victims_single`,
+    `victims_gang` and `reserve` only look at the state; reservations live on the
+    cycle); only `emit`, `place` and `preempt` change it."""
 
     __slots__ = (
         "cause",
@@ -199,7 +199,7 @@ class Cycle:
             w = s.workloads.get(wid)
             if w is None or w.bucket is None:
                 continue
-            allocated = w.wants_allocation and s.tree.share(w.allocation) > 0
+            allocated = s.allocated(w)
             short = w.bucket[3]
             key = policy.sort_key(self.ranking, w, allocated)
             failures = last.failed.setdefault((allocated, short), [])
@@ -226,6 +226,53 @@ class Cycle:
                 return False  # it would hold a reservation
         s.fresh.clear()
         return True
+
+    @classmethod
+    def snapshot(cls, state: State, now: float) -> Cycle:
+        """A cycle with its ranking taken, for dry runs (nothing is emitted)."""
+        cycle = cls(state, now, None)
+        cycle.ranking = state.ordering.rank(state, now)
+        return cycle
+
+    def dry_run(self, pending: list[tuple[Any, Workload, bool]]) -> set[str]:
+        """Walk `pending` ((sort key, workload, allocated), in order) like a full cycle
+        without placing anything: the first allocated workloads that fit nowhere reserve
+        hosts (rule 10), and work of a class needing at least as many GPUs as a failed
+        one is skipped. Returns the ids that would fit now (for read-side views)."""
+        self.ranking = (
+            self.ranking if self.ranking.ranks else self.state.ordering.rank(self.state, self.now)
+        )
+        self.reservations, self.holders = {}, 0
+        failed: dict[tuple[bool, bool], int] = {}
+        fitting: set[str] = set()
+        for _, w, allocated in pending:
+            short = self.state.short_small(w)
+            klass = (allocated, short)
+            if w.gpus >= failed.get(klass, math.inf):
+                continue
+            if self.fits(w, allocated, short):
+                fitting.add(w.id)
+                continue
+            failed[klass] = min(w.gpus, failed.get(klass, math.inf))
+            if allocated and self.holders < MAX_RESERVATIONS:
+                self.holders += 1
+                self.reserve(w, short)
+        return fitting
+
+    def fits(self, w: Workload, allocated: bool, short: bool) -> bool:
+        """Free GPUs for `w` now, or victims it may preempt for them (a query)."""
+        s = self.state
+        single = w.gpus <= s.max_host_gpus()
+        if self.free_hosts(w, allocated, short, single) is not None:
+            return True
+        if not (allocated or s.ordering.unallocated_may_preempt):
+            return False
+        plan = (
+            self.victims_single(w, allocated, short)
+            if single
+            else self.victims_gang(w, allocated, short)
+        )
+        return plan is not None
 
     def can_be_light(self) -> bool:
         last = self.state.blocked
@@ -261,7 +308,7 @@ class Cycle:
         heap: list[tuple[Any, ...]] = []
         for key, queue in s.queues.items():
             w = s.workloads[queue[0][1]]
-            allocated = w.wants_allocation and s.tree.share(w.allocation) > 0
+            allocated = s.allocated(w)
             heap.append((policy.sort_key(ranking, w, allocated), key, allocated))
         heapq.heapify(heap)
         failed: dict[tuple[bool, bool], int] = {}  # (allocated, short) -> fewest GPUs that failed

@@ -121,10 +121,11 @@ class State:
         return not self.config.admins or actor in self.config.admins
 
     def short_small(self, w: Workload) -> bool:
-        cfg = self.config
-        return (
-            0 < w.min_runtime <= cfg.short_job_max_min_runtime and w.gpus <= cfg.short_job_max_gpus
-        )
+        return self.config.is_short_small(w.gpus, w.min_runtime)
+
+    def allocated(self, w: Workload) -> bool:
+        """Would `w` run allocated (charged, protected) if placed now?"""
+        return w.wants_allocation and self.tree.share(w.allocation) > 0
 
     def max_host_gpus(self) -> int:
         return self.largest_host

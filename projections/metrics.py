@@ -215,10 +215,7 @@ class _ClusterFold:
     def queue_class(self, tags: Iterable[str], min_runtime: float, gpus: int) -> str:
         if "debug" in tags:
             return "short"
-        cfg = self.state.config
-        if 0 < min_runtime <= cfg.short_job_max_min_runtime and gpus <= cfg.short_job_max_gpus:
-            return "short"
-        return "other"
+        return "short" if self.state.config.is_short_small(gpus, min_runtime) else "other"
 
     def _observe_wait(self, w: Any, wait: float) -> None:
         self.waits[self.queue_class(w.tags, w.min_runtime, w.gpus)].observe(max(0.0, wait))

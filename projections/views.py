@@ -326,32 +326,13 @@ class _Reasons:
     def build(cls, state: State) -> _Reasons:
         from domain.decide import Cycle
 
-        cycle = Cycle(state, state.now, None)
-        cycle.ranking = state.ordering.rank(state, state.now)
-        cycle.reservations = {}
-        return cls(state, cycle, {})
+        return cls(state, Cycle.snapshot(state, state.now), {})
 
     def plan(self, pending: list[tuple[Any, Workload, bool]]) -> None:
-        """Walk the pending work in order like a full cycle, without placing anything:
-        the first allocated workloads that fit nowhere reserve hosts (rule 10), and
-        work of a class needing at least as many GPUs as a failed one is skipped."""
-        from domain.decide import MAX_RESERVATIONS
-
-        cycle = self.cycle
-        failed: dict[tuple[bool, bool], int] = {}
-        holders = 0
-        for _, w, allocated in pending:
-            short = self.state.short_small(w)
-            klass = (allocated, short)
-            if w.gpus >= failed.get(klass, math.inf):
-                continue
-            if self.fits(w, allocated, short):
-                continue
-            failed[klass] = min(w.gpus, failed.get(klass, math.inf))
-            if allocated and holders < MAX_RESERVATIONS:
-                holders += 1
-                cycle.reserve(w, short)
-        for host, (wid, start) in cycle.reservations.items():
+        """The scheduler's own dry run (`domain.decide.Cycle.dry_run`): who would hold
+        which hosts."""
+        self.cycle.dry_run(pending)
+        for host, (wid, start) in self.cycle.reservations.items():
             self.holders.setdefault(wid, ([], start))[0].append(host)
 
     @property
@@ -359,19 +340,7 @@ class _Reasons:
         return self.cycle.ranking
 
     def fits(self, w: Workload, allocated: bool, short: bool) -> bool:
-        """Free GPUs for `w` now, or victims it may preempt for them."""
-        s, cycle = self.state, self.cycle
-        single = w.gpus <= s.max_host_gpus()
-        if cycle.free_hosts(w, allocated, short, single) is not None:
-            return True
-        if not (allocated or s.ordering.unallocated_may_preempt):
-            return False
-        plan = (
-            cycle.victims_single(w, allocated, short)
-            if single
-            else cycle.victims_gang(w, allocated, short)
-        )
-        return plan is not None
+        return self.cycle.fits(w, allocated, short)
 
     def reason(self, w: Workload, allocated: bool, ahead: list[Workload]) -> tuple[str, str]:
         s, cycle = self.state, self.cycle
@@ -417,10 +386,6 @@ class _Reasons:
         if not allocated and not s.ordering.unallocated_may_preempt:
             return "Resources", "no free GPUs; unallocated work preempts nothing"
         return "Resources", "no free GPUs and nothing it may preempt"
-
-
-def _allocated(state: State, w: Workload) -> bool:
-    return w.wants_allocation and state.tree.share(w.allocation) > 0
 
 
 def _key_json(key: tuple[Any, ...]) -> list[Any]:
@@ -469,7 +434,7 @@ def queue_rows(
         if w.state == RUNNING:
             running.append(w)
         else:
-            allocated = _allocated(state, w)
+            allocated = state.allocated(w)
             pending.append((policy.sort_key(ranking, w, allocated), w, allocated))
     pending.sort(key=lambda item: item[0])
     running.sort(key=lambda w: (w.start, w.id))
