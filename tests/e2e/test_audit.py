@@ -3,9 +3,7 @@ subprocesses on a simulation's journal, and their one-line errors."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,40 +11,19 @@ import orjson
 import pytest
 
 from projections import audit
+from tests.e2e.cli import FIXTURES, one_line_error
+from tests.e2e.cli import allot as run_allot
 
-FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny.yaml"
 
 
 def allot(*args: str, db: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
-    if db is not None:
-        env["ALLOT_AUDIT_DB"] = str(db)
-    return subprocess.run(
-        [sys.executable, "-m", "allot.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+    return run_allot(*args, env={"ALLOT_AUDIT_DB": str(db)} if db is not None else None)
 
 
 @pytest.fixture(scope="module")
-def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sim")
-    result = allot("simulate", str(TINY), "--out", str(out), "-q", "--no-report")
-    assert result.returncode == 0, result.stderr
-    return out / "fairshare" / "journal.jsonl"
+def journal(tiny_journal: Path) -> Path:
+    return tiny_journal
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,6 @@ from projections.summary import fold as fold_usage
 from projections.usage import iter_journal
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = Path(__file__).parent / "fixtures" / "tiny.yaml"
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_TIMEOUT_S = 60.0
@@ -78,27 +77,8 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sim")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "allot.cli",
-            "simulate",
-            str(TINY),
-            "--out",
-            str(out),
-            "-q",
-            "--no-report",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-    )
-    assert result.returncode == 0, result.stderr
-    return out / "fairshare" / "journal.jsonl"
+def journal(tiny_journal: Path) -> Path:
+    return tiny_journal  # read only: tests that need another journal write their own
 
 
 def _start(journal: Path, tmp: Path) -> Iterator[Server]:

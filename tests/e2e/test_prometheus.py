@@ -31,12 +31,10 @@ import orjson
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TINY = FIXTURES / "tiny.yaml"
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "allot.json"
 START_TIMEOUT_S = 60.0
 SCRAPE_TIMEOUT_S = 60.0
-SIM_FLAGS = ("-q", "--no-report")
 
 
 def _free_port() -> int:
@@ -98,18 +96,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sim")
-    result = subprocess.run(
-        [sys.executable, "-m", "allot.cli", "simulate", str(TINY), "--out", str(out), *SIM_FLAGS],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
+def journal(tiny_journal: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a copy the test may append to (the metrics server follows it)
-    copy = out / "followed.jsonl"
-    shutil.copyfile(out / "fairshare" / "journal.jsonl", copy)
+    copy = tmp_path_factory.mktemp("followed") / "followed.jsonl"
+    shutil.copyfile(tiny_journal, copy)
     return copy
 
 

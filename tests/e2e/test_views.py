@@ -24,39 +24,12 @@ import pytest
 from allot.commands.executor import SimulatedLauncher
 from projections import views as v
 from streams.sources import SourceError, journal_lines
-
-FIXTURES = Path(__file__).parent / "fixtures"
-TINY = FIXTURES / "tiny.yaml"
-
-
-def allot(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {k: val for k, val in os.environ.items() if not k.startswith("ALLOT_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "allot.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=full_env,
-    )
-
-
-def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    for needle in needles:
-        assert needle in lines[0], lines[0]
+from tests.e2e.cli import allot, one_line_error
 
 
 @pytest.fixture(scope="module")
-def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("sim")
-    result = allot("simulate", str(TINY), "--out", str(out), "-q", "--no-report")
-    assert result.returncode == 0, result.stderr
-    return out / "fairshare" / "journal.jsonl"
+def journal(tiny_journal: Path) -> Path:
+    return tiny_journal
 
 
 @pytest.fixture(scope="module")
