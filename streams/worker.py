@@ -106,7 +106,10 @@ class Topics:
     def suffixed(cls, suffix: str) -> Topics:
         """Default names plus a suffix (tests and benchmarks use their own topics)."""
         return cls(
-            *(f"{name}{suffix}" for name in (names.INBOX, names.JOURNAL, names.DLQ, names.SNAPSHOTS))
+            *(
+                f"{name}{suffix}"
+                for name in (names.INBOX, names.JOURNAL, names.DLQ, names.SNAPSHOTS)
+            )
         )
 
     def all(self) -> list[str]:
@@ -315,7 +318,6 @@ class Worker:
         self._partitioner = DefaultPartitioner()
         self._dirty = False
         self._last_snapshot = time.monotonic()
-        self._snapshot_blobs: dict[str, bytes] = {}
 
     # ---------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -507,7 +509,6 @@ class Worker:
         try:
             manifest = orjson.loads(manifest_raw)
             cores: dict[str, SchedulerCore] = {}
-            blobs: dict[str, bytes] = {}
             for cluster in manifest["clusters"]:
                 blob = latest.get(cluster.encode())
                 if blob is None:
@@ -520,7 +521,6 @@ class Worker:
                 core = snap["core"]
                 core.wanted = self.config
                 cores[cluster] = core
-                blobs[cluster] = blob
             offsets = {int(p): int(o) for p, o in manifest["journal"].items()}
             dead = {int(p): int(o) for p, o in manifest.get("dead", {}).items()}
             scanned = {int(p): int(o) for p, o in manifest.get("scanned", {}).items()}
@@ -528,7 +528,6 @@ class Worker:
             log.warning("ignoring snapshot round (%s); folding the whole journal", why)
             return {}
         self.cores = cores
-        self._snapshot_blobs = blobs  # kept until recovery ends
         self.dead_positions = dead
         self.scanned = scanned
         log.info("loaded snapshot round %s: %d clusters", manifest["round"], len(cores))
@@ -566,7 +565,6 @@ class Worker:
                     "folded it as facts (decide's caches restart cold)",
                     cluster,
                 )
-        self._snapshot_blobs = {}
         self.stats.recovered_records = count
 
     async def _read_dead_letters(self) -> None:
