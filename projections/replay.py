@@ -11,7 +11,8 @@ import orjson
 
 from domain import State, admit, decide, evolve
 from domain import events as ev
-from domain.config import SchedulerConfig, parse_config
+from domain.config import parse_config
+from domain.rederive import is_cause
 from projections.journal import JournalError, iter_lines, read_journal
 from projections.simulate import RunSpec
 from streams.codec import decode_event, encode
@@ -59,8 +60,7 @@ def verify(path: Path | str) -> Verification:
         record = decode_event(line)
         if state is None:
             state = State(record.cluster)
-        is_input = record.type in ev.INPUT_TYPES or isinstance(record, ev._Rejected)
-        if not is_input:
+        if not is_cause(record):
             if not produced:
                 return Verification(
                     records,
@@ -168,4 +168,4 @@ def journal_run_spec(
     )
 
 
-__all__ = ["JournalError", "SchedulerConfig", "Verification", "journal_run_spec", "verify"]
+__all__ = ["JournalError", "Verification", "journal_run_spec", "verify"]
