@@ -3,45 +3,57 @@
     run_worker("127.0.0.1:9092", config=SchedulerConfig(admins=("root",)))
     python -m streams.worker --kafka 127.0.0.1:9092 --admin root
 
-One worker reads every partition of the inbox (records are keyed by cluster; a
-partition holds many clusters) and keeps one `streams.core.SchedulerCore` per cluster.
-Several workers split the clusters between them with `clusters=[...]`.
+Ownership. Inbox records are keyed by cluster, so each cluster lives on one inbox
+partition (its *home*, the producers' default partitioner over the key); a record that
+arrives anywhere else is dead-lettered. The unit a worker owns is an inbox partition
+with every cluster homed on it: one `streams.core.SchedulerCore` per cluster, and one
+transactional producer per partition. Without a consumer group a worker owns every
+partition; with `group=...` (`--group`) the workers of the group share them through
+Kafka's own rebalancing and a survivor takes a dead member's partitions over
+(scale-out and failover, DESIGN §7). `clusters=[...]` narrows a worker to some
+clusters on top of that.
 
 The loop, per batch:
 
-1. `getmany` a batch of inbox records; route each to its cluster's core by the
-   record key (keyless records: by the JSON `cluster` field, else `default`);
+1. `getmany` a batch of inbox records; per owned partition, route each record to its
+   cluster's core by the record key (keyless records: by the JSON `cluster` field,
+   else `default`);
 2. `SchedulerCore.process` folds them (decode, stamp with the broker timestamp,
    admit -> evolve -> decide) and returns the journal records and dead letters;
-3. one Kafka transaction writes them: journal records go out as whole record batches
-   (`send_batch`, nothing awaited per record), dead letters go to the DLQ with the
-   error and the inbox position in headers; the futures are awaited together, then
-   the transaction commits.
+3. one Kafka transaction per partition writes them: journal records go out as whole
+   record batches (`send_batch`, nothing awaited per record), dead letters go to the
+   DLQ with the error and the inbox position in headers; the partitions' transactions
+   run side by side. A failed write leaves the cores ahead of the journal: the
+   partition is dropped and taken over again (below), which redoes the batch.
 
 Exactly once (DESIGN §7). The journal is the state. Each journal record carries
 `inbox: [partition, offset]` of the input that caused it, and each dead letter
 carries the same in its headers. A batch is one transaction, so after a crash the
-log holds whole batches only (readers use `isolation_level="read_committed"`). On
-(re)start the worker
+log holds whole batches only (readers use `isolation_level="read_committed"`). Taking
+a partition over (at start, after a rebalance, or after a failed write), the worker
 
-1. starts its transactional producer first: its `transactional_id` is stable for the
-   same topics and cluster set, so initializing it fences a previous incarnation and
-   aborts the transaction that was open when it died;
-2. loads its latest snapshot round from the compacted `allot.snapshots` topic (one
-   record per cluster, key = cluster: the pickled `SchedulerCore` — domain state plus
-   inbox positions — and the journal offsets it corresponds to; a manifest record per
-   worker identity names the round), or starts empty when there is none;
-3. re-decides each cluster's committed journal after the snapshot's offsets (all of it
-   without one), exactly as the live core did, checking every decision against the
-   journal (`SchedulerCore.fold_journal`: folding facts alone would leave `decide`'s own
-   caches cold and later decisions would differ from a worker that never stopped);
-4. seeks each inbox partition to one past the last offset the journal or the DLQ
-   records — consumer-group offsets play no part (the worker uses no group at all).
+1. starts the partition's transactional producer first: its `transactional_id`
+   (`<identity>/p<partition>`) is stable, so initializing it fences the previous
+   owner (a worker that was killed, or is merely slow and will find its next commit
+   refused) and aborts the transaction that owner left open;
+2. loads the partition's latest snapshot round from the compacted `allot.snapshots`
+   topic (one record per cluster, key = cluster: the pickled `SchedulerCore` — domain
+   state plus inbox positions; a manifest per partition names the round and the
+   journal offsets it corresponds to), or starts empty when there is none;
+3. re-decides each of its clusters' committed journal after the snapshot's offsets
+   (all of it without one), exactly as the live core did, checking every decision
+   against the journal (`SchedulerCore.fold_journal`: folding facts alone would leave
+   `decide`'s own caches cold and later decisions would differ from a worker that
+   never stopped);
+4. seeks the inbox partition to one past the last offset the journal or the DLQ
+   records — consumer-group offsets play no part (nothing is committed to the group).
 
 So an input is either in a committed batch (and is skipped on restart) or not (and is
 folded again, producing the same decisions: decision ids are `cluster/seq`, and `decide`
-is deterministic). Snapshots are written every `snapshot_every` seconds and on a clean
-stop, never per batch. Usage stays in `domain` (event time): no faust windowed table.
+is deterministic). Snapshots are written every `snapshot_every` seconds, when a
+rebalance may move a partition away, and on a clean stop, never per batch. Usage stays
+in `domain` (event time): no faust windowed table. Group callbacks only mark what
+changed: recovery runs in the worker's loop, where heartbeats keep going.
 
 A ticker task writes a `clock.tick` per cluster to the inbox every `tick_every`
 seconds (actor `allot-ticker`), so time moves in the log when nothing else arrives.
@@ -66,14 +78,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, ProducerFenced
 from aiokafka.partitioner import DefaultPartitioner
 
 from domain.config import SchedulerConfig
 from streams import topics as names
 from streams.core import InboxRecord, SchedulerCore
+from streams.kafka_auth import client_options
 
 log = logging.getLogger("allot.worker")
 
@@ -155,9 +168,12 @@ def _reason(why: BaseException) -> str:
     return text.split("\n")[0][:200]
 
 
-async def _admin(bootstrap: str, timeout_s: float) -> AIOKafkaAdminClient:
+async def _admin(
+    bootstrap: str, timeout_s: float, kafka_options: dict[str, Any] | None = None
+) -> AIOKafkaAdminClient:
+    options = client_options() if kafka_options is None else kafka_options
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000), **options
     )
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
@@ -177,13 +193,14 @@ async def create_topics(
     topics: Topics | None = None,
     replication_factor: int = 1,
     timeout_s: float = 15.0,
+    kafka_options: dict[str, Any] | None = None,
 ) -> TopicsReport:
     """Create the inbox, journal, DLQ and snapshot topics; existing ones are left as
     they are and reported. Raises BrokerUnavailable when the broker does not answer."""
     topics = topics or Topics()
     configs = topic_configs(topics)
     report = TopicsReport()
-    admin = await _admin(bootstrap, timeout_s)
+    admin = await _admin(bootstrap, timeout_s, kafka_options)
     try:
         present = set(await admin.list_topics())
         missing = [name for name in topics.all() if name not in present]
@@ -264,6 +281,41 @@ class Stats:
     snapshots: int = 0
     recovered_records: int = 0
     recovery_s: float = 0.0
+    # (inbox partitions, seconds from assignment to resuming them) per takeover
+    takeovers: list[tuple[tuple[int, ...], float]] = field(default_factory=list)
+    fenced: int = 0  # partitions given up because another worker took them over
+    write_failures: int = 0  # batches whose transaction failed (re-derived, then redone)
+
+
+class _Partition:
+    """An inbox partition this worker owns: its transactional producer and positions."""
+
+    def __init__(self, number: int, producer: AIOKafkaProducer) -> None:
+        self.number = number
+        self.producer = producer
+        # journal partition -> offset after the last journal record of this partition's
+        # clusters folded or written (where a recovery from a snapshot reads on)
+        self.journal_next: dict[int, int] = {}
+        self.dead = -1  # last inbox offset dead-lettered (dead letters are not journaled)
+        self.scanned = -1  # last inbox offset looked at (including other workers' clusters)
+        self.active = True  # False between a revocation and the next assignment
+        self.dirty = False
+        self.last_snapshot = time.monotonic()
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    """Consumer-group callbacks: they only mark what changed; recovery (which may take
+    longer than a session timeout, and heartbeats pause during the callbacks) runs in
+    the worker's own loop."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.worker._revoked({tp.partition for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.worker._assigned({tp.partition for tp in assigned})
 
 
 # ------------------------------------------------------------------ the worker
@@ -278,6 +330,7 @@ class Worker:
         *,
         config: SchedulerConfig | None,
         clusters: list[str] | None = None,
+        group: str | None = None,
         tick_every: float = 10.0,
         snapshot_every: float = 60.0,
         topics: Topics | None = None,
@@ -286,14 +339,17 @@ class Worker:
         create: bool = True,
         partitions: int = 1,
         on_journal: Callable[[str, list[bytes]], None] | None = None,
+        kafka_options: dict[str, Any] | None = None,
+        session_timeout_ms: int = 10_000,
     ) -> None:
         self.bootstrap = bootstrap.removeprefix("kafka://")
-        # called with (cluster, journal lines) after each transaction commits and, during
-        # recovery, with every committed journal record of this worker's clusters (from
-        # the beginning, whatever the snapshot covers): e.g. a metrics fold
+        # called with (cluster, journal lines) after each transaction commits and, when
+        # a partition is taken over, with every committed journal record of its clusters
+        # (from the beginning, whatever the snapshot covers): e.g. a metrics fold
         self.on_journal = on_journal
         self.config = config
         self.clusters = None if clusters is None else set(clusters)
+        self.group = group
         self.tick_every = tick_every
         self.snapshot_every = snapshot_every
         self.topics = topics or Topics()
@@ -301,23 +357,25 @@ class Worker:
         self.poll_ms = poll_ms
         self.create = create
         self.partitions = partitions
+        self.session_timeout_ms = session_timeout_ms
+        self.kafka_options = kafka_options if kafka_options is not None else client_options()
         self.identity = identity(self.topics, clusters)
         self.cores: dict[str, SchedulerCore] = {}
-        # journal partition -> offset after the last journal record of ours folded
-        self.journal_next: dict[int, int] = {}
-        # inbox partition -> last offset dead-lettered (dead letters are not journaled)
-        self.dead_positions: dict[int, int] = {}
-        # inbox partition -> last offset looked at (including other workers' clusters)
-        self.scanned: dict[int, int] = {}
+        self.owned: dict[int, _Partition] = {}  # inbox partition -> what this worker holds
         self.stats = Stats()
         self.ready = asyncio.Event()
-        self._producer: AIOKafkaProducer | None = None
+        self._meta: AIOKafkaProducer | None = None  # metadata and the ticker
         self._consumer: AIOKafkaConsumer | None = None
+        self._inbox_parts: list[int] = []
         self._journal_parts: list[int] = []
+        self._home_of: dict[str, int] = {}
         self._journal_part_of: dict[str, int] = {}
         self._partitioner = DefaultPartitioner()
-        self._dirty = False
-        self._last_snapshot = time.monotonic()
+        self._lock = asyncio.Lock()  # one batch, snapshot or hand-over at a time
+        self._pending: dict[int, float] = {}  # assigned, not yet recovered -> since
+        self._retry_at = 0.0
+        self._joined = False
+        self._closing: list[asyncio.Task] = []
 
     # ---------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -327,16 +385,8 @@ class Worker:
             await self._start()
             if self.tick_every and self.tick_every > 0:
                 ticker = asyncio.create_task(self._ticker(stop), name="allot-ticker")
-            self.ready.set()
-            log.info(
-                "scheduler ready: %d clusters recovered from %d journal records in %.2fs",
-                len(self.cores),
-                self.stats.recovered_records,
-                self.stats.recovery_s,
-            )
             await self._loop(stop)
-            if self._dirty:
-                await self._snapshot()
+            await self._snapshot_dirty()
         finally:
             if ticker is not None:
                 ticker.cancel()
@@ -348,20 +398,209 @@ class Worker:
         consumer = self._consumer
         assert consumer is not None
         while not stop.is_set():
+            if self._pending and time.monotonic() >= self._retry_at:
+                await self._take_pending()
+            if not self.ready.is_set() and self._joined and not self._pending:
+                self._announce_ready()
             batches = await consumer.getmany(timeout_ms=self.poll_ms, max_records=self.max_batch)
             if batches:
                 await self._process(batches)
-            if self._dirty and time.monotonic() - self._last_snapshot >= self.snapshot_every:
-                await self._snapshot()
+            if any(
+                p.dirty and time.monotonic() - p.last_snapshot >= self.snapshot_every
+                for p in self.owned.values()
+            ):
+                await self._snapshot_dirty()
 
-    # ---------------------------------------------------------------- start / recovery
+    def _announce_ready(self) -> None:
+        self.ready.set()
+        log.info(
+            "scheduler ready: %d clusters on inbox partitions %s, recovered from %d journal "
+            "records in %.2fs",
+            len(self.cores),
+            sorted(self.owned),
+            self.stats.recovered_records,
+            self.stats.recovery_s,
+        )
+
+    # ---------------------------------------------------------------- start
     async def _start(self) -> None:
         if self.create:
-            await create_topics(self.bootstrap, topics=self.topics, partitions=self.partitions)
-        started = time.monotonic()
-        self._producer = AIOKafkaProducer(
+            await create_topics(
+                self.bootstrap,
+                topics=self.topics,
+                partitions=self.partitions,
+                kafka_options=self.kafka_options,
+            )
+        self._meta = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
-            transactional_id=self.identity,
+            enable_idempotence=True,
+            acks="all",
+            **self.kafka_options,
+        )
+        try:
+            await self._meta.start()
+        except KafkaConnectionError as why:
+            raise BrokerUnavailable(
+                f"cannot reach Kafka at {self.bootstrap} ({_reason(why)}); is the broker running?"
+            ) from None
+        self._inbox_parts = await self._partitions(self.topics.inbox)
+        self._journal_parts = await self._partitions(self.topics.journal)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_bytes=32 * 1024 * 1024,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=max(500, self.session_timeout_ms // 4),
+            # members finish their batch and hand over a snapshot before rejoining
+            rebalance_timeout_ms=max(30_000, self.session_timeout_ms),
+            **self.kafka_options,
+        )
+        await self._consumer.start()
+        if self.group is None:  # this worker owns every partition
+            tps = [TopicPartition(self.topics.inbox, p) for p in self._inbox_parts]
+            self._consumer.assign(tps)
+            for tp in tps:
+                self._consumer.pause(tp)
+            self._pending = dict.fromkeys(self._inbox_parts, time.monotonic())
+            await self._take_pending(retry=False)
+            self._joined = True
+            self._announce_ready()
+        else:  # partitions come and go with the group's rebalances
+            self._consumer.subscribe([self.topics.inbox], listener=_Rebalance(self))
+
+    async def _partitions(self, topic: str) -> list[int]:
+        """The topic's partitions (the producer's metadata wait; raises if it is missing)."""
+        assert self._meta is not None
+        try:
+            parts = await self._meta.partitions_for(topic)
+        except KafkaError as why:
+            raise KafkaError(f"topic {topic!r} is not available: {why}") from None
+        return sorted(parts)
+
+    def home(self, cluster: str) -> int:
+        """The inbox partition a cluster's records belong on (the producers' default
+        partitioner over the cluster key): the worker owning it owns the cluster."""
+        part = self._home_of.get(cluster)
+        if part is None:
+            parts = self._inbox_parts
+            part = self._home_of[cluster] = self._partitioner(cluster.encode(), parts, parts)
+        return part
+
+    # ---------------------------------------------------------------- rebalances
+    async def _revoked(self, parts: set[int]) -> None:
+        """Before a rebalance: finish the batch in flight, hand over a fresh snapshot of
+        what may move (so the next owner's recovery is short), and stop using it until
+        the assignment says whether it stays."""
+        async with self._lock:
+            for p in parts:
+                if p in self.owned:
+                    self.owned[p].active = False
+            try:
+                await asyncio.wait_for(self._snapshot_dirty(parts, locked=True), 10.0)
+            except Exception as why:  # the next owner folds a longer journal tail
+                log.warning("no snapshot on hand-over of partitions %s: %s", sorted(parts), why)
+            for p in parts:
+                self._pending.pop(p, None)
+
+    def _assigned(self, parts: set[int]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._joined = True
+        for p in [p for p in self.owned if p not in parts]:
+            log.info("inbox partition %d moved to another worker", p)
+            self._drop(p)
+        for p in sorted(parts):
+            tp = TopicPartition(self.topics.inbox, p)
+            part = self.owned.get(p)
+            if part is not None:  # kept: nobody else held it in between
+                part.active = True
+                self._seek(tp)
+            else:
+                consumer.pause(tp)
+                self._pending.setdefault(p, time.monotonic())
+
+    def _drop(self, p: int) -> None:
+        part = self.owned.pop(p, None)
+        for cluster in [c for c in self.cores if self.home(c) == p]:
+            del self.cores[cluster]
+        if part is not None:
+            self._closing.append(asyncio.create_task(_quiet_stop(part.producer)))
+
+    def _seek(self, tp: TopicPartition) -> None:
+        """Resume one past the last offset the journal or the DLQ records for `tp`."""
+        assert self._consumer is not None
+        part = self.owned[tp.partition]
+        folded = max(
+            [
+                core.positions.get(tp.partition, -1)
+                for cluster, core in self.cores.items()
+                if self.home(cluster) == tp.partition
+            ]
+            + [part.dead, part.scanned]
+        )
+        if folded >= 0:
+            self._consumer.seek(tp, folded + 1)
+        else:  # offset 0, or the earliest retained one (auto_offset_reset)
+            self._consumer.seek(tp, 0)
+
+    # ---------------------------------------------------------------- recovery
+    async def _take_pending(self, *, retry: bool = True) -> None:
+        """Recover every partition assigned but not yet ours, then resume reading it."""
+        async with self._lock:
+            parts = sorted(self._pending)
+            if not parts:
+                return
+            started = time.monotonic()
+            try:
+                await self._take(parts)
+            except (KafkaError, OSError, TimeoutError) as why:
+                for p in parts:
+                    self._drop(p)
+                if not retry:
+                    raise
+                log.warning("could not take over partitions %s (%s); retrying", parts, why)
+                self._retry_at = time.monotonic() + 1.0
+                return
+            assert self._consumer is not None
+            assigned = self._consumer.assignment()
+            for p in parts:
+                tp = TopicPartition(self.topics.inbox, p)
+                if tp in assigned:
+                    self._seek(tp)
+                    self._consumer.resume(tp)
+            since = min(self._pending[p] for p in parts)
+            for p in parts:
+                self._pending.pop(p, None)
+            took = time.monotonic() - since
+            self.stats.recovery_s = time.monotonic() - started
+            self.stats.takeovers.append((tuple(parts), took))
+            log.info(
+                "took over inbox partitions %s in %.2fs (%d clusters, %d journal records)",
+                parts,
+                took,
+                sum(1 for c in self.cores if self.home(c) in parts),
+                self.stats.recovered_records,
+            )
+
+    async def _take(self, parts: list[int]) -> None:
+        for p in parts:
+            self.owned[p] = _Partition(p, await self._fenced_producer(p))
+        start = await self._load_snapshots(parts)
+        await self._fold_journal(parts, start)
+        await self._read_dead_letters(parts)
+
+    async def _fenced_producer(self, p: int) -> AIOKafkaProducer:
+        """The transactional producer of inbox partition `p`. Its id is stable for the
+        same topics, cluster set and partition, so initializing it fences whichever
+        worker held `p` before and aborts the transaction it left open: the committed
+        journal read next is final."""
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap,
+            transactional_id=f"{self.identity}/p{p}",
             enable_idempotence=True,
             acks="all",
             linger_ms=0,
@@ -369,84 +608,176 @@ class Worker:
             max_request_size=MAX_SNAPSHOT_BYTES + 1024 * 1024,
             request_timeout_ms=30_000,
             # a worker that dies mid-batch holds back read_committed readers of the
-            # partitions it wrote until it restarts (fencing) or this runs out
+            # partitions it wrote until its successor fences it or this runs out
             transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
+            **self.kafka_options,
         )
         try:
-            await self._producer.start()
-            # Initializing the transactional id fences a previous incarnation and aborts
-            # its open transaction, so the committed journal below is final.
-            await self._producer.begin_transaction()
-            await self._producer.commit_transaction()
-        except KafkaConnectionError as why:
-            raise BrokerUnavailable(
-                f"cannot reach Kafka at {self.bootstrap} ({_reason(why)}); is the broker running?"
-            ) from None
-        parts = await self._producer.partitions_for(self.topics.journal)
-        self._journal_parts = sorted(parts)
+            await producer.start()
+            await producer.begin_transaction()
+            await producer.commit_transaction()
+        except BaseException:
+            await _quiet_stop(producer)
+            raise
+        return producer
 
-        start_offsets = await self._load_snapshots()
-        await self._fold_journal(start_offsets)
-        await self._read_dead_letters()
+    def _manifest_key(self, p: int) -> bytes:
+        return f"{MANIFEST_PREFIX}{self.identity}/p{p}".encode()
 
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-            fetch_max_bytes=32 * 1024 * 1024,
-        )
-        await self._consumer.start()
-        inbox_parts = await self._partitions(self.topics.inbox)
-        tps = [TopicPartition(self.topics.inbox, p) for p in inbox_parts]
-        self._consumer.assign(tps)
-        for tp in tps:
-            folded = max(
-                [core.positions.get(tp.partition, -1) for core in self.cores.values()]
-                + [self.dead_positions.get(tp.partition, -1), self.scanned.get(tp.partition, -1)]
+    async def _load_snapshots(self, parts: list[int]) -> dict[int, dict[int, int]]:
+        """Cores of `parts` from their latest complete snapshot rounds; returns, per
+        inbox partition, the journal offsets to fold from (none: the whole journal)."""
+        latest: dict[bytes, bytes | None] = {}
+        async for _, records in self._read_to_end(self.topics.snapshots, big=True):
+            for r in records:
+                if r.key is not None:
+                    latest[r.key] = r.value
+        offsets: dict[int, dict[int, int]] = {}
+        for p in parts:
+            manifest_raw = latest.get(self._manifest_key(p))
+            if not manifest_raw:
+                continue
+            try:
+                manifest = orjson.loads(manifest_raw)
+                cores: dict[str, SchedulerCore] = {}
+                for cluster in manifest["clusters"]:
+                    blob = latest.get(cluster.encode())
+                    if blob is None:
+                        raise ValueError(f"no snapshot for cluster {cluster!r}")
+                    snap = pickle.loads(zlib.decompress(blob))
+                    if (
+                        snap.get("format") != SNAPSHOT_FORMAT
+                        or snap.get("round") != manifest["round"]
+                    ):
+                        raise ValueError(
+                            f"snapshot of {cluster!r} is not from round {manifest['round']}"
+                        )
+                    core = snap["core"]
+                    core.wanted = self.config
+                    cores[cluster] = core
+                journal = {int(jp): int(o) for jp, o in manifest["journal"].items()}
+                dead, scanned = int(manifest["dead"]), int(manifest["scanned"])
+            except Exception as why:  # an old format or a code change: rebuild
+                log.warning(
+                    "ignoring snapshot round of partition %d (%s); folding its whole journal",
+                    p,
+                    why,
+                )
+                continue
+            self.cores.update(cores)
+            part = self.owned[p]
+            part.dead, part.scanned = dead, scanned
+            part.journal_next = dict(journal)
+            offsets[p] = journal
+            log.info(
+                "loaded snapshot round %s of partition %d: %d clusters",
+                manifest["round"],
+                p,
+                len(cores),
             )
-            if folded >= 0:
-                self._consumer.seek(tp, folded + 1)
-            else:
-                await self._consumer.seek_to_beginning(tp)
-        self.stats.recovery_s = time.monotonic() - started
+        return offsets
 
-    async def _partitions(self, topic: str) -> list[int]:
-        """The topic's partitions (the producer's metadata wait; raises if it is missing)."""
-        assert self._producer is not None
-        try:
-            parts = await self._producer.partitions_for(topic)
-        except KafkaError as why:
-            raise KafkaError(f"topic {topic!r} is not available: {why}") from None
-        return sorted(parts)
+    def _journal_parts_of(self, parts: list[int]) -> list[int]:
+        """Journal partitions that can hold records of clusters homed on `parts`: the
+        same numbers when both topics have as many partitions (same key, same hash)."""
+        if len(self._journal_parts) == len(self._inbox_parts):
+            return [p for p in parts if p in self._journal_parts]
+        return list(self._journal_parts)
+
+    async def _fold_journal(self, parts: list[int], start: dict[int, dict[int, int]]) -> None:
+        """Re-decide the journal tail of each cluster homed on `parts` after its
+        partition's snapshot, exactly as the live core did (`SchedulerCore.fold_journal`)."""
+        wanted = set(parts)
+        observe = self.on_journal
+        journal_parts = self._journal_parts_of(parts)
+        # an observer sees the whole journal, the cores only what the snapshots lack
+        read_from = {
+            jp: 0 if observe is not None else min(start.get(p, {}).get(jp, 0) for p in parts)
+            for jp in journal_parts
+        }
+        tails: dict[str, list[bytes]] = {}
+        async for jp, records in self._read_to_end(
+            self.topics.journal, read_from, only=journal_parts
+        ):
+            seen: dict[str, list[bytes]] = {}
+            for r in records:
+                cluster = r.key.decode("utf-8", "replace") if r.key is not None else None
+                if not self._mine(cluster) or self.home(cluster) not in wanted:  # type: ignore[arg-type]
+                    continue
+                if observe is not None:
+                    seen.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
+                if r.offset >= start.get(self.home(cluster), {}).get(jp, 0):  # type: ignore[arg-type]
+                    tails.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
+            for cluster, lines in seen.items():
+                observe(cluster, lines)  # type: ignore[misc]
+            end = records[-1].offset + 1
+            for p in parts:
+                part = self.owned[p]
+                part.journal_next[jp] = max(part.journal_next.get(jp, 0), end)
+        count = 0
+        for cluster, lines in tails.items():
+            core = self._core(cluster)
+            count += core.fold_journal(lines)
+            if core.diverged:
+                log.error(
+                    "cluster %s: the journal does not re-derive under this code; "
+                    "folded it as facts (decide's caches restart cold)",
+                    cluster,
+                )
+        self.stats.recovered_records = count
+
+    async def _read_dead_letters(self, parts: list[int]) -> None:
+        async for _, records in self._read_to_end(self.topics.dlq):
+            for r in records:
+                if _header(r.headers, "inbox.topic") != self.topics.inbox.encode():
+                    continue
+                cluster = (_header(r.headers, "cluster") or b"").decode("utf-8", "replace") or None
+                if cluster is None and self.clusters is not None:
+                    continue  # keyless garbage is dead-lettered by the all-cluster worker
+                if cluster is not None and not self._mine(cluster):
+                    continue
+                try:
+                    partition = int(_header(r.headers, "inbox.partition") or b"")
+                    offset = int(_header(r.headers, "inbox.offset") or b"")
+                except ValueError:
+                    continue
+                part = self.owned.get(partition)
+                if part is not None and partition in parts:
+                    part.dead = max(part.dead, offset)
 
     async def _read_to_end(
-        self, topic: str, start: dict[int, int] | None = None, *, big: bool = False
+        self,
+        topic: str,
+        start: dict[int, int] | None = None,
+        *,
+        big: bool = False,
+        only: list[int] | None = None,
     ) -> Any:
-        """Yield lists of committed records of `topic` from `start` (default: the
-        beginning) up to its end as of now.
+        """Yield (partition, records) of committed records of `topic` (its partitions
+        `only`, default all) from `start` (default: the beginning) up to its end as of
+        now.
 
         "End" is the high watermark, not the last stable offset: another worker's open
         transaction on the same partition (other clusters) would otherwise hide our own
         later, committed records. A read_committed reader gets past such a transaction
         only once it ends, so this waits for it (our own was aborted by the fencing)."""
+        fetch = (MAX_SNAPSHOT_BYTES + 1024 * 1024) if big else 8 * 1024 * 1024
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            max_partition_fetch_bytes=(MAX_SNAPSHOT_BYTES + 1024 * 1024)
-            if big
-            else 8 * 1024 * 1024,
-            fetch_max_bytes=(MAX_SNAPSHOT_BYTES + 1024 * 1024) if big else 32 * 1024 * 1024,
+            max_partition_fetch_bytes=fetch,
+            fetch_max_bytes=max(fetch, 32 * 1024 * 1024),
+            **self.kafka_options,
         )
         await consumer.start()
         try:
-            parts = await self._partitions(topic)
+            parts = only if only is not None else await self._partitions(topic)
             tps = [TopicPartition(topic, p) for p in parts]
+            if not tps:
+                return
             consumer.assign(tps)
             ends = await self._high_watermarks(tps)
             todo = set()
@@ -473,7 +804,10 @@ class Worker:
 
     async def _high_watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         probe = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, group_id=None, isolation_level="read_uncommitted"
+            bootstrap_servers=self.bootstrap,
+            group_id=None,
+            isolation_level="read_uncommitted",
+            **self.kafka_options,
         )
         await probe.start()
         try:
@@ -484,108 +818,16 @@ class Worker:
     def _mine(self, cluster: str | None) -> bool:
         return cluster is not None and (self.clusters is None or cluster in self.clusters)
 
-    def _unpickle(self, blob: bytes) -> SchedulerCore:
-        core = pickle.loads(zlib.decompress(blob))["core"]
-        core.wanted = self.config
-        return core
-
     def _core(self, cluster: str) -> SchedulerCore:
         core = self.cores.get(cluster)
         if core is None:
             core = self.cores[cluster] = SchedulerCore(cluster, self.config)
         return core
 
-    async def _load_snapshots(self) -> dict[int, int]:
-        """Cores from the latest complete snapshot round; returns the journal offsets to
-        fold from (empty: the whole journal)."""
-        latest: dict[bytes, bytes | None] = {}
-        async for _, records in self._read_to_end(self.topics.snapshots, big=True):
-            for r in records:
-                if r.key is not None:
-                    latest[r.key] = r.value
-        manifest_raw = latest.get((MANIFEST_PREFIX + self.identity).encode())
-        if not manifest_raw:
-            return {}
-        try:
-            manifest = orjson.loads(manifest_raw)
-            cores: dict[str, SchedulerCore] = {}
-            for cluster in manifest["clusters"]:
-                blob = latest.get(cluster.encode())
-                if blob is None:
-                    raise ValueError(f"no snapshot for cluster {cluster!r}")
-                snap = pickle.loads(zlib.decompress(blob))
-                if snap.get("format") != SNAPSHOT_FORMAT or snap.get("round") != manifest["round"]:
-                    raise ValueError(
-                        f"snapshot of {cluster!r} is not from round {manifest['round']}"
-                    )
-                core = snap["core"]
-                core.wanted = self.config
-                cores[cluster] = core
-            offsets = {int(p): int(o) for p, o in manifest["journal"].items()}
-            dead = {int(p): int(o) for p, o in manifest.get("dead", {}).items()}
-            scanned = {int(p): int(o) for p, o in manifest.get("scanned", {}).items()}
-        except Exception as why:  # an old format or a code change: rebuild from the journal
-            log.warning("ignoring snapshot round (%s); folding the whole journal", why)
-            return {}
-        self.cores = cores
-        self.dead_positions = dead
-        self.scanned = scanned
-        log.info("loaded snapshot round %s: %d clusters", manifest["round"], len(cores))
-        return offsets
-
-    async def _fold_journal(self, start: dict[int, int]) -> None:
-        """Re-decide each cluster's journal tail after its snapshot (see `redecide`)."""
-        self.journal_next = {p: start.get(p, 0) for p in self._journal_parts}
-        tails: dict[str, list[bytes]] = {}
-        observe = self.on_journal
-        # an observer sees the whole journal, the cores only what the snapshot lacks
-        read_from = None if observe is not None else start
-        async for partition, records in self._read_to_end(self.topics.journal, read_from):
-            first = start.get(partition, 0)
-            seen: dict[str, list[bytes]] = {}
-            for r in records:
-                cluster = r.key.decode("utf-8", "replace") if r.key is not None else None
-                if self._mine(cluster):
-                    if observe is not None:
-                        seen.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
-                    if r.offset >= first:
-                        tails.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
-            for cluster, lines in seen.items():
-                observe(cluster, lines)  # type: ignore[misc]
-            self.journal_next[partition] = max(
-                self.journal_next.get(partition, 0), records[-1].offset + 1
-            )
-        count = 0
-        for cluster, lines in tails.items():
-            core = self._core(cluster)
-            count += core.fold_journal(lines)
-            if core.diverged:
-                log.error(
-                    "cluster %s: the journal does not re-derive under this code; "
-                    "folded it as facts (decide's caches restart cold)",
-                    cluster,
-                )
-        self.stats.recovered_records = count
-
-    async def _read_dead_letters(self) -> None:
-        async for _, records in self._read_to_end(self.topics.dlq):
-            for r in records:
-                if _header(r.headers, "inbox.topic") != self.topics.inbox.encode():
-                    continue
-                cluster = (_header(r.headers, "cluster") or b"").decode("utf-8", "replace") or None
-                if cluster is None and self.clusters is not None:
-                    continue  # keyless garbage is dead-lettered by the all-cluster worker
-                if cluster is not None and not self._mine(cluster):
-                    continue
-                try:
-                    partition = int(_header(r.headers, "inbox.partition") or b"")
-                    offset = int(_header(r.headers, "inbox.offset") or b"")
-                except ValueError:
-                    continue
-                self.dead_positions[partition] = max(self.dead_positions.get(partition, -1), offset)
-
     # ---------------------------------------------------------------- batches
-    def _route(self, key: bytes | None, value: bytes | None) -> tuple[str | None, str | None]:
+    def _route(
+        self, partition: int, key: bytes | None, value: bytes | None
+    ) -> tuple[str | None, str | None]:
         """(cluster, None) for a record a core should see; (cluster or None, error) for a
         record to dead-letter without a core."""
         if key is not None:
@@ -595,60 +837,98 @@ class Worker:
                 return None, "record key is not UTF-8 text (the key names the cluster)"
             if not cluster or len(cluster) > MAX_CLUSTER_NAME or not cluster.isprintable():
                 return None, f"record key {cluster[:60]!r} is not a cluster name"
-            return cluster, None
-        try:
-            raw = orjson.loads(value or b"")
-        except orjson.JSONDecodeError as why:
-            return None, f"not JSON: {why}"
-        if not isinstance(raw, dict):
-            return None, f"not a JSON object but {type(raw).__name__}"
-        cluster = raw.get("cluster", "default")
-        if not isinstance(cluster, str) or not cluster or len(cluster) > MAX_CLUSTER_NAME:
-            return None, "record has no key and no usable 'cluster' field"
+        else:
+            try:
+                raw = orjson.loads(value or b"")
+            except orjson.JSONDecodeError as why:
+                return None, f"not JSON: {why}"
+            if not isinstance(raw, dict):
+                return None, f"not a JSON object but {type(raw).__name__}"
+            cluster = raw.get("cluster", "default")
+            if not isinstance(cluster, str) or not cluster or len(cluster) > MAX_CLUSTER_NAME:
+                return None, "record has no key and no usable 'cluster' field"
+        home = self.home(cluster)
+        if home != partition:
+            # one owner per cluster: its records must all arrive on one partition
+            return cluster, (
+                f"record for cluster {cluster!r} arrived on inbox partition {partition}, but "
+                f"that cluster's records belong on partition {home} (key records by cluster "
+                "with the default partitioner)"
+            )
         return cluster, None
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
+        async with self._lock:
+            work = []
+            for tp in sorted(batches, key=lambda tp: tp.partition):
+                part = self.owned.get(tp.partition)
+                if part is not None and part.active and tp.partition not in self._pending:
+                    work.append(self._process_partition(part, batches[tp]))
+            await asyncio.gather(*work)
+
+    async def _process_partition(self, part: _Partition, records: list[Any]) -> None:
+        """Fold one partition's records and write the results in one transaction of its
+        producer. If the write fails, the cores are ahead of the journal: drop them and
+        take the partition over again (snapshot + journal), which redoes the batch."""
+        partition = part.number
+        if not records:
+            return
+        part.scanned = records[-1].offset
         per_cluster: dict[str, list[InboxRecord]] = {}
-        raw_of: dict[tuple[int, int], Any] = {}
+        raw_of: dict[int, Any] = {}
         dead: list[tuple[Any, str | None, str]] = []  # (consumer record, cluster, error)
-        for tp in sorted(batches, key=lambda tp: tp.partition):
-            partition = tp.partition
-            if batches[tp]:
-                self.scanned[partition] = batches[tp][-1].offset
-            for r in batches[tp]:
-                cluster, error = self._route(r.key, r.value)
-                if error is not None:
-                    if self.clusters is None or self._mine(cluster):
-                        dead.append((r, cluster, error))
-                        self.dead_positions[partition] = r.offset
-                    continue
-                if not self._mine(cluster):
-                    continue
-                per_cluster.setdefault(cluster, []).append(  # type: ignore[arg-type]
-                    InboxRecord(partition, r.offset, r.timestamp / 1000.0, r.value or b"")
-                )
-                raw_of[(partition, r.offset)] = r
+        for r in records:
+            cluster, error = self._route(partition, r.key, r.value)
+            if error is not None:
+                if self.clusters is None or self._mine(cluster):
+                    dead.append((r, cluster, error))
+                    part.dead = r.offset
+                continue
+            if not self._mine(cluster):
+                continue
+            per_cluster.setdefault(cluster, []).append(  # type: ignore[arg-type]
+                InboxRecord(partition, r.offset, r.timestamp / 1000.0, r.value or b"")
+            )
+            raw_of[r.offset] = r
         out: dict[str, list[bytes]] = {}
         inputs = 0
-        for cluster, records in per_cluster.items():
-            result = self._core(cluster).process(records)
+        for cluster, folded in per_cluster.items():
+            result = self._core(cluster).process(folded)
             inputs += result.inputs
             if result.journal:
                 out[cluster] = result.journal
             for letter in result.dead:
-                rec = letter.record
-                dead.append((raw_of[(rec.partition, rec.offset)], cluster, letter.error))
-                self.dead_positions[rec.partition] = max(
-                    self.dead_positions.get(rec.partition, -1), rec.offset
-                )
+                dead.append((raw_of[letter.record.offset], cluster, letter.error))
+                part.dead = max(part.dead, letter.record.offset)
         if not out and not dead:
             return
-        dead.sort(key=lambda item: (item[0].partition, item[0].offset))  # inbox order
-        await self._write(out, dead)
+        dead.sort(key=lambda item: item[0].offset)  # inbox order
+        try:
+            await self._write(part, out, dead)
+        except ProducerFenced:
+            log.warning("inbox partition %d was taken over by another worker", partition)
+            self.stats.fenced += 1
+            self._drop(partition)
+            return
+        except (KafkaError, OSError, TimeoutError) as why:
+            log.warning(
+                "writing a batch of inbox partition %d failed (%s); re-deriving it",
+                partition,
+                _reason(why),
+            )
+            self.stats.write_failures += 1
+            self._drop(partition)
+            if self._consumer is not None:
+                tp = TopicPartition(self.topics.inbox, partition)
+                if tp in self._consumer.assignment():
+                    self._consumer.pause(tp)
+                    self._pending[partition] = time.monotonic()
+                    self._retry_at = time.monotonic() + 1.0
+            return
         self.stats.batches += 1
         self.stats.inputs += inputs
         self.stats.dead += len(dead)
-        self._dirty = True
+        part.dirty = True
 
     def _journal_partition(self, cluster: str) -> int:
         part = self._journal_part_of.get(cluster)
@@ -659,10 +939,9 @@ class Worker:
         return part
 
     async def _write(
-        self, out: dict[str, list[bytes]], dead: list[tuple[Any, str | None, str]]
+        self, part: _Partition, out: dict[str, list[bytes]], dead: list[tuple[Any, str | None, str]]
     ) -> None:
-        producer = self._producer
-        assert producer is not None
+        producer = part.producer
         topic = self.topics.journal
         by_part: dict[int, list[tuple[bytes, list[bytes]]]] = {}
         for cluster, lines in out.items():
@@ -670,73 +949,98 @@ class Worker:
                 (cluster.encode(), lines)
             )
         await producer.begin_transaction()
-        pending: list[tuple[int, int, asyncio.Future]] = []  # (partition, records, future)
-        written = 0
-        for part, groups in by_part.items():
-            batch = producer.create_batch()
-            count = 0
-            for key, lines in groups:
-                for line in lines:
-                    if batch.append(key=key, value=line, timestamp=None) is None:
-                        pending.append(
-                            (part, count, await producer.send_batch(batch, topic, partition=part))
-                        )
-                        batch = producer.create_batch()
-                        count = 0
+        try:
+            pending: list[tuple[int, int, asyncio.Future]] = []  # (partition, records, future)
+            written = 0
+            for jp, groups in by_part.items():
+                batch = producer.create_batch()
+                count = 0
+                for key, lines in groups:
+                    for line in lines:
                         if batch.append(key=key, value=line, timestamp=None) is None:
-                            raise KafkaError(f"journal record of {len(line)} bytes is too large")
-                    count += 1
-            if count:
-                pending.append(
-                    (part, count, await producer.send_batch(batch, topic, partition=part))
+                            pending.append(
+                                (jp, count, await producer.send_batch(batch, topic, partition=jp))
+                            )
+                            batch = producer.create_batch()
+                            count = 0
+                            if batch.append(key=key, value=line, timestamp=None) is None:
+                                raise KafkaError(
+                                    f"journal record of {len(line)} bytes is too large"
+                                )
+                        count += 1
+                if count:
+                    pending.append(
+                        (jp, count, await producer.send_batch(batch, topic, partition=jp))
+                    )
+                written += sum(len(lines) for _, lines in groups)
+            for r, cluster, error in dead:
+                headers = [
+                    ("error", error.encode()[:1000]),
+                    ("inbox.topic", self.topics.inbox.encode()),
+                    ("inbox.partition", str(r.partition).encode()),
+                    ("inbox.offset", str(r.offset).encode()),
+                    ("inbox.timestamp", str(r.timestamp).encode()),
+                ]
+                if cluster is not None:
+                    headers.append(("cluster", cluster.encode()))
+                fut = await producer.send(
+                    self.topics.dlq,
+                    value=r.value if r.value is not None else b"",
+                    key=r.key,
+                    headers=headers,
                 )
-            written += sum(len(lines) for _, lines in groups)
-        for r, cluster, error in dead:
-            headers = [
-                ("error", error.encode()[:1000]),
-                ("inbox.topic", self.topics.inbox.encode()),
-                ("inbox.partition", str(r.partition).encode()),
-                ("inbox.offset", str(r.offset).encode()),
-                ("inbox.timestamp", str(r.timestamp).encode()),
-            ]
-            if cluster is not None:
-                headers.append(("cluster", cluster.encode()))
-            fut = await producer.send(
-                self.topics.dlq,
-                value=r.value if r.value is not None else b"",
-                key=r.key,
-                headers=headers,
-            )
-            pending.append((-1, 0, fut))
-        results = await asyncio.gather(*(fut for _, _, fut in pending))
-        await producer.commit_transaction()
+                pending.append((-1, 0, fut))
+            results = await asyncio.gather(*(fut for _, _, fut in pending))
+            await producer.commit_transaction()
+        except Exception:
+            with contextlib.suppress(Exception):
+                await producer.abort_transaction()
+            raise
         if self.on_journal is not None:
             for cluster, lines in out.items():
                 self.on_journal(cluster, lines)
-        for (part, count, _), meta in zip(pending, results, strict=True):
-            if part >= 0:
+        for (jp, count, _), meta in zip(pending, results, strict=True):
+            if jp >= 0:
                 end = meta.offset + count
-                if end > self.journal_next.get(part, 0):
-                    self.journal_next[part] = end
+                if end > part.journal_next.get(jp, 0):
+                    part.journal_next[jp] = end
         self.stats.journal += written
 
     # ---------------------------------------------------------------- snapshots
-    async def _snapshot(self) -> None:
-        """One transaction: every cluster's pickled core plus a manifest naming the round
-        and the journal offsets the round corresponds to."""
-        producer = self._producer
-        assert producer is not None
+    async def _snapshot_dirty(self, parts: set[int] | None = None, *, locked: bool = False) -> None:
+        """Snapshot every dirty owned partition (of `parts`), each in one transaction of
+        its own producer: the pickled cores of its clusters plus a manifest naming the
+        round and the journal offsets the round corresponds to."""
+        if not locked:
+            async with self._lock:
+                await self._snapshot_dirty(parts, locked=True)
+            return
+        chosen = [
+            part
+            for p, part in sorted(self.owned.items())
+            if part.dirty and (parts is None or p in parts) and p not in self._pending
+        ]
+        results = await asyncio.gather(
+            *(self._snapshot(part) for part in chosen), return_exceptions=True
+        )
+        for part, result in zip(chosen, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("snapshot of inbox partition %d failed: %s", part.number, result)
+
+    async def _snapshot(self, part: _Partition) -> None:
+        producer = part.producer
         round_id = uuid.uuid4().hex
         taken = time.time()
+        clusters = sorted(c for c in self.cores if self.home(c) == part.number)
         blobs = []
-        for cluster, core in self.cores.items():
+        for cluster in clusters:
             blob = zlib.compress(
                 pickle.dumps(
                     {
                         "format": SNAPSHOT_FORMAT,
                         "round": round_id,
                         "cluster": cluster,
-                        "core": core,
+                        "core": self.cores[cluster],
                         "taken": taken,
                     },
                     protocol=pickle.HIGHEST_PROTOCOL,
@@ -749,59 +1053,65 @@ class Worker:
                     cluster,
                     len(blob),
                 )
-                self._last_snapshot = time.monotonic()
+                part.last_snapshot = time.monotonic()
                 return
             blobs.append((cluster.encode(), blob))
         manifest = orjson.dumps(
             {
                 "round": round_id,
                 "taken": taken,
-                "clusters": sorted(self.cores),
-                "journal": {str(p): o for p, o in self.journal_next.items()},
-                "dead": {str(p): o for p, o in self.dead_positions.items()},
-                "scanned": {str(p): o for p, o in self.scanned.items()},
+                "partition": part.number,
+                "clusters": clusters,
+                "journal": {str(jp): o for jp, o in part.journal_next.items()},
+                "dead": part.dead,
+                "scanned": part.scanned,
             }
         )
         await producer.begin_transaction()
-        futures = [
-            await producer.send(self.topics.snapshots, value=blob, key=key) for key, blob in blobs
-        ]
-        futures.append(
-            await producer.send(
-                self.topics.snapshots,
-                value=manifest,
-                key=(MANIFEST_PREFIX + self.identity).encode(),
+        try:
+            futures = [
+                await producer.send(self.topics.snapshots, value=blob, key=key)
+                for key, blob in blobs
+            ]
+            futures.append(
+                await producer.send(
+                    self.topics.snapshots, value=manifest, key=self._manifest_key(part.number)
+                )
             )
-        )
-        await asyncio.gather(*futures)
-        await producer.commit_transaction()
+            await asyncio.gather(*futures)
+            await producer.commit_transaction()
+        except Exception:
+            with contextlib.suppress(Exception):
+                await producer.abort_transaction()
+            raise
         self.stats.snapshots += 1
-        self._dirty = False
-        self._last_snapshot = time.monotonic()
+        part.dirty = False
+        part.last_snapshot = time.monotonic()
         log.info(
-            "snapshot round %s: %d clusters, %d bytes",
+            "snapshot round %s of partition %d: %d clusters, %d bytes",
             round_id,
+            part.number,
             len(blobs),
             sum(len(b) for _, b in blobs),
         )
 
     # ---------------------------------------------------------------- ticker
     def _tick_clusters(self) -> list[str]:
-        return sorted(self.clusters if self.clusters is not None else self.cores)
+        owned = {p for p, part in self.owned.items() if part.active}
+        named = self.clusters if self.clusters is not None else self.cores
+        return sorted(c for c in named if self.home(c) in owned)
 
     async def _ticker(self, stop: asyncio.Event) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap, enable_idempotence=True, acks="all"
-        )
-        await producer.start()
-        try:
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.tick_every)
-                if stop.is_set():
-                    break
-                futures = []
-                now = time.time()
+        producer = self._meta
+        assert producer is not None
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.tick_every)
+            if stop.is_set():
+                break
+            futures = []
+            now = time.time()
+            try:
                 for cluster in self._tick_clusters():
                     record = {
                         "type": "clock.tick",
@@ -816,20 +1126,27 @@ class Worker:
                             self.topics.inbox, orjson.dumps(record), key=cluster.encode()
                         )
                     )
-                try:
-                    await asyncio.gather(*futures)
-                except KafkaError as why:
-                    log.warning("ticker could not write clock.tick: %s", why)
-        finally:
-            await producer.stop()
+                await asyncio.gather(*futures)
+            except KafkaError as why:
+                log.warning("ticker could not write clock.tick: %s", why)
 
     # ---------------------------------------------------------------- close
     async def _close(self) -> None:
-        for client in (self._consumer, self._producer):
+        clients: list[Any] = [self._consumer, self._meta]
+        clients += [part.producer for part in self.owned.values()]
+        for client in clients:
             if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
-        self._consumer = self._producer = None
+                await _quiet_stop(client)
+        for task in self._closing:
+            with contextlib.suppress(Exception):
+                await task
+        self._consumer = self._meta = None
+        self.owned = {}
+
+
+async def _quiet_stop(client: Any) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.stop(), 10.0)
 
 
 # ------------------------------------------------------------------ entry points
@@ -853,11 +1170,16 @@ async def serve(
     partitions: int = 1,
     on_ready: Any = None,
     on_journal: Callable[[str, list[bytes]], None] | None = None,
+    group: str | None = None,
+    kafka_options: dict[str, Any] | None = None,
+    session_timeout_ms: int = 10_000,
 ) -> Worker:
     """Run the scheduler until `stop` is set (then snapshot and return the worker).
 
     Topic names default to `streams.topics`; pass `topics=` or single names. With
-    `create_topics`, missing topics are created with `partitions` partitions."""
+    `create_topics`, missing topics are created with `partitions` partitions. With a
+    consumer `group`, the workers of that group share the inbox partitions (see
+    `Worker`); without one this worker takes them all."""
     chosen = topics or Topics()
     overrides = {
         k: v
@@ -876,6 +1198,9 @@ async def serve(
         create=create_topics,
         partitions=partitions,
         on_journal=on_journal,
+        group=group,
+        kafka_options=kafka_options,
+        session_timeout_ms=session_timeout_ms,
     )
     if on_ready is not None:
 
@@ -937,6 +1262,17 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--topic-suffix", default="", help="suffix for every topic name")
     parser.add_argument("--partitions", type=int, default=1, help="for topics it creates")
     parser.add_argument("--max-batch", type=int, default=5000)
+    parser.add_argument(
+        "--group",
+        help="consumer group: workers of one group share the inbox partitions and take "
+        "over a dead member's (default: none, this worker takes every partition)",
+    )
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="seconds without a heartbeat before the group hands a worker's partitions on",
+    )
     parser.add_argument("--set", action="append", default=[], help="config key=value")
     parser.add_argument("-l", "--log-level", default="info")
     return parser.parse_args(argv)
@@ -979,6 +1315,8 @@ def main(argv: list[str] | None = None) -> int:
             topics=Topics.suffixed(args.topic_suffix),
             max_batch=args.max_batch,
             partitions=args.partitions,
+            group=args.group,
+            session_timeout_ms=int(args.session_timeout * 1000),
         )
     except BrokerUnavailable as why:
         print(f"error: {why}", file=sys.stderr)

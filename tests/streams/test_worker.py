@@ -10,225 +10,39 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
-import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from domain import events as ev
 from domain.config import SchedulerConfig
 from projections.replay import verify
 from streams.worker import Topics, create_topics, serve
+from tests.streams.rig import (
+    ADMIN,
+    ROOT,
+    WAIT_S,
+    Inbox,
+    JournalReader,
+    executor,
+    first,
+    folded_up_to,
+    headers,
+    inbox_ends,
+    inputs_seen,
+    is_input,
+    read_all,
+    rig,
+    spawn_worker,
+    suffix,
+)
 
 pytestmark = pytest.mark.kafka
-
-ROOT = Path(__file__).resolve().parents[2]
-WAIT_S = 60.0
-ADMIN = "root"
-
-
-def _suffix() -> str:
-    return f"-t{uuid.uuid4().hex[:10]}"
-
-
-# ------------------------------------------------------------------ helpers
-
-
-class Inbox:
-    """Writes requests the way the submit tools do (idempotent, acks=all, keyed by cluster)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5
-        )
-
-    async def __aenter__(self) -> Inbox:
-        await self.producer.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.producer.stop()
-
-    @staticmethod
-    def record(cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict[str, Any]:
-        return {
-            "type": kind,
-            "v": 1,
-            "id": fields.pop("id", None) or f"{kind}-{uuid.uuid4().hex}",
-            "time": time.time(),
-            "cluster": cluster,
-            "actor": actor,
-            **fields,
-        }
-
-    async def send(self, cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict:
-        body = self.record(cluster, kind, actor, **fields)
-        await (await self.producer.send(self.topic, orjson.dumps(body), key=cluster.encode()))
-        return body
-
-    async def send_raw(self, value: bytes, key: bytes | None) -> None:
-        await (await self.producer.send(self.topic, value, key=key))
-
-    async def setup(self, cluster: str, hosts: int = 1, leaves: tuple[str, ...] = ("a",)) -> None:
-        for i in range(hosts):
-            await self.send(cluster, "host.registered", host=f"h{i}", gpus=8)
-        await self.send(cluster, "budget.set", allocation="lab", weight=1, managers=["alice"])
-        for leaf in leaves:
-            await self.send(
-                cluster, "budget.set", allocation=f"lab/{leaf}", weight=1, members=["u"]
-            )
-
-
-class JournalReader:
-    """Accumulates committed journal records (decoded) from the beginning."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.records: list[dict[str, Any]] = []
-        self.raw: list[Any] = []
-        self.consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=bootstrap,
-            group_id=None,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-        )
-
-    async def __aenter__(self) -> JournalReader:
-        await self.consumer.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.consumer.stop()
-
-    async def poll(self, timeout_ms: int = 100) -> None:
-        batches = await self.consumer.getmany(timeout_ms=timeout_ms)
-        for tp in sorted(batches, key=lambda tp: tp.partition):
-            for r in batches[tp]:
-                self.raw.append(r)
-                self.records.append(orjson.loads(r.value))
-
-    async def wait_for(
-        self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float = WAIT_S
-    ) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = predicate(self.records)
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                kinds = Counter(r["type"] for r in self.records)
-                raise AssertionError(f"timed out; journal so far: {dict(kinds)}")
-            await self.poll()
-
-
-def first(kind: str, **match: Any) -> Callable[[list[dict]], dict | None]:
-    def find(records: list[dict]) -> dict | None:
-        for r in records:
-            if r["type"] == kind and all(r.get(k) == v for k, v in match.items()):
-                return r
-        return None
-
-    return find
-
-
-@dataclass
-class Rig:
-    bootstrap: str
-    topics: Topics
-    inbox: Inbox
-    journal: JournalReader
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task | None = None
-
-    def start(self, config: SchedulerConfig | None = None, **options: Any) -> None:
-        self.stop = asyncio.Event()
-        self.task = asyncio.create_task(
-            serve(
-                self.bootstrap,
-                config=config or SchedulerConfig(admins=(ADMIN,)),
-                topics=self.topics,
-                stop=self.stop,
-                tick_every=options.pop("tick_every", 0),
-                snapshot_every=options.pop("snapshot_every", 60.0),
-                **options,
-            )
-        )
-
-    async def halt(self) -> Any:
-        assert self.task is not None
-        self.stop.set()
-        worker = await asyncio.wait_for(self.task, WAIT_S)
-        self.task = None
-        return worker
-
-
-@contextlib.asynccontextmanager
-async def rig(bootstrap: str, partitions: int = 1) -> AsyncIterator[Rig]:
-    topics = Topics.suffixed(_suffix())
-    await create_topics(bootstrap, topics=topics, partitions=partitions)
-    async with (
-        Inbox(bootstrap, topics.inbox) as inbox,
-        JournalReader(bootstrap, topics.journal) as journal,
-    ):
-        r = Rig(bootstrap, topics, inbox, journal)
-        try:
-            yield r
-        finally:
-            if r.task is not None:
-                r.stop.set()
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(r.task, WAIT_S)
-
-
-async def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Any]:
-    """Every committed (or, with read_uncommitted, every written) record of `topic`."""
-    parts = await _partitions(bootstrap, topic)
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        isolation_level=isolation,
-        enable_auto_commit=False,
-    )
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        out: list[Any] = []
-        deadline = time.monotonic() + WAIT_S
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            assert time.monotonic() < deadline, f"could not read {topic} to its end"
-            batches = await consumer.getmany(timeout_ms=200)
-            for tp in sorted(batches, key=lambda tp: tp.partition):
-                out.extend(r for r in batches[tp] if r.offset < ends[tp])
-        return out
-    finally:
-        await consumer.stop()
-
-
-async def _partitions(bootstrap: str, topic: str) -> set[int]:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await producer.start()
-    try:
-        return set(await producer.partitions_for(topic))
-    finally:
-        await producer.stop()
-
-
-def headers(record: Any) -> dict[str, bytes]:
-    return dict(record.headers or ())
-
 
 # ------------------------------------------------------------------ end to end
 
@@ -475,7 +289,7 @@ async def test_a_batch_cut_short_before_its_commit_is_invisible_and_redone(
         await r.inbox.setup("c")
         await r.journal.wait_for(first("budget.set", allocation="lab/a"))
         worker = ready[0]
-        producer = worker._producer
+        producer = worker.owned[0].producer
         never = asyncio.Event()
 
         async def hang() -> None:
@@ -560,81 +374,15 @@ def test_recovery_rederives_the_journal_and_falls_back_to_folding_facts() -> Non
 # ------------------------------------------------------------------ kill -9
 
 
-def _spawn_worker(bootstrap: str, suffix: str, log: Path) -> subprocess.Popen:
-    cmd = [
-        sys.executable, "-m", "streams.worker", "--kafka", bootstrap, f"--topic-suffix={suffix}",
-        "--admin", ADMIN, "--tick-every", "0.3", "--snapshot-every", "0.5", "--max-batch", "150",
-        "--log-level", "info",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with log.open("ab") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _inputs_seen(records: list[dict]) -> int:
-    return sum(1 for r in records if "inbox" in r and _is_input(r))
-
-
-def _is_input(r: dict) -> bool:
-    kind = r["type"]
-    return (kind in ev.INPUT_TYPES and kind != "config.set") or kind.endswith(".rejected")
-
-
-async def _executor(bootstrap: str, topics: Topics, inbox: Inbox, stop: asyncio.Event) -> None:
-    """Plays the launcher: reports each placed attempt as finished right away, so GPUs
-    free up and the scheduler keeps deciding while it is being killed."""
-    async with JournalReader(bootstrap, topics.journal) as journal:
-        done = 0
-        while not stop.is_set():
-            await journal.poll(100)
-            for r in journal.records[done:]:
-                if r["type"] == "workload.placed":
-                    body = inbox.record(
-                        r["cluster"],
-                        "workload.finished",
-                        actor="executor",
-                        workload=r["workload"],
-                        attempt=r["attempt"],
-                        outcome="completed",
-                    )
-                    await inbox.producer.send(
-                        topics.inbox, orjson.dumps(body), key=r["cluster"].encode()
-                    )
-            done = len(journal.records)
-
-
-async def _inbox_ends(bootstrap: str, topic: str) -> dict[int, int]:
-    parts = await _partitions(bootstrap, topic)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
-    await consumer.start()
-    try:
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
-        return {tp.partition: offset for tp, offset in ends.items()}
-    finally:
-        await consumer.stop()
-
-
-def _folded_up_to(ends: dict[int, int]) -> Callable[[list[dict]], bool]:
-    def check(records: list[dict]) -> bool:
-        last: dict[int, int] = defaultdict(lambda: -1)
-        for r in records:
-            if "inbox" in r:
-                p, o = r["inbox"]
-                last[p] = max(last[p], o)
-        return all(last[p] >= end - 1 for p, end in ends.items() if end > 0)
-
-    return check
-
-
 async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """Two clusters on a 2-partition inbox; a worker subprocess is SIGKILLed twice while
     requests, executor reports and ticks stream in, and restarted each time."""
-    suffix = _suffix()
-    topics = Topics.suffixed(suffix)
+    name = suffix()
+    topics = Topics.suffixed(name)
     await create_topics(kafka_bootstrap, topics=topics, partitions=2)
-    clusters = [f"k{suffix}-a", f"k{suffix}-b"]
+    clusters = [f"k{name}-a", f"k{name}-b"]
     total = 3000
     log = tmp_path / "worker.log"
     procs: list[subprocess.Popen] = []
@@ -670,27 +418,27 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
         ):
             for cluster in clusters:
                 await inbox.setup(cluster, hosts=4, leaves=("a", "b"))
-            procs.append(_spawn_worker(kafka_bootstrap, suffix, log))
-            await journal.wait_for(lambda recs: _inputs_seen(recs) >= 14)  # set up, running
+            procs.append(spawn_worker(kafka_bootstrap, name, log))
+            await journal.wait_for(lambda recs: inputs_seen(recs) >= 14)  # set up, running
             feeder = asyncio.create_task(feed(inbox))
-            executor = asyncio.create_task(_executor(kafka_bootstrap, topics, inbox, stop_executor))
+            reporter = asyncio.create_task(executor(kafka_bootstrap, topics, inbox, stop_executor))
             # kill 1: mid-stream, 400 inputs in (no snapshot yet: recovery folds the
             # journal); kill 2: mid-stream again after the second incarnation has folded
             # 500 more and written a snapshot round (recovery = snapshot + journal tail)
             for more, settle in ((400, 0.0), (500, 0.7)):
-                base = _inputs_seen(journal.records)
-                await journal.wait_for(lambda recs, n=base + more: _inputs_seen(recs) >= n)
+                base = inputs_seen(journal.records)
+                await journal.wait_for(lambda recs, n=base + more: inputs_seen(recs) >= n)
                 await asyncio.sleep(settle)
                 assert not feeder.done(), "the stream ended before the kill; slow the feed"
                 procs[-1].send_signal(signal.SIGKILL)
                 assert procs[-1].wait(WAIT_S) == -signal.SIGKILL
-                procs.append(_spawn_worker(kafka_bootstrap, suffix, log))
+                procs.append(spawn_worker(kafka_bootstrap, name, log))
             await asyncio.wait_for(feeder, WAIT_S)
             await asyncio.sleep(1.0)  # the executor reports the last placements
             stop_executor.set()
-            await asyncio.wait_for(executor, WAIT_S)
-            ends = await _inbox_ends(kafka_bootstrap, topics.inbox)
-            await journal.wait_for(_folded_up_to(ends))
+            await asyncio.wait_for(reporter, WAIT_S)
+            ends = await inbox_ends(kafka_bootstrap, topics.inbox)
+            await journal.wait_for(folded_up_to(ends))
             procs[-1].send_signal(signal.SIGTERM)
             assert procs[-1].wait(WAIT_S) == 0, log.read_text()[-3000:]
     finally:
@@ -712,7 +460,7 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
 
     # every inbox record up to the last one folded appears exactly once, as an accepted
     # input or its rejection: no gap, no repeat
-    folded = Counter(tuple(r["inbox"]) for r in journal_records if _is_input(r))
+    folded = Counter(tuple(r["inbox"]) for r in journal_records if is_input(r))
     assert max(folded.values()) == 1, [k for k, v in folded.items() if v > 1][:5]
     last: dict[int, int] = defaultdict(lambda: -1)
     for p, o in folded:
@@ -723,7 +471,7 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     sent = {orjson.loads(r.value)["id"] for r in inbox_records}
     sent = {i for i in sent if not i.startswith("tick/")}
     inputs = Counter(
-        r["id"] for r in journal_records if _is_input(r) and not r["type"].endswith(".rejected")
+        r["id"] for r in journal_records if is_input(r) and not r["type"].endswith(".rejected")
     )
     refs = Counter(r["ref"] for r in journal_records if r["type"].endswith(".rejected"))
     assert max(inputs.values()) == 1
@@ -756,14 +504,14 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
 
 async def test_faust_worker_runs_the_scheduler(kafka_bootstrap: str, tmp_path: Path) -> None:
     """`faust -A streams.app worker` starts, schedules a request, and stops cleanly."""
-    suffix = _suffix()
-    topics = Topics.suffixed(suffix)
+    name = suffix()
+    topics = Topics.suffixed(name)
     await create_topics(kafka_bootstrap, topics=topics)
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "ALLOT_KAFKA": kafka_bootstrap,
-        "ALLOT_TOPIC_SUFFIX": suffix,
+        "ALLOT_TOPIC_SUFFIX": name,
         "ALLOT_ADMINS": ADMIN,
         "ALLOT_TICK_EVERY": "0",
         "ALLOT_FAUST_DATADIR": str(tmp_path / "faust"),

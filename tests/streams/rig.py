@@ -1,0 +1,292 @@
+"""What the broker tests share: a request writer, a journal reader, a worker rig,
+whole-topic reads, and the pieces of the kill -9 and failover tests (a worker
+subprocess, a stand-in executor, "everything folded" checks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from domain import events as ev
+from domain.config import SchedulerConfig
+from streams.worker import Topics, create_topics, serve
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0
+ADMIN = "root"
+
+
+def suffix() -> str:
+    return f"-t{uuid.uuid4().hex[:10]}"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+class Inbox:
+    """Writes requests the way the submit tools do (idempotent, acks=all, keyed by cluster)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5
+        )
+
+    async def __aenter__(self) -> Inbox:
+        await self.producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+
+    @staticmethod
+    def record(cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "v": 1,
+            "id": fields.pop("id", None) or f"{kind}-{uuid.uuid4().hex}",
+            "time": time.time(),
+            "cluster": cluster,
+            "actor": actor,
+            **fields,
+        }
+
+    async def send(self, cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict:
+        body = self.record(cluster, kind, actor, **fields)
+        await (await self.producer.send(self.topic, orjson.dumps(body), key=cluster.encode()))
+        return body
+
+    async def send_raw(self, value: bytes, key: bytes | None) -> None:
+        await (await self.producer.send(self.topic, value, key=key))
+
+    async def setup(self, cluster: str, hosts: int = 1, leaves: tuple[str, ...] = ("a",)) -> None:
+        for i in range(hosts):
+            await self.send(cluster, "host.registered", host=f"h{i}", gpus=8)
+        await self.send(cluster, "budget.set", allocation="lab", weight=1, managers=["alice"])
+        for leaf in leaves:
+            await self.send(
+                cluster, "budget.set", allocation=f"lab/{leaf}", weight=1, members=["u"]
+            )
+
+
+class JournalReader:
+    """Accumulates committed journal records (decoded) from the beginning."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.raw: list[Any] = []
+        self.consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            group_id=None,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+        )
+
+    async def __aenter__(self) -> JournalReader:
+        await self.consumer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+
+    async def poll(self, timeout_ms: int = 100) -> None:
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms)
+        for tp in sorted(batches, key=lambda tp: tp.partition):
+            for r in batches[tp]:
+                self.raw.append(r)
+                self.records.append(orjson.loads(r.value))
+
+    async def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float = WAIT_S
+    ) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = predicate(self.records)
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                kinds = Counter(r["type"] for r in self.records)
+                raise AssertionError(f"timed out; journal so far: {dict(kinds)}")
+            await self.poll()
+
+
+def first(kind: str, **match: Any) -> Callable[[list[dict]], dict | None]:
+    def find(records: list[dict]) -> dict | None:
+        for r in records:
+            if r["type"] == kind and all(r.get(k) == v for k, v in match.items()):
+                return r
+        return None
+
+    return find
+
+
+@dataclass
+class Rig:
+    bootstrap: str
+    topics: Topics
+    inbox: Inbox
+    journal: JournalReader
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+
+    def start(self, config: SchedulerConfig | None = None, **options: Any) -> None:
+        self.stop = asyncio.Event()
+        self.task = asyncio.create_task(
+            serve(
+                self.bootstrap,
+                config=config or SchedulerConfig(admins=(ADMIN,)),
+                topics=self.topics,
+                stop=self.stop,
+                tick_every=options.pop("tick_every", 0),
+                snapshot_every=options.pop("snapshot_every", 60.0),
+                **options,
+            )
+        )
+
+    async def halt(self) -> Any:
+        assert self.task is not None
+        self.stop.set()
+        worker = await asyncio.wait_for(self.task, WAIT_S)
+        self.task = None
+        return worker
+
+
+@contextlib.asynccontextmanager
+async def rig(bootstrap: str, partitions: int = 1) -> AsyncIterator[Rig]:
+    topics = Topics.suffixed(suffix())
+    await create_topics(bootstrap, topics=topics, partitions=partitions)
+    async with (
+        Inbox(bootstrap, topics.inbox) as inbox,
+        JournalReader(bootstrap, topics.journal) as journal,
+    ):
+        r = Rig(bootstrap, topics, inbox, journal)
+        try:
+            yield r
+        finally:
+            if r.task is not None:
+                r.stop.set()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(r.task, WAIT_S)
+
+
+async def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Any]:
+    """Every committed (or, with read_uncommitted, every written) record of `topic`."""
+    parts = await partitions(bootstrap, topic)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        isolation_level=isolation,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[Any] = []
+        deadline = time.monotonic() + WAIT_S
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            batches = await consumer.getmany(timeout_ms=200)
+            for tp in sorted(batches, key=lambda tp: tp.partition):
+                out.extend(r for r in batches[tp] if r.offset < ends[tp])
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def partitions(bootstrap: str, topic: str) -> set[int]:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        return set(await producer.partitions_for(topic))
+    finally:
+        await producer.stop()
+
+
+def headers(record: Any) -> dict[str, bytes]:
+    return dict(record.headers or ())
+
+
+def spawn_worker(bootstrap: str, suffix: str, log: Path, *extra: str) -> subprocess.Popen:
+    """`python -m streams.worker` on the suffixed topics, its output appended to `log`."""
+    cmd = [
+        sys.executable, "-m", "streams.worker", "--kafka", bootstrap, f"--topic-suffix={suffix}",
+        "--admin", ADMIN, "--tick-every", "0.3", "--snapshot-every", "0.5", "--max-batch", "150",
+        "--log-level", "info", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with log.open("ab") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def inputs_seen(records: list[dict]) -> int:
+    return sum(1 for r in records if "inbox" in r and is_input(r))
+
+
+def is_input(r: dict) -> bool:
+    kind = r["type"]
+    return (kind in ev.INPUT_TYPES and kind != "config.set") or kind.endswith(".rejected")
+
+
+async def executor(bootstrap: str, topics: Topics, inbox: Inbox, stop: asyncio.Event) -> None:
+    """Plays the launcher: reports each placed attempt as finished right away, so GPUs
+    free up and the scheduler keeps deciding while it is being killed."""
+    async with JournalReader(bootstrap, topics.journal) as journal:
+        done = 0
+        while not stop.is_set():
+            await journal.poll(100)
+            for r in journal.records[done:]:
+                if r["type"] == "workload.placed":
+                    body = inbox.record(
+                        r["cluster"],
+                        "workload.finished",
+                        actor="executor",
+                        workload=r["workload"],
+                        attempt=r["attempt"],
+                        outcome="completed",
+                    )
+                    await inbox.producer.send(
+                        topics.inbox, orjson.dumps(body), key=r["cluster"].encode()
+                    )
+            done = len(journal.records)
+
+
+async def inbox_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    parts = await partitions(bootstrap, topic)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+def folded_up_to(ends: dict[int, int]) -> Callable[[list[dict]], bool]:
+    def check(records: list[dict]) -> bool:
+        last: dict[int, int] = defaultdict(lambda: -1)
+        for r in records:
+            if "inbox" in r:
+                p, o = r["inbox"]
+                last[p] = max(last[p], o)
+        return all(last[p] >= end - 1 for p, end in ends.items() if end > 0)
+
+    return check

@@ -1,0 +1,208 @@
+"""Scale-out and failover on a real broker: two workers in one consumer group share a
+4-partition inbox carrying 8 clusters; one is SIGKILLed under steady load and the
+other takes its partitions over from the snapshots and the journal.
+
+Afterwards every inbox record is folded exactly once, no decision is missing or
+repeated, and re-deciding each cluster's journal reproduces it byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from domain import events as ev
+from projections.replay import verify
+from streams.worker import Topics, create_topics
+from tests.streams.rig import (
+    WAIT_S,
+    Inbox,
+    JournalReader,
+    executor,
+    folded_up_to,
+    inbox_ends,
+    inputs_seen,
+    is_input,
+    read_all,
+    spawn_worker,
+    suffix,
+)
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+CLUSTERS_PER_PARTITION = 2
+TOOK_OVER = re.compile(r"took over inbox partitions \[([\d, ]*)\]")
+
+
+def clusters_spread_over(partitions: int, per_partition: int, prefix: str) -> list[str]:
+    """Cluster names whose keys hash (as the producers do) to every partition equally."""
+    home = DefaultPartitioner()
+    parts = list(range(partitions))
+    chosen: dict[int, list[str]] = defaultdict(list)
+    n = 0
+    while min((len(chosen[p]) for p in parts), default=0) < per_partition:
+        name = f"{prefix}-{n}"
+        p = home(name.encode(), parts, parts)
+        if len(chosen[p]) < per_partition:
+            chosen[p].append(name)
+        n += 1
+    return [name for p in parts for name in chosen[p]]
+
+
+def owned_partitions(log: Path) -> set[int]:
+    """Partitions a worker took over, by its log (the last assignment wins only in
+    the sense that a partition it gave up later is not removed: good enough here,
+    where the only later change is the survivor gaining partitions)."""
+    found: set[int] = set()
+    for match in TOOK_OVER.finditer(log.read_text()):
+        found |= {int(x) for x in match.group(1).split(",") if x.strip()}
+    return found
+
+
+async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    name = suffix()
+    topics = Topics.suffixed(name)
+    await create_topics(kafka_bootstrap, topics=topics, partitions=PARTITIONS)
+    clusters = clusters_spread_over(PARTITIONS, CLUSTERS_PER_PARTITION, f"f{name}")
+    home = {c: DefaultPartitioner()(c.encode(), list(range(4)), list(range(4))) for c in clusters}
+    group = ["--group", f"allot-scheduler{name}", "--session-timeout", "6"]
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
+    total = 2400
+    procs: list[subprocess.Popen] = []
+
+    async def feed(inbox: Inbox) -> None:
+        """Steady load on every cluster: ~100 requests every 0.15 s."""
+        for n in range(total):
+            cluster = clusters[n % len(clusters)]
+            if n % 20 == 19:
+                body = inbox.record(
+                    cluster, "workload.cancelled", actor="u", workload=f"w{n - 2 * len(clusters)}"
+                )
+            else:
+                body = inbox.record(
+                    cluster,
+                    "workload.submitted",
+                    actor="u",
+                    workload=f"w{n}",
+                    allocation=f"lab/{'ab'[n % 3 % 2]}",
+                    gpus=1 + n % 8,
+                    min_runtime=(0, 60, 600)[n % 3],
+                    resumable=bool(n % 2),
+                )
+            await inbox.producer.send(topics.inbox, orjson.dumps(body), key=cluster.encode())
+            if n % 100 == 99:
+                await inbox.producer.flush()
+                await asyncio.sleep(0.15)
+        await inbox.producer.flush()
+
+    stop_executor = asyncio.Event()
+    try:
+        async with (
+            Inbox(kafka_bootstrap, topics.inbox) as inbox,
+            JournalReader(kafka_bootstrap, topics.journal) as journal,
+        ):
+            for cluster in clusters:
+                await inbox.setup(cluster, hosts=2, leaves=("a", "b"))
+            procs = [spawn_worker(kafka_bootstrap, name, log, *group) for log in logs]
+            setup_inputs = len(clusters) * 5  # 2 hosts, lab, lab/a, lab/b
+            await journal.wait_for(lambda recs: inputs_seen(recs) >= setup_inputs)
+            # both members hold partitions before the load starts
+            deadline = time.monotonic() + WAIT_S
+            while not all(owned_partitions(log) for log in logs):
+                assert time.monotonic() < deadline, [log.read_text()[-2000:] for log in logs]
+                await asyncio.sleep(0.2)
+            feeder = asyncio.create_task(feed(inbox))
+            reporter = asyncio.create_task(executor(kafka_bootstrap, topics, inbox, stop_executor))
+
+            base = inputs_seen(journal.records)
+            await journal.wait_for(lambda recs: inputs_seen(recs) >= base + 700)
+            assert not feeder.done(), "the stream ended before the kill; slow the feed"
+            victim, survivor = 0, 1
+            lost = owned_partitions(logs[victim]) - owned_partitions(logs[survivor])
+            assert lost, "the victim held no partition of its own"
+            last_before = {
+                p: max((r["inbox"][1] for r in journal.records if r.get("inbox", [-1])[0] == p),
+                       default=-1)
+                for p in lost
+            }  # fmt: skip
+            killed_at = time.monotonic()
+            procs[victim].send_signal(signal.SIGKILL)
+            assert procs[victim].wait(WAIT_S) == -signal.SIGKILL
+
+            def resumed(recs: list[dict]) -> bool:
+                return any(
+                    "inbox" in r and r["inbox"][0] in lost and r["inbox"][1] > last_before[r["inbox"][0]]
+                    for r in recs
+                )  # fmt: skip
+
+            await journal.wait_for(resumed)
+            takeover_s = time.monotonic() - killed_at
+            print(f"takeover: first decision on the dead worker's partitions {takeover_s:.1f}s "
+                  f"after kill -9 (session timeout 6 s)")  # fmt: skip
+
+            await asyncio.wait_for(feeder, WAIT_S)
+            await asyncio.sleep(1.0)  # the executor reports the last placements
+            stop_executor.set()
+            await asyncio.wait_for(reporter, WAIT_S)
+            ends = await inbox_ends(kafka_bootstrap, topics.inbox)
+            await journal.wait_for(folded_up_to(ends))
+            procs[survivor].send_signal(signal.SIGTERM)
+            assert procs[survivor].wait(WAIT_S) == 0, logs[survivor].read_text()[-3000:]
+    finally:
+        stop_executor.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    survivor_log = logs[survivor].read_text()
+    assert lost <= owned_partitions(logs[survivor]), survivor_log[-3000:]
+    assert takeover_s < 6 + 20, f"takeover took {takeover_s:.1f}s"
+
+    inbox_records = await read_all(kafka_bootstrap, topics.inbox)
+    raw_journal = await read_all(kafka_bootstrap, topics.journal)
+    journal_records = [orjson.loads(r.value) for r in raw_journal]
+    # every inbox record up to the last folded one, once: no gap, no repeat
+    folded = Counter(tuple(r["inbox"]) for r in journal_records if is_input(r))
+    assert max(folded.values()) == 1, [k for k, v in folded.items() if v > 1][:5]
+    last: dict[int, int] = defaultdict(lambda: -1)
+    for p, o in folded:
+        last[p] = max(last[p], o)
+    expected = {(r.partition, r.offset) for r in inbox_records if r.offset <= last[r.partition]}
+    assert set(folded) == expected
+    sent = {orjson.loads(r.value)["id"] for r in inbox_records}
+    sent = {i for i in sent if not i.startswith("tick/")}
+    inputs = Counter(
+        r["id"] for r in journal_records if is_input(r) and not r["type"].endswith(".rejected")
+    )
+    refs = Counter(r["ref"] for r in journal_records if r["type"].endswith(".rejected"))
+    assert max(inputs.values()) == 1
+    assert sent <= set(inputs) | set(refs)
+
+    for cluster in clusters:
+        mine = [orjson.loads(r.value) for r in raw_journal if r.key == cluster.encode()]
+        assert all(r["inbox"][0] == home[cluster] for r in mine if "inbox" in r)
+        own = [r["id"] for r in mine if r["type"] not in ev.INPUT_TYPES]
+        assert own == [f"{cluster}/{n}" for n in range(len(own))]  # dense, each once
+        placements = Counter(
+            (r["workload"], r["attempt"]) for r in mine if r["type"] == "workload.placed"
+        )
+        assert placements and max(placements.values()) == 1
+        dump = tmp_path / f"{cluster}.jsonl"
+        dump.write_bytes(
+            b"".join(r.value + b"\n" for r in raw_journal if r.key == cluster.encode())
+        )
+        result = verify(dump)
+        assert result.difference is None, (cluster, result.difference)
