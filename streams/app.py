@@ -23,8 +23,10 @@ Why a service and not a faust agent + table:
   periodically (key = cluster) — the same structure a faust table's changelog has,
   without a changelog record per event.
 
-Run one such worker per cluster set: workers with the same topics and `ALLOT_CLUSTERS`
-share a transactional id, so a second one fences the first (which exits; that is the
+Scale out with `ALLOT_GROUP=NAME`: the workers of one consumer group share the inbox
+partitions (and every cluster on them) and take over a dead member's. Without a group
+run one worker per cluster set: workers with the same topics and `ALLOT_CLUSTERS` share
+transactional ids, so a second one fences the first (which exits; that is the
 single-writer guarantee). Split clusters between workers with `ALLOT_CLUSTERS`.
 
 Faust still provides what it is good at here: the worker process (logging, signals,
@@ -32,6 +34,7 @@ Faust still provides what it is good at here: the worker process (logging, signa
 
 - `ALLOT_KAFKA` bootstrap HOST:PORT (default 127.0.0.1:9092)
 - `ALLOT_ADMINS` comma-separated admin principals; `ALLOT_CLUSTERS` only these clusters
+- `ALLOT_GROUP` consumer group to share the inbox partitions with (default: none)
 - `ALLOT_TICK_EVERY` (10 s), `ALLOT_SNAPSHOT_EVERY` (60 s), `ALLOT_TOPIC_SUFFIX`
 - `ALLOT_CONFIG` extra scheduler config as JSON, e.g. `{"window": "3d"}`
 - `ALLOT_FAUST_DATADIR` (default `allot-data`)
@@ -112,6 +115,7 @@ class Scheduler(mode.Service):
                 tick_every=_float_env("ALLOT_TICK_EVERY", 10.0),
                 snapshot_every=_float_env("ALLOT_SNAPSHOT_EVERY", 60.0),
                 topics=Topics.suffixed(os.environ.get("ALLOT_TOPIC_SUFFIX", "")),
+                group=os.environ.get("ALLOT_GROUP") or None,
                 stop=self._stop_event,
                 on_ready=lambda w: log.info(
                     "allot scheduler consuming %s (%d clusters recovered)",

@@ -86,7 +86,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from domain.config import SchedulerConfig
 from streams import topics as names
 from streams.core import InboxRecord, SchedulerCore
-from streams.kafka_auth import client_options
+from streams.kafka_auth import KafkaAuthError, client_options
 
 log = logging.getLogger("allot.worker")
 
@@ -103,6 +103,10 @@ TRANSACTION_TIMEOUT_MS = 15_000  # one batch or snapshot round takes well under 
 
 class BrokerUnavailable(RuntimeError):
     """The Kafka broker did not answer: one line for the user."""
+
+
+class WorkerError(RuntimeError):
+    """The worker cannot go on (e.g. fenced by a newer worker with its identity)."""
 
 
 # ------------------------------------------------------------------ topics
@@ -906,9 +910,15 @@ class Worker:
         try:
             await self._write(part, out, dead)
         except ProducerFenced:
-            log.warning("inbox partition %d was taken over by another worker", partition)
             self.stats.fenced += 1
             self._drop(partition)
+            if self.group is None:  # no group to hand over to: a second worker runs
+                raise WorkerError(
+                    f"another worker with this worker's topics and clusters took over inbox "
+                    f"partition {partition}; stopping (run one worker per cluster set, or "
+                    "several with --group)"
+                ) from None
+            log.warning("inbox partition %d was taken over by another worker", partition)
             return
         except (KafkaError, OSError, TimeoutError) as why:
             log.warning(
@@ -1318,7 +1328,7 @@ def main(argv: list[str] | None = None) -> int:
             group=args.group,
             session_timeout_ms=int(args.session_timeout * 1000),
         )
-    except BrokerUnavailable as why:
+    except (BrokerUnavailable, WorkerError, KafkaAuthError) as why:
         print(f"error: {why}", file=sys.stderr)
         return 2
     return 0

@@ -11,7 +11,6 @@ plus those settings, journaled as `config.set` if it differs from the recorded o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import os
@@ -151,6 +150,16 @@ def serve(
             "--metrics-bind", help="Address for --metrics-port (0.0.0.0: every interface)."
         ),
     ] = "127.0.0.1",
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            metavar="NAME",
+            help="Scale out (--kafka): join consumer group NAME; the workers of a group "
+            "share the inbox partitions with every cluster on them (not just --cluster), "
+            "and a survivor takes a dead worker's partitions over.",
+        ),
+    ] = None,
 ) -> None:
     """Run the scheduler: fold the inbox through the domain core into the journal."""
     from domain.durations import parse_duration
@@ -170,13 +179,15 @@ def serve(
             return
         if once:
             raise ServeError("--once works with --data DIR (the embedded journal) only")
+        if group is not None and not group.strip():
+            raise ServeError("--group: give the consumer group a name")
         from streams.inbox import InboxError, parse_bootstrap
 
         try:
             bootstrap = parse_bootstrap(target.kafka or "")
         except InboxError as why:
             raise ServeError(str(why)) from None
-    _serve_kafka(bootstrap, cluster, config, tick_s, metrics)
+    _serve_kafka(bootstrap, cluster, config, tick_s, metrics, group)
 
 
 class JournalMetrics:
@@ -229,7 +240,12 @@ class JournalMetrics:
 
 
 def _serve_kafka(
-    bootstrap: str, cluster: str, config: Any, tick_s: float, metrics: JournalMetrics | None = None
+    bootstrap: str,
+    cluster: str,
+    config: Any,
+    tick_s: float,
+    metrics: JournalMetrics | None = None,
+    group: str | None = None,
 ) -> None:
     from aiokafka.errors import KafkaError
 
@@ -241,7 +257,7 @@ def _serve_kafka(
     # the worker's own one-line errors (e.g. BrokerUnavailable), if it defines them
     known = tuple(
         cls
-        for name in ("BrokerUnavailable", "WorkerError")
+        for name in ("BrokerUnavailable", "WorkerError", "KafkaAuthError")
         if isinstance(cls := getattr(worker, name, None), type) and issubclass(cls, Exception)
     )
     options: dict[str, Any] = {}
@@ -250,10 +266,14 @@ def _serve_kafka(
     try:
         if metrics is not None:
             metrics.start()  # listening now: a port in use fails before any Kafka work
+        # one cluster, or (with a group) every cluster on the partitions it is given
+        clusters = None if group else [cluster]
         result = worker.run_worker(
-            bootstrap, config=config, clusters=[cluster], tick_every=tick_s, **options
+            bootstrap, config=config, clusters=clusters, tick_every=tick_s, group=group, **options
         )
         if inspect.isawaitable(result):
+            import asyncio
+
             asyncio.run(result)  # type: ignore[arg-type]
     except ServeError as why:
         typer.echo(f"error: {why}", err=True)

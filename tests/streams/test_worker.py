@@ -332,6 +332,54 @@ async def test_a_batch_cut_short_before_its_commit_is_invisible_and_redone(
             await asyncio.wait_for(producer.stop(), 5)
 
 
+async def test_a_failed_commit_is_re_derived_and_redone_exactly_once(
+    kafka_bootstrap: str,
+) -> None:
+    """The broker refuses one commit (e.g. it restarted mid-transaction): the worker's
+    cores are then ahead of the journal, so it drops them, takes the partition over
+    again from the journal, and folds the same inputs once more — exactly once."""
+    from aiokafka.errors import KafkaError
+
+    async with rig(kafka_bootstrap) as r:
+        ready: list[Any] = []
+        r.start(on_ready=ready.append)
+        await r.inbox.setup("c")
+        await r.journal.wait_for(first("budget.set", allocation="lab/a"))
+        producer = ready[0].owned[0].producer
+        real_commit = producer.commit_transaction
+        failures = []
+
+        async def refuse_once() -> None:
+            if not failures:
+                failures.append(1)
+                raise KafkaError("commit refused (injected)")
+            await real_commit()
+
+        producer.commit_transaction = refuse_once
+        sub = await r.inbox.send(
+            "c", "workload.submitted", actor="u", workload="w", allocation="lab/a", gpus=1,
+            min_runtime=60,
+        )  # fmt: skip
+        placed = await r.journal.wait_for(first("workload.placed", workload="w"))
+        assert placed["cause"] == sub["id"]
+        more = await r.inbox.send(
+            "c", "workload.submitted", actor="u", workload="w2", allocation="lab/a", gpus=1,
+            min_runtime=60,
+        )  # fmt: skip
+        await r.journal.wait_for(first("workload.placed", workload="w2"))
+        worker = await r.halt()
+    assert failures == [1]
+    assert worker.stats.write_failures == 1 and len(worker.stats.takeovers) == 2
+    committed = [orjson.loads(x.value) for x in await read_all(kafka_bootstrap, r.topics.journal)]
+    assert Counter(x["type"] for x in committed if x.get("workload") == "w") == {
+        "workload.submitted": 1,
+        "workload.placed": 1,
+    }
+    assert sum(x.get("id") == more["id"] for x in committed) == 1
+    own = [x["id"] for x in committed if x["type"] not in ev.INPUT_TYPES]
+    assert own == [f"c/{n}" for n in range(len(own))]
+
+
 def test_recovery_rederives_the_journal_and_falls_back_to_folding_facts() -> None:
     from streams.core import InboxRecord, SchedulerCore
 

@@ -1,0 +1,143 @@
+"""The broker goes away mid-stream and comes back: the worker reconnects on its own
+and nothing is lost or folded twice.
+
+This test runs its own broker (deploy/kafka/start on a free port with a throwaway data
+dir), because it stops and restarts it; the session broker stays untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from domain import events as ev
+from domain.config import SchedulerConfig
+from projections.replay import verify
+from streams.worker import Topics, create_topics, serve
+from tests.streams.rig import (
+    ADMIN,
+    ROOT,
+    WAIT_S,
+    Inbox,
+    JournalReader,
+    folded_up_to,
+    inbox_ends,
+    inputs_seen,
+    is_input,
+    read_all,
+)
+
+pytestmark = pytest.mark.kafka
+
+KAFKA = ROOT / "deploy" / "kafka"
+
+
+class Broker:
+    """A broker of this test's own: start, stop and start again on the same port/data."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bootstrap = ""
+
+    def start(self) -> str:
+        out = subprocess.run(
+            [str(KAFKA / "start"), "--data", str(self.data), "--port", str(self.port), "--quiet"],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        self.bootstrap = out.stdout.strip().splitlines()[-1]
+        return self.bootstrap
+
+    def stop(self) -> None:
+        subprocess.run(
+            [str(KAFKA / "stop"), "--data", str(self.data), "--quiet"], timeout=120, check=False
+        )
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    b = Broker(tmp_path / "kafka")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+async def test_worker_survives_a_broker_restart_mid_stream(broker: Broker, tmp_path: Path) -> None:
+    bootstrap = broker.bootstrap
+    topics = Topics.suffixed("-restart")
+    await create_topics(bootstrap, topics=topics, partitions=2)
+    clusters = ["r-a", "r-b"]
+    backlog = 6000
+
+    def submission(inbox: Inbox, n: int) -> dict:
+        return inbox.record(
+            clusters[n % 2], "workload.submitted", actor="u", workload=f"w{n}",
+            allocation=f"lab/{'ab'[n % 3 % 2]}", gpus=1 + n % 8, min_runtime=(0, 60, 600)[n % 3],
+        )  # fmt: skip
+
+    async def send(inbox: Inbox, bodies: list[dict]) -> None:
+        for body in bodies:
+            await inbox.producer.send(
+                topics.inbox, orjson.dumps(body), key=body["cluster"].encode()
+            )
+        await inbox.producer.flush()
+
+    stop = asyncio.Event()
+    async with Inbox(bootstrap, topics.inbox) as inbox:
+        for cluster in clusters:
+            await inbox.setup(cluster, hosts=2, leaves=("a", "b"))
+        await send(inbox, [submission(inbox, n) for n in range(backlog)])
+    task = asyncio.create_task(
+        serve(bootstrap, config=SchedulerConfig(admins=(ADMIN,)), topics=topics, stop=stop,
+              tick_every=0, snapshot_every=1.0, max_batch=100)
+    )  # fmt: skip
+    try:
+        async with JournalReader(bootstrap, topics.journal) as journal:
+            # the worker is part-way through the backlog when the broker goes away
+            await journal.wait_for(lambda recs: inputs_seen(recs) >= 1000)
+        assert not task.done()
+        broker.stop()
+        await asyncio.sleep(3.0)  # the worker keeps trying meanwhile
+        assert not task.done(), "the worker gave up while the broker was away"
+        broker.start()
+        async with (
+            Inbox(bootstrap, topics.inbox) as inbox,
+            JournalReader(bootstrap, topics.journal) as journal,
+        ):
+            await send(inbox, [submission(inbox, n) for n in range(backlog, backlog + 500)])
+            ends = await inbox_ends(bootstrap, topics.inbox)
+            await journal.wait_for(folded_up_to(ends), timeout=3 * WAIT_S)
+    finally:
+        stop.set()
+        worker = await asyncio.wait_for(task, WAIT_S)
+    print(
+        f"write failures re-derived: {worker.stats.write_failures}; "
+        f"takeovers: {[(p, round(s, 2)) for p, s in worker.stats.takeovers]}"
+    )
+
+    inbox_records = await read_all(bootstrap, topics.inbox)
+    raw_journal = await read_all(bootstrap, topics.journal)
+    records = [orjson.loads(r.value) for r in raw_journal]
+    folded = Counter(tuple(r["inbox"]) for r in records if is_input(r))
+    assert max(folded.values()) == 1
+    assert set(folded) == {(r.partition, r.offset) for r in inbox_records}  # every one, once
+    for cluster in clusters:
+        mine = [orjson.loads(r.value) for r in raw_journal if r.key == cluster.encode()]
+        own = [r["id"] for r in mine if r["type"] not in ev.INPUT_TYPES]
+        assert own == [f"{cluster}/{n}" for n in range(len(own))]
+        dump = tmp_path / f"{cluster}.jsonl"
+        dump.write_bytes(
+            b"".join(r.value + b"\n" for r in raw_journal if r.key == cluster.encode())
+        )
+        assert verify(dump).difference is None
