@@ -4,7 +4,9 @@
 `--kafka HOST:PORT` (an idempotent aiokafka producer, `acks=all`, key = cluster, value
 = orjson bytes, to `allot.inbox`). The Kafka writer runs synchronously (asyncio.run)
 for the CLI and fails within a few seconds with `InboxError("cannot reach Kafka at
-HOST:PORT: ...")` when the broker does not answer.
+HOST:PORT: ...")` when the broker does not answer. It logs in as
+`streams.kafka_auth.client_options()` says ($ALLOT_KAFKA_USER, ...); a rejected login
+or an ACL denial is one line too.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from streams import topics
+from streams import kafka_auth, topics
 from streams.embedded import JOURNAL_FILE, EmbeddedError, LineReader, append_requests
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
@@ -164,6 +166,17 @@ class KafkaInbox:
         self.label = f"kafka {self.bootstrap}"
         self.connect_timeout = connect_timeout
         self.send_timeout = send_timeout
+        try:
+            self.options = kafka_auth.client_options()
+        except kafka_auth.KafkaAuthError as why:
+            raise InboxError(str(why)) from None
+
+    def _failure(self, why: BaseException) -> InboxError:
+        """A login or ACL problem in one line, else "cannot reach Kafka"."""
+        reason = kafka_auth.describe_error(why)
+        if reason is not None:
+            return InboxError(f"Kafka at {self.bootstrap}: {reason}")
+        return self._unreachable(why)
 
     def _unreachable(self, why: object) -> InboxError:
         text = str(why) or type(why).__name__
@@ -190,7 +203,7 @@ class KafkaInbox:
         except InboxError:
             raise
         except (TimeoutError, KafkaError, OSError) as why:
-            raise self._unreachable(why) from None
+            raise self._failure(why) from None
 
     async def _start(self, client: Any) -> None:
         try:
@@ -200,6 +213,11 @@ class KafkaInbox:
             raise self._unreachable(f"no answer within {self.connect_timeout:g} s") from None
         except Exception as why:
             await _quiet_stop(client)
+            reason = kafka_auth.describe_error(why)
+            if reason is None and "Unable to bootstrap" in str(why):
+                reason = await kafka_auth.diagnose(self.bootstrap, self.options)
+            if reason is not None:
+                raise InboxError(f"Kafka at {self.bootstrap}: {reason}") from None
             raise self._unreachable(why) from None
 
     async def _send(
@@ -217,6 +235,7 @@ class KafkaInbox:
                 acks="all",
                 request_timeout_ms=int(self.send_timeout * 1000),
                 client_id="allot-cli",
+                **self.options,
             )
             await self._start(producer)
             try:
@@ -256,9 +275,29 @@ class KafkaInbox:
             metadata_max_age_ms=1000,
             request_timeout_ms=int(self.send_timeout * 1000),
             client_id="allot-cli-wait",
+            **self.options,
         )
-        await self._start(consumer)
-        if topics.JOURNAL in await consumer.topics():
+        try:
+            await self._start(consumer)
+        except InboxError as why:
+            if "not authorized" not in str(why):
+                raise
+            raise InboxError(
+                f"{why}; --wait reads {topics.JOURNAL} to see the outcome, so nothing was "
+                "sent: submit without --wait, or as a principal that may read the journal"
+            ) from None
+        present = await consumer.topics()
+        if topics.JOURNAL not in present and await kafka_auth.topic_denied(
+            consumer._client, topics.JOURNAL
+        ):
+            await _quiet_stop(consumer)
+            who = self.options.get("sasl_plain_username")
+            raise InboxError(
+                f"Kafka at {self.bootstrap}: not authorized{f' as {who!r}' if who else ''} "
+                f"to read {topics.JOURNAL}, so --wait cannot see the outcome; nothing was "
+                "sent. Submit without --wait, or as a principal that may read the journal"
+            )
+        if topics.JOURNAL in present:
             deadline = time.monotonic() + self.connect_timeout
             while not consumer.assignment() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)

@@ -142,7 +142,7 @@ def describe_error(error: BaseException) -> str | None:
     return None
 
 
-async def diagnose(bootstrap: str, options: dict[str, Any], timeout: float = 5.0) -> str | None:
+async def diagnose(bootstrap: str, options: dict[str, Any], timeout: float = 3.0) -> str | None:
     """Why a client could not bootstrap, when it is a login problem: aiokafka only logs
     the SASL error and raises "Unable to bootstrap". Connects once to the first
     address with `options` and returns a one-line reason, or None if it is not about
