@@ -290,3 +290,81 @@ def folded_up_to(ends: dict[int, int]) -> Callable[[list[dict]], bool]:
         return all(last[p] >= end - 1 for p, end in ends.items() if end > 0)
 
     return check
+
+
+async def steady_feed(
+    inbox: Inbox,
+    topic: str,
+    clusters: list[str],
+    total: int,
+    *,
+    cancel_every: int,
+    pause_s: float,
+) -> None:
+    """Submissions round-robin over `clusters`, every `cancel_every`-th request a
+    cancellation of an earlier one; a flush and `pause_s` after every 100."""
+    back = 7 if len(clusters) < 4 else 2 * len(clusters)
+    for n in range(total):
+        cluster = clusters[n % len(clusters)]
+        if n % cancel_every == cancel_every - 1:
+            body = inbox.record(cluster, "workload.cancelled", actor="u", workload=f"w{n - back}")
+        else:
+            body = inbox.record(
+                cluster,
+                "workload.submitted",
+                actor="u",
+                workload=f"w{n}",
+                allocation=f"lab/{'ab'[n % 3 % 2]}",
+                gpus=1 + n % 8,
+                min_runtime=(0, 60, 600)[n % 3],
+                resumable=bool(n % 2),
+            )
+        await inbox.producer.send(topic, orjson.dumps(body), key=cluster.encode())
+        if n % 100 == 99:
+            await inbox.producer.flush()
+            await asyncio.sleep(pause_s)
+    await inbox.producer.flush()
+
+
+def assert_folded_exactly_once(inbox_records: list[Any], journal: list[dict]) -> set[str]:
+    """Every inbox record up to the last one folded appears exactly once in the journal,
+    as an accepted input or its rejection (no gap, no repeat), and every request id sent
+    (but late ticks) is there once. Returns the ids sent."""
+    folded = Counter(tuple(r["inbox"]) for r in journal if is_input(r))
+    assert max(folded.values()) == 1, [k for k, v in folded.items() if v > 1][:5]
+    last: dict[int, int] = defaultdict(lambda: -1)
+    for p, o in folded:
+        last[p] = max(last[p], o)
+    expected = {(r.partition, r.offset) for r in inbox_records if r.offset <= last[r.partition]}
+    assert set(folded) == expected
+    sent = {orjson.loads(r.value)["id"] for r in inbox_records}
+    sent = {i for i in sent if not i.startswith("tick/")}
+    inputs = Counter(
+        r["id"] for r in journal if is_input(r) and not r["type"].endswith(".rejected")
+    )
+    refs = Counter(r["ref"] for r in journal if r["type"].endswith(".rejected"))
+    assert max(inputs.values()) == 1
+    assert sent <= set(inputs) | set(refs)
+    return sent
+
+
+def assert_cluster_replays(raw_journal: list[Any], cluster: str, folder: Path) -> list[dict]:
+    """One cluster's decisions are numbered cluster/seq densely, each attempt is placed
+    once, and re-deciding its journal's inputs reproduces it byte for byte. Returns the
+    cluster's decoded records."""
+    from projections.replay import verify
+
+    lines = [r.value for r in raw_journal if r.key == cluster.encode()]
+    mine = [orjson.loads(line) for line in lines]
+    own = [r["id"] for r in mine if r["type"] not in ev.INPUT_TYPES]
+    assert own == [f"{cluster}/{n}" for n in range(len(own))]
+    placements = Counter(
+        (r["workload"], r["attempt"]) for r in mine if r["type"] == "workload.placed"
+    )
+    assert placements and max(placements.values()) == 1
+    dump = folder / f"{cluster}.jsonl"
+    dump.write_bytes(b"".join(line + b"\n" for line in lines))
+    result = verify(dump)
+    assert result.difference is None, (cluster, result.difference)
+    assert result.decisions == len(own) - sum(r["type"].endswith(".rejected") for r in mine)
+    return mine

@@ -13,27 +13,27 @@ import re
 import signal
 import subprocess
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from domain import events as ev
-from projections.replay import verify
 from streams.worker import Topics, create_topics
 from tests.streams.rig import (
     WAIT_S,
     Inbox,
     JournalReader,
+    assert_cluster_replays,
+    assert_folded_exactly_once,
     executor,
     folded_up_to,
     inbox_ends,
     inputs_seen,
-    is_input,
     read_all,
     spawn_worker,
+    steady_feed,
     suffix,
 )
 
@@ -82,31 +82,6 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
     total = 2400
     procs: list[subprocess.Popen] = []
 
-    async def feed(inbox: Inbox) -> None:
-        """Steady load on every cluster: ~100 requests every 0.15 s."""
-        for n in range(total):
-            cluster = clusters[n % len(clusters)]
-            if n % 20 == 19:
-                body = inbox.record(
-                    cluster, "workload.cancelled", actor="u", workload=f"w{n - 2 * len(clusters)}"
-                )
-            else:
-                body = inbox.record(
-                    cluster,
-                    "workload.submitted",
-                    actor="u",
-                    workload=f"w{n}",
-                    allocation=f"lab/{'ab'[n % 3 % 2]}",
-                    gpus=1 + n % 8,
-                    min_runtime=(0, 60, 600)[n % 3],
-                    resumable=bool(n % 2),
-                )
-            await inbox.producer.send(topics.inbox, orjson.dumps(body), key=cluster.encode())
-            if n % 100 == 99:
-                await inbox.producer.flush()
-                await asyncio.sleep(0.15)
-        await inbox.producer.flush()
-
     stop_executor = asyncio.Event()
     try:
         async with (
@@ -123,7 +98,9 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
             while not all(owned_partitions(log) for log in logs):
                 assert time.monotonic() < deadline, [log.read_text()[-2000:] for log in logs]
                 await asyncio.sleep(0.2)
-            feeder = asyncio.create_task(feed(inbox))
+            feeder = asyncio.create_task(
+                steady_feed(inbox, topics.inbox, clusters, total, cancel_every=20, pause_s=0.15)
+            )
             reporter = asyncio.create_task(executor(kafka_bootstrap, topics, inbox, stop_executor))
 
             base = inputs_seen(journal.records)
@@ -174,35 +151,7 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
     inbox_records = await read_all(kafka_bootstrap, topics.inbox)
     raw_journal = await read_all(kafka_bootstrap, topics.journal)
     journal_records = [orjson.loads(r.value) for r in raw_journal]
-    # every inbox record up to the last folded one, once: no gap, no repeat
-    folded = Counter(tuple(r["inbox"]) for r in journal_records if is_input(r))
-    assert max(folded.values()) == 1, [k for k, v in folded.items() if v > 1][:5]
-    last: dict[int, int] = defaultdict(lambda: -1)
-    for p, o in folded:
-        last[p] = max(last[p], o)
-    expected = {(r.partition, r.offset) for r in inbox_records if r.offset <= last[r.partition]}
-    assert set(folded) == expected
-    sent = {orjson.loads(r.value)["id"] for r in inbox_records}
-    sent = {i for i in sent if not i.startswith("tick/")}
-    inputs = Counter(
-        r["id"] for r in journal_records if is_input(r) and not r["type"].endswith(".rejected")
-    )
-    refs = Counter(r["ref"] for r in journal_records if r["type"].endswith(".rejected"))
-    assert max(inputs.values()) == 1
-    assert sent <= set(inputs) | set(refs)
-
+    assert_folded_exactly_once(inbox_records, journal_records)
     for cluster in clusters:
-        mine = [orjson.loads(r.value) for r in raw_journal if r.key == cluster.encode()]
+        mine = assert_cluster_replays(raw_journal, cluster, tmp_path)
         assert all(r["inbox"][0] == home[cluster] for r in mine if "inbox" in r)
-        own = [r["id"] for r in mine if r["type"] not in ev.INPUT_TYPES]
-        assert own == [f"{cluster}/{n}" for n in range(len(own))]  # dense, each once
-        placements = Counter(
-            (r["workload"], r["attempt"]) for r in mine if r["type"] == "workload.placed"
-        )
-        assert placements and max(placements.values()) == 1
-        dump = tmp_path / f"{cluster}.jsonl"
-        dump.write_bytes(
-            b"".join(r.value + b"\n" for r in raw_journal if r.key == cluster.encode())
-        )
-        result = verify(dump)
-        assert result.difference is None, (cluster, result.difference)
