@@ -96,6 +96,7 @@ MANIFEST_PREFIX = "__manifest__/"
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # journal and DLQ records (an inbox record is <= 1 MiB)
 MAX_CLUSTER_NAME = 200
+MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow memory
 JOURNAL_BATCH_BYTES = 256 * 1024  # one produce batch; ~600 journal records
 READ_TIMEOUT_S = 120.0  # reading a topic to its end during recovery
 TRANSACTION_TIMEOUT_MS = 15_000  # one batch or snapshot round takes well under this
@@ -345,8 +346,10 @@ class Worker:
         on_journal: Callable[[str, list[bytes]], None] | None = None,
         kafka_options: dict[str, Any] | None = None,
         session_timeout_ms: int = 10_000,
+        max_clusters: int = MAX_CLUSTERS,
     ) -> None:
         self.bootstrap = bootstrap.removeprefix("kafka://")
+        self.max_clusters = max_clusters
         # called with (cluster, journal lines) after each transaction commits and, when
         # a partition is taken over, with every committed journal record of its clusters
         # (from the beginning, whatever the snapshot covers): e.g. a metrics fold
@@ -491,7 +494,9 @@ class Worker:
         part = self._home_of.get(cluster)
         if part is None:
             parts = self._inbox_parts
-            part = self._home_of[cluster] = self._partitioner(cluster.encode(), parts, parts)
+            part = self._partitioner(cluster.encode(), parts, parts)
+            if cluster in self.cores:  # remember known clusters only: keys are untrusted
+                self._home_of[cluster] = part
         return part
 
     # ---------------------------------------------------------------- rebalances
@@ -859,7 +864,25 @@ class Worker:
                 f"that cluster's records belong on partition {home} (key records by cluster "
                 "with the default partitioner)"
             )
+        if (
+            cluster not in self.cores
+            and len(self.cores) >= self.max_clusters
+            and self._mine(cluster)
+        ):
+            # every new key would otherwise cost a scheduler core for good
+            return cluster, (
+                f"this worker already schedules {len(self.cores)} clusters (--max-clusters); "
+                f"cluster {cluster!r} is refused"
+            )
         return cluster, None
+
+    def _over_limit(self, cluster: str, batch: dict[str, Any]) -> bool:
+        """A new cluster past `max_clusters` (counting those new in this batch): every
+        new record key would otherwise cost a scheduler core for good."""
+        if cluster in self.cores or cluster in batch:
+            return False
+        new = sum(c not in self.cores for c in batch)
+        return len(self.cores) + new >= self.max_clusters
 
     async def _process(self, batches: dict[TopicPartition, list[Any]]) -> None:
         async with self._lock:
@@ -889,6 +912,14 @@ class Worker:
                     part.dead = r.offset
                 continue
             if not self._mine(cluster):
+                continue
+            if self._over_limit(cluster, per_cluster):  # type: ignore[arg-type]
+                error = (
+                    f"this worker already schedules {self.max_clusters} clusters "
+                    f"(--max-clusters); cluster {cluster!r} is refused"
+                )
+                dead.append((r, cluster, error))
+                part.dead = r.offset
                 continue
             per_cluster.setdefault(cluster, []).append(  # type: ignore[arg-type]
                 InboxRecord(partition, r.offset, r.timestamp / 1000.0, r.value or b"")
@@ -1183,6 +1214,7 @@ async def serve(
     group: str | None = None,
     kafka_options: dict[str, Any] | None = None,
     session_timeout_ms: int = 10_000,
+    max_clusters: int = MAX_CLUSTERS,
 ) -> Worker:
     """Run the scheduler until `stop` is set (then snapshot and return the worker).
 
@@ -1211,6 +1243,7 @@ async def serve(
         group=group,
         kafka_options=kafka_options,
         session_timeout_ms=session_timeout_ms,
+        max_clusters=max_clusters,
     )
     if on_ready is not None:
 

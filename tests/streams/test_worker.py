@@ -234,6 +234,22 @@ async def test_malformed_records_go_to_the_dlq_and_processing_continues(
         assert len(r.journal.records) == before + 1
 
 
+async def test_a_worker_refuses_clusters_beyond_its_limit(kafka_bootstrap: str) -> None:
+    """Every new record key is a new cluster: past `max_clusters` they are dead-lettered
+    instead of each costing a scheduler core for good."""
+    async with rig(kafka_bootstrap) as r:
+        r.start(max_clusters=2)
+        for name in ("one", "two", "three"):
+            await r.inbox.send(name, "budget.set", allocation="lab", weight=1)
+        await r.inbox.send("one", "budget.set", allocation="lab/x", weight=1)
+        await r.journal.wait_for(first("budget.set", allocation="lab/x"))
+        worker = await r.halt()
+    assert sorted(worker.cores) == ["one", "two"]
+    dead = await read_all(kafka_bootstrap, r.topics.dlq)
+    assert [headers(d)["cluster"] for d in dead] == [b"three"]
+    assert b"--max-clusters" in headers(dead[0])["error"]
+
+
 async def test_workers_split_clusters_between_them(kafka_bootstrap: str) -> None:
     """`clusters=[...]`: two workers on the same topics, each deciding only its own."""
     async with rig(kafka_bootstrap) as r:
