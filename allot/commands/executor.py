@@ -51,8 +51,10 @@ reports it schedules (waiting for them), and exits.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import queue
+import signal
 import sys
 import threading
 import time
@@ -88,8 +90,10 @@ class SimulatedLauncher:
         self.jobs: dict[str, _Job] = {}
         self.timers: dict[tuple[str, int], float] = {}  # (workload, attempt) -> due
         self.heap: list[tuple[float, str, int]] = []
+        # reports sent and not yet answered: every inbox request ends up in the journal
+        # as itself or its rejection, so each entry lives until that answer is read
         self.sent: dict[str, tuple[str, int]] = {}  # request id -> (workload, attempt)
-        self.rejected: list[dict[str, Any]] = []  # rejections of our reports
+        self.rejected: list[dict[str, Any]] = []  # rejections of our reports, unlogged
 
     def report_id(self, workload: str, attempt: int) -> str:
         return f"{ACTOR}/{self.cluster}/{workload}/{attempt}"
@@ -126,7 +130,9 @@ class SimulatedLauncher:
                 self._forget(wid)
         elif kind in ("workload.finished", "workload.cancelled") and isinstance(wid, str):
             self._forget(wid)
+            self.sent.pop(r.get("id"), None)  # type: ignore[arg-type]
         elif isinstance(kind, str) and kind.endswith(".rejected") and r.get("ref") in self.sent:
+            del self.sent[r["ref"]]
             self.rejected.append(r)
 
     def _forget(self, wid: str) -> None:
@@ -206,7 +212,6 @@ def run_executor(
     thread.start()
     reading = True
     sent = 0
-    seen_rejections = 0
     try:
         while not stop.is_set():
             now = clock()
@@ -217,10 +222,10 @@ def run_executor(
                 if log:
                     for r in batch:
                         log(f"reported {r['workload']} attempt {r['attempt']} completed")
-            for rej in launcher.rejected[seen_rejections:]:
+            for rej in launcher.rejected:
                 if log:
                     log(f"report {rej.get('ref')} rejected: {rej.get('error')}")
-            seen_rejections = len(launcher.rejected)
+            launcher.rejected.clear()
             if not reading and (once or not thread.is_alive()) and launcher.next_due() is None:
                 break
             nxt = launcher.next_due()
@@ -311,7 +316,12 @@ def register(app: typer.Typer) -> None:
                 f"simulating the launcher of cluster {cluster} on {target.label}, "
                 f"speed x{speed:g}" + (", once" if once else "")
             )
-            sent = run_executor(target, cluster, speed=speed, once=once, log=log, banner=banner)
+            stop = threading.Event()  # SIGTERM stops it like Ctrl-C, with its last line
+            with contextlib.suppress(ValueError):  # not the main thread (tests)
+                signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            sent = run_executor(
+                target, cluster, speed=speed, once=once, log=log, banner=banner, stop=stop
+            )
             if not quiet:
                 typer.echo(f"allot executor: {sent} reports sent", err=True)
         except (TargetError, SourceError, InboxError, EmbeddedError) as why:

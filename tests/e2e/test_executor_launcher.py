@@ -1,0 +1,33 @@
+"""The simulated launcher's bookkeeping: what it remembers is bounded by what is live."""
+
+from __future__ import annotations
+
+import pytest
+
+from allot.commands.executor import SimulatedLauncher
+
+
+def placed(wid: str, attempt: int, t: float) -> dict:
+    return {"type": "workload.placed", "cluster": "c", "workload": wid, "attempt": attempt,
+            "time": t, "hosts": {"h0": [0]}}  # fmt: skip
+
+
+@pytest.mark.parametrize("answer", ["accepted", "rejected"])
+def test_a_report_is_forgotten_once_the_journal_answers_it(answer: str) -> None:
+    launcher = SimulatedLauncher("c", speed=1.0)
+    for n in range(100):
+        wid = f"w{n}"
+        launcher.on_record({"type": "workload.submitted", "cluster": "c", "workload": wid,
+                            "runtime": 10, "time": 0.0})  # fmt: skip
+        launcher.on_record(placed(wid, 1, 0.0))
+    reports = launcher.due(now=10.0)
+    assert len(reports) == 100 and len(launcher.sent) == 100
+    for report in reports:
+        if answer == "accepted":
+            launcher.on_record(report)  # the journal holds the accepted report itself
+        else:
+            launcher.on_record({"type": "workload.rejected", "cluster": "c",
+                                "ref": report["id"], "error": "stale attempt"})  # fmt: skip
+    assert launcher.sent == {}
+    assert launcher.jobs == {} if answer == "accepted" else len(launcher.jobs) == 100
+    assert len(launcher.rejected) == (100 if answer == "rejected" else 0)
