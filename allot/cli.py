@@ -6,10 +6,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from allot.commands import (
     audit,
@@ -18,12 +15,12 @@ from allot.commands import (
     metrics,
     ops,
     requests,
+    rollup,
     serve,
     trace,
     usage,
     views,
 )
-from allot.progress import sim_progress
 
 app = typer.Typer(
     name="allot",
@@ -41,11 +38,32 @@ app = typer.Typer(
 )
 app.add_typer(trace.app, name="trace", help="Import cluster traces into allot's submissions JSONL.")
 
-for _module in (requests, serve, views, ops, executor, metrics, dashboard, audit, usage):
+for _module in (requests, serve, views, ops, executor, metrics, dashboard, audit, usage, rollup):
     _module.register(app)
 
-console = Console()
-err = Console(stderr=True)
+
+class _Console:
+    """A rich Console made on first use: rich is imported only by commands that print
+    with it (start-up time of the read-only presets, issue 5)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    @property
+    def real(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+console = _Console()
+err = _Console(stderr=True)
 
 DEFAULT_POLICY = "fairshare"
 DEMO_POLICIES = ["fairshare", "legacy-priority"]
@@ -112,8 +130,10 @@ def _run_policies(
     summaries: dict[str, dict[str, Any]] = {}
     window = _gantt_window(gantt_window, spec.start)
     for policy in policies:
+        from allot.progress import sim_progress
+
         with sim_progress(
-            policy, spec.start, spec.horizon_end, quiet=quiet, console=console
+            policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
         ) as tick:
             summary = run_policy(
                 spec, policy, out, progress=tick, reports=reports, gantt_window=window
@@ -132,6 +152,8 @@ def _run_policies(
 
 
 def _print_comparison(summaries: dict[str, dict[str, Any]]) -> None:
+    from rich.table import Table
+
     from projections.simulate import comparison_rows
 
     table = Table(title="policy comparison", show_lines=False)
@@ -297,6 +319,8 @@ def compare(
 
     a, b = load_summary(dir_a), load_summary(dir_b)
     rows = compare_summaries(a, b)
+    from rich.table import Table
+
     table = Table(title=f"{dir_a} → {dir_b}")
     for col, justify in (("metric", "left"), ("A", "right"), ("B", "right"), ("change", "right")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
@@ -339,48 +363,101 @@ def demo(
     console.print(f"  comparison table: {out / 'comparison.md'}")
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean the user asked for something impossible: one line, exit 2."""
-    from allot.commands.common import TargetError
-    from allot.commands.requests import RequestError
-    from domain.config import ConfigError
-    from domain.policies import UnknownPolicy
-    from projections.journal import JournalError
-    from projections.scenario import ScenarioError
-    from projections.simulate import SimulationError
-    from projections.traces import TraceError
-    from streams.embedded import EmbeddedError
-    from streams.inbox import InboxError
+# Errors that mean the user asked for something impossible: one line, exit 2. Looked up
+# by module so that none is imported just to be caught: a module not yet imported cannot
+# have raised its error (start-up time, issue 5).
+_USER_ERRORS = (
+    ("domain.config", "ConfigError"),
+    ("streams.embedded", "EmbeddedError"),
+    ("streams.inbox", "InboxError"),
+    ("projections.journal", "JournalError"),
+    ("allot.commands.requests", "RequestError"),
+    ("projections.scenario", "ScenarioError"),
+    ("projections.simulate", "SimulationError"),
+    ("allot.commands.common", "TargetError"),
+    ("projections.traces", "TraceError"),
+    ("domain.policies", "UnknownPolicy"),
+    ("orjson", "JSONDecodeError"),
+)
 
-    return (
-        CliError,
-        ConfigError,
-        EmbeddedError,
-        InboxError,
-        JournalError,
-        RequestError,
-        ScenarioError,
-        SimulationError,
-        TargetError,
-        TraceError,
-        UnknownPolicy,
-        orjson.JSONDecodeError,
-    )
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The user-error classes of the modules imported so far."""
+    kinds: list[type[BaseException]] = [CliError]
+    for module, name in _USER_ERRORS:
+        kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type):
+            kinds.append(kind)
+    return tuple(kinds)
+
+
+# commands that never schedule or fold a journal: no policy plugins needed
+_NO_PLUGINS = ({"audit", "history", "preemptions"}, {("budget", "log")})
+
+
+def _needs_plugins(argv: list[str]) -> bool:
+    words = [a for a in argv if not a.startswith("-")]
+    if not words:
+        return False
+    if words[0] in _NO_PLUGINS[0] or tuple(words[:2]) in _NO_PLUGINS[1]:
+        return False
+    if words[0] == "why" and any(a == "--audit" or a.startswith("--audit=") for a in argv):
+        # answered from the audit database alone unless a journal is named
+        return any(a.split("=")[0] in ("--data", "--journal", "--kafka") for a in argv)
+    return True
+
+
+def _keep_only_invoked(argv: list[str]) -> None:
+    """Keep only the command being run in `app`: typer builds every registered command
+    (and a pydantic adapter per parameter) on each start, most of `allot`'s start-up.
+    The root help, or a name that is no command, keeps them all (for the list and the
+    "did you mean")."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None:
+        return
+
+    def name(info: Any) -> str | None:
+        callback = getattr(info, "callback", None)
+        named = info.name or (
+            getattr(info.typer_instance.info, "name", None)
+            if getattr(info, "typer_instance", None) is not None
+            else None
+        )
+        if named is None and callback is not None:
+            named = callback.__name__
+        return named.lower().replace("_", "-") if isinstance(named, str) else None
+
+    commands = [c for c in app.registered_commands if name(c) == word]
+    groups = [g for g in app.registered_groups if name(g) == word]
+    if commands or groups:
+        app.registered_commands = commands
+        app.registered_groups = groups
+        if not groups:
+            # a Typer with one command and no callback would run it as the whole program
+            # (no command name); a no-op callback keeps `allot NAME ...` a group
+            app.callback()(_stay_a_group)
+
+
+def _stay_a_group() -> None:
+    pass
 
 
 def main() -> None:
-    from allot.plugins import load_entry_points
-
-    errors = _user_errors()
     try:
-        load_entry_points()
+        _keep_only_invoked(sys.argv[1:])
+        if _needs_plugins(sys.argv[1:]):
+            from allot.plugins import load_entry_points
+
+            load_entry_points()
         app()
-    except errors as why:
-        err.print(f"[red]error:[/] {why}")
-        sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception as why:
+        if not isinstance(why, _user_errors()):
+            raise
+        err.print(f"[red]error:[/] {why}")
+        sys.exit(2)
 
 
 if __name__ == "__main__":

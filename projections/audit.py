@@ -24,7 +24,11 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
   going has `end` NULL and is counted up to the journal's latest time (`end_t`).
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
-`allot budget log` and `allot preemptions`. Errors a person can act on raise `AuditError`.
+`allot budget log` and `allot preemptions`; `budget_log_json` is the same log as JSON
+text built by DuckDB (`--json`). `allot why ID --audit DB` reads one workload's records
+with `find_workload` (a unique prefix is enough) and `workload_records`, and turns them
+into its timeline with `projections.timeline` (the same as from the journal). Errors a
+person can act on raise `AuditError`.
 """
 
 from __future__ import annotations
@@ -110,11 +114,13 @@ CREATE OR REPLACE VIEW preemptions AS
            q.reason, q.beneficiary, q.requeued, q.ran_s, q.actor, q.record->'explain' AS explain
     FROM records q LEFT JOIN workloads w USING (workload)
     WHERE q.type = 'workload.preempted';
+CREATE TABLE IF NOT EXISTS budget_rows (
+    seq BIGINT, time TIMESTAMP, t DOUBLE, cluster VARCHAR, actor VARCHAR,
+    allocation VARCHAR, change VARCHAR, weight DOUBLE, managers JSON, members JSON
+);
 CREATE OR REPLACE VIEW budget_changes AS
-    SELECT seq, time, t, cluster, actor, allocation,
-           CASE type WHEN 'budget.set' THEN 'set' ELSE 'removed' END AS change,
-           weight, managers, members
-    FROM records WHERE type IN ('budget.set', 'budget.removed');
+    SELECT seq, time, t, cluster, actor, allocation, change, weight, managers, members
+    FROM budget_rows;
 CREATE OR REPLACE VIEW rejections AS
     SELECT seq, time, t, cluster, type, actor, ref, error, workload, allocation, record
     FROM records WHERE type LIKE '%.rejected';
@@ -137,6 +143,7 @@ def connect(db_path: str | Path, *, read_only: bool = False) -> duckdb.DuckDBPyC
     con.execute("SET TimeZone = 'UTC'").fetchall()
     if not read_only:
         con.execute(_SCHEMA).fetchall()
+        _backfill(con)
     elif not _has_table(con, "records"):
         con.close()
         raise AuditError(f"{path}: not an audit database; run `allot audit load --db {path}`")
@@ -274,10 +281,31 @@ def _insert(
         raise AuditError(_bad_record(batch, first) or f"cannot load: {_first_line(why)}") from None
 
 
+_BUDGET_ROWS = """
+    INSERT INTO budget_rows
+    SELECT seq, time, t, cluster, actor, allocation,
+           CASE type WHEN 'budget.set' THEN 'set' ELSE 'removed' END, weight, managers, members
+    FROM records WHERE seq >= ? AND type IN ('budget.set', 'budget.removed')
+"""
+
+
+def _backfill(con: duckdb.DuckDBPyConnection) -> None:
+    """Fill `budget_rows` of a database loaded before it existed (once)."""
+    if con.execute("SELECT 1 FROM budget_rows LIMIT 1").fetchall():
+        return
+    if con.execute(
+        "SELECT 1 FROM records WHERE type IN ('budget.set', 'budget.removed') LIMIT 1"
+    ).fetchall():
+        con.execute(_BUDGET_ROWS, [0]).fetchall()
+        con.execute("CHECKPOINT").fetchall()
+
+
 def _derive(con: duckdb.DuckDBPyConnection, first: int) -> None:
-    """Bring `workloads` and `run_spells` up to date with the records from `first` on:
-    new submissions; runs of new placements, and of older ones still open (their end
-    may be among the new records)."""
+    """Bring `workloads`, `budget_rows` and `run_spells` up to date with the records
+    from `first` on: new submissions and budget changes (the budget log reads a small
+    table of its own, not the 10M-row `records`); runs of new placements, and of older
+    ones still open (their end may be among the new records)."""
+    con.execute(_BUDGET_ROWS, [first]).fetchall()
     con.execute(
         """
         INSERT INTO workloads
@@ -361,8 +389,10 @@ def latest_time(con: duckdb.DuckDBPyConnection) -> float:
 def parse_time(text: str, now: float) -> float:
     """An ISO date/time (UTC unless it says otherwise) or a duration before `now`
     (the journal's latest event time): `7d`, `12h`, `now`."""
-    from domain.durations import parse_duration, parse_utc
+    from projections.timeline import domain_module
 
+    durations = domain_module("durations")  # not the whole domain package: start-up time
+    parse_duration, parse_utc = durations.parse_duration, durations.parse_utc
     text = text.strip()
     if text.lower() == "now":
         return now
@@ -459,16 +489,19 @@ def history(
     }
 
 
+def _budget_filter(allocation: str | None) -> tuple[str, list[str]]:
+    if not allocation:
+        return "", []
+    path = allocation.strip().strip("/")
+    return "WHERE allocation = ? OR starts_with(allocation, ? || '/')", [path, path]
+
+
 def budget_log(
     con: duckdb.DuckDBPyConnection, allocation: str | None = None
 ) -> list[dict[str, Any]]:
     """Every budget change, oldest first (optionally for one allocation and under it)."""
     latest_time(con)
-    where, params = "", []
-    if allocation:
-        path = allocation.strip().strip("/")
-        where = "WHERE allocation = ? OR starts_with(allocation, ? || '/')"
-        params = [path, path]
+    where, params = _budget_filter(allocation)
     rows = con.execute(
         f"""
         SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, actor, allocation, change, weight,
@@ -493,6 +526,28 @@ def budget_log(
         }
         for when, t, actor, alloc, change, weight, m, mb in rows
     ]
+
+
+def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = None) -> bytes:
+    """`budget_log` as a JSON array (compact), built by DuckDB: the same objects without
+    making a Python row of each (a long log answers in half the time)."""
+    latest_time(con)
+    where, params = _budget_filter(allocation)
+    row = con.execute(
+        f"""
+        SELECT count(*), coalesce(to_json(list({{
+            'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'actor': actor,
+            'allocation': allocation, 'change': change, 'weight': weight,
+            'managers': managers, 'members': members
+        }} ORDER BY seq)), '[]')
+        FROM budget_changes {where}
+        """,
+        params,
+    ).fetchall()[0]
+    if allocation and not row[0]:
+        raise AuditError(f"unknown allocation {allocation!r}: no budget change names it")
+    text = row[1]
+    return text.encode() if isinstance(text, str) else bytes(text)
 
 
 def preemptions(
@@ -522,6 +577,64 @@ def preemptions(
         "ran_s",
     )
     return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def find_workload(con: duckdb.DuckDBPyConnection, wid: str) -> str:
+    """`wid` itself, or the one workload id it is a unique prefix of; else AuditError
+    naming close matches."""
+    latest_time(con)
+    wid = wid.strip()
+    if not wid:
+        raise AuditError("give a workload id")
+    rows = con.execute(
+        "SELECT DISTINCT workload FROM records WHERE starts_with(workload, ?) "
+        "ORDER BY workload LIMIT 6",
+        [wid],
+    ).fetchall()
+    ids = [r[0] for r in rows]
+    if wid in ids:
+        return wid
+    if len(ids) == 1:
+        return ids[0]
+    if ids:
+        raise AuditError(
+            f"workload id {wid!r} is ambiguous in the audit database: it begins "
+            f"{', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}; give more of it"
+        )
+    raise AuditError(
+        f"no workload {wid!r} in the audit database (is it loaded? `allot audit load` "
+        "adds the journal's new records; `allot queue` lists live workloads)"
+    )
+
+
+def workload_records(con: duckdb.DuckDBPyConnection, wid: str) -> list[dict[str, Any]]:
+    """The records about workload `wid` (its own, not those where it is only the
+    beneficiary), in journal order, as journal-shaped dicts (upcast like the journal
+    readers do): what `projections.timeline.timeline` reads."""
+    from projections.timeline import domain_module
+
+    upcast = domain_module("upcasting").upcast  # not the whole domain package
+    rows = con.execute(
+        """
+        SELECT record FROM records
+        WHERE workload = ? AND (type IN ('workload.submitted', 'workload.placed',
+            'workload.preempted', 'workload.finished', 'workload.cancelled')
+            OR type LIKE '%.rejected')
+        ORDER BY seq
+        """,
+        [wid],
+    ).fetchall()
+    loads = orjson.loads
+    return [upcast(loads(r[0])) for r in rows]
+
+
+def rejected_request(con: duckdb.DuckDBPyConnection, ref: str) -> dict[str, Any] | None:
+    """The rejection of the request whose id is `ref`, if the journal has one."""
+    rows = con.execute(
+        "SELECT record FROM records WHERE ref = ? AND type LIKE '%.rejected' ORDER BY seq LIMIT 1",
+        [ref],
+    ).fetchall()
+    return orjson.loads(rows[0][0]) if rows else None
 
 
 def default_db() -> Path:

@@ -680,6 +680,32 @@ def collect_spells(events: Iterable[Any]) -> list[tuple[str, str, float, float]]
     return spells
 
 
+def period_totals(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per allocation, the sums of the `*_gpu_s` columns of `hourly_rows()` over the
+    rows given (a reporting period), plus `strict_gpu_s` = Σ_h min(received_h, owed_h)
+    (the stricter hourly form of DESIGN §2)."""
+    out: dict[str, dict[str, float]] = {}
+    for row in rows:
+        acc = out.get(row["allocation"])
+        if acc is None:
+            acc = out[row["allocation"]] = {"strict_gpu_s": 0.0}
+        for key, value in row.items():
+            if key.endswith("_gpu_s"):
+                acc[key] = acc.get(key, 0.0) + value
+        acc["strict_gpu_s"] += min(row["received_gpu_s"], row["owed_gpu_s"])
+    return out
+
+
+def delivered(received_gpu_s: float, owed_gpu_s: float) -> float | None:
+    """DESIGN §2, one allocation over a period: min(1, Σ_h received_h / Σ_h owed_h);
+    None when nothing was owed. (Several allocations together: Σ_a min(received_a,
+    owed_a) / Σ_a owed_a, i.e. `met / owed` with met = min(received, owed) per
+    allocation.)"""
+    if owed_gpu_s <= 0:
+        return None
+    return min(1.0, received_gpu_s / owed_gpu_s)
+
+
 __all__ = [
     "HOUR",
     "PENDING",
@@ -688,10 +714,12 @@ __all__ = [
     "JournalBuilder",
     "UsageProjection",
     "collect_spells",
+    "delivered",
     "fields",
     "hour_of",
     "iter_events",
     "iter_journal",
+    "period_totals",
 ]
 
 

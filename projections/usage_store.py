@@ -2,8 +2,10 @@
 
 `ResumableUsage` wraps `UsageProjection` with where it stopped in the journal file (a
 byte offset and a record count), saved atomically next to it; `update()` folds only what
-was appended since, so a restart does not re-read history. The saved projection is the
-open one (intervals still running); reports are made from a closed copy.
+was appended since, so a restart does not re-read history. `KafkaResumableUsage` does
+the same for the journal topic: it saves, per partition, the offset and id of the last
+record read, and the next run reads only after them. The saved projection is the open
+one (intervals still running); reports are made from a closed copy.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,11 @@ class ResumableUsage:
             ) from None
         if not isinstance(saved, dict) or saved.get("format") != FORMAT:
             raise UsageStoreError(f"{state_path}: not a usage state file of this version")
+        if saved.get("kind") == "kafka":
+            raise UsageStoreError(
+                f"{state_path} holds the table of a Kafka journal, not of {journal}; "
+                "use another --state"
+            )
         store = cls(
             journal, saved["projection"], saved["offset"], saved["records"], saved["first_line"]
         )
@@ -107,3 +115,90 @@ class ResumableUsage:
         closed = copy.deepcopy(self.projection)
         closed.close(end)
         return closed.hourly_rows()
+
+
+@dataclass
+class KafkaResumableUsage:
+    """The same table for a Kafka journal: resumable from per-partition positions.
+
+    Saved next to the projection: for each partition of the journal topic, the offset
+    and `id` of the last record read there (of any cluster: the read skips the others
+    but moves past them). `update(batches)` folds the new records of `cluster` from an
+    iterator like `streams.sources.kafka_batches(bootstrap, cluster, store.positions)`;
+    a topic that no longer holds the saved records is another journal and is refused
+    by the reader."""
+
+    cluster: str
+    projection: UsageProjection = field(default_factory=UsageProjection)
+    positions: dict[int, tuple[int, str | None]] = field(default_factory=dict)
+    records: int = 0
+
+    @classmethod
+    def open(cls, state_path: Path, cluster: str) -> KafkaResumableUsage:
+        if not state_path.exists():
+            return cls(cluster=cluster)
+        saved = _load_state(state_path)
+        if saved.get("kind") != "kafka":
+            raise UsageStoreError(
+                f"{state_path} holds the table of a journal file, not of a Kafka journal; "
+                "use another --state"
+            )
+        if saved["cluster"] != cluster:
+            raise UsageStoreError(
+                f"{state_path} holds the table of cluster {saved['cluster']!r}, not "
+                f"{cluster!r}; use another --state"
+            )
+        return cls(cluster, saved["projection"], dict(saved["positions"]), saved["records"])
+
+    def update(self, batches: Iterable[tuple[list[bytes], dict[int, Any]]]) -> int:
+        """Fold the records of each batch, then take its positions; returns how many."""
+        folded = 0
+        for lines, positions in batches:
+            for body in lines:
+                try:
+                    raw = upcast(orjson.loads(body))
+                except orjson.JSONDecodeError:
+                    raise UsageStoreError(
+                        f"journal record {self.records + 1} of cluster {self.cluster!r} is not JSON"
+                    ) from None
+                self.projection.apply(raw)
+                self.records += 1
+                folded += 1
+            self.positions = {int(p): (int(o), i) for p, (o, i) in positions.items()}
+        return folded
+
+    def save(self, state_path: Path) -> None:
+        _save_state(
+            state_path,
+            {
+                "format": FORMAT,
+                "kind": "kafka",
+                "cluster": self.cluster,
+                "projection": self.projection,
+                "positions": self.positions,
+                "records": self.records,
+            },
+        )
+
+    def rows(self, end: float | None = None) -> list[dict[str, Any]]:
+        closed = copy.deepcopy(self.projection)
+        closed.close(end)
+        return closed.hourly_rows()
+
+
+def _load_state(state_path: Path) -> dict[str, Any]:
+    try:
+        saved = pickle.loads(state_path.read_bytes())
+    except Exception as why:  # a damaged state file: say so, never guess
+        raise UsageStoreError(
+            f"{state_path}: not a usage state file ({type(why).__name__})"
+        ) from None
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+        raise UsageStoreError(f"{state_path}: not a usage state file of this version")
+    return saved
+
+
+def _save_state(state_path: Path, state: dict[str, Any]) -> None:
+    tmp = state_path.with_name(state_path.name + ".tmp")
+    tmp.write_bytes(pickle.dumps(state))
+    os.replace(tmp, state_path)

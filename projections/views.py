@@ -41,6 +41,7 @@ from domain.fairshare import fair_tree
 from domain.fairshare import ratio as fair_ratio
 from domain.state import PENDING, RUNNING, Workload
 from domain.upcasting import upcast
+from projections.timeline import timeline
 from streams.codec import Undecodable, load_object
 
 
@@ -88,6 +89,7 @@ class Placement:
     charged: bool
     protected_until: float | None  # None: until it ends (legacy non-preemptible)
     explain: dict[str, Any]
+    seq: int = -1  # position among the folded records (orders the timeline)
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ class Preemption:
     beneficiary: str | None
     requeued: bool
     explain: dict[str, Any]
+    seq: int = -1
 
 
 @dataclass(slots=True)
@@ -112,6 +115,7 @@ class Rejection:
     actor: str
     workload: str | None
     input_type: str | None
+    seq: int = -1
 
 
 @dataclass(slots=True)
@@ -126,6 +130,8 @@ class History:
     rejections: list[Rejection] = field(default_factory=list)
     ended: dict[str, Any] | None = None  # time, how (finished/cancelled/preempted), ...
     pending_since: float | None = None
+    submitted_seq: int = -1
+    ended_seq: int = -1
 
 
 class JournalView:
@@ -170,11 +176,13 @@ class JournalView:
         wid = getattr(event, "workload", None)
         was_live = wid is not None and wid in state.workloads
         evolve(state, event)
+        seq = self.records
         self.records += 1
         kind = event.type
         if kind == "workload.submitted":
             h = self.history(event.workload)
             h.submitted = event
+            h.submitted_seq = seq
             h.pending_since = event.time
         elif kind == "workload.placed":
             h = self.history(event.workload)
@@ -187,6 +195,7 @@ class JournalView:
                     event.charged,
                     event.protected_until,
                     dict(event.explain),
+                    seq,
                 )
             )
             h.pending_since = None
@@ -200,6 +209,7 @@ class JournalView:
                 event.beneficiary,
                 event.requeued,
                 dict(event.explain),
+                seq,
             )
             h = self.history(event.workload)
             h.preemptions.append(p)
@@ -217,6 +227,7 @@ class JournalView:
                 event.actor,
                 event.workload,
                 event.input_type,
+                seq,
             )
             self.rejections[r.ref] = r
             if r.workload:
@@ -230,7 +241,10 @@ class JournalView:
             ended: dict[str, Any] = {"time": event.time, "how": how, "actor": event.actor}
             if kind == "workload.finished":
                 ended["outcome"] = event.outcome
-            self.history(wid).ended = ended  # type: ignore[arg-type]
+                ended["attempt"] = event.attempt
+            h = self.history(wid)  # type: ignore[arg-type]
+            h.ended = ended
+            h.ended_seq = seq
 
 
 def fold(events: Iterable[Any]) -> JournalView:
@@ -691,11 +705,72 @@ def find_workload(view: JournalView, wid: str) -> str:
     raise ViewError(f"no workload {wid!r} in the journal of cluster {view.cluster!r}{hint}")
 
 
+def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
+    """The journal's records about workload `wid`, in journal order, as the journal-shaped
+    dicts `projections.timeline.timeline` reads (the audit database gives the same)."""
+    h = view.histories.get(wid)
+    if h is None:
+        return []
+    items: list[tuple[int, dict[str, Any]]] = []
+    if h.submitted is not None:
+        items.append((h.submitted_seq, h.submitted.model_dump()))
+    for p in h.placements:
+        record = {
+            "type": "workload.placed",
+            "time": p.time,
+            "workload": wid,
+            "attempt": p.attempt,
+            "hosts": p.hosts,
+            "charged": p.charged,
+            "protected_until": p.protected_until,
+            "explain": p.explain,
+        }
+        items.append((p.seq, record))
+    for q in h.preemptions:
+        record = {
+            "type": "workload.preempted",
+            "time": q.time,
+            "workload": wid,
+            "attempt": q.attempt,
+            "reason": q.reason,
+            "beneficiary": q.beneficiary,
+            "requeued": q.requeued,
+            "explain": q.explain,
+        }
+        items.append((q.seq, record))
+    for r in h.rejections:
+        record = {
+            "type": r.type,
+            "time": r.time,
+            "workload": wid,
+            "actor": r.actor,
+            "ref": r.ref,
+            "error": r.error,
+            "input_type": r.input_type,
+        }
+        items.append((r.seq, record))
+    e = h.ended
+    if e is not None and e["how"] in ("finished", "cancelled"):
+        record = {
+            "type": f"workload.{e['how']}",
+            "time": e["time"],
+            "workload": wid,
+            "actor": e.get("actor"),
+        }
+        if e["how"] == "finished":
+            record["outcome"] = e.get("outcome")
+            record["attempt"] = e.get("attempt")
+        items.append((h.ended_seq, record))
+    items.sort(key=lambda item: item[0])
+    return [record for _, record in items]
+
+
 def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]:
     """Everything the journal says about one workload, with `text`: lines for people.
 
-    An id that names no workload but a rejected request (its `ref`) explains that
-    rejection. Unknown ids raise ViewError with close matches."""
+    `history` is its timeline (`projections.timeline`): every attempt, from submission
+    to the end. An id that names no workload but a rejected request (its `ref`)
+    explains that rejection. Unknown ids raise ViewError with close matches."""
     view = _view(source)
     state = view.require()
     if workload_id not in view.histories and workload_id in view.rejections:
@@ -845,6 +920,7 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
     out["current"] = current
     text.append("now: " + current["text"])
     out["text"] = text
+    out["history"] = timeline(history_records(view, wid))
     return out
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from streams import topics
+from streams import kafka_auth, topics
 
 # aiokafka logs connection failures itself; SourceError reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
@@ -224,6 +224,9 @@ def _as_source_error(error: BaseException, bootstrap: str) -> SourceError:
         return SourceError(
             f"cannot reach Kafka at {bootstrap}: no answer in {CONNECT_TIMEOUT_S:g}s"
         )
+    reason = kafka_auth.describe_error(error)
+    if reason is not None:
+        return SourceError(f"Kafka at {bootstrap}: {reason}")
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return SourceError(f"cannot read the journal from Kafka at {bootstrap}: {text}")
 
@@ -238,6 +241,10 @@ async def _consume(
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
+    try:
+        options = kafka_auth.client_options()
+    except kafka_auth.KafkaAuthError as why:
+        raise SourceError(str(why)) from None
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -246,12 +253,18 @@ async def _consume(
         isolation_level="read_committed",
         request_timeout_ms=REQUEST_TIMEOUT_MS,
         client_id="allot-reader",
+        **options,
     )
     try:
         await asyncio.wait_for(consumer.start(), CONNECT_TIMEOUT_S)
     except (KafkaError, OSError, TimeoutError) as exc:
         with contextlib.suppress(Exception):
             await consumer.stop()
+        reason = kafka_auth.describe_error(exc)
+        if reason is None and "Unable to bootstrap" in str(exc):
+            reason = await kafka_auth.diagnose(bootstrap, options)
+        if reason is not None:
+            raise SourceError(f"Kafka at {bootstrap}: {reason}") from None
         raise SourceError(
             f"cannot reach Kafka at {bootstrap}: {_short(exc)}; "
             "check --kafka / $ALLOT_KAFKA and that the broker runs"
@@ -261,6 +274,13 @@ async def _consume(
         metadata = await asyncio.wait_for(consumer._client.fetch_all_metadata(), CONNECT_TIMEOUT_S)
         parts = sorted(metadata.partitions_for_topic(topics.JOURNAL) or ())
         if topics.JOURNAL not in metadata.topics() or not parts:
+            if await kafka_auth.topic_denied(consumer._client, topics.JOURNAL):
+                who = options.get("sasl_plain_username")
+                raise SourceError(
+                    f"Kafka at {bootstrap}: not authorized"
+                    f"{f' as {who!r}' if who else ''} to read {topics.JOURNAL} (ACLs); "
+                    "use a principal that may read the journal (e.g. allot-reader)"
+                )
             raise SourceError(
                 f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
                 "and start the scheduler (allot serve --kafka ...)"
@@ -309,3 +329,175 @@ def _keep(key: bytes | None, value: bytes | None, want: bytes | None, cluster: s
 def _short(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ------------------------------------------------------------------ kafka, resumable
+
+
+class JournalChanged(SourceError):
+    """The journal topic no longer holds the record a saved position points at."""
+
+
+def kafka_batches(
+    bootstrap: str,
+    cluster: str | None,
+    after: dict[int, tuple[int, str | None]] | None = None,
+) -> Iterator[tuple[list[bytes], dict[int, tuple[int, str | None]]]]:
+    """The journal topic's records after saved positions, in batches, up to the end
+    offsets as of the start of the read (read-committed, like `journal_lines`).
+
+    `after` maps a partition to `(offset, id)` of the last record already read there
+    (any cluster's); partitions it does not name are read from their beginning. Each
+    batch is `(lines, positions)`: the records of `cluster` (all when None), oldest
+    first per partition, and the positions after it in the same form, to save with
+    what was done with the lines. The record at a saved offset must still carry the
+    saved id, else `JournalChanged` (the topic was recreated: another journal)."""
+    out: queue.Queue[Any] = queue.Queue(maxsize=16)
+    stop = threading.Event()
+
+    def put(item: Any) -> None:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def run() -> None:
+        try:
+            asyncio.run(_consume_after(bootstrap, cluster, dict(after or {}), put, stop))
+        except BaseException as exc:
+            put(_Failure(exc))
+        else:
+            put(_END)
+
+    thread = threading.Thread(target=run, name="allot-journal-resume", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = out.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise _as_source_error(item.error, bootstrap)
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def _record_id(value: bytes | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        record = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    rid = record.get("id") if isinstance(record, dict) else None
+    return rid if isinstance(rid, str) else None
+
+
+async def _consume_after(
+    bootstrap: str,
+    cluster: str | None,
+    after: dict[int, tuple[int, str | None]],
+    put: Any,
+    stop: threading.Event,
+) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    try:
+        options = kafka_auth.client_options()
+    except kafka_auth.KafkaAuthError as why:
+        raise SourceError(str(why)) from None
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="none",  # a saved offset that is gone is an error, not a reset
+        isolation_level="read_committed",
+        request_timeout_ms=REQUEST_TIMEOUT_MS,
+        client_id="allot-usage",
+        **options,
+    )
+    try:
+        await asyncio.wait_for(consumer.start(), CONNECT_TIMEOUT_S)
+    except (KafkaError, OSError, TimeoutError) as exc:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        reason = kafka_auth.describe_error(exc)
+        if reason is not None:
+            raise SourceError(f"Kafka at {bootstrap}: {reason}") from None
+        raise SourceError(
+            f"cannot reach Kafka at {bootstrap}: {_short(exc)}; "
+            "check --kafka / $ALLOT_KAFKA and that the broker runs"
+        ) from None
+    try:
+        metadata = await asyncio.wait_for(consumer._client.fetch_all_metadata(), CONNECT_TIMEOUT_S)
+        parts = sorted(metadata.partitions_for_topic(topics.JOURNAL) or ())
+        if topics.JOURNAL not in metadata.topics() or not parts:
+            raise SourceError(
+                f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
+                "and start the scheduler (allot serve --kafka ...)"
+            )
+        tps = {p: TopicPartition(topics.JOURNAL, p) for p in parts}
+        gone = sorted(set(after) - set(tps))
+        if gone:
+            raise JournalChanged(
+                f"topic {topics.JOURNAL} on {bootstrap} has no partition {gone[0]} any more "
+                "(recreated?): this is another journal"
+            )
+        consumer.assign(list(tps.values()))
+        starts = await asyncio.wait_for(
+            consumer.beginning_offsets(list(tps.values())), CONNECT_TIMEOUT_S
+        )
+        ends = await asyncio.wait_for(consumer.end_offsets(list(tps.values())), CONNECT_TIMEOUT_S)
+        positions = dict(after)
+        check: dict[int, tuple[int, str | None]] = {}  # the saved record, to read again
+        for p, tp in tps.items():
+            if p in after:
+                offset, rid = after[p]
+                if not starts[tp] <= offset < ends[tp]:
+                    raise JournalChanged(
+                        f"topic {topics.JOURNAL} on {bootstrap} partition {p} holds offsets "
+                        f"{starts[tp]}..{ends[tp] - 1}, not the saved {offset} "
+                        "(recreated?): this is another journal"
+                    )
+                consumer.seek(tp, offset)
+                check[p] = (offset, rid)
+            else:
+                consumer.seek(tp, starts[tp])
+        key = cluster.encode() if cluster is not None else None
+        # a saved partition is read at least up to its saved record (to check it)
+        remaining = {p for p, tp in tps.items() if p in after or starts[tp] < ends[tp]}
+        last_progress = time.monotonic()
+        while not stop.is_set() and remaining:
+            batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
+            lines: list[bytes] = []
+            for tp in sorted(batches, key=lambda tp: tp.partition):
+                p = tp.partition
+                for record in batches[tp]:
+                    if p in check:
+                        offset, rid = check.pop(p)
+                        if record.offset != offset or _record_id(record.value) != rid:
+                            raise JournalChanged(
+                                f"topic {topics.JOURNAL} on {bootstrap} partition {p}: the "
+                                f"record at offset {offset} is not the one read last time "
+                                "(recreated?): this is another journal"
+                            )
+                        continue  # read before: only its position was needed
+                    positions[p] = (record.offset, _record_id(record.value))
+                    if _keep(record.key, record.value, key, cluster):
+                        lines.append(record.value)
+            if batches:
+                last_progress = time.monotonic()
+                put((lines, dict(positions)))
+            for p in list(remaining):
+                if await consumer.position(tps[p]) >= ends[tps[p]]:
+                    remaining.discard(p)
+            if remaining and time.monotonic() - last_progress > IDLE_TIMEOUT_S:
+                return  # e.g. an unfinished transaction holds the rest back
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()

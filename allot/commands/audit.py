@@ -10,13 +10,9 @@ times (`7d`, `12h`) count back from the journal's latest event.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt, TargetError
 
@@ -47,6 +43,12 @@ UntilOpt = Annotated[
     ),
 ]
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# rich, orjson, duckdb and the projections are imported where they are used: the presets
+# must answer in well under a second, start-up included (issue 5)
+
 audit_app = typer.Typer(
     help="Keep the journal in a DuckDB database and ask it questions in SQL.",
     no_args_is_help=True,
@@ -59,21 +61,32 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _answer(fn: Any) -> Any:
-    """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
-    import duckdb
+    """Run `fn`, turning every expected failure into one line on stderr and exit 2.
 
-    from projections.audit import AuditError
-    from streams.sources import SourceError
+    Only modules already imported can have raised their errors, so none is imported
+    here just to be caught."""
+    import sys
 
     try:
         return fn()
-    except (TargetError, SourceError, AuditError) as why:
-        raise _fail(str(why)) from None
-    except duckdb.Error as why:
-        text = str(why).strip().splitlines()
-        raise _fail(f"audit database: {text[0] if text else type(why).__name__}") from None
     except OSError as why:
         raise _fail(f"cannot read: {why}") from None
+    except Exception as why:
+        kinds: list[type] = [TargetError]
+        for module, name in (
+            ("streams.sources", "SourceError"),
+            ("projections.audit", "AuditError"),
+        ):
+            kind = getattr(sys.modules.get(module), name, None)
+            if kind is not None:
+                kinds.append(kind)
+        if isinstance(why, tuple(kinds)):
+            raise _fail(str(why)) from None
+        duckdb = sys.modules.get("duckdb")
+        if duckdb is not None and isinstance(why, duckdb.Error):
+            text = str(why).strip().splitlines()
+            raise _fail(f"audit database: {text[0] if text else type(why).__name__}") from None
+        raise
 
 
 def _db(db: Path | None) -> Path:
@@ -89,6 +102,8 @@ def _open(db: Path | None) -> Any:
 
 
 def _emit_json(payload: Any) -> None:
+    import orjson
+
     typer.echo(
         orjson.dumps(
             payload,
@@ -98,23 +113,23 @@ def _emit_json(payload: Any) -> None:
     )
 
 
-class _Titled(Table):
-    """A borderless table that prints its title on its own line above it."""
+def _table(title: str, headers: list[tuple[str, str]]) -> Table:
+    """A borderless table; `_print` prints `title` on its own line above it."""
+    from rich.table import Table
 
-    heading: str = ""
-
-
-def _table(title: str, headers: list[tuple[str, str]]) -> _Titled:
-    table = _Titled(header_style="bold", box=None, pad_edge=False)
-    table.heading = title
+    table = Table(header_style="bold", box=None, pad_edge=False)
+    table.heading = title  # type: ignore[attr-defined]
     for header, justify in headers:
         table.add_column(header, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     return table
 
 
-def _print(table: _Titled) -> None:
+def _print(table: Table) -> None:
     """Print at the table's natural width (cells are never cut), the title above it."""
-    title = table.heading
+    from rich.console import Console
+    from rich.text import Text
+
+    title = getattr(table, "heading", "")
     console = Console()
     natural = max(Console(width=10_000).measure(table).maximum, len(title))
     if not console.is_terminal or natural > console.width:
@@ -264,17 +279,17 @@ def _history(
 
 
 def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
-    from projections.audit import budget_log
+    from projections.audit import budget_log, budget_log_json
 
     def run() -> None:
         con = _open(db)
         try:
+            if json_:
+                typer.echo(budget_log_json(con, allocation))  # built by DuckDB: fast
+                return
             rows = budget_log(con, allocation)
         finally:
             con.close()
-        if json_:
-            _emit_json(rows)
-            return
         table = _table(
             f"{len(rows):,} budget changes",
             [
@@ -329,7 +344,9 @@ def _preemptions(since: str | None, until: str | None, db: Path | None, json_: b
                 ("RAN", "right"),
             ],
         )
-        from domain.durations import format_duration
+        from projections.timeline import domain_module
+
+        format_duration = domain_module("durations").format_duration
 
         for r in rows:
             table.add_row(

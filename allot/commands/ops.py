@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import sys
 from typing import Annotated
 
@@ -35,6 +33,9 @@ def create(
 ) -> None:
     """Create allot.inbox, allot.journal (kept forever, not compacted), allot.inbox.dlq and
     allot.snapshots (compacted); existing topics are left alone and reported."""
+    import asyncio
+    import logging
+
     from streams.worker import BrokerUnavailable, Topics, create_topics, topic_configs
 
     if not kafka:

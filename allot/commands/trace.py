@@ -9,16 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from projections.traces import (
-    FORMATS,
-    TraceError,
-    load_allocation_map,
-    read_trace,
-    write_submissions,
-)
+# the formats `projections.traces.FORMATS` reads, named here so that `allot` starts
+# without importing the importers (checked by tests/e2e/test_audit.py)
+FORMAT_NAMES = ("allot-csv", "philly", "alibaba-openb", "allot-jsonl")
 
 app = typer.Typer(
     help="Import cluster traces (allot-csv, Philly, Alibaba openb) as submissions JSONL.",
@@ -43,7 +37,7 @@ def import_trace(
     fmt: Annotated[
         str,
         typer.Option(
-            "--format", "-f", help=f"Trace format: {', '.join(FORMATS)}.", show_default=False
+            "--format", "-f", help=f"Trace format: {', '.join(FORMAT_NAMES)}.", show_default=False
         ),
     ],
     allocation_map: Annotated[
@@ -67,6 +61,17 @@ def import_trace(
     Times are seconds from the trace start; jobs that never ended get no `runtime`
     (they run until the scenario's horizon); rows asking for no GPU are skipped.
     """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from projections.traces import (
+        FORMATS,
+        TraceError,
+        load_allocation_map,
+        read_trace,
+        write_submissions,
+    )
+
     if fmt not in FORMATS:
         raise _fail(f"unknown --format {fmt!r}; use one of: {', '.join(FORMATS)}")
     if not file.exists():

@@ -1,24 +1,31 @@
-"""`allot usage`: the per-allocation usage and entitlement table, resumable."""
+"""`allot usage`: the per-allocation usage and entitlement table, resumable.
+
+From a journal file (`--journal`, `--data`) the saved table remembers its byte offset;
+from Kafka (`--kafka`) it remembers, per partition of the journal topic, the offset
+of the last record read. Either way the next run folds only what is new.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from allot.commands.common import DataOpt, JournalOpt
+from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt
 
 
 def usage(
     data: DataOpt = None,
     journal: JournalOpt = None,
+    kafka: KafkaOpt = None,
+    cluster: ClusterOpt = None,  # type: ignore[assignment]
     state: Annotated[
         Path | None,
-        typer.Option(help="Keep the table here between runs (default: next to the journal)."),
+        typer.Option(
+            help="Keep the table here between runs (default: next to the journal file; "
+            "for Kafka ./allot-usage.CLUSTER.kafka-state)."
+        ),
     ] = None,
     hourly: Annotated[
         bool, typer.Option("--hourly", help="One row per allocation and hour.")
@@ -26,21 +33,48 @@ def usage(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """GPU-hours charged and unallocated, demand, owed, received and delivered per
-    allocation (DESIGN §2), folded incrementally: the table is saved with its journal
-    offset, so the next run reads only what was appended."""
-    from projections.usage_store import ResumableUsage, UsageStoreError
+    allocation (DESIGN §2), folded incrementally: the table is saved with where it
+    stopped in the journal (a file's offset, or each Kafka partition's), so the next
+    run reads only what was appended."""
+    from projections.usage_store import (
+        KafkaResumableUsage,
+        ResumableUsage,
+        UsageStoreError,
+    )
+    from streams.sources import SourceError
 
-    if (data is None) == (journal is None):
-        typer.echo("error: give exactly one of --data DIR or --journal FILE", err=True)
+    if data is not None and journal is not None:
+        typer.echo("error: give one of --data DIR, --journal FILE or --kafka HOST:PORT", err=True)
         raise typer.Exit(2)
-    path = journal if journal is not None else data / "journal.jsonl"  # type: ignore[operator]
-    state_path = state or path.with_name(path.name + ".usage")
+    store: ResumableUsage | KafkaResumableUsage
     try:
-        store = ResumableUsage.open(state_path, path)
-        new = store.update()
+        if data is not None or journal is not None:
+            path = journal if journal is not None else data / "journal.jsonl"  # type: ignore[operator]
+            state_path = state or path.with_name(path.name + ".usage")
+            store = ResumableUsage.open(state_path, path)
+            new = store.update()
+            label = str(path)
+        elif kafka:
+            from streams.sources import kafka_batches
+
+            wanted = cluster or "default"
+            state_path = state or Path(f"allot-usage.{wanted}.kafka-state")
+            store = KafkaResumableUsage.open(state_path, wanted)
+            new = store.update(kafka_batches(kafka, wanted, store.positions))
+            label = f"kafka {kafka} cluster {wanted}"
+        else:
+            typer.echo(
+                "error: say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), "
+                "--data DIR or --journal FILE",
+                err=True,
+            )
+            raise typer.Exit(2)
         store.save(state_path)
-    except UsageStoreError as why:
+    except (UsageStoreError, SourceError) as why:
         typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2) from None
+    except OSError as why:
+        typer.echo(f"error: cannot keep the usage table: {why}", err=True)
         raise typer.Exit(2) from None
     rows = store.rows()
     if not hourly:
@@ -62,15 +96,19 @@ def usage(
             }
             for name, acc in sorted(totals.items())
         ]
+    import orjson
+    from rich.console import Console
+    from rich.table import Table
+
     if as_json:
         typer.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
         return
     console = Console()
     if not rows:
-        console.print(f"no usage yet in {path}")
+        console.print(f"no usage yet in {label} ({store.records:,} records, {new:,} new)")
         return
     unit = "GPU-seconds" if hourly else "GPU-hours"
-    table = Table(title=f"usage in {unit} from {path} ({store.records:,} records, {new:,} new)")
+    table = Table(title=f"usage in {unit} from {label} ({store.records:,} records, {new:,} new)")
     for column in rows[0]:
         label = column.replace("_gpu_h", "").replace("_gpu_s", "")
         table.add_column(label, justify="left" if column == "allocation" else "right")

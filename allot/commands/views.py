@@ -9,15 +9,16 @@ journal's latest event time.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import orjson
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt, TargetError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# rich and orjson are imported where they are used (start-up time, issue 5)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
@@ -39,6 +40,9 @@ def _fail(message: str) -> typer.Exit:
 def _print(title: str, table: Table) -> None:
     """Print at the table's natural width: cells are never cut (ids must stay whole);
     on a narrow terminal long rows wrap, as squeue's do."""
+    from rich.console import Console
+    from rich.text import Text
+
     console = Console()
     natural = Console(width=10_000).measure(table).maximum
     if not console.is_terminal or natural > console.width:
@@ -48,6 +52,8 @@ def _print(title: str, table: Table) -> None:
 
 
 def _table() -> Table:
+    from rich.table import Table
+
     return Table(box=None, header_style="bold", pad_edge=False)
 
 
@@ -89,19 +95,45 @@ def load_view(
 
 def _answer(fn: Any) -> Any:
     """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
-    from projections.journal import JournalError
-    from projections.views import ViewError
-    from streams.sources import SourceError
-
     try:
         return fn()
-    except (TargetError, SourceError, ViewError, JournalError) as why:
-        raise _fail(str(why)) from None
     except OSError as why:
         raise _fail(f"cannot read the journal: {why}") from None
+    except Exception as why:
+        message = _expected(why)
+        if message is None:
+            raise
+        raise _fail(message) from None
+
+
+# errors meant for the user, by module: only modules already imported can have raised them
+_USER_ERRORS = (
+    ("allot.commands.common", "TargetError"),
+    ("streams.sources", "SourceError"),
+    ("projections.views", "ViewError"),
+    ("projections.journal", "JournalError"),
+    ("projections.audit", "AuditError"),
+)
+
+
+def _expected(error: Exception) -> str | None:
+    """The one line to print for an expected failure, None for a bug."""
+    import sys
+
+    for module, name in _USER_ERRORS:
+        kind = getattr(sys.modules.get(module), name, None)
+        if kind is not None and isinstance(error, kind):
+            return str(error)
+    duckdb = sys.modules.get("duckdb")
+    if duckdb is not None and isinstance(error, duckdb.Error):
+        text = str(error).strip().splitlines()
+        return f"audit database: {text[0] if text else type(error).__name__}"
+    return None
 
 
 def _emit_json(payload: Any) -> None:
+    import orjson
+
     typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
 
 
@@ -158,6 +190,8 @@ def register(app: typer.Typer) -> None:
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
         journal's: 'now' is its latest event.
         """
+        from rich.text import Text
+
         from projections.views import (
             DEFAULT_COLUMNS,
             LONG_COLUMNS,
@@ -226,6 +260,8 @@ def register(app: typer.Typer) -> None:
         (share x healthy capacity); UNALLOC: GPUs running unallocated; PEND: GPUs
         requested by pending work.
         """
+        from rich.text import Text
+
         from domain.durations import format_duration
         from projections.views import share_rows, shares_header
 
@@ -275,36 +311,193 @@ def register(app: typer.Typer) -> None:
 
     @app.command("why")
     def why(
+        ctx: typer.Context,
         workload: Annotated[
             str,
             typer.Argument(
                 help="Workload id (a unique prefix is enough), or the id of a rejected request."
             ),
         ],
+        audit: Annotated[
+            Path | None,
+            typer.Option(
+                "--audit",
+                envvar="ALLOT_AUDIT",
+                help="Read the history from this audit database (`allot audit load` keeps "
+                "it; default $ALLOT_AUDIT). Alone (no --data/--journal/--kafka on the "
+                "command line) it answers from the database only: no journal is read.",
+                show_default=False,
+            ),
+        ] = None,
         json_: JsonOpt = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
         cluster: ClusterOpt = None,  # type: ignore[assignment]
     ) -> None:
-        """Why a workload is where it is, from the journal alone.
+        """Why a workload is where it is, and its whole history.
 
-        When and by whom it was submitted and with which contract; each placement
-        (hosts, charged or not, protected until when, its allocation's rank, fair-share
-        ratio and share, whom it preempted); each preemption (reason, beneficiary, the
-        numbers compared: ratios and hysteresis for rule 'ratio', running vs entitled
-        GPUs for rule 'reclaim'); rejected requests about it; and now: running, ended,
-        or pending with its position and reason.
+        First the answer from the journal: when and by whom it was submitted and with
+        which contract; each placement (hosts, charged or not, protected until when, its
+        allocation's rank, fair-share ratio and share, whom it preempted); each
+        preemption (reason, beneficiary, the numbers compared: ratios and hysteresis
+        for rule 'ratio', running vs entitled GPUs for rule 'reclaim'); rejected
+        requests about it; and now: running, ended, or pending with its position and
+        reason. Then its history, one line per event: submitted, placed (hosts, GPUs,
+        protected until), preempted (by whom, reason and numbers), requeued,
+        finished or cancelled, rejected requests.
+
+        The history comes from the journal the command reads, or with --audit DB
+        from the audit database (the same lines for the same journal). With --audit
+        and no journal option on the command line ($ALLOT_KAFKA alone does not count),
+        only the database is read: the history and the last state it records.
         """
-        from projections.views import why as explain
 
         def run() -> None:
-            view = load_view(kafka, data, journal, cluster)
-            answer = explain(view, workload)
+            journal_given = (
+                data is not None or journal is not None or _from_command_line(ctx, "kafka")
+            )
+            if audit is not None and not journal_given:
+                answer = _why_from_audit(audit, workload)
+            else:
+                answer = _why_from_journal(kafka, data, journal, cluster, workload, audit)
             if json_:
                 _emit_json(answer)
                 return
             for line in answer["text"]:
                 typer.echo(line)
+            if "history" in answer:
+                typer.echo(_history_title(answer))
+                for line in _history_lines(answer["history"]):
+                    typer.echo(line)
 
         _answer(run)
+
+
+def _from_command_line(ctx: typer.Context, name: str) -> bool:
+    """True when option `name` was given on the command line (not from its env var)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP", "ENVIRONMENT")
+
+
+def _history_title(answer: dict[str, Any]) -> str:
+    src = answer.get("history_source") or {}
+    n = len(answer["history"])
+    where = (
+        f"the audit database {src['db']}, loaded up to {src['loaded_up_to']} UTC"
+        if src.get("kind") == "audit"
+        else "the journal"
+    )
+    return f"history, {n} event{'s' if n != 1 else ''} from {where}:"
+
+
+def _history_lines(entries: list[dict[str, Any]]) -> list[str]:
+    from projections.timeline import timeline_text
+
+    return timeline_text(entries) or ["  (nothing recorded about it)"]
+
+
+def _audit_source(con: Any, db: Path) -> dict[str, Any]:
+    from projections.audit import latest_time
+    from projections.timeline import iso
+
+    return {"kind": "audit", "db": str(db), "loaded_up_to": iso(latest_time(con))}
+
+
+def _why_from_audit(db: Path, workload: str) -> dict[str, Any]:
+    """The history and last recorded state, from the audit database alone."""
+    from projections.audit import (
+        AuditError,
+        connect,
+        find_workload,
+        rejected_request,
+        workload_records,
+    )
+    from projections.timeline import last_state, timeline
+
+    con = connect(db, read_only=True)
+    try:
+        source = _audit_source(con, db)
+        try:
+            wid = find_workload(con, workload)
+        except AuditError:
+            rejected = rejected_request(con, workload.strip())
+            if rejected is None:
+                raise
+            return _rejection_answer(rejected)
+        entries = timeline(workload_records(con, wid))
+    finally:
+        con.close()
+    first = next((e for e in entries if e["event"] == "submitted"), None)
+    title = f"workload {wid}" + (f" ({first['name']})" if first and first.get("name") else "")
+    last = last_state(entries)
+    text = [
+        f"{title}: from the audit database {db} (no journal read)",
+        f"last recorded: {last['text']}",
+    ]
+    return {
+        "workload": wid,
+        "current": last,
+        "history": entries,
+        "history_source": source,
+        "text": text,
+    }
+
+
+def _rejection_answer(r: dict[str, Any]) -> dict[str, Any]:
+    """`allot why REQUEST-ID` for a rejected request, from its `*.rejected` record."""
+    from projections.timeline import iso
+
+    what = r.get("input_type") or str(r.get("type", "")).replace(".rejected", "")
+    return {
+        "request": r.get("ref"),
+        "rejection": {
+            "time": iso(r.get("time")),
+            "type": r.get("type"),
+            "ref": r.get("ref"),
+            "actor": r.get("actor"),
+            "error": r.get("error"),
+            "input_type": r.get("input_type"),
+        },
+        "text": [
+            f"request {r.get('ref')} ({what}) from {r.get('actor')} was rejected at "
+            f"{iso(r.get('time'))}: {r.get('error')}"
+        ],
+    }
+
+
+def _why_from_journal(
+    kafka: str | None,
+    data: Path | None,
+    journal: Path | None,
+    cluster: str | None,
+    workload: str,
+    db: Path | None,
+) -> dict[str, Any]:
+    """The answer from the journal; the history from it, or from `db` when given."""
+    from projections.views import why as explain
+
+    view = load_view(kafka, data, journal, cluster)
+    answer = explain(view, workload)
+    if "workload" not in answer:
+        return answer  # a rejected request's id
+    answer["history_source"] = {"kind": "journal"}
+    if db is None:
+        return answer
+    from projections.audit import AuditError, connect, workload_records
+    from projections.timeline import timeline
+
+    con = connect(db, read_only=True)
+    try:
+        source = _audit_source(con, db)
+        records = workload_records(con, answer["workload"])
+    finally:
+        con.close()
+    if not records:
+        raise AuditError(
+            f"workload {answer['workload']} is in the journal but not in the audit database "
+            f"{db}: load the new records with `allot audit load --db {db}` (or drop --audit)"
+        )
+    answer["history"] = timeline(records)
+    answer["history_source"] = source
+    return answer

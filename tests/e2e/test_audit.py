@@ -3,7 +3,9 @@ subprocesses on a simulation's journal, and their one-line errors."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +183,160 @@ def test_load_from_the_embedded_folder(
     one_line_error(
         allot("audit", "load", "--data", str(tmp_path / "nope"), "--db", str(db)), "no such folder"
     )
+
+
+# ------------------------------------------------------------------ allot why: history
+
+
+def most_preempted(records: list[dict[str, Any]]) -> str:
+    counts: dict[str, int] = {}
+    for r in records:
+        if r["type"] == "workload.preempted":
+            counts[r["workload"]] = counts.get(r["workload"], 0) + 1
+    return max(counts, key=lambda w: (counts[w], w))
+
+
+def test_why_shows_the_same_history_from_the_journal_and_the_audit_db(
+    journal: Path, db: Path, records: list[dict[str, Any]]
+) -> None:
+    wid = most_preempted(records)
+    mine = [r for r in records if r.get("workload") == wid]
+    from_journal = as_json(allot("why", wid, "--journal", str(journal), "--json"))
+    from_db = as_json(allot("why", wid, "--audit", str(db), "--json"))
+    both = as_json(allot("why", wid, "--journal", str(journal), "--audit", str(db), "--json"))
+    assert from_journal["history"] == from_db["history"] == both["history"]
+    assert from_journal["history_source"] == {"kind": "journal"}
+    assert from_db["history_source"]["kind"] == both["history_source"]["kind"] == "audit"
+    assert both["current"] == from_journal["current"]  # the answer still from the journal
+    events = [e["event"] for e in from_db["history"]]
+    assert events.count("placed") == sum(r["type"] == "workload.placed" for r in mine)
+    assert events.count("preempted") == sum(r["type"] == "workload.preempted" for r in mine)
+    assert events.count("requeued") == sum(
+        r["type"] == "workload.preempted" and r["requeued"] for r in mine
+    )
+    assert events[0] == "submitted"
+    q = next(e for e in from_db["history"] if e["event"] == "preempted")
+    raw = next(r for r in mine if r["type"] == "workload.preempted")
+    assert q["beneficiary"] == raw["beneficiary"] and q["explain"] == raw["explain"]
+    # the last state the database records agrees with the journal's answer
+    assert from_db["current"]["state"] == from_journal["current"]["state"]
+
+    text = allot("why", wid, "--journal", str(journal))
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("history, "))
+    assert lines[at - 1].startswith("now: ")  # the timeline comes under the answer
+    assert "from the journal" in lines[at]
+    assert any("preempted #1" in line and raw["beneficiary"] in line for line in lines[at:])
+    assert any("requeued #1" in line for line in lines[at:])
+    db_text = allot("why", wid, "--audit", str(db))
+    assert db_text.returncode == 0, db_text.stderr
+    assert "no journal read" in db_text.stdout and f"audit database {db}" in db_text.stdout
+    timeline = db_text.stdout[db_text.stdout.index("history, ") :].splitlines()[1:]
+    assert timeline == lines[at + 1 :]
+
+
+def test_why_audit_unique_prefix_and_every_workload(
+    journal: Path, db: Path, records: list[dict[str, Any]]
+) -> None:
+    wid = most_preempted(records)
+    by_prefix = as_json(allot("why", wid, "--audit", str(db), "--json"))
+    assert by_prefix["workload"] == wid
+    rejected = next((r for r in records if r["type"].endswith(".rejected")), None)
+    if rejected is not None and not rejected.get("workload"):
+        answer = as_json(allot("why", rejected["ref"], "--audit", str(db), "--json"))
+        assert answer["rejection"]["error"] == rejected["error"]
+
+
+def test_why_history_errors(journal: Path, db: Path, tmp_path: Path) -> None:
+    one_line_error(
+        allot("why", "zz-nope", "--audit", str(db)), "no workload 'zz-nope'", "audit database"
+    )
+    one_line_error(allot("why", "0-", "--audit", str(db)), "ambiguous")  # many ids start so
+    one_line_error(
+        allot("why", "0-000001", "--audit", str(tmp_path / "missing.duckdb")),
+        "no audit database",
+        "allot audit load",
+    )
+    one_line_error(
+        allot("why", "0-000001", "--journal", str(journal), "--audit", str(tmp_path / "m.duckdb")),
+        "no audit database",
+    )
+    empty_db = tmp_path / "empty.duckdb"
+    audit.connect(empty_db).close()
+    one_line_error(allot("why", "0-000001", "--audit", str(empty_db)), "empty")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    one_line_error(allot("why", "0-000001", "--journal", str(empty)), "empty")
+    # the journal has grown past the database: say to load it
+    grown = tmp_path / "grown.jsonl"
+    extra = {
+        "type": "workload.submitted", "v": 1, "id": "late-1", "time": 1767268800.0,
+        "cluster": "tiny", "actor": "alice", "workload": "late-w", "allocation": "lab/train",
+        "gpus": 1, "min_runtime": 60.0,
+    }  # fmt: skip
+    grown.write_bytes(journal.read_bytes() + orjson.dumps(extra) + b"\n")
+    one_line_error(
+        allot("why", "late-w", "--journal", str(grown), "--audit", str(db)),
+        "not in the audit database",
+        "allot audit load",
+    )
+    assert (
+        as_json(allot("why", "late-w", "--journal", str(grown), "--json"))["history"][0]["event"]
+        == "submitted"
+    )
+
+
+def test_audit_presets_start_without_the_scheduler(db: Path) -> None:
+    """Start-up of the presets: no scheduler core, pydantic models, trace importers,
+    Kafka client or plotting is imported (together most of a second). (asyncio is:
+    typer's parameter adapters import pydantic, which imports it.)"""
+    probe = (
+        "import sys, runpy\n"
+        "sys.argv = ['allot', *sys.argv[1:]]\n"
+        "try:\n"
+        "    runpy.run_module('allot.cli', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = [m for m in ('domain', 'domain.events', 'projections.traces', 'rich.markdown',\n"
+        "         'aiokafka', 'faust', 'matplotlib', 'projections.views') if m in sys.modules]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    for args in (
+        ["budget", "log", "--json"],
+        ["history", "--allocation", "lab", "--since", "7d", "--json"],
+        ["preemptions", "--since", "7d", "--json"],
+        ["why", "0-000001", "--audit", str(db), "--json"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", probe, *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "ALLOT_AUDIT_DB": str(db)},
+            timeout=120,
+        )
+        assert "HEAVY []" in result.stderr, (args, result.stderr[-2000:])
+
+
+def test_why_a_rejected_request_from_both_sources(tmp_path: Path) -> None:
+    from streams.codec import encode
+    from tests.projections.test_audit import small_history
+
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(b"".join(encode(r) + b"\n" for r in small_history()))
+    db = tmp_path / "audit.duckdb"
+    assert allot("audit", "load", "--journal", str(journal), "--db", str(db)).returncode == 0
+    records = [orjson.loads(line) for line in journal.read_bytes().splitlines()]
+    rejected = next(r for r in records if r["type"] == "workload.rejected")
+
+    by_ref_journal = as_json(allot("why", rejected["ref"], "--journal", str(journal), "--json"))
+    by_ref_db = as_json(allot("why", rejected["ref"], "--audit", str(db), "--json"))
+    assert by_ref_db == by_ref_journal
+    assert by_ref_db["rejection"]["error"] == rejected["error"]
+
+    wid = rejected["workload"]
+    from_db = as_json(allot("why", wid, "--audit", str(db), "--json"))
+    from_journal = as_json(allot("why", wid, "--journal", str(journal), "--json"))
+    assert from_db["history"] == from_journal["history"]
+    assert [e["event"] for e in from_db["history"]] == ["rejected"]
+    assert from_db["current"]["state"] == from_journal["current"]["state"] == "REJECTED"

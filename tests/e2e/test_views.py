@@ -142,11 +142,16 @@ def test_why_preempted_workload(journal: Path, records: list[dict[str, Any]]) ->
     assert f"workload {q['workload']}" in result.stdout
     assert f"reason {q['reason']}" in result.stdout
     assert q["beneficiary"] in result.stdout
-    assert "now: " in result.stdout.splitlines()[-1]
+    lines = result.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("history, "))
+    assert lines[at - 1].startswith("now: ")  # the answer, then its history under it
+    assert any(f"preempted #{q['attempt']}" in line for line in lines[at + 1 :])
     as_json = allot("why", q["workload"], "--journal", str(journal), "--json")
     payload = orjson.loads(as_json.stdout)
     assert payload["preemptions"][0]["reason"] == q["reason"]
     assert payload["preemptions"][0]["explain"] == q["explain"]
+    first = next(e for e in payload["history"] if e["event"] == "preempted")
+    assert (first["reason"], first["explain"]) == (q["reason"], q["explain"])
 
 
 def test_why_placed_workload_quotes_explain(journal: Path, records: list[dict[str, Any]]) -> None:

@@ -291,3 +291,139 @@ def test_an_empty_database_says_so(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(audit.AuditError, match="no audit database"):
         audit.connect(tmp_path / "missing.duckdb", read_only=True)
+
+
+# ------------------------------------------------------------------ why: the history
+
+
+def lifecycle_history() -> list[Any]:
+    """8 GPUs: `u1` runs unallocated, is preempted and requeued for `a1` (charged), runs
+    again and finishes; `c1` waits and is cancelled; a late report about `u1`'s first
+    attempt is rejected."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, members=("alice", "bob"), actor="pm")
+    c.submit("u1", "lab/a", gpus=8, min_runtime=0, resumable=True, actor="bob")
+    c.at("10m").submit("a1", "lab/a", gpus=8, min_runtime="30m", actor="alice")
+    c.at("15m").submit("c1", "lab/a", gpus=8, min_runtime="1h", actor="alice")
+    c.at("16m").cancel("c1", actor="alice")
+    c.at("40m").finish("a1")
+    c.at("50m").finish("u1", attempt=1)  # about the old attempt: rejected
+    c.at("2h").finish("u1")
+    c.at("3h").tick()
+    return c.journal
+
+
+def both_histories(journal: Path, db: Path, wid: str) -> tuple[list[Any], list[Any]]:
+    from projections.timeline import timeline
+    from projections.views import decode_lines, fold, why
+
+    from_journal = why(fold(decode_lines(journal_lines(journal=journal))), wid)["history"]
+    con = audit.connect(db, read_only=True)
+    try:
+        from_db = timeline(audit.workload_records(con, audit.find_workload(con, wid)))
+    finally:
+        con.close()
+    return from_journal, from_db
+
+
+def test_why_history_has_every_attempt_from_both_sources(tmp_path: Path) -> None:
+    journal = write(tmp_path / "journal.jsonl", lifecycle_history())
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+
+    from_journal, from_db = both_histories(journal, db, "u1")
+    assert from_journal == from_db
+    events = [(e["event"], e.get("attempt")) for e in from_db]
+    assert events == [
+        ("submitted", None),
+        ("placed", 1),
+        ("preempted", 1),
+        ("requeued", 1),
+        ("placed", 2),
+        ("rejected", None),
+        ("finished", 2),
+    ]
+    placed, preempted = from_db[1], from_db[2]
+    assert placed["hosts"] and placed["gpus"] == 8 and placed["charged"] is False
+    assert placed["protected_until"] == placed["time"]  # unallocated: never protected
+    assert preempted["beneficiary"] == "a1" and preempted["reason"] == "unallocated"
+    assert preempted["requeued"] is True and preempted["explain"]  # the numbers used
+    assert from_db[0]["actor"] == "bob" and from_db[-1]["outcome"] == "completed"
+
+    charged = both_histories(journal, db, "a1")
+    assert charged[0] == charged[1]
+    a1_placed = next(e for e in charged[1] if e["event"] == "placed")
+    assert a1_placed["charged"] is True
+    assert a1_placed["explain"].get("preempted") == ["u1"]
+    assert a1_placed["protected_until"] > a1_placed["time"]
+
+    cancelled = both_histories(journal, db, "c1")
+    assert cancelled[0] == cancelled[1]
+    assert [e["event"] for e in cancelled[1]] == ["submitted", "cancelled"]
+    assert cancelled[1][-1]["actor"] == "alice"
+
+
+def test_why_history_is_the_same_from_both_sources_on_a_simulation(sim: Any) -> None:
+    journal, db, records = sim
+    ids = sorted({r["workload"] for r in records if r.get("workload")})
+    assert len(ids) > 20
+    for wid in ids:
+        from_journal, from_db = both_histories(journal, db, wid)
+        assert from_journal == from_db, wid
+        placed = [e for e in from_db if e["event"] == "placed"]
+        expected = [r for r in records if r["type"] == "workload.placed" and r["workload"] == wid]
+        assert [e["attempt"] for e in placed] == [r["attempt"] for r in expected]
+
+
+def test_why_history_ids_and_errors(sim: Any, tmp_path: Path) -> None:
+    _, db, records = sim
+    con = audit.connect(db, read_only=True)
+    try:
+        wid = next(r["workload"] for r in records if r["type"] == "workload.preempted")
+        assert audit.find_workload(con, wid) == wid
+        with pytest.raises(audit.AuditError, match="no workload 'nope'"):
+            audit.find_workload(con, "nope")
+        with pytest.raises(audit.AuditError, match="ambiguous"):
+            audit.find_workload(con, wid.split("-")[0] + "-")
+    finally:
+        con.close()
+    empty = tmp_path / "empty.duckdb"
+    audit.connect(empty).close()
+    con = audit.connect(empty, read_only=True)
+    with pytest.raises(audit.AuditError, match="empty"):
+        audit.find_workload(con, "x")
+    con.close()
+
+
+def test_budget_log_json_is_the_budget_log(small: Any, sim: Any) -> None:
+    for (_, db, _), leaf in ((small, "lab/a"), (sim, "lab/train")):
+        con = audit.connect(db, read_only=True)
+        try:
+            assert orjson.loads(audit.budget_log_json(con)) == audit.budget_log(con)
+            assert orjson.loads(audit.budget_log_json(con, leaf)) == audit.budget_log(con, leaf)
+            with pytest.raises(audit.AuditError, match="unknown allocation"):
+                audit.budget_log_json(con, "nope/x")
+        finally:
+            con.close()
+
+
+def test_a_database_loaded_before_budget_rows_is_backfilled(small: Any) -> None:
+    """`budget_changes` reads its own small table; a database from before it was kept
+    (its `budget_rows` empty) gets it filled on the next load."""
+    journal, db, _ = small
+    con = audit.connect(db, read_only=True)
+    before = audit.budget_log(con)
+    con.close()
+    assert before
+    import duckdb
+
+    raw = duckdb.connect(str(db))  # not audit.connect: that would fill it again
+    raw.execute("DELETE FROM budget_rows").fetchall()
+    raw.close()
+    assert audit.load(db, journal_lines(journal=journal), source=str(journal))["added"] == 0
+    con = audit.connect(db, read_only=True)
+    try:
+        assert audit.budget_log(con) == before
+    finally:
+        con.close()

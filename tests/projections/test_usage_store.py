@@ -102,7 +102,17 @@ def test_allot_usage_keeps_its_table_and_reports_delivered(journal: Path, tmp_pa
     for row in rows.values():
         expected = min(1.0, row["received_gpu_h"] / row["owed_gpu_h"])
         assert abs(row["delivered"] - expected) < 1e-3
+    import os
+
+    no_kafka = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
     bad = subprocess.run(
-        [sys.executable, "-m", "allot.cli", "usage"], capture_output=True, text=True
+        [sys.executable, "-m", "allot.cli", "usage"], capture_output=True, text=True, env=no_kafka
     )
-    assert bad.returncode == 2 and "exactly one of --data DIR or --journal FILE" in bad.stderr
+    assert bad.returncode == 2 and "--data DIR or --journal FILE" in bad.stderr
+    both = subprocess.run(
+        [*args[:3], "usage", "--journal", str(journal), "--data", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=no_kafka,
+    )
+    assert both.returncode == 2 and "give one of" in both.stderr

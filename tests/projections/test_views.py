@@ -378,6 +378,19 @@ def test_why_reclaim_shows_running_vs_entitled() -> None:
     assert "running vs entitled GPUs: lab/b 0/4, lab/a 8/4" in text
     assert "lab/b 0.5, lab/a 0.52" in text
 
+    # the history timeline carries the same numbers, one line per event
+    from projections.timeline import last_state, timeline_text
+
+    history = v.why(v.fold(events), "w")["history"]
+    assert [e["event"] for e in history] == ["submitted", "placed", "preempted", "requeued"]
+    assert history[2]["explain"]["running_vs_entitled"] == {"lab/b": [0, 4.0], "lab/a": [8, 4.0]}
+    lines = "\n".join(timeline_text(history))
+    assert "on h0 GPUs 0-7 (8 GPUs), charged, protected until 2026-01-01 00:00:00" in lines
+    assert "fair_share, rule reclaim for z" in lines
+    assert "running/entitled lab/b 0/4, lab/a 8/4" in lines
+    assert "ratios lab/b 0.5, lab/a 0.52" in lines
+    assert last_state(history)["state"] == "PENDING"
+
 
 def test_why_finished_and_cancelled() -> None:
     c = make(hosts=1)
@@ -390,6 +403,15 @@ def test_why_finished_and_cancelled() -> None:
     assert v.why(view, "done")["current"]["state"] == "FINISHED"
     assert "finished (completed) at 2026-01-01 01:00:00" in v.why(view, "done")["text"][-1]
     assert "cancelled by alice" in v.why(view, "gone")["text"][-1]
+    done = v.why(view, "done")["history"]
+    assert [(e["event"], e.get("attempt")) for e in done] == [
+        ("submitted", None),
+        ("placed", 1),
+        ("finished", 1),
+    ]
+    gone = v.why(view, "gone")["history"]
+    assert [e["event"] for e in gone] == ["submitted", "placed", "cancelled"]
+    assert gone[-1]["actor"] == "alice"
 
 
 def test_why_pending_tells_position_and_reason() -> None:
