@@ -152,6 +152,7 @@ async def one_run(bootstrap: str, workers: int, records: list[tuple[bytes, bytes
     procs = [spawn(bootstrap, suffix, group, log) for log in logs]
     try:
         await wait_stable(logs)
+        held = [sorted(holdings(log)) for log in logs]
         clusters = len({key for key, _ in records})
         reading = asyncio.Event()
         watcher = asyncio.create_task(markers_seen(bootstrap, topics.journal, clusters, reading))
@@ -173,11 +174,18 @@ async def one_run(bootstrap: str, workers: int, records: list[tuple[bytes, bytes
                 p.wait(60)
             except subprocess.TimeoutExpired:
                 p.kill()
-    held = [sorted(holdings(log)) for log in logs]
+    per_partition = dict.fromkeys(range(PARTITIONS), 0)
+    home = DefaultPartitioner()
+    for key, _ in records:
+        per_partition[home(key, list(range(PARTITIONS)), list(range(PARTITIONS)))] += 1
     return {
         "workers": workers,
         "records": len(records),
         "partitions_held": held,
+        # the busiest worker's share of the records bounds the speed-up
+        "busiest_share": round(
+            max(sum(per_partition[p] for p in h) for h in held) / len(records), 3
+        ),
         "fill_s": round(filled, 2),
         "seconds": round(elapsed, 2),
         "records_per_s": round(len(records) / elapsed),
@@ -197,12 +205,14 @@ def render(result: dict[str, Any]) -> str:
         f"- {result['records']:,} inbox records over {result['clusters']} clusters "
         "(setup, then submissions / cancellations / ticks)",
         "",
-        "| workers | partitions held | records/s | vs 1 worker | wall s | fill s |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| workers | partitions held | busiest worker's share | records/s | vs 1 worker "
+        "| wall s | fill s |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
         lines.append(
-            f"| {r['workers']} | {r['partitions_held']} | {r['records_per_s']:,} | "
+            f"| {r['workers']} | {r['partitions_held']} | {r['busiest_share']:.0%} "
+            f"| {r['records_per_s']:,} | "
             f"{r['records_per_s'] / base:.2f}x | {r['seconds']} | {r['fill_s']} |"
         )
     return "\n".join(lines) + "\n"
