@@ -20,6 +20,7 @@ from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_HOST_GPUS = 1024  # far above any real host; keeps a typo from allocating millions
+MAX_HINT_NAME = 256  # "did you mean" suggestions only between names up to this long
 _DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
 
 
@@ -79,10 +80,32 @@ def _check_common(state: State, event: Any) -> None:
             "every request needs a fresh id (a resend of the same request is ignored)"
         )
     if math.isfinite(state.now) and event.time < state.now - state.config.window:
-        raise Rejected(
-            f"claims time {event.time:.0f}, older than the {format_duration(state.config.window)} "
-            "window; check the sender's clock"
-        )
+        raise Rejected(_old_claim(state, event.time))
+
+
+def _old_claim(state: State, claimed: float) -> str:
+    return (
+        f"claims time {claimed:.0f}, older than the {format_duration(state.config.window)} "
+        "window; check the sender's clock"
+    )
+
+
+def reject_old_claim(state: State, event: Any, stamped: float) -> Any:
+    """The rejection of an input whose time claim is older than the window before its
+    broker stamp, for when `admit` cannot tell (a fresh state has no clock yet; a
+    lagging one would accept the claim as the event time)."""
+    return ev.rejection_for(
+        event.type,
+        id=state.next_id(),
+        time=stamped,
+        cluster=state.cluster,
+        actor=event.actor,
+        ref=event.id,
+        error=_old_claim(state, event.time),
+        workload=getattr(event, "workload", None),
+        allocation=getattr(event, "allocation", None),
+        host=getattr(event, "host", None),
+    )
 
 
 def _require_admin(state: State, actor: str, what: str) -> None:
@@ -93,7 +116,15 @@ def _require_admin(state: State, actor: str, what: str) -> None:
 def _leaf(state: State, path: str) -> None:
     tree = state.tree
     if path not in tree:
-        close = difflib.get_close_matches(path, tree.leaves(), n=3)
+        # difflib is quadratic: hint only between names of a sane length (a 300 kB
+        # path near a 300 kB leaf took 14 s here, stalling the worker)
+        close = (
+            difflib.get_close_matches(
+                path, [leaf for leaf in tree.leaves() if len(leaf) <= MAX_HINT_NAME], n=3
+            )
+            if len(path) <= MAX_HINT_NAME
+            else []
+        )
         hint = f"; did you mean {' or '.join(close)}?" if close else "; `allot shares` lists them"
         raise Rejected(f"unknown allocation {path!r}{hint}")
     node = tree.nodes[path]
@@ -246,6 +277,11 @@ def _check_config(state: State, e: ev.ConfigSet) -> None:
         resolve_placement(config.placement)
     except (ConfigError, UnknownPolicy) as why:
         raise Rejected(str(why)) from None
+    except Exception as why:  # e.g. {"window": null}: a validator that is not pydantic's
+        raise Rejected(
+            f"unreadable config ({type(why).__name__}: {str(why)[:100]}); durations are "
+            "seconds or text like 30s, 15m, 8h, 7d"
+        ) from None
 
 
 _CHECKS = {

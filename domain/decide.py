@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -10,7 +10,8 @@ from typing import Any
 from domain import events as ev
 from domain.evolve import evolve
 from domain.fairshare import Ranking, diverging, entitlement, outranks
-from domain.state import Host, State, Workload
+from domain.policies.ordering import BUILTIN as _BUILTIN_ORDERINGS
+from domain.state import Host, State, Workload, head
 
 
 def _num(x: float) -> float | None:
@@ -118,6 +119,7 @@ class Cycle:
         "reservations",
         "state",
         "victim_cache",
+        "victim_keys",
     )
 
     def __init__(self, state: State, now: float, cause: str | None) -> None:
@@ -133,12 +135,17 @@ class Cycle:
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
         # (allocation, priority) -> host -> victims; see victim_map
-        self.victim_cache: dict[tuple[str, int], dict[str, list[Any]]] = {}
+        self.victim_cache: dict[tuple[str, int], Any] = {}
+        # workload id -> (victim sort key, workload); None -> the ranking they were made for
+        self.victim_keys: dict[Any, Any] = {}
 
     # ------------------------------------------------------------ output
     def emit(self, event: Any) -> None:
-        if event.type == "workload.preempted":
+        kind = event.type
+        if kind == "workload.preempted":
             self.victim_cache.clear()
+        elif kind == "workload.placed":
+            self.victim_keys.pop(event.workload, None)
         evolve(self.state, event)
         self.out.append(event)
 
@@ -203,7 +210,13 @@ class Cycle:
             short = w.bucket[3]
             key = policy.sort_key(self.ranking, w, allocated)
             failures = last.failed.setdefault((allocated, short), [])
-            if any(fk < key and fg <= w.gpus for fk, fg in failures):
+            gpus = w.gpus
+            covered = False
+            for fk, fg in failures:
+                if fg <= gpus and fk < key:
+                    covered = True
+                    break
+            if covered:
                 continue  # work ahead of it with no more GPUs could not fit
             self.position = 1
             before = len(self.out)
@@ -305,36 +318,46 @@ class Cycle:
             last_holder_key = None
             edge = s.charged.next_edge(self.now)
         failures: dict[tuple[bool, bool], list[tuple[Any, int]]] = {}
-        heap: list[tuple[Any, ...]] = []
-        for key, queue in s.queues.items():
-            w = s.workloads[queue[0][1]]
-            allocated = s.allocated(w)
-            heap.append((policy.sort_key(ranking, w, allocated), key, allocated))
-        heapq.heapify(heap)
+        # the bucket heads in order; a placed head's successor is inserted among the
+        # entries still ahead (keys are unique: this pops exactly as a heap would)
+        order, classes, fewest = self.heap(ranking)
+        shared = True  # `order` is the state's cached list until something is inserted
+        at = 0
+        queues = s.queues
+        inf = math.inf
         failed: dict[tuple[bool, bool], int] = {}  # (allocated, short) -> fewest GPUs that failed
-        while heap:
-            sort_key, key, allocated = heapq.heappop(heap)
-            queue = s.queues.get(key)
-            if not queue:
-                continue
-            w = s.workloads[queue[0][1]]
+        while at < len(order):
+            sort_key, key, allocated = order[at]
+            at += 1
+            # a bucket's GPUs and class are in its key: skip before looking at its head
             short = key[3]
             klass = (allocated, short)
-            if w.gpus >= failed.get(klass, math.inf):
+            if key[1] >= failed.get(klass, inf):
                 continue
+            queue = queues.get(key)
+            if not queue:
+                continue
+            w = s.workloads[head(queue)[1]]
             self.position += 1
             if self.try_place(w, allocated, short):
-                queue = s.queues.get(key)
+                queue = queues.get(key)
                 if queue:
-                    nxt = s.workloads[queue[0][1]]
-                    heapq.heappush(heap, (policy.sort_key(ranking, nxt, allocated), key, allocated))
+                    nxt = s.workloads[head(queue)[1]]
+                    if shared:
+                        order, shared = order[at:], False
+                        at = 0
+                    bisect.insort(
+                        order, (policy.sort_key(ranking, nxt, allocated), key, allocated), at
+                    )
                 continue
-            failed[klass] = min(w.gpus, failed.get(klass, math.inf))
+            failed[klass] = min(w.gpus, failed.get(klass, inf))
             failures.setdefault(klass, []).append((sort_key, w.gpus))
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 last_holder_key = sort_key
                 self.reserve(w, short)
+            if all(failed.get(c, inf) <= fewest for c in classes):
+                break  # every bucket left needs at least as many GPUs as failed in its class
         s.fresh.clear()
         s.freed_hosts.clear()
         s.blocked = Blocked(
@@ -347,6 +370,57 @@ class Cycle:
             holders=self.holders,
             last_holder_key=last_holder_key,
         )
+
+    def heap(self, ranking: Ranking) -> tuple[list[tuple[Any, ...]], set[Any], int]:
+        """The heads of the pending buckets as a sorted list of (sort key, bucket,
+        allocated), the (allocated, short) classes present and the fewest GPUs any
+        bucket needs. The list may be the state's cached one: copy before changing it.
+
+        A head's entry is cached on the state while the policy, the budget tree and
+        the ranking's leaf ranks stay the same (the built-in policies' sort keys read
+        nothing else; a plugin's entries live as long as its ranking object), so a
+        cycle recomputes only the buckets whose head changed."""
+        s = self.state
+        policy = s.ordering
+        leaves = s.tree.leaves()
+        token = s.heads_token
+        if not (
+            token is not None
+            and token[0] is policy
+            and token[2] is leaves
+            and (
+                token[1] is ranking
+                or (type(policy) in _BUILTIN_ORDERINGS and token[1].ranks == ranking.ranks)
+            )
+        ):
+            s.heads_epoch += 1
+            s.heads_token = (policy, ranking, leaves)
+        epoch = s.heads_epoch
+        stamp = (epoch, s.heads_changes)
+        cached_heap = s.heads_heap
+        if cached_heap is not None and cached_heap[0] == stamp:
+            return cached_heap[1], cached_heap[2], cached_heap[3]
+        heads = s.heads
+        workloads = s.workloads
+        heap: list[tuple[Any, ...]] = []
+        classes: set[Any] = set()
+        fewest = math.inf
+        for key, queue in s.queues.items():
+            cached = heads.get(key)
+            if cached is not None and cached[0] == epoch:
+                entry = cached[1]
+            else:
+                w = workloads[head(queue)[1]]
+                allocated = s.allocated(w)
+                entry = (policy.sort_key(ranking, w, allocated), key, allocated)
+                heads[key] = (epoch, entry)
+            heap.append(entry)
+            classes.add((entry[2], key[3]))
+            if key[1] < fewest:
+                fewest = key[1]
+        heap.sort()
+        s.heads_heap = (stamp, heap, classes, fewest)
+        return heap, classes, fewest
 
     def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
         if not host.healthy:
@@ -414,11 +488,26 @@ class Cycle:
         s = self.state
         need = w.gpus
         if single:
-            fits = [
-                h
-                for h in map(s.hosts.__getitem__, s.with_free)
-                if len(h.free) >= need and self.usable(h, w, allocated, short)
-            ]
+            # self.usable(h, ...) inlined: this runs for every placement attempt
+            hosts = s.hosts
+            reservations = self.reservations
+            headroom = s.headroom
+            keep_off_headroom = allocated and not short
+            fits = []
+            for name in s.with_free:
+                h = hosts[name]
+                if len(h.free) < need or not h.healthy:
+                    continue
+                if keep_off_headroom and name in headroom:
+                    continue
+                held = reservations.get(name)
+                if (
+                    held is not None
+                    and held[0] != w.id
+                    and not self.may_backfill(w, allocated, held)
+                ):
+                    continue
+                fits.append(h)
             if short and s.headroom:  # keep training hosts whole: short work goes to headroom first
                 fits = [h for h in fits if h.name in s.headroom] or fits
             host = s.placement.choose(fits, need)
@@ -442,46 +531,70 @@ class Cycle:
         priority); a preemption clears the cache (victims left), a placement need not
         (new work is protected, or is unallocated and merely missed until next cycle).
         """
+        return self._victims(w)[0]
+
+    def _victims(self, w: Workload) -> tuple[dict[str, list[Any]], dict[str, tuple[int, int, int]]]:
+        """`victim_map` plus, per host, the sums its callers read: (GPUs of the victims
+        on it, GPUs they hold in all, of which charged)."""
         key = (w.allocation, w.priority)
-        found = self.victim_cache.get(key)
-        if found is not None:
-            return found
+        cached = self.victim_cache.get(key)
+        if cached is not None:
+            return cached
         s = self.state
         ranks = self.ranking.ranks
+        ranking = self.ranking
         now = self.now
         only = self.light_hosts
-        found = {}
+        may_preempt = s.ordering.may_preempt
+        workloads = s.workloads
+        # a victim's sort key depends on the cycle's ranks and on fields fixed while it
+        # runs (emit drops the entry of a workload placed again)
+        keys = self.victim_keys
+        if keys.get(None) is not ranking:  # a new ranking: new keys
+            keys.clear()
+            keys[None] = ranking  # type: ignore[index]
+        found: dict[str, list[Any]] = {}
         for hosts in s.exposed.values():
             if only is not None and only.isdisjoint(hosts):
                 continue
             first = next(iter(next(iter(hosts.values()))))
-            reason = s.ordering.may_preempt(s, self.ranking, w, s.workloads[first], now)
+            reason = may_preempt(s, ranking, w, workloads[first], now)
             if reason is None:
                 continue
             for name, on_host in hosts.items():
                 if only is not None and name not in only:
                     continue
-                entries = found.setdefault(name, [])
+                entries = found.get(name)
+                if entries is None:
+                    entries = found[name] = []
                 for vid, n in on_host.items():
-                    v = s.workloads[vid]
-                    entries.append(
-                        (
+                    known = keys.get(vid)
+                    if known is None:
+                        v = workloads[vid]
+                        known = keys[vid] = (
                             (
                                 v.charged,
                                 not v.resumable,
                                 -ranks.get(v.allocation, 0),
                                 -v.start,
-                                v.id,
+                                vid,
                             ),
                             v,
-                            n,
-                            reason,
                         )
-                    )
-        for entries in found.values():
-            entries.sort(key=lambda c: c[0])
-        self.victim_cache[key] = found
-        return found
+                    entries.append((known[0], known[1], n, reason))
+        totals: dict[str, tuple[int, int, int]] = {}
+        for name, entries in found.items():
+            entries.sort()  # keys are unique (they end with the workload id)
+            gpus = held = charged = 0
+            for c in entries:
+                v = c[1]
+                gpus += c[2]
+                held += v.held
+                if v.charged:
+                    charged += v.held
+            totals[name] = (gpus, held, charged)
+        result = self.victim_cache[key] = (found, totals)
+        return result
 
     def victims_single(
         self, w: Workload, allocated: bool, short: bool
@@ -491,10 +604,12 @@ class Cycle:
         best: tuple[Any, ...] | None = None
         if self.light_hosts is not None and not self.light_hosts:
             return None  # light cycle and no GPUs were freed anywhere
-        for name, cands in self.victim_map(w).items():
-            host = s.hosts[name]
+        found, totals = self._victims(w)
+        hosts = s.hosts
+        for name, cands in found.items():
+            host = hosts[name]
             free = len(host.free)
-            if host.gpus < need or free + sum(c[2] for c in cands) < need:
+            if host.gpus < need or free + totals[name][0] < need:
                 continue
             if not self.usable(host, w, allocated, short):
                 continue
@@ -505,23 +620,29 @@ class Cycle:
                     break
                 taken.append(c)
                 got += c[2]
-            for c in sorted(taken, key=lambda c: c[0], reverse=True):  # drop what isn't needed
-                if got - c[2] >= need:
-                    taken.remove(c)
-                    got -= c[2]
+            if len(taken) > 1:  # drop what isn't needed, least preferred first
+                for c in taken[::-1]:
+                    if got - c[2] >= need:
+                        taken.remove(c)
+                        got -= c[2]
             # greedy in preference order can overshoot: one victim alone may be fewer GPUs
-            alone = min(
-                (c for c in cands if free + c[2] >= need),
-                key=lambda c: (c[1].held, c[0]),
-                default=None,
-            )
+            gap = need - free
+            alone = None
+            alone_key: tuple[Any, ...] | None = None
+            for c in cands:
+                if c[2] >= gap:
+                    k = (c[1].held, c[0])
+                    if alone_key is None or k < alone_key:
+                        alone, alone_key = c, k
             options = [taken] if alone is None else [taken, [alone]]
             for victims in options:
-                cost = (
-                    sum(c[1].held for c in victims),
-                    sum(c[1].held for c in victims if c[1].charged),
-                    host.index,
-                )
+                held = charged = 0
+                for c in victims:
+                    v = c[1]
+                    held += v.held
+                    if v.charged:
+                        charged += v.held
+                cost = (held, charged, host.index)
                 if best is None or cost < best[0]:
                     best = (cost, host, victims)
         if best is None:
@@ -533,25 +654,23 @@ class Cycle:
     ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
         s = self.state
         options = []
-        victims = self.victim_map(w)
+        victims, totals = self._victims(w)
         hosts = [s.hosts[name] for name in victims]
         hosts.extend(h for h in map(s.hosts.__getitem__, s.with_free) if not h.workloads)
+        none = (0, 0, 0)
         for host in hosts:
-            if len(host.free) + host.exposed < host.gpus:
+            free = len(host.free)
+            if free + host.exposed < host.gpus:
                 continue  # some of it is protected: cannot be cleared
-            cands = victims.get(host.name, [])
-            if len(host.free) + sum(c[2] for c in cands) < host.gpus:
+            gpus, held, charged = totals.get(host.name, none)
+            if free + gpus < host.gpus:
                 continue  # some of it may not be preempted by `w`
             if not self.usable(host, w, allocated, short):
                 continue
-            if sum(c[2] for c in cands) + len(host.free) < host.gpus:
-                continue  # something on it may not be preempted
-            held = sum(c[1].held for c in cands)
-            charged = sum(c[1].held for c in cands if c[1].charged)
-            options.append(((held, charged, host.index), host, cands))
-        options.sort(key=lambda o: o[0])
+            options.append(((held, charged, host.index), host, victims.get(host.name, [])))
+        options.sort(key=_first)
         chosen: list[Host] = []
-        victims: dict[str, tuple[Workload, str]] = {}
+        picked: dict[str, tuple[Workload, str]] = {}
         total = 0
         for _, host, cands in options:
             if total >= w.gpus:
@@ -559,10 +678,10 @@ class Cycle:
             chosen.append(host)
             total += host.gpus
             for c in cands:
-                victims.setdefault(c[1].id, (c[1], c[3]))
+                picked.setdefault(c[1].id, (c[1], c[3]))
         if total < w.gpus:
             return None
-        return chosen, list(victims.values())
+        return chosen, list(picked.values())
 
     def reserve(self, w: Workload, short: bool) -> None:
         """Hold the hosts that free soonest for `w`, one of the first MAX_RESERVATIONS
@@ -571,36 +690,64 @@ class Cycle:
         need = w.gpus
         single = need <= s.max_host_gpus()
         timed = []
+        now = self.now
+        inf = math.inf
+        isfinite = math.isfinite
+        workloads = s.workloads
+        may_preempt = s.ordering.may_preempt
+        ranking = self.ranking
         known: dict[str, float] = {}  # workload -> when it frees its GPUs for `w`
         verdicts: dict[tuple[bool, str, int], bool] = {}
 
-        def frees(vid: str) -> float:
-            t = known.get(vid)
-            if t is None:
-                t = known[vid] = self.frees_at(w, s.workloads[vid], verdicts)
+        def frees(vid: str) -> float:  # self.frees_at(w, v, verdicts), memoized per workload
+            v = workloads[vid]
+            kind = (v.charged, v.allocation, v.priority)
+            allowed = verdicts.get(kind)
+            if allowed is None:
+                allowed = verdicts[kind] = may_preempt(s, ranking, w, v, inf) is not None
+            if allowed and isfinite(v.protected_until):
+                t = known[vid] = max(now, v.protected_until)
+            elif v.expected_runtime is not None:
+                t = known[vid] = max(now, v.start + v.expected_runtime)
+            else:
+                t = known[vid] = inf
             return t
 
+        reservations = self.reservations
+        headroom = s.headroom
         for host in s.hosts.values():
-            if host.name in self.reservations:
+            if host.name in reservations:
                 continue  # already held for work ranked above `w`
             if not host.healthy or (single and host.gpus < need):
                 continue
-            if not short and host.name in s.headroom:
+            if not short and host.name in headroom:
                 continue
             if single:
-                times = [self.now] * len(host.free)
-                for vid, n in host.workloads.items():
-                    times.extend([frees(vid)] * n)
-                times.sort()
-                timed.append((times[need - 1], host.index, host))
+                # the need-th soonest GPU: free ones now, the others when their work frees
+                # them (never before now)
+                left = need - len(host.free)
+                t = now
+                if left > 0:
+                    pairs = [
+                        (known[vid] if vid in known else frees(vid), n)
+                        for vid, n in host.workloads.items()
+                    ]
+                    pairs.sort()
+                    for t, n in pairs:  # noqa: B007
+                        left -= n
+                        if left <= 0:
+                            break
+                timed.append((t, host.index, host))
             else:
-                latest = self.now
+                latest = now  # when the last of its work frees it (inf: never)
                 for vid in host.workloads:
-                    latest = max(latest, frees(vid))
-                    if math.isinf(latest):
-                        break
+                    t = known[vid] if vid in known else frees(vid)
+                    if t > latest:
+                        latest = t
+                        if latest == inf:
+                            break
                 timed.append((latest, host.index, host))
-        timed.sort(key=lambda t: (t[0], t[1]))
+        timed.sort()  # by (time, host index): indexes are unique
         if single:
             picked = timed[:1]
         else:
@@ -710,6 +857,10 @@ class Cycle:
         elif reason == "priority":
             explain.update(beneficiary_priority=w.priority, victim_priority=v.priority)
         return explain
+
+
+def _first(item: tuple[Any, ...]) -> Any:
+    return item[0]
 
 
 def _fewest_hosts(hosts: list[Host], need: int) -> list[Host] | None:

@@ -219,7 +219,7 @@ def describe_validation_error(error: ValidationError) -> str:
             loc = loc[1:]
         where = ".".join(loc) or "record"
         got = item.get("input")
-        shown = repr(got) if not isinstance(got, dict) else "an object"
+        shown = _show(got, repr) if not isinstance(got, dict) else "an object"
         if len(shown) > 60:
             shown = shown[:57] + "..."
         parts.append(
@@ -240,8 +240,17 @@ def event_to_dict(event: Envelope) -> dict[str, Any]:
     return event.model_dump(mode="json", exclude_none=True)
 
 
+def _show(value: object, show: Any = str) -> str:
+    """`show(value)`, or its type's name for a value that cannot be printed: JSON nested
+    close to orjson's depth limit (1024) exceeds Python's recursion limit in str/repr."""
+    try:
+        return show(value)
+    except (RecursionError, ValueError):
+        return f"<unprintable {type(value).__name__}>"
+
+
 def _clip(value: object, limit: int = 200) -> str | None:
-    return None if value is None else str(value)[:limit]
+    return None if value is None else _show(value)[:limit]
 
 
 def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:

@@ -34,15 +34,25 @@ def ratio(state: State, path: str, now: float) -> float:
 def fair_tree(state: State, now: float) -> Ranking:
     """At each level sort siblings by (ratio asc, share desc, path), depth first."""
     tree = state.tree
+    nodes = tree.nodes
     ranking = Ranking()
     ratios = ranking.ratios
     ranks = ranking.ranks
+    capacity = state.capacity
+    window = state.config.window
+    usage_ms = state.charged.reader(now)  # ledger.usage_ms(path, now), `now` converted once
+    inf = math.inf
 
     def visit(paths: list[str]) -> None:
-        for p in paths:
-            ratios[p] = ratio(state, p, now)
-        for p in sorted(paths, key=lambda p: (ratios[p], -tree.nodes[p].share, p)):
-            children = tree.nodes[p].children
+        for p in paths:  # ratio(state, p, now), the same arithmetic
+            share = nodes[p].share
+            if share <= 0:
+                ratios[p] = inf
+                continue
+            budget = share * capacity * window
+            ratios[p] = 0.0 if budget <= 0 else usage_ms(p) / 1000.0 / budget
+        for p in sorted(paths, key=lambda p: (ratios[p], -nodes[p].share, p)):
+            children = nodes[p].children
             if children:
                 visit(children)
             else:
@@ -97,9 +107,20 @@ def reclaims(state: State, winner: str, loser: str, gpus: int) -> bool:
     if split is None:
         return False
     w, lo = split
-    rate = state.charged.rate
-    if rate(w) + gpus > entitlement(state, w):
+    # inlined `state.charged.rate(p) > entitlement(state, p)` (the same arithmetic)
+    accounts = state.charged.accounts
+    nodes = state.tree.nodes
+    capacity = state.healthy_capacity
+    acc = accounts.get(w)
+    node = nodes.get(w)
+    if (acc.rate if acc else 0) + gpus > (node.share if node else 0.0) * capacity:
         return False
     # the victim's side borrows, and so does the victim's own allocation: a small team
     # inside a borrowing program is not made to pay for its big siblings
-    return rate(lo) > entitlement(state, lo) and rate(loser) > entitlement(state, loser)
+    acc = accounts.get(lo)
+    node = nodes.get(lo)
+    if not (acc.rate if acc else 0) > (node.share if node else 0.0) * capacity:
+        return False
+    acc = accounts.get(loser)
+    node = nodes.get(loser)
+    return (acc.rate if acc else 0) > (node.share if node else 0.0) * capacity

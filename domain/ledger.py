@@ -13,9 +13,10 @@ last change; a read pops only buckets that left the window. Amortized O(1) per e
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from domain.tree import ancestors
+from domain.tree import ancestor_chain
 
 
 def to_ms(seconds: float) -> int:
@@ -73,7 +74,7 @@ class UsageLedger:
     def change_rate(self, path: str, delta_gpus: int, now: float) -> None:
         """`delta_gpus` start (or, negative, stop) accruing to `path` and its ancestors."""
         now_ms = to_ms(now)
-        for p in ancestors(path):
+        for p in ancestor_chain(path):
             acc = self._account(p)
             self._write(acc, now_ms)
             acc.rate += delta_gpus
@@ -94,6 +95,25 @@ class UsageLedger:
             acc.in_window -= buckets.popleft()[1]
         pending = acc.rate * (now_ms - max(acc.since, first)) if now_ms > acc.since else 0
         return acc.in_window + max(0, pending)
+
+    def reader(self, now: float) -> Callable[[str], int]:
+        """`usage_ms(path, now)` for many paths at one `now`."""
+        now_ms = to_ms(now)
+        first = self._window_start(now_ms)
+        accounts = self.accounts
+
+        def usage_ms(path: str) -> int:
+            acc = accounts.get(path)
+            if acc is None:
+                return 0
+            buckets = acc.buckets
+            while buckets and buckets[0][0] < first:
+                acc.in_window -= buckets.popleft()[1]
+            since = acc.since
+            pending = acc.rate * (now_ms - max(since, first)) if now_ms > since else 0
+            return acc.in_window + max(0, pending)
+
+        return usage_ms
 
     def usage(self, path: str, now: float) -> float:
         """GPU-seconds in the window ending at `now`."""

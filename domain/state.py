@@ -68,6 +68,11 @@ class Host:
     exposed: int = 0  # GPUs held here by work past its protection
 
 
+def head(queue: SortedList) -> tuple[Any, str]:
+    """`queue[0]` without SortedList's general indexing (a hot path)."""
+    return queue._lists[0][0]
+
+
 class State:
     """Everything `decide` needs, for one cluster."""
 
@@ -111,6 +116,22 @@ class State:
         self.seen_order: deque[tuple[float, str]] = deque()
         self.ended: dict[str, float] = {}
         self.ended_order: deque[tuple[float, str]] = deque()
+        self._init_caches()
+
+    def _init_caches(self) -> None:
+        # decide's cache of bucket heads: bucket -> (epoch, (sort key, bucket, allocated)),
+        # valid while the epoch is current (same policy, tree and leaf ranks; see
+        # domain.decide.Cycle.heap); enqueue/dequeue drop a bucket's entry
+        self.heads: dict[BucketKey, tuple[int, tuple[Any, ...]]] = {}
+        self.heads_epoch = 0
+        self.heads_token: tuple[Any, ...] | None = None
+        self.heads_changes = 0  # bumped when a bucket appears, goes or changes its head
+        self.heads_heap: tuple[Any, ...] | None = None  # ((epoch, changes), heap, ...)
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        self.__dict__.update(saved)
+        if "heads" not in saved:  # pickled before the caches existed
+            self._init_caches()
 
     # ------------------------------------------------------------ helpers
     def next_id(self) -> str:
@@ -135,10 +156,16 @@ class State:
         w.queue_key = (*self.ordering.queue_key(w), w.id)
         key: BucketKey = (w.allocation, w.gpus, w.wants_allocation, self.short_small(w))
         w.bucket = key
+        item = (w.queue_key, w.id)
         queue = self.queues.get(key)
         if queue is None:
             queue = self.queues[key] = SortedList()
-        queue.add((w.queue_key, w.id))
+            queue.add(item)
+            self._head_changed(key)
+        else:
+            queue.add(item)
+            if head(queue) is item:
+                self._head_changed(key)
         self.pending_count += 1
 
     def dequeue(self, w: Workload) -> None:
@@ -146,16 +173,25 @@ class State:
         if key is None:
             return
         queue = self.queues[key]
-        queue.remove((w.queue_key, w.id))
+        item = (w.queue_key, w.id)
+        if head(queue) == item:
+            self._head_changed(key)
+        queue.remove(item)
         if not queue:
             del self.queues[key]
         w.bucket = None
         self.pending_count -= 1
 
+    def _head_changed(self, key: BucketKey) -> None:
+        self.heads.pop(key, None)
+        self.heads_changes += 1
+
     def requeue_all(self) -> None:
         """Re-key every pending workload (the ordering policy changed)."""
         pending = [self.workloads[wid] for q in self.queues.values() for _, wid in q]
         self.queues.clear()
+        self.heads.clear()
+        self.heads_changes += 1
         self.pending_count = 0
         for w in pending:
             w.bucket = None

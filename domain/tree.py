@@ -8,6 +8,7 @@ them is a dict lookup.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 
 def parent_of(path: str) -> str | None:
@@ -19,6 +20,12 @@ def ancestors(path: str) -> list[str]:
     """`a/b/c` -> [`a`, `a/b`, `a/b/c`] (root first, the path itself last)."""
     parts = path.split("/")
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+@lru_cache(maxsize=65536)
+def ancestor_chain(path: str) -> tuple[str, ...]:
+    """`ancestors(path)` as a tuple, memoized (the ledger asks on every rate change)."""
+    return tuple(ancestors(path))
 
 
 def valid_path(path: str) -> bool:
@@ -42,12 +49,13 @@ class Node:
 class AllocationTree:
     """Nodes by path. Top-level nodes are siblings of each other."""
 
-    __slots__ = ("_leaves", "nodes", "roots")
+    __slots__ = ("_leaves", "_managers", "nodes", "roots")
 
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
         self.roots: list[str] = []
         self._leaves: list[str] = []
+        self._managers: dict[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------ queries
     def __contains__(self, path: str) -> bool:
@@ -67,13 +75,20 @@ class AllocationTree:
     def top_level(self, path: str) -> str:
         return path.split("/", 1)[0]
 
-    def managers_above(self, path: str) -> set[str]:
-        """Managers of `path` and of every ancestor."""
-        found: set[str] = set()
-        for p in ancestors(path):
-            node = self.nodes.get(p)
-            if node:
-                found.update(node.managers)
+    def managers_above(self, path: str) -> frozenset[str]:
+        """Managers of `path` and of every ancestor (cached until the tree changes)."""
+        try:
+            cache = self._managers
+        except AttributeError:  # a tree pickled before the cache existed
+            cache = self._managers = {}
+        found = cache.get(path)
+        if found is None:
+            names: set[str] = set()
+            for p in ancestors(path):
+                node = self.nodes.get(p)
+                if node:
+                    names.update(node.managers)
+            found = cache[path] = frozenset(names)
         return found
 
     def may_manage(self, actor: str, path: str) -> bool:
@@ -119,6 +134,7 @@ class AllocationTree:
         self._recompute()
 
     def _recompute(self) -> None:
+        self._managers = {}
         leaves: list[str] = []
 
         def visit(paths: list[str], parent_share: float) -> None:

@@ -22,13 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from domain import State, decide, evolve, handle
 from domain import events as ev
+from domain.admission import MAX_TIME, reject_old_claim
 from domain.config import SchedulerConfig
 from domain.rederive import is_cause, rederive
-from streams.codec import Undecodable, decode_event, load_object
+from streams.codec import Undecodable, decode_event, encode_body, load_object
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +52,7 @@ class BatchResult:
 
 
 def encode_with_source(event: Any, record: InboxRecord) -> bytes:
-    body = ev.event_to_dict(event)
-    body["inbox"] = [record.partition, record.offset]
-    return orjson.dumps(body)
+    return encode_body(event, {"inbox": [record.partition, record.offset]})
 
 
 class _Diverged(Exception):
@@ -153,23 +150,32 @@ class SchedulerCore:
                 out.dead.append(DeadLetter(record, str(why)))
                 continue
             out.inputs += 1
-            if self.config_due():
-                # the scheduler's own fact (not a request): folded without admission
+            if self.config_due() and abs(stamped) <= MAX_TIME:
+                # the scheduler's own fact (not a request): folded without admission, so
+                # never at a time admission refuses (a broker timestamp past year 9999
+                # would become the clock, and every later input be rejected)
                 config = self.config_event(record, self.wanted)
                 evolve(self.state, config)
                 out.journal.append(encode_with_source(config, record))
                 for produced in decide(self.state, self.state.now, cause=config.id):
                     out.journal.append(encode_with_source(produced, record))
             claimed = raw.get("time")
-            if not (
+            window = self.state.config.window
+            too_old = (
                 isinstance(claimed, int | float)
                 and not isinstance(claimed, bool)
-                and claimed < stamped - self.state.config.window
-            ):
+                and claimed < stamped - window
+            )
+            if not too_old:
                 # the broker's time replaces the claim; a claim from before the window
                 # is kept so admission rejects it ("older than the window")
                 raw["time"] = stamped
             event = ev.parse_input(raw, stamped)
+            now = self.state.now
+            if too_old and not isinstance(event, ev._Rejected) and not claimed < now - window:
+                # admission judges claims by the state's clock: without one (a fresh
+                # state) or behind the broker it would accept the claim as event time
+                event = reject_old_claim(self.state, event, stamped)
             for produced in handle(self.state, event):
                 out.journal.append(encode_with_source(produced, record))
         return out

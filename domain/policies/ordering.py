@@ -54,11 +54,16 @@ class FairShare:
     ) -> str | None:
         if not victim.charged:
             return "unallocated"
-        if victim.protected_until > at or victim.allocation == beneficiary.allocation:
+        loser = victim.allocation
+        winner = beneficiary.allocation
+        if victim.protected_until > at or loser == winner:
             return None
-        if outranks(state, ranking, beneficiary.allocation, victim.allocation):
+        verdict = ranking.verdicts.get((winner, loser))  # outranks(), memoized per ranking
+        if verdict is None:
+            verdict = outranks(state, ranking, winner, loser)
+        if verdict:
             return "fair_share"
-        if reclaims(state, beneficiary.allocation, victim.allocation, beneficiary.gpus):
+        if reclaims(state, winner, loser, beneficiary.gpus):
             return "fair_share"
         return None
 
@@ -168,6 +173,9 @@ class LegacyPriority:
             return None
         return "priority"
 
+
+# sort keys that read nothing of the ranking but its leaf ranks (domain.decide caches them)
+BUILTIN = (FairShare, Fifo, LargestFirst, LongestFirst, ShortestFirst, LegacyPriority)
 
 for _policy in (
     FairShare(),
