@@ -56,6 +56,12 @@ class UsageLedger:
         """Write accrual from `acc.since` to `now_ms`, split at bucket edges."""
         t = acc.since
         if acc.rate and now_ms > t:
+            first = self._window_start(now_ms)
+            if t < first:
+                # accrual before any window still to be read counts for the lifetime
+                # total only: a long gap must not write (and keep) a bucket per width
+                acc.total += acc.rate * (first - t)
+                t = first
             size = self.bucket_ms
             buckets = acc.buckets
             while t < now_ms:

@@ -146,3 +146,18 @@ def test_scheduler_tracks_unallocated_apart_and_window_by_event_time() -> None:
     c.at("4h").tick()
     assert c.usage("lab/a") == 0.0
     assert c.charged_total("lab/a") == 4 * H
+
+
+@pytest.mark.parametrize("gap_days", [1, 365, 100 * 365], ids=lambda d: f"gap-{d}d")
+def test_a_long_gap_keeps_one_window_of_buckets_and_the_exact_numbers(gap_days: int) -> None:
+    """A rate left running across a long gap (a quiet cluster, a clock jump) writes only
+    the buckets a window can still read; the rest goes to the lifetime total."""
+    ledger = UsageLedger(window_s=7 * 86400, bucket_s=3600)
+    ledger.change_rate("lab/a", +3, 0.0)
+    gap = gap_days * 86400.0
+    ledger.change_rate("lab/a", -3, gap)  # stops accruing at the end of the gap
+    buckets = ledger.accounts["lab/a"].buckets
+    assert len(buckets) <= 7 * 24 + 1
+    assert ledger.total("lab/a", gap) == 3 * gap
+    assert ledger.usage("lab/a", gap) == 3 * min(gap, 7 * 86400)
+    assert ledger.usage("lab", gap) == ledger.usage("lab/a", gap)
