@@ -231,14 +231,11 @@ def _as_source_error(error: BaseException, bootstrap: str) -> SourceError:
     return SourceError(f"cannot read the journal from Kafka at {bootstrap}: {text}")
 
 
-async def _consume(
-    bootstrap: str,
-    cluster: str | None,
-    follow: bool,
-    put: Any,
-    stop: threading.Event,
-) -> None:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[Any, list[int]]:
+    """A started read_committed consumer (logged in as `kafka_auth` says) and the journal
+    topic's partitions; every failure is one SourceError line (unreachable, login or ACL
+    refused, no journal topic)."""
+    from aiokafka import AIOKafkaConsumer
     from aiokafka.errors import KafkaError
 
     try:
@@ -249,10 +246,10 @@ async def _consume(
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        auto_offset_reset=reset,
         isolation_level="read_committed",
         request_timeout_ms=REQUEST_TIMEOUT_MS,
-        client_id="allot-reader",
+        client_id=client_id,
         **options,
     )
     try:
@@ -285,6 +282,24 @@ async def _consume(
                 f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
                 "and start the scheduler (allot serve --kafka ...)"
             )
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        raise
+    return consumer, parts
+
+
+async def _consume(
+    bootstrap: str,
+    cluster: str | None,
+    follow: bool,
+    put: Any,
+    stop: threading.Event,
+) -> None:
+    from aiokafka import TopicPartition
+
+    consumer, parts = await _open_journal(bootstrap, reset="earliest", client_id="allot-reader")
+    try:
         tps = [TopicPartition(topics.JOURNAL, p) for p in parts]
         consumer.assign(tps)
         await asyncio.wait_for(consumer.seek_to_beginning(*tps), CONNECT_TIMEOUT_S)
@@ -404,43 +419,11 @@ async def _consume_after(
     put: Any,
     stop: threading.Event,
 ) -> None:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.errors import KafkaError
+    from aiokafka import TopicPartition
 
+    # a saved offset that is gone is an error, not a reset
+    consumer, parts = await _open_journal(bootstrap, reset="none", client_id="allot-usage")
     try:
-        options = kafka_auth.client_options()
-    except kafka_auth.KafkaAuthError as why:
-        raise SourceError(str(why)) from None
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="none",  # a saved offset that is gone is an error, not a reset
-        isolation_level="read_committed",
-        request_timeout_ms=REQUEST_TIMEOUT_MS,
-        client_id="allot-usage",
-        **options,
-    )
-    try:
-        await asyncio.wait_for(consumer.start(), CONNECT_TIMEOUT_S)
-    except (KafkaError, OSError, TimeoutError) as exc:
-        with contextlib.suppress(Exception):
-            await consumer.stop()
-        reason = kafka_auth.describe_error(exc)
-        if reason is not None:
-            raise SourceError(f"Kafka at {bootstrap}: {reason}") from None
-        raise SourceError(
-            f"cannot reach Kafka at {bootstrap}: {_short(exc)}; "
-            "check --kafka / $ALLOT_KAFKA and that the broker runs"
-        ) from None
-    try:
-        metadata = await asyncio.wait_for(consumer._client.fetch_all_metadata(), CONNECT_TIMEOUT_S)
-        parts = sorted(metadata.partitions_for_topic(topics.JOURNAL) or ())
-        if topics.JOURNAL not in metadata.topics() or not parts:
-            raise SourceError(
-                f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
-                "and start the scheduler (allot serve --kafka ...)"
-            )
         tps = {p: TopicPartition(topics.JOURNAL, p) for p in parts}
         gone = sorted(set(after) - set(tps))
         if gone:
