@@ -42,6 +42,7 @@ pytestmark = pytest.mark.kafka
 PARTITIONS = 4
 CLUSTERS_PER_PARTITION = 2
 TOOK_OVER = re.compile(r"took over inbox partitions \[([\d, ]*)\]")
+MOVED = re.compile(r"inbox partition (\d+) moved to another worker")
 
 
 def clusters_spread_over(partitions: int, per_partition: int, prefix: str) -> list[str]:
@@ -60,13 +61,15 @@ def clusters_spread_over(partitions: int, per_partition: int, prefix: str) -> li
 
 
 def owned_partitions(log: Path) -> set[int]:
-    """Partitions a worker took over, by its log (the last assignment wins only in
-    the sense that a partition it gave up later is not removed: good enough here,
-    where the only later change is the survivor gaining partitions)."""
-    found: set[int] = set()
-    for match in TOOK_OVER.finditer(log.read_text()):
-        found |= {int(x) for x in match.group(1).split(",") if x.strip()}
-    return found
+    """The partitions a worker holds now, by its log: those it took over, less those
+    that moved to another worker since."""
+    held: set[int] = set()
+    for line in log.read_text().splitlines():
+        if match := TOOK_OVER.search(line):
+            held |= {int(x) for x in match.group(1).split(",") if x.strip()}
+        elif match := MOVED.search(line):
+            held.discard(int(match.group(1)))
+    return held
 
 
 async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
@@ -93,9 +96,13 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
             procs = [spawn_worker(kafka_bootstrap, name, log, *group) for log in logs]
             setup_inputs = len(clusters) * 5  # 2 hosts, lab, lab/a, lab/b
             await journal.wait_for(lambda recs: inputs_seen(recs) >= setup_inputs)
-            # both members hold partitions before the load starts
+            # both members hold partitions, all four between them, before the load starts
             deadline = time.monotonic() + WAIT_S
-            while not all(owned_partitions(log) for log in logs):
+            while True:
+                held = [owned_partitions(log) for log in logs]
+                covered = sorted(held[0] | held[1]) == list(range(PARTITIONS))
+                if all(held) and covered and not held[0] & held[1]:
+                    break
                 assert time.monotonic() < deadline, [log.read_text()[-2000:] for log in logs]
                 await asyncio.sleep(0.2)
             feeder = asyncio.create_task(
@@ -107,8 +114,8 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
             await journal.wait_for(lambda recs: inputs_seen(recs) >= base + 700)
             assert not feeder.done(), "the stream ended before the kill; slow the feed"
             victim, survivor = 0, 1
-            lost = owned_partitions(logs[victim]) - owned_partitions(logs[survivor])
-            assert lost, "the victim held no partition of its own"
+            lost = owned_partitions(logs[victim])
+            assert lost and not lost & owned_partitions(logs[survivor])
             last_before = {
                 p: max((r["inbox"][1] for r in journal.records if r.get("inbox", [-1])[0] == p),
                        default=-1)
