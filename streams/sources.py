@@ -33,7 +33,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -171,10 +171,17 @@ class _Failure:
         self.error = error
 
 
-def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[bytes]:
-    """Run an aiokafka consumer on its own thread and event loop (callers are plain
-    synchronous code, possibly inside another loop) and hand records over a queue."""
-    out: queue.Queue[Any] = queue.Queue(maxsize=64)
+def _on_own_thread(
+    consume: Callable[[Callable[[Any], None], threading.Event], Coroutine[Any, Any, None]],
+    bootstrap: str,
+    *,
+    name: str,
+    depth: int,
+) -> Iterator[Any]:
+    """Run `consume(put, stop)` (an aiokafka reader) on its own thread and event loop
+    (callers are plain synchronous code, possibly inside another loop) and yield what it
+    puts, through a bounded queue; its failure is raised here as one SourceError line."""
+    out: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def put(item: Any) -> None:
@@ -187,28 +194,40 @@ def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[
 
     def run() -> None:
         try:
-            asyncio.run(_consume(bootstrap, cluster, follow, put, stop))
+            asyncio.run(consume(put, stop))
         except BaseException as exc:
             put(_Failure(exc))
         else:
             put(_END)
 
-    thread = threading.Thread(target=run, name="allot-journal-reader", daemon=True)
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
-    found = 0
     try:
         while True:
             item = out.get()
             if item is _END:
-                break
+                return
             if isinstance(item, _Failure):
                 raise _as_source_error(item.error, bootstrap)
-            for line in item:
-                found += 1
-                yield line
+            yield item
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[bytes]:
+    """The journal topic's lines of `cluster` (all when None), read on a thread of
+    their own; with `follow`, forever."""
+    found = 0
+    for batch in _on_own_thread(
+        lambda put, stop: _consume(bootstrap, cluster, follow, put, stop),
+        bootstrap,
+        name="allot-journal-reader",
+        depth=64,
+    ):
+        for line in batch:
+            found += 1
+            yield line
     if not found and not follow:
         which = f"of cluster {cluster!r} " if cluster else ""
         raise EmptyJournal(
@@ -367,38 +386,12 @@ def kafka_batches(
     first per partition, and the positions after it in the same form, to save with
     what was done with the lines. The record at a saved offset must still carry the
     saved id, else `JournalChanged` (the topic was recreated: another journal)."""
-    out: queue.Queue[Any] = queue.Queue(maxsize=16)
-    stop = threading.Event()
-
-    def put(item: Any) -> None:
-        while not stop.is_set():
-            try:
-                out.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    def run() -> None:
-        try:
-            asyncio.run(_consume_after(bootstrap, cluster, dict(after or {}), put, stop))
-        except BaseException as exc:
-            put(_Failure(exc))
-        else:
-            put(_END)
-
-    thread = threading.Thread(target=run, name="allot-journal-resume", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = out.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failure):
-                raise _as_source_error(item.error, bootstrap)
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=5)
+    yield from _on_own_thread(
+        lambda put, stop: _consume_after(bootstrap, cluster, dict(after or {}), put, stop),
+        bootstrap,
+        name="allot-journal-resume",
+        depth=16,
+    )
 
 
 def _record_id(value: bytes | None) -> str | None:

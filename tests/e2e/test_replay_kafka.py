@@ -7,7 +7,6 @@ another cluster name fails with exit 1."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -16,10 +15,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
-from streams import topics
-from streams.worker import create_topics
+from tests.e2e.kafka_journal import produce_journal
 
 pytestmark = pytest.mark.kafka
 
@@ -61,23 +58,6 @@ def renamed(records: list[dict], cluster: str) -> list[dict]:
     return out
 
 
-def produce(bootstrap: str, cluster: str, records: list[dict]) -> None:
-    async def run() -> None:
-        await create_topics(bootstrap)  # the default names; existing ones are kept
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-        await producer.start()
-        try:
-            futures = [
-                await producer.send(topics.JOURNAL, orjson.dumps(r), key=cluster.encode())
-                for r in records
-            ]
-            await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
-
-    asyncio.run(run())
-
-
 def _cluster() -> str:
     return f"replay-{uuid.uuid4().hex[:10]}"
 
@@ -86,7 +66,7 @@ def test_replay_verify_reads_the_journal_from_kafka(
     kafka_bootstrap: str, simulated: list[dict], tmp_path: Path
 ) -> None:
     cluster = _cluster()
-    produce(kafka_bootstrap, cluster, renamed(simulated, cluster))
+    produce_journal(kafka_bootstrap, renamed(simulated, cluster))
 
     ok = allot("replay", "--kafka", kafka_bootstrap, "--cluster", cluster, "--verify")
     assert ok.returncode == 0, ok.stderr
@@ -109,7 +89,7 @@ def test_replay_from_kafka_catches_a_tampered_record(
     records = renamed(simulated, cluster)
     index = next(i for i, r in enumerate(records) if r["type"] == "workload.placed")
     records[index] = {**records[index], "charged": not records[index]["charged"]}
-    produce(kafka_bootstrap, cluster, records)
+    produce_journal(kafka_bootstrap, records)
 
     bad = allot("replay", "--kafka", kafka_bootstrap, "--cluster", cluster, "--verify")
     assert bad.returncode == 1, (bad.stdout, bad.stderr)

@@ -17,6 +17,7 @@ import pytest
 
 from projections.usage import HOUR, JournalBuilder
 from tests.e2e.cli import allot, one_line_error
+from tests.e2e.kafka_journal import produce_journal
 
 RANGE = ("--since", "2026-01-01", "--until", "2026-01-01T12:00")  # tiny.yaml's 12h
 
@@ -158,14 +159,9 @@ def test_empty_journal_is_one_line(tmp_path):
 def test_kafka_reads_several_clusters(lab, kafka_bootstrap):
     """The same two journals produced into the journal topic (keyed by cluster, as the
     worker writes them) under names of this test's own: the same numbers as the file."""
-    import asyncio
     import uuid
 
     import orjson
-    from aiokafka import AIOKafkaProducer
-
-    from streams import topics
-    from streams.worker import create_topics
 
     tag = uuid.uuid4().hex[:8]
     names = {"tiny": f"rollup-{tag}-tiny", "west": f"rollup-{tag}-west"}
@@ -175,20 +171,7 @@ def test_kafka_reads_several_clusters(lab, kafka_bootstrap):
         record["cluster"] = names[record["cluster"]]
         records.append(record)
 
-    async def produce() -> None:
-        await create_topics(kafka_bootstrap)
-        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=True)
-        await producer.start()
-        try:
-            futures = [
-                await producer.send(topics.JOURNAL, orjson.dumps(r), key=r["cluster"].encode())
-                for r in records
-            ]
-            await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
-
-    asyncio.run(produce())
+    produce_journal(kafka_bootstrap, records)
     picked = ("--cluster", names["tiny"], "--cluster", names["west"])
     from_kafka = rollup_json("--kafka", kafka_bootstrap, *picked, *RANGE)
     from_file = rollup_json("--journal", str(lab), *RANGE)

@@ -8,39 +8,19 @@ table equals a from-scratch run's and the journal file's."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from projections.usage_store import KafkaResumableUsage, ResumableUsage, UsageStoreError
-from streams import topics
 from streams.sources import JournalChanged, kafka_batches
-from streams.worker import create_topics
 from tests.e2e.cli import allot, one_line_error
+from tests.e2e.kafka_journal import produce_journal
 
 pytestmark = pytest.mark.kafka
-
-
-def produce(bootstrap: str, cluster: str, records: list[dict[str, Any]]) -> None:
-    async def run() -> None:
-        await create_topics(bootstrap)  # the default names; existing ones are kept
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-        await producer.start()
-        try:
-            futures = [
-                await producer.send(topics.JOURNAL, orjson.dumps(r), key=cluster.encode())
-                for r in records
-            ]
-            await asyncio.gather(*futures)
-        finally:
-            await producer.stop()
-
-    asyncio.run(run())
 
 
 def renamed(records: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]:
@@ -64,13 +44,13 @@ def test_second_run_reads_only_new_records_and_matches_from_scratch(
     half = len(records) // 2
     state = tmp_path / "usage.kafka-state"
 
-    produce(kafka_bootstrap, cluster, records[:half])
+    produce_journal(kafka_bootstrap, records[:half])
     first = KafkaResumableUsage.open(state, cluster)
     assert first.update(kafka_batches(kafka_bootstrap, cluster, first.positions)) == half
     first.save(state)
     assert first.positions  # a position per partition read
 
-    produce(kafka_bootstrap, cluster, records[half:])
+    produce_journal(kafka_bootstrap, records[half:])
     again = KafkaResumableUsage.open(state, cluster)
     assert again.records == half
     assert again.update(kafka_batches(kafka_bootstrap, cluster, again.positions)) == (
@@ -100,12 +80,12 @@ def test_allot_usage_kafka_resumes_and_matches_the_file(
     state = tmp_path / "usage.kafka-state"
     args = ["usage", "--kafka", kafka_bootstrap, "--cluster", cluster, "--state", str(state)]
 
-    produce(kafka_bootstrap, cluster, records[:half])
+    produce_journal(kafka_bootstrap, records[:half])
     first = allot(*args)
     assert first.returncode == 0, first.stderr
     assert f"({half:,} records, {half:,} new)" in " ".join(first.stdout.split())
 
-    produce(kafka_bootstrap, cluster, records[half:])
+    produce_journal(kafka_bootstrap, records[half:])
     second = allot(*args)
     assert second.returncode == 0, second.stderr
     new = len(records) - half
@@ -125,7 +105,7 @@ def test_a_recreated_topic_or_a_state_of_another_kind_is_refused(
 ) -> None:
     cluster = f"usage-{uuid.uuid4().hex[:10]}"
     record = renamed([orjson.loads(tiny_journal.read_bytes().splitlines()[0])], cluster)
-    produce(kafka_bootstrap, cluster, record)
+    produce_journal(kafka_bootstrap, record)
     store = KafkaResumableUsage(cluster)
     store.update(kafka_batches(kafka_bootstrap, cluster, {}))
     # the record at the saved offset is not the one saved there: another journal

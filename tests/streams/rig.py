@@ -28,6 +28,7 @@ from streams.worker import Topics, create_topics, serve
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0
 ADMIN = "root"
+FETCH_BYTES = 16 * 1024 * 1024  # room for the near-1 MiB records of the fuzz tests
 
 
 def suffix() -> str:
@@ -96,6 +97,7 @@ class JournalReader:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             enable_auto_commit=False,
+            max_partition_fetch_bytes=FETCH_BYTES,
         )
 
     async def __aenter__(self) -> JournalReader:
@@ -194,6 +196,8 @@ async def read_all(bootstrap: str, topic: str, isolation: str = "read_committed"
         auto_offset_reset="earliest",
         isolation_level=isolation,
         enable_auto_commit=False,
+        max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=4 * FETCH_BYTES,
     )
     await consumer.start()
     try:

@@ -25,13 +25,14 @@ from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 from domain.config import SchedulerConfig
 from domain.rederive import is_cause
 from streams.codec import decode_event
 from streams.core import SchedulerCore
 from streams.worker import Topics, create_topics, serve
+from tests.streams.rig import JournalReader, first, read_all
 from tests.streams.test_fuzz_core import Deep, to_bytes
 
 pytestmark = pytest.mark.kafka
@@ -147,63 +148,9 @@ def hostile(rnd: random.Random, n: int) -> tuple[bytes | None, bytes | None]:
     return key, to_bytes(body, ensure_ascii=rnd.random() < 0.5)
 
 
-async def _read(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        isolation_level=isolation,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-        fetch_max_bytes=64 * 1024 * 1024,
-    )
-    probe = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await probe.start()
-    try:
-        parts = sorted(await probe.partitions_for(topic))
-    finally:
-        await probe.stop()
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        out: list[Any] = []
-        deadline = time.monotonic() + WAIT_S
-        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
-            assert time.monotonic() < deadline, f"could not read {topic} to its end"
-            batches = await consumer.getmany(timeout_ms=200)
-            for tp in sorted(batches, key=lambda tp: tp.partition):
-                out.extend(r for r in batches[tp] if r.offset < ends[tp])
-        return out
-    finally:
-        await consumer.stop()
-
-
-async def _wait_placed(bootstrap: str, topic: str, workload: str) -> None:
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        max_partition_fetch_bytes=16 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        deadline = time.monotonic() + WAIT_S
-        about = []
-        while time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                for r in records:
-                    body = orjson.loads(r.value)
-                    if body.get("workload") == workload:
-                        if body["type"] == "workload.placed":
-                            return
-                        about.append(body)
-        raise AssertionError(f"{workload} was not placed within {WAIT_S}s; journal: {about}")
-    finally:
-        await consumer.stop()
+async def _wait_placed(bootstrap: str, topics: Topics, workload: str) -> None:
+    async with JournalReader(bootstrap, topics.journal) as journal:
+        await journal.wait_for(first("workload.placed", workload=workload))
 
 
 def _account(inbox: list[Any], journal: list[Any], dlq: list[Any], topics: Topics) -> None:
@@ -286,7 +233,7 @@ async def test_hostile_inbox_never_stops_the_worker_and_loses_nothing(
         )
         await send(b"c", orjson.dumps(sentinel))
         await producer.flush()
-        await _wait_placed(kafka_bootstrap, topics.journal, "sentinel")
+        await _wait_placed(kafka_bootstrap, topics, "sentinel")
         assert not task.done()
         stop.set()
         worker = await asyncio.wait_for(task, WAIT_S)
@@ -302,7 +249,7 @@ async def test_hostile_inbox_never_stops_the_worker_and_loses_nothing(
         )
         await send(b"c", orjson.dumps(after))
         await producer.flush()
-        await _wait_placed(kafka_bootstrap, topics.journal, "after")
+        await _wait_placed(kafka_bootstrap, topics, "after")
         stop.set()
         restarted = await asyncio.wait_for(task, WAIT_S)
         assert not any(core.diverged for core in restarted.cores.values())
@@ -312,9 +259,9 @@ async def test_hostile_inbox_never_stops_the_worker_and_loses_nothing(
             await asyncio.wait_for(task, WAIT_S)
         await producer.stop()
 
-    inbox = await _read(kafka_bootstrap, topics.inbox, "read_uncommitted")
-    journal = await _read(kafka_bootstrap, topics.journal)
-    dlq = await _read(kafka_bootstrap, topics.dlq)
+    inbox = await read_all(kafka_bootstrap, topics.inbox, "read_uncommitted")
+    journal = await read_all(kafka_bootstrap, topics.journal)
+    dlq = await read_all(kafka_bootstrap, topics.dlq)
     assert len(inbox) == 5 + 2 + 320 + 2
     _account(inbox, journal, dlq, topics)
 
