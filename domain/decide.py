@@ -135,7 +135,7 @@ class Cycle:
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
         # (allocation, priority) -> host -> victims; see victim_map
-        self.victim_cache: dict[tuple[str, int], Any] = {}
+        self.victim_cache: dict[tuple[str, int, int], Any] = {}
         # workload id -> (victim sort key, workload); None -> the ranking they were made for
         self.victim_keys: dict[Any, Any] = {}
 
@@ -146,6 +146,7 @@ class Cycle:
             self.victim_cache.clear()
         elif kind == "workload.placed":
             self.victim_keys.pop(event.workload, None)
+            self.victim_cache.clear()
         evolve(self.state, event)
         self.out.append(event)
 
@@ -528,15 +529,15 @@ class Cycle:
         Built from the exposed groups (work past protection, grouped by the fields the
         rules read), asking the policy once per group, so its cost is the number of
         eligible victims, not of running work. Cached per cycle by (allocation,
-        priority); a preemption clears the cache (victims left), a placement need not
-        (new work is protected, or is unallocated and merely missed until next cycle).
+        priority, GPUs) — reclaim reads the beneficiary's size — and cleared by every
+        preemption or placement (both change the usage rates reclaim compares).
         """
         return self._victims(w)[0]
 
     def _victims(self, w: Workload) -> tuple[dict[str, list[Any]], dict[str, tuple[int, int, int]]]:
         """`victim_map` plus, per host, the sums its callers read: (GPUs of the victims
         on it, GPUs they hold in all, of which charged)."""
-        key = (w.allocation, w.priority)
+        key = (w.allocation, w.priority, w.gpus)
         cached = self.victim_cache.get(key)
         if cached is not None:
             return cached

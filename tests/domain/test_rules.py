@@ -872,6 +872,28 @@ def test_victims_are_the_fewest_gpus_even_against_preference_order() -> None:
     assert [p.workload for p in c.preemptions()] == ["old-3"]  # 3 GPUs, not 2 + 2
 
 
+def test_reclaim_is_judged_for_each_size_within_one_cycle() -> None:
+    """Regression: the cycle cached victim verdicts by (allocation, priority), so once
+    8 GPUs for lab/a failed to reclaim (10 + 8 > its 16 GPUs), 1 GPU for lab/a
+    (10 + 1 <= 16) was refused in the same cycle without being asked."""
+    # lab/a runs 10 of 32 GPUs, lab/b borrows 22; a hysteresis of 100 keeps the ratio
+    # rule out, so only reclaim can preempt
+    c = cluster(hosts=4, hysteresis=100).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 8, "a-8", allocation="lab/a")
+    c.occupy("h1", 2, "a-2", allocation="lab/a")
+    c.occupy("h1", 6, "b-6", allocation="lab/b")
+    c.occupy("h2", 8, "b-8", allocation="lab/b")
+    c.occupy("h3", 8, "b-8b", allocation="lab/b")
+    c.at("5m").submit("big", "lab/a", gpus=8)
+    c.at("6m").submit("small", "lab/a", gpus=1)
+    assert c.placed("big") is None and c.placed("small") is None  # lab/b still protected
+    c.at("20m").tick()  # one full cycle: big is tried first, then small
+    assert c.placed("big") is None
+    assert c.placed("small") is not None
+    (preemption,) = c.preemptions()
+    assert preemption.beneficiary == "small" and preemption.explain["rule"] == "reclaim"
+
+
 def test_a_fresh_job_that_should_hold_the_reservation_gets_it() -> None:
     """Regression: a submission that fails in a quick cycle and would hold the
     reservation must trigger a full cycle, not a light one that reserves nothing."""
