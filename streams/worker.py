@@ -51,7 +51,9 @@ a partition over (at start, after a rebalance, or after a failed write), the wor
 So an input is either in a committed batch (and is skipped on restart) or not (and is
 folded again, producing the same decisions: decision ids are `cluster/seq`, and `decide`
 is deterministic). Snapshots are written every `snapshot_every` seconds, when a
-rebalance may move a partition away, and on a clean stop, never per batch. Usage stays
+rebalance may move a partition away, and on a clean stop, never per batch. The
+periodic one is pickled in a forked child (`streams.offloop`): the loop stops only for
+the fork (tens of ms), not for the pickling (seconds with a week of dedup ids). Usage stays
 in `domain` (event time): no faust windowed table. Group callbacks only mark what
 changed: recovery runs in the worker's loop, where heartbeats keep going.
 
@@ -87,6 +89,7 @@ from domain.config import SchedulerConfig
 from streams import topics as names
 from streams.core import InboxRecord, SchedulerCore
 from streams.kafka_auth import KafkaAuthError, client_options
+from streams.offloop import start_blobs
 
 log = logging.getLogger("allot.worker")
 
@@ -306,6 +309,21 @@ class _Partition:
         self.active = True  # False between a revocation and the next assignment
         self.dirty = False
         self.last_snapshot = time.monotonic()
+        self.generation = 0  # snapshot rounds begun: a later one overtakes an earlier
+
+
+@dataclass(frozen=True)
+class _Round:
+    """A snapshot round captured for one partition: its clusters' blobs are
+    `blobs[first : first + len(clusters)]` once the (shared) future resolves."""
+
+    part: _Partition
+    generation: int
+    round_id: str
+    clusters: list[str]
+    manifest: bytes
+    first: int
+    blobs: asyncio.Future[list[bytes]]
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -338,6 +356,7 @@ class Worker:
         group: str | None = None,
         tick_every: float = 10.0,
         snapshot_every: float = 60.0,
+        fork_snapshots: bool = True,
         topics: Topics | None = None,
         max_batch: int = 5000,
         poll_ms: int = 100,
@@ -359,6 +378,7 @@ class Worker:
         self.group = group
         self.tick_every = tick_every
         self.snapshot_every = snapshot_every
+        self.fork_snapshots = fork_snapshots  # False: pickle in the loop (stalls it)
         self.topics = topics or Topics()
         self.max_batch = max_batch
         self.poll_ms = poll_ms
@@ -383,6 +403,7 @@ class Worker:
         self._retry_at = 0.0
         self._joined = False
         self._closing: list[asyncio.Task] = []
+        self._snapshotting: asyncio.Task | None = None
 
     # ---------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -393,6 +414,9 @@ class Worker:
             if self.tick_every and self.tick_every > 0:
                 ticker = asyncio.create_task(self._ticker(stop), name="allot-ticker")
             await self._loop(stop)
+            if self._snapshotting is not None:
+                with contextlib.suppress(Exception):
+                    await self._snapshotting
             await self._snapshot_dirty()
         finally:
             if ticker is not None:
@@ -412,11 +436,13 @@ class Worker:
             batches = await consumer.getmany(timeout_ms=self.poll_ms, max_records=self.max_batch)
             if batches:
                 await self._process(batches)
-            if any(
+            if (self._snapshotting is None or self._snapshotting.done()) and any(
                 p.dirty and time.monotonic() - p.last_snapshot >= self.snapshot_every
                 for p in self.owned.values()
             ):
-                await self._snapshot_dirty()
+                self._snapshotting = asyncio.create_task(
+                    self._snapshot_in_background(), name="allot-snapshot"
+                )
 
     def _announce_ready(self) -> None:
         self.ready.set()
@@ -1051,72 +1077,122 @@ class Worker:
     async def _snapshot_dirty(self, parts: set[int] | None = None, *, locked: bool = False) -> None:
         """Snapshot every dirty owned partition (of `parts`), each in one transaction of
         its own producer: the pickled cores of its clusters plus a manifest naming the
-        round and the journal offsets the round corresponds to."""
+        round and the journal offsets the round corresponds to. Holds the lock
+        throughout (a hand-over or a clean stop); the periodic snapshot is
+        `_snapshot_in_background`."""
         if not locked:
             async with self._lock:
                 await self._snapshot_dirty(parts, locked=True)
             return
+        rounds = self._begin_snapshots(parts)
+        await self._finish_snapshots(rounds)
+
+    async def _snapshot_in_background(self) -> None:
+        """The periodic snapshot without stalling the loop: under the lock the state is
+        captured (a forked child's copy-on-write image, `streams.offloop`) and the
+        manifest fixed; batches go on while the child pickles; the lock is taken again
+        only for the write. A round overtaken meanwhile (a hand-over snapshot, or the
+        partition dropped and taken over) is not written."""
+        async with self._lock:
+            rounds = self._begin_snapshots(None)
+        if not rounds:
+            return
+        with contextlib.suppress(Exception):  # reported per round by _finish_snapshots
+            await asyncio.shield(rounds[0].blobs)
+        async with self._lock:
+            await self._finish_snapshots(rounds)
+
+    def _begin_snapshots(self, parts: set[int] | None) -> list[_Round]:
+        """Capture a round of every dirty owned partition (of `parts`), all in one child;
+        the caller holds the lock. Changes folded after this mark the partition dirty
+        again."""
         chosen = [
             part
             for p, part in sorted(self.owned.items())
             if part.dirty and (parts is None or p in parts) and p not in self._pending
         ]
-        results = await asyncio.gather(
-            *(self._snapshot(part) for part in chosen), return_exceptions=True
-        )
-        for part, result in zip(chosen, results, strict=True):
-            if isinstance(result, BaseException):
-                log.warning("snapshot of inbox partition %d failed: %s", part.number, result)
-
-    async def _snapshot(self, part: _Partition) -> None:
-        producer = part.producer
-        round_id = uuid.uuid4().hex
+        if not chosen:
+            return []
         taken = time.time()
-        clusters = sorted(c for c in self.cores if self.home(c) == part.number)
-        blobs = []
-        for cluster in clusters:
-            blob = zlib.compress(
-                pickle.dumps(
-                    {
-                        "format": SNAPSHOT_FORMAT,
-                        "round": round_id,
-                        "cluster": cluster,
-                        "core": self.cores[cluster],
-                        "taken": taken,
-                    },
-                    protocol=pickle.HIGHEST_PROTOCOL,
-                ),
-                1,
+        rounds, objects = [], []
+        for part in chosen:
+            round_id = uuid.uuid4().hex
+            clusters = sorted(c for c in self.cores if self.home(c) == part.number)
+            first = len(objects)
+            objects.extend(
+                {
+                    "format": SNAPSHOT_FORMAT,
+                    "round": round_id,
+                    "cluster": cluster,
+                    "core": self.cores[cluster],
+                    "taken": taken,
+                }
+                for cluster in clusters
             )
+            manifest = orjson.dumps(
+                {
+                    "round": round_id,
+                    "taken": taken,
+                    "partition": part.number,
+                    "clusters": clusters,
+                    "journal": {str(jp): o for jp, o in part.journal_next.items()},
+                    "dead": part.dead,
+                    "scanned": part.scanned,
+                }
+            )
+            part.generation += 1
+            part.dirty = False
+            part.last_snapshot = time.monotonic()
+            rounds.append((part, part.generation, round_id, clusters, manifest, first))
+        blobs = start_blobs(objects, fork=self.fork_snapshots)
+        return [_Round(*r, blobs=blobs) for r in rounds]
+
+    async def _finish_snapshots(self, rounds: list[_Round]) -> None:
+        """Write the captured rounds, each partition's in its own transaction; the
+        caller holds the lock. A failed round leaves its partition dirty."""
+        if not rounds:
+            return
+        try:
+            blobs = await rounds[0].blobs
+        except Exception as why:
+            for r in rounds:
+                r.part.dirty = True
+            log.warning("snapshot failed: %s", why)
+            return
+        current = [
+            r
+            for r in rounds
+            if self.owned.get(r.part.number) is r.part and r.part.generation == r.generation
+        ]
+        results = await asyncio.gather(
+            *(self._write_snapshot(r, blobs) for r in current), return_exceptions=True
+        )
+        for r, result in zip(current, results, strict=True):
+            if isinstance(result, BaseException):
+                r.part.dirty = True
+                log.warning("snapshot of inbox partition %d failed: %s", r.part.number, result)
+
+    async def _write_snapshot(self, r: _Round, blobs: list[bytes]) -> None:
+        part = r.part
+        mine = blobs[r.first : r.first + len(r.clusters)]
+        for cluster, blob in zip(r.clusters, mine, strict=True):
             if len(blob) > MAX_SNAPSHOT_BYTES:
                 log.warning(
                     "snapshot of %s is %d bytes, over the limit; skipping this round",
                     cluster,
                     len(blob),
                 )
-                part.last_snapshot = time.monotonic()
                 return
-            blobs.append((cluster.encode(), blob))
-        manifest = orjson.dumps(
-            {
-                "round": round_id,
-                "taken": taken,
-                "partition": part.number,
-                "clusters": clusters,
-                "journal": {str(jp): o for jp, o in part.journal_next.items()},
-                "dead": part.dead,
-                "scanned": part.scanned,
-            }
-        )
+        producer = part.producer
         await producer.begin_transaction()
         try:
             futures = [
-                await producer.send(self.topics.snapshots, value=blob, key=key)
-                for key, blob in blobs
+                await producer.send(self.topics.snapshots, value=blob, key=cluster.encode())
+                for cluster, blob in zip(r.clusters, mine, strict=True)
             ]
             futures.append(
                 await producer.send(
-                    self.topics.snapshots, value=manifest, key=self._manifest_key(part.number)
+                    self.topics.snapshots, value=r.manifest, key=self._manifest_key(part.number)
                 )
             )
             await asyncio.gather(*futures)
@@ -1126,14 +1202,12 @@ class Worker:
                 await producer.abort_transaction()
             raise
         self.stats.snapshots += 1
-        part.dirty = False
-        part.last_snapshot = time.monotonic()
         log.info(
             "snapshot round %s of partition %d: %d clusters, %d bytes",
-            round_id,
+            r.round_id,
             part.number,
-            len(blobs),
-            sum(len(b) for _, b in blobs),
+            len(mine),
+            sum(len(b) for b in mine),
         )
 
     # ---------------------------------------------------------------- ticker
@@ -1173,6 +1247,10 @@ class Worker:
 
     # ---------------------------------------------------------------- close
     async def _close(self) -> None:
+        if self._snapshotting is not None and not self._snapshotting.done():
+            self._snapshotting.cancel()
+            with contextlib.suppress(BaseException):
+                await self._snapshotting
         clients: list[Any] = [self._consumer, self._meta]
         clients += [part.producer for part in self.owned.values()]
         for client in clients:

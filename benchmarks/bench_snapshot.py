@@ -1,0 +1,166 @@
+"""How long a snapshot stops the worker's loop: pickled inline vs in a forked child.
+
+    python benchmarks/bench_snapshot.py                       # 400k requests, 2 clusters
+    python benchmarks/bench_snapshot.py --records 1000000 --repeat 5
+
+Builds the worker's per-cluster cores in memory (`SchedulerCore.process` on the
+requests mix of bench_stream: submissions, cancellations, ticks; default 7-day window,
+so every input id stays in the dedup horizon), then makes the snapshot blobs of the
+worker's periodic round (`streams.offloop`) both ways, alternately, `--repeat` times:
+
+- *inline*: the blobs made in the loop, as the worker did before: the loop is stopped
+  for the whole time;
+- *forked*: `start_blobs` forks, the child pickles and compresses; the loop is stopped
+  only for the fork. A heartbeat task (every 5 ms) records the longest gap the loop
+  saw while the child worked.
+
+No broker: the write itself (one transaction) is the same either way. Results go to
+benchmarks/results/snapshot.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_stream import code_version, machine, make_records
+
+from domain.config import SchedulerConfig
+from streams.core import InboxRecord, SchedulerCore
+from streams.offloop import start_blobs
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ADMIN = "root"
+
+
+def build_cores(n: int, clusters: list[str]) -> dict[str, SchedulerCore]:
+    config = SchedulerConfig(admins=(ADMIN,))
+    per: dict[str, list[InboxRecord]] = {}
+    now = time.time()
+    for offset, (key, value) in enumerate(make_records(n, clusters, "requests")):
+        per.setdefault(key.decode(), []).append(InboxRecord(0, offset, now + offset * 1e-3, value))
+    cores = {}
+    for cluster, recs in per.items():
+        core = cores[cluster] = SchedulerCore(cluster, config)
+        for i in range(0, len(recs), 5000):
+            core.process(recs[i : i + 5000])
+    return cores
+
+
+def round_objects(cores: dict[str, SchedulerCore]) -> list[dict[str, Any]]:
+    """What the worker pickles for one snapshot round (see Worker._begin_snapshots)."""
+    return [
+        {"format": 1, "round": "bench", "cluster": c, "core": core, "taken": 0.0}
+        for c, core in sorted(cores.items())
+    ]
+
+
+async def one_round(objects: list[Any], fork: bool) -> dict[str, float]:
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    beat = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.05)
+    t0 = time.perf_counter()
+    pending = start_blobs(objects, fork=fork)
+    returned = time.perf_counter()
+    blobs = await pending
+    done = time.perf_counter()
+    stop.set()
+    await beat
+    return {
+        "loop_stopped_by_call_ms": round((returned - t0) * 1000, 1),
+        "longest_loop_gap_ms": round(max(gaps) * 1000, 1),
+        "blobs_ready_ms": round((done - t0) * 1000, 1),
+        "bytes": sum(len(b) for b in blobs),
+    }
+
+
+async def measure(objects: list[Any], repeat: int) -> dict[str, list[dict[str, float]]]:
+    runs: dict[str, list[dict[str, float]]] = {"inline": [], "forked": []}
+    for _ in range(repeat):
+        runs["inline"].append(await one_round(objects, fork=False))
+        runs["forked"].append(await one_round(objects, fork=True))
+    return runs
+
+
+def median(rows: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def render(result: dict[str, Any]) -> str:
+    runs = result["runs"]
+    m = result["machine"]
+    lines = [
+        "# Snapshot stall: inline vs forked (`benchmarks/bench_snapshot.py`)",
+        "",
+        f"Date {result['date']}; command `{result['command']}`; machine: {m['cpus']} vCPUs "
+        f"({m['cpu']}), {m['ram_gb']} GB RAM, Python {m['python']}.",
+        f"State: {result['records']:,} requests over {result['clusters']} clusters "
+        f"(default 7-day window), {result['dedup_ids']:,} input ids remembered; "
+        f"one round = {result['bytes'] / 1e6:.1f} MB of compressed blobs.",
+        "",
+        "| way | loop stopped by the call (ms) | longest loop gap (ms) | blobs ready (ms) |",
+        "|---|---:|---:|---:|",
+    ]
+    for way in ("inline", "forked"):
+        rows = runs[way]
+        lines.append(
+            f"| {way} (median of {len(rows)}) | {median(rows, 'loop_stopped_by_call_ms'):,.1f} | "
+            f"{median(rows, 'longest_loop_gap_ms'):,.1f} | {median(rows, 'blobs_ready_ms'):,.1f} |"
+        )
+    inline = median(runs["inline"], "longest_loop_gap_ms")
+    forked = median(runs["forked"], "longest_loop_gap_ms")
+    lines += ["", f"Longest stall, forked / inline: {forked / inline:.3f}", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--records", type=int, default=400_000)
+    ap.add_argument("--clusters", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    clusters = [f"c{i}" for i in range(args.clusters)]
+    print(f"building cores from {args.records:,} requests ...", flush=True)
+    cores = build_cores(args.records, clusters)
+    objects = round_objects(cores)
+    runs = asyncio.run(measure(objects, args.repeat))
+    result = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python benchmarks/bench_snapshot.py " + " ".join(sys.argv[1:]),
+        "machine": machine(),
+        "code": code_version(),
+        "records": args.records,
+        "clusters": args.clusters,
+        "dedup_ids": sum(len(core.state.seen_ids) for core in cores.values()),
+        "bytes": runs["forked"][0]["bytes"],
+        "runs": runs,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "snapshot.json").write_text(json.dumps(result, indent=2))
+    text = render(result)
+    (args.out / "snapshot.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

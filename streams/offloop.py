@@ -1,0 +1,129 @@
+"""Pickle and compress snapshots without stalling the event loop.
+
+A worker's state holds a window of dedup ids and usage buckets: pickling a busy
+cluster takes seconds, and done in the loop it stops every batch meanwhile (the burst
+after the stall then looks like a backlog to the scheduler). On POSIX the snapshot is
+taken in a forked child instead: `fork` gives it a copy-on-write image of the state as
+it is at that instant, so the parent goes on folding batches while the child pickles,
+compresses and writes the blobs back through a pipe. Where there is no `fork`, or it
+fails, the blobs are made inline, as before.
+
+The child touches nothing but the objects it pickles and the pipe, and leaves with
+`os._exit` (no atexit handlers, no flushing of the parent's buffers, no asyncio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import signal
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+_FRAME = struct.Struct(">Q")
+COMPRESS_LEVEL = 1  # snapshots are frequent and short-lived: speed over size
+
+
+def blob_of(obj: Any) -> bytes:
+    """One snapshot blob: the object pickled (highest protocol) and zlib-compressed."""
+    return zlib.compress(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), COMPRESS_LEVEL)
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork")
+
+
+def start_blobs(objects: Sequence[Any], *, fork: bool = True) -> asyncio.Future[list[bytes]]:
+    """Begin `[blob_of(o) for o in objects]` now, in a forked child when possible, and
+    return a future of the blobs. The objects are captured at this call: the caller may
+    change them as soon as it returns. Must be called from a running event loop."""
+    loop = asyncio.get_running_loop()
+    if fork and can_fork():
+        read_fd, write_fd = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_fd)
+            os.close(write_fd)
+        else:
+            if pid == 0:  # the child: never returns
+                _child(objects, read_fd, write_fd)
+            os.close(write_fd)
+            return asyncio.ensure_future(_collect(pid, read_fd, len(objects)))
+    ready = loop.create_future()
+    try:
+        ready.set_result([blob_of(o) for o in objects])
+    except Exception as why:  # reported where the future is awaited
+        ready.set_exception(why)
+    return ready
+
+
+async def _collect(pid: int, read_fd: int, count: int) -> list[bytes]:
+    loop = asyncio.get_running_loop()
+    reaped = False
+    try:
+        data = await loop.run_in_executor(None, _read_all, read_fd)
+        status = await loop.run_in_executor(None, _reap, pid)
+        reaped = True
+    finally:
+        os.close(read_fd)
+        if not reaped:  # cancelled: do not leave a child (or a zombie) behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    if status != 0:
+        raise RuntimeError(f"snapshot child exited with status {status}")
+    return _frames(data, count)
+
+
+def _child(objects: Sequence[Any], read_fd: int, write_fd: int) -> None:
+    code = 1
+    try:
+        os.close(read_fd)
+        for obj in objects:
+            blob = blob_of(obj)
+            _write_all(write_fd, _FRAME.pack(len(blob)))
+            _write_all(write_fd, blob)
+        code = 0
+    except BaseException:  # the parent sees the status, not a traceback
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _reap(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def _frames(data: bytes, count: int) -> list[bytes]:
+    blobs, at = [], 0
+    for _ in range(count):
+        if at + _FRAME.size > len(data):
+            raise RuntimeError("snapshot child's output is cut short")
+        (size,) = _FRAME.unpack_from(data, at)
+        at += _FRAME.size
+        if at + size > len(data):
+            raise RuntimeError("snapshot child's output is cut short")
+        blobs.append(data[at : at + size])
+        at += size
+    if at != len(data):
+        raise RuntimeError("snapshot child wrote more than it was asked for")
+    return blobs

@@ -1,0 +1,79 @@
+"""Snapshots made in a forked child (`streams.offloop`): same bytes, taken at the call,
+failures reported, and the event loop free while the child works."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+import zlib
+
+import pytest
+
+from streams.offloop import blob_of, can_fork, start_blobs
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="no os.fork on this platform")
+
+
+def _state(n: int) -> dict[str, object]:
+    return {"ids": {f"input-{i}": float(i) for i in range(n)}, "name": "c", "nested": [(1, 2)]}
+
+
+async def test_child_blobs_equal_the_inline_ones() -> None:
+    objects = [_state(1000), {"other": list(range(50))}, "plain"]
+    forked = await start_blobs(objects)
+    inline = await start_blobs(objects, fork=False)
+    assert forked == inline == [blob_of(o) for o in objects]
+    assert pickle.loads(zlib.decompress(forked[0])) == objects[0]
+
+
+async def test_the_state_is_captured_at_the_call() -> None:
+    state = _state(200_000)  # big enough that the child is still pickling below
+    pending = start_blobs([state])
+    state["ids"].clear()  # the live loop goes on changing its state
+    state["name"] = "changed"
+    (blob,) = await pending
+    captured = pickle.loads(zlib.decompress(blob))
+    assert captured["name"] == "c" and len(captured["ids"]) == 200_000
+
+
+async def test_a_failing_child_is_reported() -> None:
+    with pytest.raises(RuntimeError, match="snapshot child exited with status 1"):
+        await start_blobs([{"fine": 1}, lambda: None])  # a lambda cannot be pickled
+
+
+async def test_inline_failure_is_reported_too() -> None:
+    with pytest.raises(Exception, match="pickle"):
+        await start_blobs([lambda: None], fork=False)
+
+
+async def test_the_loop_runs_while_the_child_pickles() -> None:
+    """Inline, the loop gets no turn until every blob is made; forked, it keeps
+    turning while the child works (the worker folds batches meanwhile)."""
+    state = [_state(400_000)]
+    for fork in (False, True):
+        turns: list[float] = []
+        stop = asyncio.Event()
+
+        async def beat(turns: list[float] = turns, stop: asyncio.Event = stop) -> None:
+            while not stop.is_set():
+                turns.append(time.perf_counter())
+                await asyncio.sleep(0.005)
+
+        ticker = asyncio.create_task(beat())
+        await asyncio.sleep(0.02)
+        began = time.perf_counter()
+        pending = start_blobs(state, fork=fork)
+        returned = time.perf_counter()
+        await pending
+        done = time.perf_counter()
+        stop.set()
+        await ticker
+        during = [t for t in turns if began <= t <= done]
+        if not fork:
+            assert pending.done() and not during  # made before the call returned
+            inline_s = returned - began
+        else:
+            assert len(during) >= 5, (len(during), done - began)
+            # the call itself returns after the fork, well before the inline time
+            assert returned - began < inline_s / 2, (returned - began, inline_s)
