@@ -38,6 +38,8 @@ Faust still provides what it is good at here: the worker process (logging, signa
 - `ALLOT_TICK_EVERY` (10 s), `ALLOT_SNAPSHOT_EVERY` (60 s), `ALLOT_TOPIC_SUFFIX`
 - `ALLOT_CONFIG` extra scheduler config as JSON, e.g. `{"window": "3d"}`
 - `ALLOT_FAUST_DATADIR` (default `allot-data`)
+- `ALLOT_KAFKA_USER` + `ALLOT_KAFKA_PASSWORD_FILE` (SASL/SCRAM login, see
+  `streams.kafka_auth`): both faust's connection and the scheduler's use them
 
 faust's own flags apply: `--web-port N` (default 6066) or `--without-web`.
 """
@@ -54,6 +56,7 @@ import mode
 import orjson
 
 from domain.config import SchedulerConfig, parse_config
+from streams.kafka_auth import KafkaAuthError, client_options
 from streams.worker import Topics, serve
 
 log = logging.getLogger("allot.app")
@@ -85,9 +88,31 @@ def _clusters() -> list[str] | None:
     return names or None
 
 
+def _credentials() -> faust.SASLCredentials | None:
+    """faust's own broker connection logs in as the worker does ($ALLOT_KAFKA_USER,
+    `streams.kafka_auth`); None for a plaintext broker."""
+    try:
+        options = client_options()
+    except KafkaAuthError as why:
+        raise SystemExit(f"allot: {why}") from None
+    if not options:
+        return None
+    return faust.SASLCredentials(
+        username=options["sasl_plain_username"],
+        password=options["sasl_plain_password"],
+        mechanism=options["sasl_mechanism"],
+        ssl_context=options.get("ssl_context"),
+    )
+
+
+# The app id names faust's own consumer group and topics (`allot-scheduler-faust-
+# __assignor-__leader`). Not `allot-scheduler` itself: that is the usual ALLOT_GROUP, and
+# faust's members (its own assignor) cannot share a group with the scheduler's. Under
+# `deploy/kafka/start --secure` the allot-scheduler principal's ACLs cover the prefix.
 app = faust.App(
-    "allot",
+    "allot-scheduler-faust",
     broker=f"kafka://{BOOTSTRAP}",
+    broker_credentials=_credentials(),
     store="memory://",
     datadir=os.environ.get("ALLOT_FAUST_DATADIR", "allot-data"),
     topic_partitions=1,

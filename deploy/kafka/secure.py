@@ -66,6 +66,14 @@ ACLS: list[tuple[str, int, str, int, tuple[int, ...]]] = [
         PREFIXED,
         (READ, WRITE, DESCRIBE, CREATE, DESCRIBE_CONFIGS),
     ),
+    # faust's own topics when run as `faust -A streams.app worker` (allot-scheduler-faust-*)
+    (
+        "allot-scheduler",
+        TOPIC,
+        "allot-scheduler",
+        PREFIXED,
+        (READ, WRITE, DESCRIBE, CREATE, DESCRIBE_CONFIGS),
+    ),
     ("allot-scheduler", TRANSACTIONAL_ID, "allot-scheduler", PREFIXED, (WRITE, DESCRIBE)),
     ("allot-scheduler", GROUP, "allot-scheduler", PREFIXED, (READ, DESCRIBE)),
     ("allot-scheduler", CLUSTER, "kafka-cluster", LITERAL, (IDEMPOTENT_WRITE,)),

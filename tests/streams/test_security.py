@@ -8,9 +8,9 @@ plaintext session broker is not touched). Principals and grants: deploy/kafka/se
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import re
+import signal
 import socket
 import stat
 import subprocess
@@ -215,13 +215,88 @@ def test_credentials_are_private_files(secure: Secure) -> None:
 # ------------------------------------------------------------------ the scheduler end to end
 
 
+async def _placed_through_the_scheduler(secure: Secure, gone: Any) -> dict[str, Any]:
+    """Set up a fresh cluster and submit a workload as allot-submit; read the journal as
+    allot-reader until the running scheduler has placed it. `gone()` says why the
+    scheduler stopped (None while it runs)."""
+    cluster = f"sec-{uuid.uuid4().hex[:8]}"
+    workload = f"w-{uuid.uuid4().hex[:8]}"
+    requests = [
+        make_request("host.registered", cluster=cluster, actor="root", host="h0", gpus=8),
+        make_request(
+            "budget.set",
+            cluster=cluster,
+            actor="root",
+            allocation="lab",
+            weight=1,
+            managers=["alice"],
+        ),
+        make_request(
+            "budget.set",
+            cluster=cluster,
+            actor="alice",
+            allocation="lab/a",
+            weight=1,
+            members=["u"],
+        ),
+        make_request(
+            "workload.submitted",
+            cluster=cluster,
+            actor="u",
+            workload=workload,
+            allocation="lab/a",
+            gpus=2,
+            min_runtime=600,
+            resumable=True,
+        ),
+    ]
+    producer = AIOKafkaProducer(
+        bootstrap_servers=secure.bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        **secure.options("allot-submit"),
+    )
+    await producer.start()
+    try:
+        for r in requests:
+            await (await producer.send(topics.INBOX, orjson.dumps(r), key=cluster.encode()))
+    finally:
+        await producer.stop()
+
+    consumer = AIOKafkaConsumer(
+        topics.JOURNAL,
+        bootstrap_servers=secure.bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+        **secure.options("allot-reader"),
+    )
+    await consumer.start()
+    placed = None
+    try:
+        deadline = time.monotonic() + 3 * WAIT_S
+        while placed is None:
+            why = gone()
+            assert why is None, f"the scheduler stopped: {why}"
+            assert time.monotonic() < deadline, "no workload.placed in the journal"
+            batches = await consumer.getmany(timeout_ms=200)
+            for records in batches.values():
+                for m in records:
+                    rec = orjson.loads(m.value)
+                    if rec.get("type") == "workload.placed" and rec.get("workload") == workload:
+                        placed = rec
+    finally:
+        await consumer.stop()
+    assert placed["cluster"] == cluster
+    assert sum(len(g) for g in placed["hosts"].values()) == 2
+    return placed
+
+
 async def test_worker_as_scheduler_places_a_submission(secure: Secure) -> None:
     """allot-submit writes requests, the worker as allot-scheduler journals the
     decision, allot-reader reads it."""
     from streams.worker import serve
 
-    if "kafka_options" not in inspect.signature(serve).parameters:
-        pytest.skip("streams.worker.serve has no kafka_options= yet")
     stop = asyncio.Event()
     task = asyncio.create_task(
         serve(
@@ -233,76 +308,47 @@ async def test_worker_as_scheduler_places_a_submission(secure: Secure) -> None:
         )
     )
     try:
-        cluster = f"sec-{uuid.uuid4().hex[:8]}"
-        workload = f"w-{uuid.uuid4().hex[:8]}"
-        submit = secure.options("allot-submit")
-        requests = [
-            make_request("host.registered", cluster=cluster, actor="root", host="h0", gpus=8),
-            make_request(
-                "budget.set",
-                cluster=cluster,
-                actor="root",
-                allocation="lab",
-                weight=1,
-                managers=["alice"],
-            ),
-            make_request(
-                "budget.set",
-                cluster=cluster,
-                actor="alice",
-                allocation="lab/a",
-                weight=1,
-                members=["u"],
-            ),
-            make_request(
-                "workload.submitted",
-                cluster=cluster,
-                actor="u",
-                workload=workload,
-                allocation="lab/a",
-                gpus=2,
-                min_runtime=600,
-                resumable=True,
-            ),
-        ]
-        producer = AIOKafkaProducer(
-            bootstrap_servers=secure.bootstrap, enable_idempotence=True, acks="all", **submit
+        await _placed_through_the_scheduler(
+            secure, lambda: repr(task.exception()) if task.done() else None
         )
-        await producer.start()
-        try:
-            for r in requests:
-                await (await producer.send(topics.INBOX, orjson.dumps(r), key=cluster.encode()))
-        finally:
-            await producer.stop()
-
-        consumer = AIOKafkaConsumer(
-            topics.JOURNAL,
-            bootstrap_servers=secure.bootstrap,
-            group_id=None,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            **secure.options("allot-reader"),
-        )
-        await consumer.start()
-        placed = None
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while placed is None:
-                assert not task.done(), task.exception() if task.done() else None
-                assert time.monotonic() < deadline, "no workload.placed in the journal"
-                batches = await consumer.getmany(timeout_ms=200)
-                for records in batches.values():
-                    for m in records:
-                        rec = orjson.loads(m.value)
-                        if rec.get("type") == "workload.placed" and rec.get("workload") == workload:
-                            placed = rec
-        finally:
-            await consumer.stop()
-        assert placed["cluster"] == cluster
-        assert sum(len(g) for g in placed["hosts"].values()) == 2
     finally:
         stop.set()
         await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_faust_worker_logs_in_as_scheduler(secure: Secure, tmp_path: Path) -> None:
+    """`faust -A streams.app worker` under ACLs: faust's own connection (its consumer
+    group and leader topic) and the scheduler's both log in as allot-scheduler."""
+    env = {
+        **secure.env("allot-scheduler"),
+        "PYTHONPATH": str(ROOT),
+        "ALLOT_KAFKA": secure.bootstrap,
+        "ALLOT_ADMINS": "root",
+        "ALLOT_TICK_EVERY": "0",
+        "ALLOT_FAUST_DATADIR": str(tmp_path / "faust"),
+    }
+    log = tmp_path / "faust.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["faust", "-A", "streams.app", "worker", "-l", "info", "--without-web"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        await _placed_through_the_scheduler(
+            secure, lambda: _tail(log) if proc.poll() is not None else None
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 60) == 0, _tail(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert "allot scheduler consuming" in text, _tail(log)
+    assert "AuthorizationFailed" not in text and "Authentication failed" not in text, _tail(log)
 
 
 # ------------------------------------------------------------------ submit tools
