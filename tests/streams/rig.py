@@ -241,6 +241,26 @@ def spawn_worker(bootstrap: str, suffix: str, log: Path, *extra: str) -> subproc
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
+def spawn_faust(env: dict[str, str], datadir: Path, log: Path) -> subprocess.Popen:
+    """`faust -A streams.app worker` (no web server, no ticks) with `env` plus the
+    repository on PYTHONPATH and admin `ADMIN`; its output goes to `log`."""
+    env = {
+        **env,
+        "PYTHONPATH": str(ROOT),
+        "ALLOT_ADMINS": ADMIN,
+        "ALLOT_TICK_EVERY": "0",
+        "ALLOT_FAUST_DATADIR": str(datadir),
+    }
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            ["faust", "-A", "streams.app", "worker", "-l", "info", "--without-web"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def inputs_seen(records: list[dict]) -> int:
     return sum(1 for r in records if "inbox" in r and is_input(r))
 

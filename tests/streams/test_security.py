@@ -36,6 +36,7 @@ from streams import topics
 from streams.inbox import InboxError, KafkaInbox, make_request
 from streams.kafka_auth import KafkaAuthError, client_options
 from streams.sources import SourceError, journal_lines
+from tests.streams.rig import spawn_faust
 
 pytestmark = pytest.mark.kafka
 
@@ -319,23 +320,9 @@ async def test_worker_as_scheduler_places_a_submission(secure: Secure) -> None:
 async def test_faust_worker_logs_in_as_scheduler(secure: Secure, tmp_path: Path) -> None:
     """`faust -A streams.app worker` under ACLs: faust's own connection (its consumer
     group and leader topic) and the scheduler's both log in as allot-scheduler."""
-    env = {
-        **secure.env("allot-scheduler"),
-        "PYTHONPATH": str(ROOT),
-        "ALLOT_KAFKA": secure.bootstrap,
-        "ALLOT_ADMINS": "root",
-        "ALLOT_TICK_EVERY": "0",
-        "ALLOT_FAUST_DATADIR": str(tmp_path / "faust"),
-    }
     log = tmp_path / "faust.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["faust", "-A", "streams.app", "worker", "-l", "info", "--without-web"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    env = {**secure.env("allot-scheduler"), "ALLOT_KAFKA": secure.bootstrap}
+    proc = spawn_faust(env, tmp_path / "faust", log)
     try:
         await _placed_through_the_scheduler(
             secure, lambda: _tail(log) if proc.poll() is not None else None

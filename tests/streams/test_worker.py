@@ -24,7 +24,6 @@ from domain.config import SchedulerConfig
 from streams.worker import Topics, create_topics, serve
 from tests.streams.rig import (
     ADMIN,
-    ROOT,
     WAIT_S,
     Inbox,
     JournalReader,
@@ -38,6 +37,7 @@ from tests.streams.rig import (
     inputs_seen,
     read_all,
     rig,
+    spawn_faust,
     spawn_worker,
     steady_feed,
     suffix,
@@ -520,24 +520,9 @@ async def test_faust_worker_runs_the_scheduler(kafka_bootstrap: str, tmp_path: P
     name = suffix()
     topics = Topics.suffixed(name)
     await create_topics(kafka_bootstrap, topics=topics)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "ALLOT_KAFKA": kafka_bootstrap,
-        "ALLOT_TOPIC_SUFFIX": name,
-        "ALLOT_ADMINS": ADMIN,
-        "ALLOT_TICK_EVERY": "0",
-        "ALLOT_FAUST_DATADIR": str(tmp_path / "faust"),
-    }
     log = tmp_path / "faust.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            ["faust", "-A", "streams.app", "worker", "-l", "info", "--without-web"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    env = {**os.environ, "ALLOT_KAFKA": kafka_bootstrap, "ALLOT_TOPIC_SUFFIX": name}
+    proc = spawn_faust(env, tmp_path / "faust", log)
     try:
         async with (
             Inbox(kafka_bootstrap, topics.inbox) as inbox,
