@@ -245,8 +245,11 @@ def replay(
     ] = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Replay a recorded journal (a file, or the journal topic with --kafka): --verify
-    checks determinism; otherwise re-decide its inputs (submissions with the work each
+    """Replay a recorded journal: check determinism (--verify), or re-decide it under
+    another policy or config (a what-if).
+
+    The journal is a file, or the journal topic with --kafka. --verify checks
+    determinism; otherwise re-decide its inputs (submissions with the work each
     workload did, budget and health changes) under a new policy or config (--policy,
     --set) — a what-if."""
     import tempfile
@@ -442,9 +445,28 @@ def _stay_a_group() -> None:
     pass
 
 
+def _flow_short_help(typer_app: typer.Typer) -> None:
+    """Command lists show each command's first help paragraph; rich keeps a docstring's
+    line breaks there, so a hard-wrapped paragraph would print ragged. Give every
+    command a one-line short help made of that paragraph (the full --help keeps the
+    text as written)."""
+    import inspect
+
+    for info in typer_app.registered_commands:
+        if info.short_help is None:
+            text = info.help or (info.callback.__doc__ if info.callback else None)
+            if text:
+                first = inspect.cleandoc(text).split("\n\n", 1)[0]
+                info.short_help = " ".join(first.split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _flow_short_help(group.typer_instance)
+
+
 def main() -> None:
     try:
         _keep_only_invoked(sys.argv[1:])
+        _flow_short_help(app)
         if _needs_plugins(sys.argv[1:]):
             from allot.plugins import load_entry_points
 

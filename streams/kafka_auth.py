@@ -76,9 +76,7 @@ def client_options(
     password_file = (password_file or "").strip() or _env(PASSWORD_FILE_ENV)
     if user is None:
         if password_file is not None or _env(PASSWORD_ENV) is not None:
-            raise KafkaAuthError(
-                f"a Kafka password is set but no user: set ${USER_ENV} (or --kafka-user)"
-            )
+            raise KafkaAuthError(f"a Kafka password is set but no user: set ${USER_ENV}")
         return {}
     if password_file is not None:
         password = read_password(password_file)
@@ -87,7 +85,7 @@ def client_options(
         if not password:
             raise KafkaAuthError(
                 f"Kafka user {user!r} has no password: set ${PASSWORD_FILE_ENV} "
-                f"(or --kafka-password-file) to a file holding it, or ${PASSWORD_ENV}"
+                f"to a file holding it, or ${PASSWORD_ENV}"
             )
     chosen = (mechanism or _env(MECHANISM_ENV) or DEFAULT_MECHANISM).upper()
     if chosen not in MECHANISMS:

@@ -332,7 +332,9 @@ def register(app: typer.Typer) -> None:
 
 
 _HELP = (
-    "Play the launcher (--simulate): follow the journal, report workload.finished after "
+    "Play the launcher for demos and load tests (--simulate): report each placed "
+    "workload finished after its runtime.\n\n"
+    "Follow the journal, report workload.finished after "
     "each workload's runtime (divided by --speed), drop the report when it is preempted "
     "(resumable work keeps its progress), never report work without a runtime.\n\n"
     "A real launcher (Kubernetes Job, Slurm, a container runtime) follows the same "

@@ -32,7 +32,10 @@ def usage(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """GPU-hours charged and unallocated, demand, owed, received and delivered per
+    """Usage, demand, owed and delivered per allocation; each run reads only what was
+    appended since the last.
+
+    GPU-hours charged and unallocated, demand, owed, received and delivered per
     allocation (DESIGN §2), folded incrementally: the table is saved with where it
     stopped in the journal (a file's offset, or each Kafka partition's), so the next
     run reads only what was appended."""

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
+
+from tests.e2e.cli import allot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny.yaml"
@@ -24,16 +24,6 @@ SUMMARY_KEYS = {
     "wait_s",
     "engine",
 }
-
-
-def allot(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "allot.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +177,23 @@ def test_bad_scenario_names_the_key(tmp_path: Path) -> None:
     result = allot("simulate", str(bad), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert "workloads[0].generate.rate_per_h" in result.stderr
+
+
+@pytest.mark.parametrize("group", [(), ("audit",), ("budget",)], ids=["allot", "audit", "budget"])
+def test_command_lists_give_each_command_one_line(group: tuple[str, ...]) -> None:
+    """Wide enough, every command in a `--help` list is one line: a hard-wrapped
+    docstring paragraph would otherwise print ragged across several."""
+    result = allot(*group, "--help", env={"COLUMNS": "400", "TERM": "dumb"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Commands" in line)
+    rows = []
+    for line in lines[start + 1 :]:
+        if line.lstrip().startswith(("╰", "+")):
+            break
+        rows.append(line.strip().strip("│|").rstrip())
+    assert len(rows) >= 2, result.stdout
+    continuation = [r for r in rows if r.startswith("   ")]  # the name column left blank
+    assert not continuation, "\n".join(rows)
+    names = [r.split()[0] for r in rows if r.strip()]
+    assert len(set(names)) == len(names), names
