@@ -153,7 +153,11 @@ def parse_bootstrap(text: str) -> str:
 
 
 class KafkaInbox:
-    """An idempotent producer (`acks=all`) to `allot.inbox`, key = cluster."""
+    """An idempotent producer (`acks=all`) to `allot.inbox`, key = cluster.
+
+    One producer (on a private event loop) serves every `send` until `close`, so a
+    long-running caller — the executor reporting finishes — logs in once, not per
+    report. A failed send drops the producer; the next send starts a fresh one."""
 
     def __init__(
         self,
@@ -170,6 +174,8 @@ class KafkaInbox:
             self.options = kafka_auth.client_options()
         except kafka_auth.KafkaAuthError as why:
             raise InboxError(str(why)) from None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._producer: Any = None
 
     def _failure(self, why: BaseException) -> InboxError:
         """A login or ACL problem in one line, else "cannot reach Kafka"."""
@@ -193,17 +199,47 @@ class KafkaInbox:
         return self._run(self._send(requests, match, timeout))
 
     def close(self) -> None:
-        pass
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            loop.run_until_complete(self._drop_producer())
+        finally:
+            loop.close()
 
     def _run(self, coro: Any) -> Any:
         from aiokafka.errors import KafkaError
 
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
         try:
-            return asyncio.run(coro)
+            return self._loop.run_until_complete(coro)
         except InboxError:
             raise
         except (TimeoutError, KafkaError, OSError) as why:
             raise self._failure(why) from None
+
+    async def _open_producer(self) -> Any:
+        """The producer, started on first use (and again after a failure)."""
+        from aiokafka import AIOKafkaProducer
+
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                enable_idempotence=True,
+                acks="all",
+                request_timeout_ms=int(self.send_timeout * 1000),
+                client_id="allot-cli",
+                **self.options,
+            )
+            await self._start(producer)
+            self._producer = producer
+        return self._producer
+
+    async def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await _quiet_stop(producer)
 
     async def _start(self, client: Any) -> None:
         try:
@@ -223,21 +259,11 @@ class KafkaInbox:
     async def _send(
         self, requests: list[dict[str, Any]], match: Match | None, timeout: float
     ) -> dict[str, Any] | None:
-        from aiokafka import AIOKafkaProducer
-
         consumer = None
         if match is not None:
             consumer = await self._watch()
         try:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                enable_idempotence=True,
-                acks="all",
-                request_timeout_ms=int(self.send_timeout * 1000),
-                client_id="allot-cli",
-                **self.options,
-            )
-            await self._start(producer)
+            producer = await self._open_producer()
             try:
                 futures = [
                     await producer.send(
@@ -249,11 +275,13 @@ class KafkaInbox:
                 ]
                 await asyncio.wait_for(asyncio.gather(*futures), self.send_timeout)
             except TimeoutError:
+                await self._drop_producer()
                 raise self._unreachable(
                     f"{topics.INBOX} did not acknowledge within {self.send_timeout:g} s"
                 ) from None
-            finally:
-                await _quiet_stop(producer)
+            except BaseException:
+                await self._drop_producer()
+                raise
             if consumer is None or match is None:
                 return None
             return await self._wait(consumer, match, timeout)

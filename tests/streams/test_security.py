@@ -346,7 +346,11 @@ async def test_submit_may_write_the_inbox(secure: Secure, as_user: Any) -> None:
     # and through the CLI's writer, configured from the environment
     as_user("allot-submit")
     request = make_request("workload.cancelled", cluster="sec", actor="u", workload="nope")
-    await asyncio.to_thread(KafkaInbox(secure.bootstrap).send, [request])
+    inbox = KafkaInbox(secure.bootstrap)
+    try:
+        await asyncio.to_thread(inbox.send, [request])
+    finally:
+        await asyncio.to_thread(inbox.close)  # a blocking writer: off this test's loop
 
 
 async def test_submit_may_not_write_the_journal(secure: Secure) -> None:
