@@ -8,6 +8,7 @@ decides; `allot submit --wait N` waits for its verdict in the journal.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -57,6 +58,51 @@ def _duration(flag: str, text: str | None) -> float | None:
         return parse_duration(text)
     except ValueError as why:
         raise RequestError(f"{flag} {text!r}: {why}") from None
+
+
+MAX_ARRAY_TASKS = 10_000
+_TASKS = re.compile(r"^(?P<base>.+)_\[(?P<spec>[^\]]+)\]$")
+
+
+def parse_array(spec: str) -> list[int]:
+    """Task indexes from Slurm's `--array` syntax: `0-15`, `1,3,5-7`, `0-15:4` (every
+    4th). Sorted, without repeats; at most MAX_ARRAY_TASKS. (`%N`, Slurm's limit on
+    tasks running at once, is not supported: fair share decides what runs.)"""
+    if "%" in spec:
+        raise RequestError(
+            f"--array {spec!r}: '%N' (tasks at once) is not supported; fair share and the "
+            "allocation's budget decide how many run"
+        )
+    tasks: set[int] = set()
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
+        if m is None:
+            raise RequestError(
+                f"--array {spec!r}: {part.strip()!r} is not N, N-M or N-M:STEP "
+                "(e.g. 0-15, 1,3,5-7, 0-15:4)"
+            )
+        first = int(m[1])
+        last = int(m[2]) if m[2] is not None else first
+        step = int(m[3]) if m[3] is not None else 1
+        if last < first or step < 1:
+            raise RequestError(f"--array {spec!r}: {part.strip()!r} is an empty range")
+        if (last - first) // step + 1 + len(tasks) > MAX_ARRAY_TASKS:
+            raise RequestError(f"--array {spec!r}: more than {MAX_ARRAY_TASKS:,} tasks")
+        tasks.update(range(first, last + 1, step))
+    return sorted(tasks)
+
+
+def expand_ids(ids: list[str]) -> list[str]:
+    """Workload ids, with `BASE_[SPEC]` (as `allot submit --array` names its tasks)
+    expanded to `BASE_<i>` for each index of SPEC; order kept, repeats dropped."""
+    out: dict[str, None] = {}
+    for given in ids:
+        m = _TASKS.match(given)
+        if m is None:
+            out[given] = None
+        else:
+            out.update((f"{m['base']}_{i}", None) for i in parse_array(m["spec"]))
+    return list(out)
 
 
 def _send(
@@ -154,12 +200,23 @@ def submit(
             "exit 1 if rejected or still pending.",
         ),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            "-a",
+            metavar="SPEC",
+            help="A job array, as sbatch: one workload per index of SPEC (0-15, 1,3,5-7, "
+            "0-15:4), ids BASE_<index>; `allot cancel 'BASE_[SPEC]'` cancels them.",
+        ),
+    ] = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Submit a workload. Prints `Submitted workload <id>`; the scheduler decides later."""
+    """Submit a workload (or a job array). Prints `Submitted workload <id>`; the
+    scheduler decides later."""
     from streams.inbox import make_request, new_ulid, open_inbox, outcome_of
 
     with one_line_errors():
@@ -168,32 +225,48 @@ def submit(
         expected_s = _duration("--expected-runtime", expected_runtime)
         if wait is not None and not wait >= 0:
             raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
+        tasks = None if array is None else parse_array(array)
+        if tasks is not None and wait is not None:
+            raise RequestError("--wait works for one workload; follow an array with `allot queue`")
         target = resolve_target(kafka, data)
         workload = new_ulid()
-        request = make_request(
-            "workload.submitted",
-            cluster=cluster,
-            actor=whoami(as_),
-            workload=workload,
-            allocation=allocation,
-            gpus=gpus,
-            min_runtime=min_s,
-            resumable=resumable,
-            priority=priority,
-            tags=list(tag or []),
-            name=name,
-            runtime=run_s,
-            expected_runtime=expected_s,
-        )
+        ids = [workload] if tasks is None else [f"{workload}_{i}" for i in tasks]
+        actor = whoami(as_)
+        requests = [
+            make_request(
+                "workload.submitted",
+                cluster=cluster,
+                actor=actor,
+                workload=wid,
+                allocation=allocation,
+                gpus=gpus,
+                min_runtime=min_s,
+                resumable=resumable,
+                priority=priority,
+                tags=list(tag or []),
+                name=name,
+                runtime=run_s,
+                expected_runtime=expected_s,
+            )
+            for wid in ids
+        ]
         writer = open_inbox(target)
         try:
             if wait is None:
-                writer.send([request])
+                writer.send(requests)
                 outcome = None
             else:
+                request = requests[0]
                 outcome = writer.send_and_wait([request], outcome_of(workload, request["id"]), wait)
         finally:
             writer.close()
+    if tasks is not None:
+        if parsable:
+            typer.echo("\n".join(ids))
+        else:
+            span = ids[0] if len(ids) == 1 else f"{ids[0]} … {ids[-1]}"
+            typer.echo(f"Submitted array {workload}: {len(ids)} workloads ({span})")
+        return
     typer.echo(workload if parsable else f"Submitted workload {workload}")
     if wait is None:
         return
@@ -212,18 +285,41 @@ def submit(
 
 
 def cancel(
-    workload: Annotated[str, typer.Argument(help="Workload id (as `allot submit` printed).")],
+    workloads: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ID...",
+            help="Workload ids (as `allot submit` printed); 'BASE_[SPEC]' names tasks of a "
+            "job array, e.g. 'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
+        ),
+    ],
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Cancel a workload (its submitter, its allocation's managers or an admin may)."""
+    """Cancel workloads (their submitter, their allocation's managers or an admin may)."""
+    from streams.inbox import make_request, open_inbox
+
     with one_line_errors():
-        target, request = _send(
-            kafka, data, "workload.cancelled", cluster=cluster, actor=as_, workload=workload
+        ids = expand_ids(workloads)
+        target = resolve_target(kafka, data)
+        actor = whoami(as_)
+        requests = [
+            make_request("workload.cancelled", cluster=cluster, actor=actor, workload=wid)
+            for wid in ids
+        ]
+        writer = open_inbox(target)
+        try:
+            writer.send(requests)
+        finally:
+            writer.close()
+    if len(requests) == 1:
+        _sent(f"Cancel of workload {ids[0]} sent", target, requests[0])
+    else:
+        typer.echo(
+            f"Cancel of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.label})"
         )
-    _sent(f"Cancel of workload {workload} sent", target, request)
 
 
 budget_app = typer.Typer(

@@ -17,6 +17,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from allot.commands.requests import RequestError, expand_ids, parse_array
+
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 ADMIN = "ops"
 
@@ -393,3 +395,94 @@ def test_submit_to_kafka_writes_an_orjson_record_keyed_by_cluster(
         )
     )
     assert orjson.loads(record.value)["actor"] == "tester"  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ job arrays
+
+
+@pytest.mark.parametrize(
+    ("spec", "tasks"),
+    [
+        ("0-3", [0, 1, 2, 3]),
+        ("1,3,5-7", [1, 3, 5, 6, 7]),
+        ("0-15:4", [0, 4, 8, 12]),
+        ("5", [5]),
+        ("3,1,3", [1, 3]),
+        (" 2-4 ", [2, 3, 4]),
+    ],
+    ids=["range", "list-and-range", "step", "one", "repeats", "spaces"],
+)
+def test_array_specs_follow_sbatch(spec: str, tasks: list[int]) -> None:
+    assert parse_array(spec) == tasks
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("0-15%4", "'%N' (tasks at once) is not supported"),
+        ("a-b", "is not N, N-M or N-M:STEP"),
+        ("5-1", "is an empty range"),
+        ("0-9:0", "is an empty range"),
+        ("0-20000", "more than 10,000 tasks"),
+        ("", "is not N, N-M or N-M:STEP"),
+    ],
+    ids=["throttle", "letters", "backwards", "zero-step", "too-many", "empty"],
+)
+def test_bad_array_specs_say_why(spec: str, says: str) -> None:
+    with pytest.raises(RequestError, match=re.escape(says)):
+        parse_array(spec)
+
+
+def test_array_ids_expand_for_cancel() -> None:
+    assert expand_ids(["X_[0-2]", "Y", "X_1", "Z_[4,6]"]) == [
+        "X_0",
+        "X_1",
+        "X_2",
+        "Y",
+        "Z_4",
+        "Z_6",
+    ]
+    assert expand_ids(["plain_id", "odd_[", "x_[]"]) == ["plain_id", "odd_[", "x_[]"]
+
+
+def test_a_job_array_is_submitted_and_partly_cancelled(cluster: Path) -> None:
+    common = ["--data", str(cluster), "--allocation", "lab/vision", "--gpus", "1"]
+    result = allot("submit", *common, "--min-runtime", "0", "--array", "0-3", "--as", "carol")
+    assert result.returncode == 0, result.stderr
+    m = re.match(r"Submitted array (\S+): 4 workloads \((\S+) … (\S+)\)", result.stdout)
+    assert m, result.stdout
+    base = m[1]
+    assert ULID.match(base) and (m[2], m[3]) == (f"{base}_0", f"{base}_3")
+    for i in range(4):
+        wait_for(
+            cluster,
+            lambda r, i=i: r["type"] == "workload.placed" and r["workload"] == f"{base}_{i}",
+        )
+
+    result = allot("cancel", f"{base}_[1-2]", "--data", str(cluster), "--as", "carol")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"Cancel of 2 workloads sent ({base}_1 … {base}_2")
+    for i in (1, 2):
+        wait_for(
+            cluster,
+            lambda r, i=i: r["type"] == "workload.cancelled" and r["workload"] == f"{base}_{i}",
+        )
+    cancelled = {r["workload"] for r in journal(cluster) if r["type"] == "workload.cancelled"}
+    assert f"{base}_0" not in cancelled and f"{base}_3" not in cancelled
+
+    result = allot(
+        "submit", *common, "--min-runtime", "0", "-a", "7,9", "--parsable", "--as", "carol"
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split()
+    assert len(lines) == 2 and lines[0].endswith("_7") and lines[1].endswith("_9")
+    assert lines[0].rsplit("_", 1)[0] == lines[1].rsplit("_", 1)[0]
+
+
+def test_array_with_wait_is_one_clear_line(cluster: Path) -> None:
+    common = ["--data", str(cluster), "--allocation", "lab/vision", "--gpus", "1"]
+    result = allot("submit", *common, "--min-runtime", "0", "--array", "0-1", "--wait", "5")
+    assert result.returncode == 2
+    assert "--wait works for one workload" in one_line_error(result)
+    result = allot("submit", *common, "--min-runtime", "0", "--array", "0-3%2")
+    assert "'%N' (tasks at once) is not supported" in one_line_error(result)
