@@ -9,10 +9,8 @@ The pipeline, as it runs in production but on fresh, suffixed topics:
   --tick-every 5 --snapshot-every 30`);
 - one simulated launcher per cluster (`allot executor --simulate --speed X`): it follows
   the journal and reports `workload.finished` after each workload's runtime / speed.
-  `allot executor` has no topic options (the names come from `streams.topics`), so with
-  `--executor-topics patched` (default) it is started as
-  `python -c "<set streams.topics.INBOX/JOURNAL to the suffixed names>; allot.cli.main()"
-  executor --simulate ...` — the same command and code, pointed at this run's topics.
+  with `--executor-topics own` (default) the executors get this run's topics from
+  `$ALLOT_TOPIC_SUFFIX`, as every `allot` command does.
   `--executor-topics default` instead runs the worker and the executors on the default
   topic names (`allot.inbox`, `allot.journal`), the worker narrowed to this run's
   uniquely named clusters with `--cluster`;
@@ -78,16 +76,6 @@ LEAVES = 4
 GPUS = (1, 1, 1, 2, 2, 4)
 MIN_RUNTIMES = (0, 0, 300, 900)  # 0: unallocated (free, preemptible), else allocated
 SENTINEL = "workload.cancelled/soak-end"
-
-# the executor, pointed at this run's topics (allot executor has no topic options)
-PATCHED_EXECUTOR = (
-    "import sys\n"
-    "import streams.topics as t\n"
-    "t.INBOX, t.JOURNAL = sys.argv[1], sys.argv[2]\n"
-    "sys.argv = ['allot'] + sys.argv[3:]\n"
-    "from allot.cli import main\n"
-    "main()\n"
-)
 
 
 # ------------------------------------------------------------------ requests
@@ -175,8 +163,8 @@ def cpu_s(pid: int) -> float | None:
         return None
 
 
-def spawn(cmd: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def spawn(cmd: list[str], log: Path, **extra_env: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
     with log.open("ab") as out:
         return subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -300,11 +288,11 @@ async def read_journal(
 async def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     bootstrap = args.kafka
     run_id = uuid.uuid4().hex[:8]
-    patched = args.executor_topics == "patched"
-    suffix = f"-soak-{run_id}" if patched else ""
+    own_topics = args.executor_topics == "own"
+    suffix = f"-soak-{run_id}" if own_topics else ""
     topics = Topics.suffixed(suffix)
     clusters = [f"soak-{run_id}-c{i}" for i in range(args.clusters)]
-    if patched:
+    if own_topics:
         await create_topics(bootstrap, topics=topics, partitions=1)
     folder = Path(tempfile.mkdtemp(prefix="allot-soak-"))
     result.update(
@@ -322,7 +310,7 @@ async def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     ]  # fmt: skip
     for item in args.worker_set:
         worker_cmd += ["--set", item]
-    if not patched:
+    if not own_topics:
         for c in clusters:
             worker_cmd += ["--cluster", c]
     procs: dict[str, subprocess.Popen] = {"worker": spawn(worker_cmd, folder / "worker.log")}
@@ -331,16 +319,11 @@ async def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     for i, c in enumerate(clusters):
         tail = ["executor", "--simulate", "--kafka", bootstrap, "--cluster", c,
                 "--speed", str(args.speed), "--quiet"]  # fmt: skip
-        if patched:
-            cmd = [sys.executable, "-c", PATCHED_EXECUTOR, topics.inbox, topics.journal, *tail]
-        else:
-            cmd = [sys.executable, "-m", "allot.cli", *tail]
+        cmd = [sys.executable, "-m", "allot.cli", *tail]
         exe_cmds.append(" ".join(shlex.quote(a) for a in tail))
-        procs[f"executor{i}"] = spawn(cmd, folder / f"executor{i}.log")
-    result["executor_command"] = (
-        "allot "
-        + exe_cmds[0]
-        + (" (python -c: streams.topics.INBOX/JOURNAL set to this run's topics)" if patched else "")
+        procs[f"executor{i}"] = spawn(cmd, folder / f"executor{i}.log", ALLOT_TOPIC_SUFFIX=suffix)
+    result["executor_command"] = (f"ALLOT_TOPIC_SUFFIX={suffix} " if own_topics else "") + (
+        "allot " + exe_cmds[0]
     )
 
     producer = AIOKafkaProducer(
@@ -371,7 +354,7 @@ async def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     ]
     consumer.assign(journal_tps)
     inbox_start = dlq_start = 0
-    if not patched:  # shared default topics: count only what arrives from now on
+    if not own_topics:  # shared default topics: count only what arrives from now on
         ends = await consumer.end_offsets(journal_tps)
         for tp in journal_tps:
             consumer.seek(tp, ends[tp])
@@ -882,7 +865,7 @@ def main() -> None:
     parser.add_argument("--tick-every", type=float, default=5.0)
     parser.add_argument("--snapshot-every", type=float, default=30.0)
     parser.add_argument("--worker-set", action="append", default=[], help="worker --set KEY=VALUE")
-    parser.add_argument("--executor-topics", choices=("patched", "default"), default="patched")
+    parser.add_argument("--executor-topics", choices=("own", "default"), default="own")
     parser.add_argument("--warmup", type=float, default=0.10, help="warm-up: this share of records")
     parser.add_argument("--tolerance-mb", type=float, default=10.0)
     parser.add_argument("--tolerance-pct", type=float, default=5.0)

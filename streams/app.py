@@ -139,7 +139,7 @@ class Scheduler(mode.Service):
                 clusters=_clusters(),
                 tick_every=_float_env("ALLOT_TICK_EVERY", 10.0),
                 snapshot_every=_float_env("ALLOT_SNAPSHOT_EVERY", 60.0),
-                topics=Topics.suffixed(os.environ.get("ALLOT_TOPIC_SUFFIX", "")),
+                topics=Topics(),  # $ALLOT_TOPIC_SUFFIX applies (streams.topics)
                 group=os.environ.get("ALLOT_GROUP") or None,
                 stop=self._stop_event,
                 on_ready=lambda w: log.info(

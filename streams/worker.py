@@ -125,13 +125,10 @@ class Topics:
 
     @classmethod
     def suffixed(cls, suffix: str) -> Topics:
-        """Default names plus a suffix (tests and benchmarks use their own topics)."""
-        return cls(
-            *(
-                f"{name}{suffix}"
-                for name in (names.INBOX, names.JOURNAL, names.DLQ, names.SNAPSHOTS)
-            )
-        )
+        """The base names plus `suffix` (instead of `$ALLOT_TOPIC_SUFFIX`): tests and
+        benchmarks use their own topics."""
+        bases = (names.BASE_INBOX, names.BASE_JOURNAL, names.BASE_DLQ, names.BASE_SNAPSHOTS)
+        return cls(*(f"{name}{suffix}" for name in bases))
 
     def all(self) -> list[str]:
         return [self.inbox, self.journal, self.dlq, self.snapshots]
@@ -1380,7 +1377,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--admin", action="append", dest="admins", help="admin principal (repeat)")
     parser.add_argument("--tick-every", type=float, default=10.0)
     parser.add_argument("--snapshot-every", type=float, default=60.0)
-    parser.add_argument("--topic-suffix", default="", help="suffix for every topic name")
+    parser.add_argument(
+        "--topic-suffix",
+        default=names.SUFFIX,
+        help="suffix for every topic name (default $ALLOT_TOPIC_SUFFIX)",
+    )
     parser.add_argument("--partitions", type=int, default=1, help="for topics it creates")
     parser.add_argument("--max-batch", type=int, default=5000)
     parser.add_argument(

@@ -397,6 +397,82 @@ def test_submit_to_kafka_writes_an_orjson_record_keyed_by_cluster(
     assert orjson.loads(record.value)["actor"] == "tester"  # type: ignore[attr-defined]
 
 
+@pytest.mark.kafka
+def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
+    """`$ALLOT_TOPIC_SUFFIX` gives a second deployment its own topics on a shared
+    broker: topics create, serve, the request tools and the views all use them, and
+    the default topics see none of it."""
+    from streams.topics import BASE_INBOX, BASE_JOURNAL, INBOX, JOURNAL
+
+    suffix = f".e2e-{os.getpid()}-{time.monotonic_ns()}"
+    cluster = "staging"
+    environ = env(ALLOT_TOPIC_SUFFIX=suffix, ALLOT_KAFKA=kafka_bootstrap, ALLOT_CLUSTER=cluster)
+    result = allot("topics", "create", environ=environ)
+    assert result.returncode == 0, result.stderr
+    assert f"{BASE_JOURNAL}{suffix}" in result.stdout + result.stderr
+    server = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--kafka", kafka_bootstrap,
+         "--cluster", cluster, "--admin", ADMIN, "--tick", "1h"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for args in (
+            ("host", "register", "h1", "8", "--as", ADMIN),
+            ("budget", "set", "lab", "1", "--as", ADMIN),
+            ("budget", "set", "lab/a", "1", "--member", "alice", "--as", ADMIN),
+        ):
+            result = allot(*args, environ=environ)
+            assert result.returncode == 0, result.stderr
+        result = allot(
+            "submit", "-A", "lab/a", "-G", "2", "--min-runtime", "15m", "--as", "alice",
+            "--parsable", "--wait", "60", environ=environ, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, (result.stdout, result.stderr)
+        workload = result.stdout.strip()
+        assert "placed on h1" in result.stderr
+        result = allot("queue", "--json", environ=environ)
+        assert result.returncode == 0, result.stderr
+        rows = orjson.loads(result.stdout)["workloads"]
+        assert [(r["id"], r["state"]) for r in rows] == [(workload, "RUNNING")], rows
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+    # this process was started without the suffix: its names are the defaults
+    assert (INBOX, JOURNAL) == (BASE_INBOX, BASE_JOURNAL)
+    for topic in (INBOX, JOURNAL):
+        asyncio.run(_ensure_topic(kafka_bootstrap, topic))
+        assert not asyncio.run(_records_of(kafka_bootstrap, topic, cluster.encode()))
+
+
+async def _records_of(bootstrap: str, topic: str, key: bytes) -> list[object]:
+    """Every record of `topic` with this key, reading to its current end."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not tps:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or ()
+            tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        found = []
+        deadline = time.monotonic() + 60
+        while any([await consumer.position(tp) < ends[tp] for tp in tps]):
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                found.extend(r for r in records if r.key == key)
+        return found
+    finally:
+        await consumer.stop()
+
+
 # ------------------------------------------------------------------ job arrays
 
 
