@@ -27,7 +27,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, get_args
@@ -426,10 +426,12 @@ def queue_rows(
     *,
     user: str | None = None,
     allocation: str | None = None,
+    ids: Collection[str] | None = None,
 ) -> list[QueueRow]:
     """Live workloads: pending first, in the order the scheduler would consider them
     (the ordering policy's rank and sort key, as `domain.decide` merges its buckets),
-    then running ones by start time. `allocation` matches the path and what is under it.
+    then running ones by start time. `allocation` matches the path and what is under it;
+    `ids` a workload id or a job array's base id (`BASE` matches `BASE_<index>`).
 
     Each row: id, name, allocation, user, state (PENDING/RUNNING), gpus, time_s (pending:
     waited since it last became pending; running: run time of this attempt), reason,
@@ -457,7 +459,7 @@ def queue_rows(
     rows: list[QueueRow] = []
     ahead: list[Workload] = []
     for position, (key, w, allocated) in enumerate(pending, start=1):
-        wanted = _wanted(view, w, user, allocation)
+        wanted = _wanted(w, user, allocation, ids)
         if wanted:
             reason, detail = reasons.reason(w, allocated, ahead)
             h = view.histories.get(w.id)
@@ -467,7 +469,7 @@ def queue_rows(
             rows.append(row)
         ahead.append(w)
     for w in running:
-        if not _wanted(view, w, user, allocation):
+        if not _wanted(w, user, allocation, ids):
             continue
         if w.charged and w.protected_until > now:
             if math.isinf(w.protected_until):
@@ -498,8 +500,14 @@ def queue_rows(
     return rows
 
 
-def _wanted(view: JournalView, w: Workload, user: str | None, allocation: str | None) -> bool:
-    return (user is None or w.actor == user) and _matches_allocation(w.allocation, allocation)
+def _wanted(
+    w: Workload, user: str | None, allocation: str | None, ids: Collection[str] | None
+) -> bool:
+    return (
+        (user is None or w.actor == user)
+        and _matches_allocation(w.allocation, allocation)
+        and (ids is None or w.id in ids or w.id.rsplit("_", 1)[0] in ids)
+    )
 
 
 def _row(

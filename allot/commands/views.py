@@ -165,6 +165,15 @@ def register(app: typer.Typer) -> None:
                 "--allocation", "-a", help="Only this allocation and the allocations under it."
             ),
         ] = None,
+        jobs: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--jobs",
+                "-j",
+                metavar="ID[,ID...]",
+                help="Only these workloads; a job array's base id matches all its tasks.",
+            ),
+        ] = None,
         long: Annotated[
             bool,
             typer.Option(
@@ -204,7 +213,8 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             columns = parse_format(format_) if format_ else None
             view = load_view(kafka, data, journal, cluster)
-            rows = queue_rows(view, user=user, allocation=allocation)
+            ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
+            rows = queue_rows(view, user=user, allocation=allocation, ids=ids)
             if json_:
                 _emit_json(
                     {
@@ -237,7 +247,7 @@ def register(app: typer.Typer) -> None:
             if not rows:
                 typer.echo(
                     "no workloads pending or running"
-                    + (" for that filter" if user or allocation else "")
+                    + (" for that filter" if user or allocation or jobs else "")
                 )
 
         _answer(run)

@@ -545,6 +545,10 @@ def test_a_job_array_is_submitted_and_partly_cancelled(cluster: Path) -> None:
         )
     cancelled = {r["workload"] for r in journal(cluster) if r["type"] == "workload.cancelled"}
     assert f"{base}_0" not in cancelled and f"{base}_3" not in cancelled
+    result = allot("queue", "-j", base, "--json", "--data", str(cluster))
+    assert result.returncode == 0, result.stderr
+    rows = orjson.loads(result.stdout)["workloads"]
+    assert sorted(r["id"] for r in rows) == [f"{base}_0", f"{base}_3"]
 
     result = allot(
         "submit", *common, "--min-runtime", "0", "-a", "7,9", "--parsable", "--as", "carol"

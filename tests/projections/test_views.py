@@ -188,21 +188,29 @@ def test_running_work_past_protection_and_unallocated_is_preemptible() -> None:
 
 
 @pytest.mark.parametrize(
-    ("user", "allocation", "ids"),
+    ("user", "allocation", "jobs", "ids"),
     [
-        pytest.param("alice", None, {"a1", "a2"}, id="user"),
-        pytest.param(None, "lab/b", {"b1"}, id="allocation"),
-        pytest.param(None, "lab", {"a1", "a2", "b1"}, id="allocation-subtree"),
-        pytest.param("alice", "lab/b", set(), id="both"),
+        pytest.param("alice", None, None, {"a1", "a2", "s_0", "s_1"}, id="user"),
+        pytest.param(None, "lab/b", None, {"b1"}, id="allocation"),
+        pytest.param(None, "lab", None, {"a1", "a2", "b1", "s_0", "s_1"}, id="subtree"),
+        pytest.param("alice", "lab/b", None, set(), id="both"),
+        pytest.param(None, None, {"a2", "b1"}, {"a2", "b1"}, id="ids"),
+        pytest.param(None, None, {"s"}, {"s_0", "s_1"}, id="array-base"),
+        pytest.param(None, None, {"s_1"}, {"s_1"}, id="array-task"),
+        pytest.param("bob", None, {"s"}, set(), id="array-and-user"),
     ],
 )
-def test_queue_filters(user: str | None, allocation: str | None, ids: set[str]) -> None:
+def test_queue_filters(
+    user: str | None, allocation: str | None, jobs: set[str] | None, ids: set[str]
+) -> None:
     c = make(hosts=1, headroom_hosts=0)
     c.tree({"lab/a": 1, "lab/b": 1})
     c.submit("a1", "lab/a", gpus=4, actor="alice")
     c.submit("a2", "lab/a", gpus=8, actor="alice")
     c.submit("b1", "lab/b", gpus=8, actor="bob")
-    rows = v.queue_rows(view_of(c), user=user, allocation=allocation)
+    for task in ("s_0", "s_1"):  # a job array's tasks, as `allot submit --array` names them
+        c.submit(task, "lab/a", gpus=1, actor="alice")
+    rows = v.queue_rows(view_of(c), user=user, allocation=allocation, ids=jobs)
     assert {r["id"] for r in rows} == ids
 
 
