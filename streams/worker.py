@@ -307,6 +307,7 @@ class _Partition:
         self.dirty = False
         self.last_snapshot = time.monotonic()
         self.generation = 0  # snapshot rounds begun: a later one overtakes an earlier
+        self.written = 0  # the generation of the last round written
 
 
 @dataclass(frozen=True)
@@ -529,8 +530,11 @@ class Worker:
         the assignment says whether it stays."""
         async with self._lock:
             for p in parts:
-                if p in self.owned:
-                    self.owned[p].active = False
+                part = self.owned.get(p)
+                if part is not None:
+                    part.active = False
+                    if part.written != part.generation:
+                        part.dirty = True  # a background round is in flight: hand over anew
             try:
                 await asyncio.wait_for(self._snapshot_dirty(parts, locked=True), 10.0)
             except Exception as why:  # the next owner folds a longer journal tail
@@ -1199,6 +1203,7 @@ class Worker:
                 await producer.abort_transaction()
             raise
         self.stats.snapshots += 1
+        part.written = r.generation
         log.info(
             "snapshot round %s of partition %d: %d clusters, %d bytes",
             r.round_id,
