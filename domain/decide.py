@@ -134,7 +134,7 @@ class Cycle:
         self.force_full = False  # a quick attempt found work that needs a full cycle
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
-        # (allocation, priority) -> host -> victims; see victim_map
+        # (allocation, priority, GPUs) -> host -> victims; see victim_map
         self.victim_cache: dict[tuple[str, int, int], Any] = {}
         # workload id -> (victim sort key, workload); None -> the ranking they were made for
         self.victim_keys: dict[Any, Any] = {}
