@@ -272,9 +272,16 @@ def replay(
 
     with tempfile.TemporaryDirectory(prefix="allot-replay-") as tmp:
         path = Path(tmp) / "journal.jsonl"
+        from allot.progress import counted, record_progress
+
         try:
-            with path.open("wb") as f:
-                for line in journal_lines(kafka=kafka, cluster=cluster or "default"):
+            with (
+                path.open("wb") as f,
+                record_progress("reading", None, quiet=quiet, console=console.real) as update,
+            ):
+                for line in counted(
+                    journal_lines(kafka=kafka, cluster=cluster or "default"), update
+                ):
                     f.write(line + b"\n")
         except SourceError as why:
             raise fail(str(why)) from None
@@ -294,7 +301,12 @@ def _replay(
     from projections.simulate import split_overrides
 
     if verify:
-        result = verify_journal(journal)
+        from allot.progress import record_progress
+
+        with record_progress(
+            "verifying", journal.stat().st_size, quiet=quiet, console=console.real
+        ) as update:
+            result = verify_journal(journal, progress=update)
         if result.difference:
             err.print(
                 f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: {result.difference}"

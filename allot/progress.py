@@ -1,16 +1,24 @@
-"""A rich progress bar over simulated time (silent when quiet or not a terminal)."""
+"""Rich progress bars for long work, silent when quiet or when stdout is not a terminal:
+over simulated time (`sim_progress`) and over journal records read (`record_progress`)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from domain.durations import format_duration
+from projections.journal import reporting
 
 
 @contextmanager
@@ -48,3 +56,38 @@ def sim_progress(
         yield update
         if total is not None:
             bar.update(task, completed=total)
+
+
+@contextmanager
+def record_progress(
+    label: str, total_bytes: int | None, *, quiet: bool, console: Console
+) -> Iterator[Callable[[int, int], None] | None]:
+    """Yields `update(records, bytes_read)`, or None when nothing is shown. With a
+    known size (a journal file) the bar runs over bytes; else it counts records."""
+    if quiet or not sys.stdout.isatty():
+        yield None
+        return
+    columns: list = [TextColumn("[bold]{task.description}"), BarColumn()]
+    if total_bytes:
+        columns.append(DownloadColumn())
+    columns += [TextColumn("{task.fields[records]} records"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task(label, total=total_bytes or None, records="0")
+
+        def update(records: int, done_bytes: int) -> None:
+            bar.update(task, completed=done_bytes, records=f"{records:,}")
+
+        yield update
+        if total_bytes:
+            bar.update(task, completed=total_bytes)
+
+
+def counted(lines: Iterable[bytes], update: Callable[[int, int], None] | None) -> Iterator[bytes]:
+    """`lines`, reporting (records, bytes) to `update` now and then (None: as they are)."""
+    if update is None:
+        return iter(lines)
+    return reporting(lines, update, size=_line_size)
+
+
+def _line_size(line: bytes) -> int:
+    return len(line) + 1  # and its newline

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from domain.events import describe_validation_error
 from streams.codec import Undecodable, decode_event
+
+T = TypeVar("T")
 
 
 class JournalError(ValueError):
@@ -28,6 +30,24 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 return  # truncated tail
             if line.strip():
                 yield number, line.rstrip(b"\n")
+
+
+def reporting(
+    items: Iterable[T],
+    progress: Callable[[int, int], None],
+    size: Callable[[T], int],
+    every: int = 2048,
+) -> Iterator[T]:
+    """`items`, telling `progress` (items so far, their total `size`) every `every`
+    items and at the end: how long reads show a progress bar without slowing down."""
+    count = done = 0
+    for item in items:
+        count += 1
+        done += size(item)
+        if count % every == 0:
+            progress(count, done)
+        yield item
+    progress(count, done)
 
 
 def read_journal(path: Path | str) -> Iterator[Any]:

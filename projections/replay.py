@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +13,7 @@ from domain import State, admit, decide, evolve
 from domain import events as ev
 from domain.config import parse_config
 from domain.rederive import is_cause
-from projections.journal import JournalError, iter_lines, read_journal
+from projections.journal import JournalError, iter_lines, read_journal, reporting
 from projections.simulate import RunSpec
 from streams.codec import decode_event, encode
 
@@ -46,13 +46,16 @@ def _without_source(line: bytes) -> bytes:
     return orjson.dumps(raw)
 
 
-def verify(path: Path | str) -> Verification:
+def verify(path: Path | str, progress: Callable[[int, int], None] | None = None) -> Verification:
     """Re-decide every accepted input with the journal's own config (it is in the log) and
-    compare each decision byte for byte; stops at the first difference."""
+    compare each decision byte for byte; stops at the first difference. `progress`, if
+    given, hears (records, bytes read) now and then."""
     path = Path(path)
     state: State | None = None
     records = decisions = 0
     lines = iter_lines(path)
+    if progress is not None:
+        lines = reporting(lines, progress, size=lambda item: len(item[1]) + 1)
 
     produced: list[tuple[bytes, Any]] = []
     for number, line in lines:

@@ -162,13 +162,18 @@ def audit_load(
     data: DataOpt = None,
     journal: JournalOpt = None,
     cluster: ClusterOpt = None,  # type: ignore[assignment]
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Copy the journal's new records into the audit database (creating it).
 
     Loading again adds only the records loaded since; the database holds one journal.
     A last line without its newline (a write in progress) is left for the next load.
+    A progress bar shows the records read (on a terminal; --quiet hides it).
     """
+    from rich.console import Console
+
     from allot.commands.common import resolve_target
+    from allot.progress import counted, record_progress
     from projections.audit import load
     from streams.sources import journal_lines
 
@@ -187,7 +192,9 @@ def audit_load(
         if not target.kafka:
             source = str(Path(target.label).resolve()) + (f" cluster {wanted}" if wanted else "")
         path = target.journal or (target.data / "journal.jsonl" if target.data else None)
-        result = load(_db(db), lines, source=source)
+        size = path.stat().st_size if path is not None and path.is_file() else None
+        with record_progress("loading", size, quiet=quiet, console=Console(stderr=True)) as update:
+            result = load(_db(db), counted(lines, update), source=source)
         typer.echo(
             f"loaded {result['added']:,} new records into {_db(db)} ({result['records']:,} in all)"
         )

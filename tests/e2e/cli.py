@@ -36,3 +36,44 @@ def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> N
     assert lines[0].startswith("error: ")
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+def allot_on_a_terminal(*args: str, timeout: float = 120) -> tuple[int, str]:
+    """`allot ARGS` with stdout and stderr on a pseudo-terminal (as a person runs it):
+    its exit code and everything it printed."""
+    import pty
+    import select
+    import time
+
+    env = {k: val for k, val in os.environ.items() if not k.startswith("ALLOT_")}
+    env.update(COLUMNS="160", TERM="xterm")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+    )
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not data:
+                    break
+                chunks.append(data)
+            elif proc.poll() is not None:
+                break
+        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    return code, b"".join(chunks).decode(errors="replace")

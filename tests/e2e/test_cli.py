@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.cli import allot
+from tests.e2e.cli import allot, allot_on_a_terminal
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny.yaml"
@@ -197,3 +197,24 @@ def test_command_lists_give_each_command_one_line(group: tuple[str, ...]) -> Non
     assert not continuation, "\n".join(rows)
     names = [r.split()[0] for r in rows if r.strip()]
     assert len(set(names)) == len(names), names
+
+
+def test_long_reads_show_a_progress_bar_on_a_terminal_only(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    records = len(tiny_journal.read_bytes().splitlines())
+    count = f"{records:,} records"
+    code, shown = allot_on_a_terminal("replay", str(tiny_journal), "--verify")
+    assert code == 0, shown
+    assert "verifying" in shown and count in shown and "reproduced" in shown
+    code, shown = allot_on_a_terminal(
+        "audit", "load", "--journal", str(tiny_journal), "--db", str(tmp_path / "a.duckdb")
+    )
+    assert code == 0, shown
+    assert "loading" in shown and count in shown
+    code, shown = allot_on_a_terminal(
+        "audit", "load", "-q", "--journal", str(tiny_journal), "--db", str(tmp_path / "b.duckdb")
+    )
+    assert code == 0 and "loading" not in shown and f"loaded {records:,} new records" in shown
+    piped = allot("replay", str(tiny_journal), "--verify")  # not a terminal: no bar
+    assert piped.returncode == 0 and "verifying" not in piped.stdout + piped.stderr
