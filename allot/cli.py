@@ -303,9 +303,8 @@ def _replay(
     if verify:
         from allot.progress import record_progress
 
-        with record_progress(
-            "verifying", journal.stat().st_size, quiet=quiet, console=console.real
-        ) as update:
+        size = journal.stat().st_size if journal.is_file() else None
+        with record_progress("verifying", size, quiet=quiet, console=console.real) as update:
             result = verify_journal(journal, progress=update)
         if result.difference:
             err.print(
