@@ -26,15 +26,27 @@ than only folding the journal's records, also restores what `decide` remembers b
 inputs (`State.blocked`, the last full cycle's ranking), so decisions after a restart
 are exactly those of an uninterrupted run and `allot replay --verify` reproduces them.
 A journal that does not match its inbox is folded as recorded, with a warning.
+
+Snapshots (`snapshot.pickle`): every `snapshot_every` seconds of serving (60 by
+default) a forked child pickles the core together with where it stands in the inbox
+and the journal (line, byte position, and a hash of the bytes just before it), and
+renames the file into place (`streams.offloop.fork_to_file`; the loop does not wait).
+A restart that finds one whose positions still hold starts from it and re-derives only
+the journal after it, checked as above; a snapshot that does not fit the files (they
+were replaced, edited or truncated), or cannot be read, is ignored with a warning, and
+a re-derivation from it that disagrees with the journal starts over from the beginning.
 """
 
 from __future__ import annotations
 
 import base64
 import fcntl
+import hashlib
 import os
+import pickle
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,12 +58,17 @@ import orjson
 from domain.config import SchedulerConfig, parse_config
 from streams.codec import Undecodable, load_object
 from streams.core import BatchResult, DeadLetter, InboxRecord, SchedulerCore
+from streams.offloop import fork_to_file, reaped
 
 INBOX_FILE = "inbox.jsonl"
 JOURNAL_FILE = "journal.jsonl"
 DLQ_FILE = "dlq.jsonl"
 LOCK_FILE = ".lock"
 SERVE_LOCK_FILE = ".serve.lock"
+SNAPSHOT_FILE = "snapshot.pickle"
+SNAPSHOT_FORMAT = 1
+SNAPSHOT_EVERY_S = 60.0
+_TAIL = 4096  # bytes before a snapshot's position that must still be the same
 PARTITION = 0  # the embedded inbox has one partition
 _CHUNK = 1 << 20
 
@@ -237,6 +254,37 @@ def append_dead_letters(folder: Path | str, dead: Iterable[DeadLetter]) -> None:
 # ------------------------------------------------------------------ reading
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A position in an append-only file: the next line's number, its byte position,
+    and a hash of the bytes before it (so a later reader can tell the file is still
+    the one the position was taken in)."""
+
+    line: int
+    pos: int
+    tail: str
+
+    @classmethod
+    def at(cls, path: Path, line: int, pos: int) -> Mark:
+        return cls(line, pos, _tail_hash(path, pos))
+
+    def holds(self, path: Path) -> bool:
+        try:
+            return path.stat().st_size >= self.pos and _tail_hash(path, self.pos) == self.tail
+        except OSError:
+            return False
+
+
+def _tail_hash(path: Path, pos: int) -> str:
+    start = max(0, pos - _TAIL)
+    with path.open("rb") as f:
+        f.seek(start)
+        data = f.read(pos - start)
+    if len(data) != pos - start:
+        return ""
+    return hashlib.sha256(data).hexdigest()
+
+
 class LineReader:
     """Complete lines of an append-only file, read incrementally without the lock.
 
@@ -244,10 +292,10 @@ class LineReader:
     cut short by a crash); the position stays before it, so it is read once complete
     or, if a later append cut it off, the new lines are read in its place."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, start: Mark | None = None) -> None:
         self.path = Path(path)
-        self.pos = 0  # byte position after the last complete line read
-        self.line = 0  # number of the next line
+        self.pos = 0 if start is None else start.pos  # after the last complete line read
+        self.line = 0 if start is None else start.line  # number of the next line
         self._file: IO[bytes] | None = None
         self._buf = b""  # bytes read from the file; self._buf[self._at] is at self.pos
         self._at = 0
@@ -323,6 +371,12 @@ class InboxReader:
             if not self.read(min(offset - self.lines.line, 100_000)):
                 break
 
+    def resume(self, mark: Mark, last_ts: float) -> None:
+        """Continue from a snapshot's position (checked by `Mark.holds`)."""
+        self.lines.close()
+        self.lines = LineReader(self.lines.path, mark)
+        self.last_ts = last_ts
+
     def read(self, limit: int | None = None) -> list[InboxRecord]:
         first = self.lines.line
         records = []
@@ -345,9 +399,9 @@ def read_inbox(folder: Path | str, start: int = 0, limit: int | None = None) -> 
         reader.close()
 
 
-def read_journal_lines(folder: Path | str) -> Iterator[bytes]:
-    """Every complete, non-empty line of DIR/journal.jsonl."""
-    with LineReader(Path(folder) / JOURNAL_FILE) as reader:
+def read_journal_lines(folder: Path | str, start: Mark | None = None) -> Iterator[bytes]:
+    """Every complete, non-empty line of DIR/journal.jsonl (from `start`)."""
+    with LineReader(Path(folder) / JOURNAL_FILE, start) as reader:
         while True:
             lines = reader.read(50_000)
             if not lines:
@@ -384,6 +438,7 @@ class Recovery:
     folded: int  # journal records folded
     resumed_at: int  # first inbox offset still to process
     repaired: int  # journal records re-derived for an input a crash cut short
+    from_snapshot: int = 0  # journal records the snapshot it started from covered
 
 
 def serving_pid(folder: Path | str) -> int | None:
@@ -419,8 +474,15 @@ class EmbeddedScheduler:
         *,
         batch: int = 2000,
         on_journal: Callable[[list[bytes]], None] | None = None,
+        snapshot_every: float | None = SNAPSHOT_EVERY_S,
     ) -> None:
         self.folder = _folder(folder)
+        # seconds between snapshots while inputs arrive (None or <= 0: never)
+        self.snapshot_every = snapshot_every if snapshot_every and snapshot_every > 0 else None
+        self._snapshot_pid: int | None = None
+        self._last_snapshot = time.monotonic()
+        self._unsnapshotted = 0  # inbox records processed since the last snapshot
+        self._journal_line = 0  # lines in the journal file (after our last append)
         # called with journal lines once they are appended (and, from `start`, with
         # every line of the recovered journal): e.g. a metrics fold
         self.on_journal = on_journal
@@ -452,6 +514,9 @@ class EmbeddedScheduler:
         self._serve_fd = fd
 
     def close(self) -> None:
+        if self._snapshot_pid is not None:  # let a snapshot being written finish
+            reaped(self._snapshot_pid, wait=True)
+            self._snapshot_pid = None
         if self.reader is not None:
             self.reader.close()
             self.reader = None
@@ -479,12 +544,16 @@ class EmbeddedScheduler:
             self.close()
             raise
 
-    def _journal_groups(self) -> Iterator[tuple[int | None, list[bytes]]]:
-        """Journal lines grouped by the inbox offset that caused them, in order."""
+    def _journal_groups(
+        self, start: Mark | None = None
+    ) -> Iterator[tuple[int | None, list[bytes]]]:
+        """Journal lines (from `start`) grouped by the inbox offset that caused them."""
         group: list[bytes] = []
         group_offset: int | None = None
         checked = False
-        for number, line in enumerate(read_journal_lines(self.folder), start=1):
+        first = 1 if start is None else start.line + 1
+        for number, line in enumerate(read_journal_lines(self.folder, start), start=first):
+            self._journal_line = number
             try:
                 raw = load_object(line)
             except Undecodable as why:
@@ -509,7 +578,8 @@ class EmbeddedScheduler:
             yield group_offset, group
 
     def _recover(self) -> Recovery:
-        """Re-derive the journal from the inbox, record by record, and check it matches.
+        """Re-derive the journal from the inbox, record by record, and check it matches
+        (from the snapshot, when there is one that fits the files).
 
         Processing is deterministic (the inbox keeps each request's append time), so
         this rebuilds exactly the state an uninterrupted run would have — including
@@ -517,14 +587,67 @@ class EmbeddedScheduler:
         not restore. The last input's records, if a crash cut them short, are
         completed. A journal that does not match (written by other code, or edited)
         is folded as recorded instead, with a warning."""
+        snapshot = self._usable_snapshot()
+        if snapshot is not None:
+            recovery = self._rederive(snapshot)
+            if recovery is not None:
+                return recovery
+            self._warn(
+                "the journal after the snapshot differs from a re-derivation; "
+                "re-deriving it from the beginning"
+            )
+        recovery = self._rederive(None)
+        assert recovery is not None
+        return recovery
+
+    def _warn(self, message: str) -> None:
+        print(f"allot serve: warning: {message}", file=sys.stderr)
+
+    def _usable_snapshot(self) -> dict[str, Any] | None:
+        """DIR/snapshot.pickle if it can be read and its positions still hold."""
+        path = self.folder / SNAPSHOT_FILE
+        if not path.exists():
+            return None
+        try:
+            snapshot = pickle.loads(zlib.decompress(path.read_bytes()))
+            fits = (
+                snapshot["format"] == SNAPSHOT_FORMAT
+                and snapshot["cluster"] == self.cluster
+                and isinstance(snapshot["core"], SchedulerCore)
+                and snapshot["core"].positions.get(PARTITION, -1) + 1 == snapshot["inbox"].line
+                and snapshot["inbox"].holds(self.folder / INBOX_FILE)
+                and snapshot["journal"].holds(self.folder / JOURNAL_FILE)
+            )
+        except Exception as why:  # unreadable: it is only a shortcut
+            self._warn(f"ignoring {path} ({type(why).__name__}: {why})")
+            return None
+        if not fits:
+            self._warn(f"ignoring {path}: it does not fit this folder's inbox and journal")
+            return None
+        return snapshot
+
+    def _rederive(self, snapshot: dict[str, Any] | None) -> Recovery | None:
+        """`_recover` from `snapshot` (None: from the beginning). From a snapshot, a
+        journal that does not match returns None (the caller starts over)."""
         dead = set()
         for letter in read_dead_letters(self.folder):
             offset = _inbox_offset(letter)
             if offset is not None:
                 dead.add(offset)
-        groups = self._journal_groups()
+        if self.reader is not None:
+            self.reader.close()
         reader = InboxReader(self.folder)
         self.reader = reader
+        self._journal_line = 0
+        start: Mark | None = None
+        if snapshot is None:
+            self.core = SchedulerCore(self.cluster, None)
+        else:
+            self.core = snapshot["core"]
+            start = snapshot["journal"]
+            self._journal_line = start.line
+            reader.resume(snapshot["inbox"], snapshot["inbox_ts"])
+        groups = self._journal_groups(start)
         core = self.core
         folded = repaired = 0
         mismatch: str | None = None
@@ -589,15 +712,17 @@ class EmbeddedScheduler:
         if mismatch is None and dead:
             replay_dead(max(dead) + 1)
 
+        if mismatch is not None and snapshot is not None:
+            return None
         if mismatch is not None:
-            print(
-                f"allot serve: warning: {mismatch}; folding {self.folder / JOURNAL_FILE} as "
-                "recorded (decisions after this restart may differ from a replay)",
-                file=sys.stderr,
+            self._warn(
+                f"{mismatch}; folding {self.folder / JOURNAL_FILE} as recorded (decisions "
+                "after this restart may differ from a replay)"
             )
             reader.close()
             self.core = core = SchedulerCore(self.cluster, None)
             folded = 0
+            self._journal_line = 0
             for _, lines in self._journal_groups():
                 folded += self._fold(lines)
             core.positions[PARTITION] = max(
@@ -608,12 +733,16 @@ class EmbeddedScheduler:
 
         core.wanted = self.config
         resume = core.positions.get(PARTITION, -1) + 1
+        if reader.offset != resume and snapshot is not None:
+            return None
         if reader.offset != resume:
             raise EmbeddedError(
                 f"the journal has processed inbox offset {resume - 1} but "
                 f"{self.folder / INBOX_FILE} has only {reader.offset} complete lines"
             )
-        return Recovery(folded=folded, resumed_at=resume, repaired=repaired)
+        self._journal_line += repaired
+        covered = 0 if snapshot is None else snapshot["journal"].line
+        return Recovery(folded=folded, resumed_at=resume, repaired=repaired, from_snapshot=covered)
 
     def _fold(self, lines: list[bytes]) -> int:
         try:
@@ -645,11 +774,43 @@ class EmbeddedScheduler:
             if letter is not None:
                 append_dead_letters(self.folder, [letter])
         append_journal(self.folder, out.journal[written:])
+        self._journal_line += len(out.journal)
         if self.on_journal is not None and out.journal:
             self.on_journal(out.journal)
         self.processed += len(records)
         self.journaled += len(out.journal)
+        self._unsnapshotted += len(records)
+        self._maybe_snapshot()
         return len(records)
+
+    def _maybe_snapshot(self) -> None:
+        """Start a snapshot in a forked child when one is due and none is being
+        written; the loop goes on meanwhile (see the module docstring)."""
+        if self.snapshot_every is None or not self._unsnapshotted:
+            return
+        if self._snapshot_pid is not None:
+            code = reaped(self._snapshot_pid)
+            if code is None:
+                return  # still writing the last one
+            self._snapshot_pid = None
+            if code != 0:
+                self._warn(f"writing {self.folder / SNAPSHOT_FILE} failed (exit {code})")
+        if time.monotonic() - self._last_snapshot < self.snapshot_every:
+            return
+        assert self.reader is not None
+        lines = self.reader.lines
+        journal = self.folder / JOURNAL_FILE
+        snapshot = {
+            "format": SNAPSHOT_FORMAT,
+            "cluster": self.cluster,
+            "core": self.core,
+            "inbox": Mark.at(lines.path, lines.line, lines.pos),
+            "inbox_ts": self.reader.last_ts,
+            "journal": Mark.at(journal, self._journal_line, journal.stat().st_size),
+        }
+        self._snapshot_pid = fork_to_file(snapshot, self.folder / SNAPSHOT_FILE)
+        self._last_snapshot = time.monotonic()
+        self._unsnapshotted = 0
 
     def drain(self) -> int:
         """Fold what the inbox holds now (stops once a read comes back short, so writers

@@ -10,6 +10,7 @@ fails, the blobs are made inline, as before.
 
 The child touches nothing but the objects it pickles and the pipe, and leaves with
 `os._exit` (no atexit handlers, no flushing of the parent's buffers, no asyncio).
+The embedded scheduler (`--data DIR`, no event loop) uses `fork_to_file` the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import struct
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 _FRAME = struct.Struct(">Q")
@@ -127,3 +129,48 @@ def _frames(data: bytes, count: int) -> list[bytes]:
     if at != len(data):
         raise RuntimeError("snapshot child wrote more than it was asked for")
     return blobs
+
+
+def fork_to_file(obj: Any, path: Path, *, fork: bool = True) -> int | None:
+    """Write `blob_of(obj)` to `path` atomically (a temporary file, fsync, rename,
+    fsync of the folder) from a forked child; returns its pid (reap it with `reaped`).
+    Without `fork` (or when it fails) the file is written inline and None returned."""
+    if fork and can_fork():
+        try:
+            pid = os.fork()
+        except OSError:
+            pid = -1
+        if pid == 0:  # the child: never returns
+            code = 1
+            try:
+                _write_file(obj, path)
+                code = 0
+            finally:
+                os._exit(code)
+        if pid > 0:
+            return pid
+    _write_file(obj, path)
+    return None
+
+
+def reaped(pid: int, *, wait: bool = False) -> int | None:
+    """The exit code of child `pid` once it has ended (None while it runs)."""
+    done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+    return None if done == 0 else os.waitstatus_to_exitcode(status)
+
+
+def _write_file(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        with tmp.open("wb") as f:
+            f.write(blob_of(obj))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -135,6 +135,15 @@ def serve(
         int,
         typer.Option("--batch", min=1, help="Inbox records folded per journal write (--data)."),
     ] = 2000,
+    snapshot_every: Annotated[
+        str,
+        typer.Option(
+            "--snapshot-every",
+            help="Snapshot the scheduler's state this often while work arrives, so a "
+            "restart re-derives only the journal after it (0 = never; --data: "
+            "DIR/snapshot.pickle, --kafka: the allot.snapshots topic).",
+        ),
+    ] = "60s",
     metrics_port: Annotated[
         int | None,
         typer.Option(
@@ -169,13 +178,19 @@ def serve(
             tick_s = parse_duration(tick)
         except ValueError as why:
             raise ServeError(f"--tick {tick!r}: {why}") from None
+        try:
+            snapshot_s = parse_duration(snapshot_every)
+        except ValueError as why:
+            raise ServeError(f"--snapshot-every {snapshot_every!r}: {why}") from None
         target = resolve_target(kafka, data)
         config = build_config(config_file, set_, policy, _admins(admin))
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise ServeError(f"--metrics-port {metrics_port}: use a TCP port between 1 and 65535")
         metrics = JournalMetrics(metrics_port, metrics_bind) if metrics_port is not None else None
         if target.data is not None:
-            _serve_embedded(target.data, cluster, config, tick_s, once, batch, metrics)
+            _serve_embedded(
+                target.data, cluster, config, tick_s, once, batch, metrics, snapshot_s or None
+            )
             return
         if once:
             raise ServeError("--once works with --data DIR (the embedded journal) only")
@@ -187,7 +202,7 @@ def serve(
             bootstrap = parse_bootstrap(target.kafka or "")
         except InboxError as why:
             raise ServeError(str(why)) from None
-    _serve_kafka(bootstrap, cluster, config, tick_s, metrics, group)
+    _serve_kafka(bootstrap, cluster, config, tick_s, metrics, group, snapshot_s)
 
 
 class JournalMetrics:
@@ -246,6 +261,7 @@ def _serve_kafka(
     tick_s: float,
     metrics: JournalMetrics | None = None,
     group: str | None = None,
+    snapshot_s: float = 60.0,
 ) -> None:
     from aiokafka.errors import KafkaError
 
@@ -269,7 +285,15 @@ def _serve_kafka(
         # one cluster, or (with a group) every cluster on the partitions it is given
         clusters = None if group else [cluster]
         result = worker.run_worker(
-            bootstrap, config=config, clusters=clusters, tick_every=tick_s, group=group, **options
+            bootstrap,
+            config=config,
+            clusters=clusters,
+            tick_every=tick_s,
+            group=group,
+            # 0 = never: the periodic round never comes due (hand-overs and a clean
+            # stop still snapshot, as the worker must)
+            snapshot_every=snapshot_s or float("inf"),
+            **options,
         )
         if inspect.isawaitable(result):
             import asyncio
@@ -297,12 +321,18 @@ def _serve_embedded(
     once: bool,
     batch: int,
     metrics: JournalMetrics | None = None,
+    snapshot_s: float | None = None,
 ) -> None:
     from streams.embedded import EmbeddedScheduler, append_requests
     from streams.inbox import make_request
 
     scheduler = EmbeddedScheduler(
-        folder, cluster, config, batch=batch, on_journal=metrics.feed if metrics else None
+        folder,
+        cluster,
+        config,
+        batch=batch,
+        on_journal=metrics.feed if metrics else None,
+        snapshot_every=snapshot_s,
     )
     recovery = scheduler.start()
     stop = threading.Event()
@@ -314,9 +344,13 @@ def _serve_embedded(
             if recovery.repaired
             else ""
         )
+        from_snapshot = (
+            f" after a snapshot of {recovery.from_snapshot}" if recovery.from_snapshot else ""
+        )
         typer.echo(
             f"allot serve: cluster {cluster}, folder {folder}, resumed at inbox offset "
-            f"{recovery.resumed_at}, {recovery.folded} journal records folded{repaired}"
+            f"{recovery.resumed_at}, {recovery.folded} journal records folded"
+            f"{from_snapshot}{repaired}"
             + ("" if once else f"; ticking every {tick_s:g} s" if tick_s else "; no ticker")
         )
         if once:

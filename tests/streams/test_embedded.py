@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -17,15 +19,17 @@ import orjson
 import pytest
 
 from domain.events import INPUT_TYPES
-from streams.core import DeadLetter, InboxRecord
+from streams.core import DeadLetter, InboxRecord, SchedulerCore
 from streams.embedded import (
     DLQ_FILE,
     INBOX_FILE,
     JOURNAL_FILE,
+    SNAPSHOT_FILE,
     EmbeddedError,
     EmbeddedScheduler,
     InboxReader,
     LineReader,
+    Recovery,
     append_dead_letters,
     append_journal,
     append_requests,
@@ -35,6 +39,7 @@ from streams.embedded import (
     serving_pid,
 )
 from streams.inbox import make_request
+from streams.offloop import blob_of
 
 ADMIN = "ops"
 
@@ -507,3 +512,106 @@ def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
         assert result.returncode == 2, (flags, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (flags, result.stderr)
+
+
+# ------------------------------------------------------------ snapshots
+
+EVERY_STEP = 1e-9  # snapshot_every: due after every step (when the last one is written)
+
+
+def snapshot_run(folder: Path, *, batch: int, every: float | None) -> Recovery:
+    with EmbeddedScheduler(folder, "default", None, batch=batch, snapshot_every=every) as s:
+        recovery = s.start()
+        while s.step():
+            time.sleep(0.002)  # let a forked snapshot finish now and then
+    return recovery
+
+
+def two_folders(tmp_path: Path, first: int, more: int) -> tuple[Path, Path, list]:
+    """`with_snapshots` served `first` requests taking snapshots as it went, then (from
+    its last snapshot) `more` without, so its journal runs on past the snapshot;
+    `reference` served the same inbox from the beginning without snapshots."""
+    requests = mixed_requests(first + more, seed=5)
+    with_snapshots, reference = tmp_path / "snap", tmp_path / "ref"
+    for folder in (with_snapshots, reference):
+        append_requests(folder, setup_requests(), ts=1_767_225_600.0)
+    for i in range(0, first, 10):
+        append_requests(with_snapshots, requests[i : i + 10], ts=1_767_225_600.0 + 60 * (i + 1))
+    snapshot_run(with_snapshots, batch=7, every=EVERY_STEP)
+    assert (with_snapshots / SNAPSHOT_FILE).exists()
+    for i in range(first, first + more, 10):
+        append_requests(with_snapshots, requests[i : i + 10], ts=1_767_225_600.0 + 60 * (i + 1))
+    snapshot_run(with_snapshots, batch=11, every=None)
+    shutil.copy(with_snapshots / INBOX_FILE, reference / INBOX_FILE)
+    snapshot_run(reference, batch=50, every=None)  # from the beginning, no snapshot
+    assert not (reference / SNAPSHOT_FILE).exists()
+    return with_snapshots, reference, requests
+
+
+def test_a_restart_from_a_snapshot_decides_as_a_run_from_the_beginning(tmp_path: Path) -> None:
+    snap, ref, _ = two_folders(tmp_path, first=300, more=200)
+    lines_before = len(list(read_journal_lines(snap)))
+    recovery = snapshot_run(snap, batch=9, every=None)
+    assert 0 < recovery.from_snapshot < lines_before
+    assert recovery.folded == lines_before - recovery.from_snapshot  # only the tail re-derived
+    assert (snap / JOURNAL_FILE).read_bytes() == (ref / JOURNAL_FILE).read_bytes()
+    assert (snap / DLQ_FILE).read_bytes() == (ref / DLQ_FILE).read_bytes()
+    assert_exactly_once(snap)
+
+
+@pytest.mark.parametrize(
+    "damage", ["journal-cut", "unreadable", "wrong-state", "wrong-position", "other-cluster"]
+)
+def test_a_snapshot_that_cannot_be_trusted_is_not_used(
+    tmp_path: Path, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    snap, ref, _ = two_folders(tmp_path, first=200, more=50)
+    path = snap / SNAPSHOT_FILE
+    if damage == "journal-cut":  # journal and DLQ older than the snapshot (a backup)
+        states = crash_states(snap)
+        journal, dlq = states[len(states) // 3]
+        (snap / JOURNAL_FILE).write_bytes(journal)
+        (snap / DLQ_FILE).write_bytes(dlq)
+        warning = "does not fit"
+    elif damage == "unreadable":
+        path.write_bytes(b"\x00 not a snapshot")
+        warning = "ignoring"
+    else:
+        snapshot = pickle.loads(zlib.decompress(path.read_bytes()))
+        if damage == "wrong-state":  # the files fit, the state does not: re-derive it all
+            core = snapshot["core"]
+            core.state = SchedulerCore("default").state
+            warning = "re-deriving it from the beginning"
+        elif damage == "wrong-position":  # the state is not the one at the inbox mark
+            snapshot["core"] = SchedulerCore("default")
+            warning = "does not fit"
+        else:
+            snapshot["cluster"] = "elsewhere"
+            warning = "does not fit"
+        path.write_bytes(blob_of(snapshot))
+    recovery = snapshot_run(snap, batch=9, every=None)
+    assert warning in capsys.readouterr().err
+    assert recovery.from_snapshot == 0
+    assert (snap / JOURNAL_FILE).read_bytes() == (ref / JOURNAL_FILE).read_bytes()
+    assert (snap / DLQ_FILE).read_bytes() == (ref / DLQ_FILE).read_bytes()
+
+
+def test_serve_snapshots_and_says_where_it_resumed(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    append_requests(data, setup_requests())
+    append_requests(data, mixed_requests(300, seed=9))
+    never = allot("serve", "--data", str(data), "--once", "--snapshot-every", "0", "--batch", "20")
+    assert never.returncode == 0, never.stderr
+    assert not (data / SNAPSHOT_FILE).exists()
+    append_requests(data, mixed_requests(300, seed=10))
+    often = allot(
+        "serve", "--data", str(data), "--once", "--snapshot-every", "0.001", "--batch", "20"
+    )
+    assert often.returncode == 0, often.stderr
+    assert (data / SNAPSHOT_FILE).exists()
+    assert not list(data.glob(f"{SNAPSHOT_FILE}.tmp.*"))  # written whole, then renamed
+    again = allot("serve", "--data", str(data), "--once")
+    assert again.returncode == 0, again.stderr
+    assert "after a snapshot of" in again.stdout and "warning" not in again.stderr
+    bad = allot("serve", "--data", str(data), "--once", "--snapshot-every", "soon")
+    assert bad.returncode == 2 and "--snapshot-every 'soon'" in bad.stderr
