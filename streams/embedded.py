@@ -606,6 +606,8 @@ class EmbeddedScheduler:
     def _usable_snapshot(self) -> dict[str, Any] | None:
         """DIR/snapshot.pickle if it can be read and its positions still hold."""
         path = self.folder / SNAPSHOT_FILE
+        for stale in self.folder.glob(f"{SNAPSHOT_FILE}.tmp.*"):  # a writer that died
+            stale.unlink(missing_ok=True)
         if not path.exists():
             return None
         try:

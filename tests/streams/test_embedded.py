@@ -610,7 +610,9 @@ def test_serve_snapshots_and_says_where_it_resumed(tmp_path: Path) -> None:
     assert often.returncode == 0, often.stderr
     assert (data / SNAPSHOT_FILE).exists()
     assert not list(data.glob(f"{SNAPSHOT_FILE}.tmp.*"))  # written whole, then renamed
+    (data / f"{SNAPSHOT_FILE}.tmp.99999").write_bytes(b"half")  # a writer killed mid-way
     again = allot("serve", "--data", str(data), "--once")
+    assert not list(data.glob(f"{SNAPSHOT_FILE}.tmp.*"))
     assert again.returncode == 0, again.stderr
     assert "after a snapshot of" in again.stdout and "warning" not in again.stderr
     bad = allot("serve", "--data", str(data), "--once", "--snapshot-every", "soon")
