@@ -1,0 +1,58 @@
+"""deploy/docker-compose.yml is not run here (no Docker engine), so its references are
+checked instead: every file it mounts or loads exists, and Grafana's provisioned data
+source is the one the dashboard names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+
+
+def test_every_file_the_compose_file_uses_exists() -> None:
+    spec = compose()
+    sources = [c["file"] for c in spec["configs"].values() if "file" in c]
+    for service in spec["services"].values():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith((".", "/")):
+                sources.append(source)
+    assert sources, "the compose file mounts no files?"
+    missing = [s for s in sources if not (DEPLOY / s).exists()]
+    assert not missing, missing
+
+
+def test_prometheus_scrapes_the_service_that_serves_metrics() -> None:
+    spec = compose()
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        t for job in prom["scrape_configs"] if job["job_name"] == "allot"
+        for group in job["static_configs"] for t in group["targets"]
+    }  # fmt: skip
+    command = " ".join(spec["services"]["allot"]["command"])
+    host, port = next(iter(targets)).split(":")
+    assert host in spec["services"] and f"--metrics-port {port}" in command
+    assert "--metrics-bind 0.0.0.0" in command  # reachable from the Prometheus container
+    assert prom["rule_files"] == ["alerts.yml"]
+
+
+def test_the_dashboard_uses_the_provisioned_data_source() -> None:
+    provisioned = yaml.safe_load(
+        (DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text()
+    )
+    uids = {d["uid"] for d in provisioned["datasources"]}
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "allot.json").read_text())
+    used = {
+        target["datasource"]["uid"]
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        if isinstance(target.get("datasource"), dict)
+    }
+    assert used and used <= uids, (used, uids)
