@@ -68,6 +68,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import pickle
 import signal
@@ -375,7 +376,9 @@ class Worker:
         self.clusters = None if clusters is None else set(clusters)
         self.group = group
         self.tick_every = tick_every
-        self.snapshot_every = snapshot_every
+        # seconds between periodic snapshots (<= 0: none; hand-overs and a clean stop
+        # still snapshot)
+        self.snapshot_every = snapshot_every if snapshot_every > 0 else math.inf
         self.fork_snapshots = fork_snapshots  # False: pickle in the loop (stalls it)
         self.topics = topics or Topics()
         self.max_batch = max_batch
@@ -1381,7 +1384,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cluster", action="append", dest="clusters", help="only these clusters")
     parser.add_argument("--admin", action="append", dest="admins", help="admin principal (repeat)")
     parser.add_argument("--tick-every", type=float, default=10.0)
-    parser.add_argument("--snapshot-every", type=float, default=60.0)
+    parser.add_argument(
+        "--snapshot-every",
+        type=float,
+        default=60.0,
+        help="seconds between periodic snapshots (0 = none; hand-overs and a clean stop "
+        "still snapshot)",
+    )
     parser.add_argument(
         "--topic-suffix",
         default=names.SUFFIX,

@@ -290,9 +290,7 @@ def _serve_kafka(
             clusters=clusters,
             tick_every=tick_s,
             group=group,
-            # 0 = never: the periodic round never comes due (hand-overs and a clean
-            # stop still snapshot, as the worker must)
-            snapshot_every=snapshot_s or float("inf"),
+            snapshot_every=snapshot_s,  # 0 = no periodic snapshots
             **options,
         )
         if inspect.isawaitable(result):

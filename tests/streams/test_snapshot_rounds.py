@@ -121,3 +121,9 @@ async def test_a_hand_over_does_not_wait_on_a_round_in_flight() -> None:
     assert len(producer.committed) == 1 and part.written == 2
     await worker._finish_snapshots(in_flight)
     assert len(producer.committed) == 1
+
+
+def test_a_period_of_zero_means_no_periodic_snapshots() -> None:
+    """`--snapshot-every 0`: the loop's due check (`now - last >= every`) never holds."""
+    assert Worker("127.0.0.1:1", config=None, snapshot_every=0).snapshot_every == float("inf")
+    assert Worker("127.0.0.1:1", config=None, snapshot_every=30).snapshot_every == 30
