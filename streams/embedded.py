@@ -475,10 +475,12 @@ class EmbeddedScheduler:
         batch: int = 2000,
         on_journal: Callable[[list[bytes]], None] | None = None,
         snapshot_every: float | None = SNAPSHOT_EVERY_S,
+        fork_snapshots: bool = True,
     ) -> None:
         self.folder = _folder(folder)
         # seconds between snapshots while inputs arrive (None or <= 0: never)
         self.snapshot_every = snapshot_every if snapshot_every and snapshot_every > 0 else None
+        self.fork_snapshots = fork_snapshots  # False: written in the loop (tests)
         self._snapshot_pid: int | None = None
         self._last_snapshot = time.monotonic()
         self._unsnapshotted = 0  # inbox records processed since the last snapshot
@@ -810,7 +812,9 @@ class EmbeddedScheduler:
             "inbox_ts": self.reader.last_ts,
             "journal": Mark.at(journal, self._journal_line, journal.stat().st_size),
         }
-        self._snapshot_pid = fork_to_file(snapshot, self.folder / SNAPSHOT_FILE)
+        self._snapshot_pid = fork_to_file(
+            snapshot, self.folder / SNAPSHOT_FILE, fork=self.fork_snapshots
+        )
         self._last_snapshot = time.monotonic()
         self._unsnapshotted = 0
 

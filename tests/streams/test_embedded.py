@@ -617,3 +617,48 @@ def test_serve_snapshots_and_says_where_it_resumed(tmp_path: Path) -> None:
     assert "after a snapshot of" in again.stdout and "warning" not in again.stderr
     bad = allot("serve", "--data", str(data), "--once", "--snapshot-every", "soon")
     assert bad.returncode == 2 and "--snapshot-every 'soon'" in bad.stderr
+
+
+def test_recovery_from_a_snapshot_and_any_later_crash_point(tmp_path: Path) -> None:
+    """Every snapshot taken along a run, combined with any crash state that still holds
+    what was written before it, recovers to the same journal and DLQ as the run."""
+    full = tmp_path / "full"
+    append_requests(full, setup_requests(), ts=1_767_225_600.0)
+    requests = mixed_requests(120, seed=13)
+    for i in range(0, len(requests), 10):
+        append_requests(full, requests[i : i + 10], ts=1_767_225_600.0 + 60 * (i + 1))
+    snapshots: list[tuple[bytes, int, int]] = []  # (snapshot, journal bytes, dlq bytes)
+    with EmbeddedScheduler(
+        full, "default", None, batch=7, snapshot_every=EVERY_STEP, fork_snapshots=False
+    ) as scheduler:
+        scheduler.start()
+        while scheduler.step():
+            snapshots.append(
+                (
+                    (full / SNAPSHOT_FILE).read_bytes(),
+                    (full / JOURNAL_FILE).stat().st_size,
+                    (full / DLQ_FILE).stat().st_size if (full / DLQ_FILE).exists() else 0,
+                )
+            )
+    journal = (full / JOURNAL_FILE).read_bytes()
+    dlq = (full / DLQ_FILE).read_bytes()
+    assert len(snapshots) > 10 and dlq
+
+    states = crash_states(full)
+    rng = random.Random(17)
+    cases = 0
+    for n, (snapshot, js, ds) in enumerate(rng.sample(snapshots, 8)):
+        later = [(j, d) for j, d in states if len(j) >= js and len(d) >= ds]
+        for m, (j, d) in enumerate(rng.sample(later, min(4, len(later)))):
+            folder = tmp_path / f"s{n}-c{m}"
+            folder.mkdir()
+            shutil.copy(full / INBOX_FILE, folder / INBOX_FILE)
+            (folder / JOURNAL_FILE).write_bytes(j)
+            (folder / DLQ_FILE).write_bytes(d)
+            (folder / SNAPSHOT_FILE).write_bytes(snapshot)
+            recovery = snapshot_run(folder, batch=5, every=None)
+            assert recovery.from_snapshot > 0, f"snapshot {n} unused with crash state {m}"
+            assert (folder / JOURNAL_FILE).read_bytes() == journal, f"snapshot {n}, crash {m}"
+            assert (folder / DLQ_FILE).read_bytes() == dlq, f"snapshot {n}, crash {m}"
+            cases += 1
+    assert cases >= 20
