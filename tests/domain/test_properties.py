@@ -11,6 +11,7 @@ journal is folded with `evolve` alone (the journal is the state).
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from typing import Any
 
@@ -51,7 +52,7 @@ BAD = [
 ]
 
 PROPERTY_SETTINGS = settings(
-    max_examples=100,
+    max_examples=int(os.environ.get("ALLOT_HYPOTHESIS_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

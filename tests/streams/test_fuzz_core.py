@@ -70,8 +70,8 @@ WINDOW = 86400.0
 CONFIG = SchedulerConfig(admins=(ADMIN,), window=WINDOW)
 SETTINGS = settings(
     deadline=None,
-    # ALLOT_FUZZ_EXAMPLES=5000 for a long search; the default keeps the module ~30 s
-    max_examples=int(os.environ.get("ALLOT_FUZZ_EXAMPLES", "100")),
+    # ALLOT_HYPOTHESIS_EXAMPLES=5000 for a long search; the default keeps the module ~30 s
+    max_examples=int(os.environ.get("ALLOT_HYPOTHESIS_EXAMPLES", "100")),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 SCHEDULER_TYPES = ("workload.placed", "workload.preempted", "host.drained")
