@@ -21,6 +21,7 @@ import os
 import pickle
 import signal
 import struct
+import warnings
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,7 +48,7 @@ def start_blobs(objects: Sequence[Any], *, fork: bool = True) -> asyncio.Future[
     if fork and can_fork():
         read_fd, write_fd = os.pipe()
         try:
-            pid = os.fork()
+            pid = _fork()
         except OSError:
             os.close(read_fd)
             os.close(write_fd)
@@ -80,6 +81,15 @@ async def _collect(pid: int, read_fd: int, count: int) -> list[bytes]:
     if status != 0:
         raise RuntimeError(f"snapshot child exited with status {status}")
     return _frames(data, count)
+
+
+def _fork() -> int:
+    # Python >= 3.12 warns when a process with threads forks (the event loop's executor
+    # threads, here): the child only pickles, compresses and writes, taking no lock
+    # another thread could hold, so the warning does not apply.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
 
 
 def _child(objects: Sequence[Any], read_fd: int, write_fd: int) -> None:
@@ -137,7 +147,7 @@ def fork_to_file(obj: Any, path: Path, *, fork: bool = True) -> int | None:
     Without `fork` (or when it fails) the file is written inline and None returned."""
     if fork and can_fork():
         try:
-            pid = os.fork()
+            pid = _fork()
         except OSError:
             pid = -1
         if pid == 0:  # the child: never returns
