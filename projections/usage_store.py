@@ -42,14 +42,7 @@ class ResumableUsage:
     def open(cls, state_path: Path, journal: Path) -> ResumableUsage:
         if not state_path.exists():
             return cls(journal=journal)
-        try:
-            saved = pickle.loads(state_path.read_bytes())
-        except Exception as why:  # a damaged state file: say so, never guess
-            raise UsageStoreError(
-                f"{state_path}: not a usage state file ({type(why).__name__})"
-            ) from None
-        if not isinstance(saved, dict) or saved.get("format") != FORMAT:
-            raise UsageStoreError(f"{state_path}: not a usage state file of this version")
+        saved = _load_state(state_path)
         if saved.get("kind") == "kafka":
             raise UsageStoreError(
                 f"{state_path} holds the table of a Kafka journal, not of {journal}; "
