@@ -63,6 +63,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 
 from domain.config import SchedulerConfig  # noqa: E402
 from streams.core import InboxRecord, SchedulerCore  # noqa: E402
+from streams.inbox import make_request  # noqa: E402
 from streams.worker import Topics, Worker, create_topics  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -144,17 +145,8 @@ def broker(kafka: str | None) -> Iterator[str]:
 
 
 def _body(cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> bytes:
-    return orjson.dumps(
-        {
-            "type": kind,
-            "v": 1,
-            "id": f"{kind}/{uuid.uuid4().hex}",
-            "time": time.time(),
-            "cluster": cluster,
-            "actor": actor,
-            **fields,
-        }
-    )
+    """An inbox request's bytes, as the `allot` request tools write them."""
+    return orjson.dumps(make_request(kind, cluster=cluster, actor=actor, **fields))
 
 
 def make_records(n: int, clusters: list[str], mix: str, seed: int = 1) -> list[tuple[bytes, bytes]]:

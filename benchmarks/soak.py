@@ -68,6 +68,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
 from bench_stream import code_version, machine  # noqa: E402
 
+from streams.inbox import make_request  # noqa: E402
 from streams.worker import Topics, create_topics  # noqa: E402
 
 ADMIN = "root"
@@ -82,17 +83,8 @@ SENTINEL = "workload.cancelled/soak-end"
 
 
 def body(cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> bytes:
-    return orjson.dumps(
-        {
-            "type": kind,
-            "v": 1,
-            "id": f"{kind}/{uuid.uuid4().hex}",
-            "time": time.time(),
-            "cluster": cluster,
-            "actor": actor,
-            **fields,
-        }
-    )
+    """An inbox request's bytes, as the `allot` request tools write them."""
+    return orjson.dumps(make_request(kind, cluster=cluster, actor=actor, **fields))
 
 
 def setup_records(cluster: str, hosts: int) -> list[bytes]:
