@@ -5,8 +5,8 @@ vs re-deriving the whole journal.
     python benchmarks/bench_restart.py --records 300000 --repeat 5
 
 Builds DIR from the requests mix of bench_stream (submissions, cancellations, ticks on
-one cluster), serves it once taking snapshots (`--snapshot-every 1s`), then sends a
-further 1% of requests and serves those without snapshots, so the journal runs on
+one cluster), serves it once taking snapshots (every `--snapshot-every` seconds, default
+1), then sends a further 1% of requests and serves those without snapshots, so the journal runs on
 past the last snapshot as after any crash. Then, alternately, `--repeat` times:
 
 - *from the snapshot*: `allot serve --data DIR --once` (DIR/snapshot.pickle present);
@@ -58,13 +58,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--snapshot-every",
+        default="1",
+        help="the first serve's snapshot period (seconds; small runs need a small one)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="allot-restart-")) / "data"
     records = make_records(args.records + args.records // 100, ["default"], "requests")
     append_requests(folder, [v for _, v in records[: args.records]])
     print(f"serving {args.records:,} requests with snapshots into {folder} ...", flush=True)
-    first_s, _ = serve(folder, "--snapshot-every", "1")
+    first_s, _ = serve(folder, "--snapshot-every", args.snapshot_every)
+    if not (folder / SNAPSHOT_FILE).exists():
+        raise SystemExit(
+            f"no snapshot was taken in {first_s:.1f} s: give a --snapshot-every below that"
+        )
     append_requests(folder, [v for _, v in records[args.records :]])
     serve(folder, "--snapshot-every", "0")  # a journal tail past the snapshot
     snapshot = folder / SNAPSHOT_FILE
