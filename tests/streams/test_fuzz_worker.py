@@ -32,32 +32,19 @@ from domain.rederive import is_cause
 from streams.codec import decode_event
 from streams.core import SchedulerCore
 from streams.worker import Topics, create_topics, serve
-from tests.streams.rig import JournalReader, first, read_all
+from tests.streams.rig import ADMIN, Inbox, JournalReader, first, read_all
 from tests.streams.test_fuzz_core import Deep, to_bytes
 
 pytestmark = pytest.mark.kafka
 
-ADMIN = "root"
 WAIT_S = 90.0
 BIG = 1_000_000 - 2_000  # under the broker's default max.message.bytes (1 MiB)
-
-
-def _record(cluster: str, kind: str, actor: str = ADMIN, **fields: Any) -> dict[str, Any]:
-    return {
-        "type": kind,
-        "v": 1,
-        "id": fields.pop("id", None) or f"{kind}-{uuid.uuid4().hex}",
-        "time": time.time(),
-        "cluster": cluster,
-        "actor": actor,
-        **fields,
-    }
 
 
 def _valid(rnd: random.Random, n: int) -> dict[str, Any]:
     kind = rnd.choice(["submit", "submit", "cancel", "finish", "tick", "health"])
     if kind == "submit":
-        return _record(
+        return Inbox.record(
             "c",
             "workload.submitted",
             "u",
@@ -68,12 +55,12 @@ def _valid(rnd: random.Random, n: int) -> dict[str, Any]:
             resumable=rnd.random() < 0.5,
         )
     if kind == "cancel":
-        return _record("c", "workload.cancelled", "u", workload=f"w{rnd.randrange(max(n, 1))}")
+        return Inbox.record("c", "workload.cancelled", "u", workload=f"w{rnd.randrange(max(n, 1))}")
     if kind == "finish":
-        return _record("c", "workload.finished", "u", workload=f"w{rnd.randrange(max(n, 1))}")
+        return Inbox.record("c", "workload.finished", "u", workload=f"w{rnd.randrange(max(n, 1))}")
     if kind == "health":
-        return _record("c", "host.health", host=f"h{rnd.randrange(5)}", healthy=True)
-    return _record("c", "clock.tick")
+        return Inbox.record("c", "host.health", host=f"h{rnd.randrange(5)}", healthy=True)
+    return Inbox.record("c", "clock.tick")
 
 
 WRONG = [
@@ -114,10 +101,10 @@ def hostile(rnd: random.Random, n: int) -> tuple[bytes | None, bytes | None]:
         return key, to_bytes(Deep(depth, rnd.choice(["list", "obj"])))
     if kind == 4:  # a key that names no cluster
         bad = rnd.choice([b"\xff\xfe", b"\xc3", b"", b"c" * 300, b"c\n", b"\x00", b"\xed\xa0\x80"])
-        return bad, orjson.dumps(_record("c", "clock.tick"))
+        return bad, orjson.dumps(Inbox.record("c", "clock.tick"))
     if kind == 5:  # keyless, routed by an unusable `cluster` field
         cluster = rnd.choice([None, 7, "", "x" * 300, ["c"], {"c": 1}, "c"])
-        body = _record("c", "clock.tick")
+        body = Inbox.record("c", "clock.tick")
         body["cluster"] = cluster
         return None, to_bytes(body)
     if kind == 6:  # huge, just under the broker's limit
@@ -125,22 +112,26 @@ def hostile(rnd: random.Random, n: int) -> tuple[bytes | None, bytes | None]:
         if choice == 0:
             return b"c", rnd.randbytes(BIG)
         if choice == 1:
-            body = _record("c", "workload.submitted", "u", allocation="lab/a", gpus=1)
+            body = Inbox.record("c", "workload.submitted", "u", allocation="lab/a", gpus=1)
             body["workload"] = "W" * (BIG - 300)
             return b"c", orjson.dumps(body)
         if choice == 2:
-            body = _record("c", "budget.set", allocation="lab/" + "é" * (BIG // 2 - 300), weight=1)
+            body = Inbox.record(
+                "c", "budget.set", allocation="lab/" + "é" * (BIG // 2 - 300), weight=1
+            )
             return b"c", orjson.dumps(body)
         return b"c", orjson.dumps(["x" * 100] * (BIG // 104))
     if kind == 7:  # another cluster's key and a mismatching cluster field
-        return rnd.choice([b"other", "clüster".encode()]), orjson.dumps(_record("c", "clock.tick"))
+        return rnd.choice([b"other", "clüster".encode()]), orjson.dumps(
+            Inbox.record("c", "clock.tick")
+        )
     if kind == 8:  # time claims far in the past or the future
         body = _valid(rnd, n)
         body["time"] = rnd.choice([0, -1, 1e12, 1e300, time.time() - 30 * 86400, "yesterday"])
         return b"c", orjson.dumps(body)
     if kind == 9:  # a decision or rejection sent as a request
         kind_ = rnd.choice(["workload.placed", "host.drained", "workload.rejected", "x.y"])
-        return b"c", orjson.dumps(_record("c", kind_, workload="w0", hosts={"h0": [0]}))
+        return b"c", orjson.dumps(Inbox.record("c", kind_, workload="w0", hosts={"h0": [0]}))
     # a valid-looking request with wrong types in its fields
     body = _valid(rnd, n)
     for field in rnd.sample([*body, "extra"], rnd.randrange(1, 3)):
@@ -210,11 +201,15 @@ async def test_hostile_inbox_never_stops_the_worker_and_loses_nothing(
     )
     try:
         for i in range(5):
-            await send(b"c", orjson.dumps(_record("c", "host.registered", host=f"h{i}", gpus=64)))
-        await send(b"c", orjson.dumps(_record("c", "budget.set", allocation="lab", weight=1)))
+            await send(
+                b"c", orjson.dumps(Inbox.record("c", "host.registered", host=f"h{i}", gpus=64))
+            )
+        await send(b"c", orjson.dumps(Inbox.record("c", "budget.set", allocation="lab", weight=1)))
         await send(
             b"c",
-            orjson.dumps(_record("c", "budget.set", allocation="lab/a", weight=1, members=["u"])),
+            orjson.dumps(
+                Inbox.record("c", "budget.set", allocation="lab/a", weight=1, members=["u"])
+            ),
         )
         sent: list[bytes] = []
         for n in range(320):
@@ -228,7 +223,7 @@ async def test_hostile_inbox_never_stops_the_worker_and_loses_nothing(
                 await send(*hostile(rnd, n), anywhere=rnd.random() < 0.2)
         await producer.flush()
         assert not task.done(), task
-        sentinel = _record(
+        sentinel = Inbox.record(
             "c", "workload.submitted", "u", workload="sentinel", allocation="lab/a", gpus=1
         )
         await send(b"c", orjson.dumps(sentinel))
@@ -244,7 +239,7 @@ async def test_hostile_inbox_never_stops_the_worker_and_loses_nothing(
         task = asyncio.create_task(
             serve(kafka_bootstrap, config=config, topics=topics, stop=stop, tick_every=0)
         )
-        after = _record(
+        after = Inbox.record(
             "c", "workload.submitted", "u", workload="after", allocation="lab/a", gpus=1
         )
         await send(b"c", orjson.dumps(after))
