@@ -27,6 +27,12 @@ def renamed(records: list[dict[str, Any]], cluster: str) -> list[dict[str, Any]]
     return [{**r, "cluster": cluster} for r in records]
 
 
+def tiny_records(tiny_journal: Path, cluster: str) -> list[dict[str, Any]]:
+    """The tiny simulation's journal as records of `cluster`."""
+    lines = tiny_journal.read_bytes().splitlines()
+    return renamed([orjson.loads(line) for line in lines if line.strip()], cluster)
+
+
 def file_rows(journal: Path, tmp: Path) -> list[dict[str, Any]]:
     store = ResumableUsage.open(tmp / "file.state", journal)
     store.update()
@@ -37,10 +43,7 @@ def test_second_run_reads_only_new_records_and_matches_from_scratch(
     kafka_bootstrap: str, tiny_journal: Path, tmp_path: Path
 ) -> None:
     cluster = f"usage-{uuid.uuid4().hex[:10]}"
-    records = renamed(
-        [orjson.loads(line) for line in tiny_journal.read_bytes().splitlines() if line.strip()],
-        cluster,
-    )
+    records = tiny_records(tiny_journal, cluster)
     half = len(records) // 2
     state = tmp_path / "usage.kafka-state"
 
@@ -72,10 +75,7 @@ def test_allot_usage_kafka_resumes_and_matches_the_file(
     kafka_bootstrap: str, tiny_journal: Path, tmp_path: Path
 ) -> None:
     cluster = f"usage-{uuid.uuid4().hex[:10]}"
-    records = renamed(
-        [orjson.loads(line) for line in tiny_journal.read_bytes().splitlines() if line.strip()],
-        cluster,
-    )
+    records = tiny_records(tiny_journal, cluster)
     half = len(records) // 2
     state = tmp_path / "usage.kafka-state"
     args = ["usage", "--kafka", kafka_bootstrap, "--cluster", cluster, "--state", str(state)]

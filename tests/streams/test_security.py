@@ -412,21 +412,16 @@ async def test_reader_may_read_the_journal_but_not_write_it(secure: Secure, as_u
 # ------------------------------------------------------------------ bad logins
 
 
+def _submit_args(secure: Secure) -> list[str]:
+    """`allot submit` of one small workload to the secure broker."""
+    return ["submit", "--kafka", secure.bootstrap, "--allocation", "lab/a", "--gpus", "1",
+            "--min-runtime", "1h"]  # fmt: skip
+
+
 def test_wrong_password_is_one_clear_line(secure: Secure, tmp_path: Path) -> None:
     bad = tmp_path / "bad.password"
     bad.write_text("not-the-password\n")
-    submit = [
-        "submit",
-        "--kafka",
-        secure.bootstrap,
-        "--allocation",
-        "lab/a",
-        "--gpus",
-        "1",
-        "--min-runtime",
-        "1h",
-    ]
-    done = _cli(secure.env("allot-submit", bad), *submit)
+    done = _cli(secure.env("allot-submit", bad), *_submit_args(secure))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     err = done.stderr.strip()
@@ -441,18 +436,7 @@ def test_wrong_password_is_one_clear_line(secure: Secure, tmp_path: Path) -> Non
 
 
 def test_no_credentials_are_rejected(secure: Secure) -> None:
-    done = _cli(
-        secure.env(None),
-        "submit",
-        "--kafka",
-        secure.bootstrap,
-        "--allocation",
-        "lab/a",
-        "--gpus",
-        "1",
-        "--min-runtime",
-        "1h",
-    )
+    done = _cli(secure.env(None), *_submit_args(secure))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert "requires a login" in done.stderr and "ALLOT_KAFKA_USER" in done.stderr
