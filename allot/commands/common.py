@@ -37,6 +37,10 @@ ClusterOpt = Annotated[
         help="Cluster name (default $ALLOT_CLUSTER, else 'default').",
     ),
 ]
+SubtreeOpt = Annotated[
+    str | None,
+    typer.Option("--allocation", "-a", help="Only this allocation and the allocations under it."),
+]
 AsOpt = Annotated[
     str | None,
     typer.Option("--as", help="Act as this principal (default $USER).", show_default=False),

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, TargetError
+from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, SubtreeOpt, TargetError
 
 # rich, orjson and the projection are imported where they are used (start-up time)
 
@@ -60,12 +60,7 @@ def rollup(
             show_default=False,
         ),
     ] = None,
-    allocation: Annotated[
-        str | None,
-        typer.Option(
-            "--allocation", "-a", help="Only this allocation and the allocations under it."
-        ),
-    ] = None,
+    allocation: SubtreeOpt = None,
     depth: Annotated[
         int | None,
         typer.Option(

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt, TargetError
+from allot.commands.common import (
+    ClusterOpt,
+    DataOpt,
+    JournalOpt,
+    KafkaOpt,
+    SubtreeOpt,
+    TargetError,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -159,12 +166,7 @@ def register(app: typer.Typer) -> None:
         user: Annotated[
             str | None, typer.Option("--user", "-u", help="Only this user's workloads.")
         ] = None,
-        allocation: Annotated[
-            str | None,
-            typer.Option(
-                "--allocation", "-a", help="Only this allocation and the allocations under it."
-            ),
-        ] = None,
+        allocation: SubtreeOpt = None,
         jobs: Annotated[
             list[str] | None,
             typer.Option(
