@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, SubtreeOpt, TargetError
+from allot.commands.views import print_table
 
 # rich, orjson and the projection are imported where they are used (start-up time)
 
@@ -120,7 +121,6 @@ def rollup(
         typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
 
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -182,12 +182,7 @@ def rollup(
         add(label, node.clusters, node.amounts, None if node.leaf else "bold")
         per_cluster(indent + 1, node.by_cluster)
 
-    console = Console()
-    natural = Console(width=10_000).measure(table).maximum
-    if not console.is_terminal or natural > console.width:
-        console = Console(width=max(natural, len(title), 20))
-    console.print(Text(title, style="bold"), soft_wrap=True)
-    console.print(table)
+    print_table(title, table)
     if not rows:
         typer.echo("no allocations in the journal: `allot budget set PATH WEIGHT` creates them")
 

@@ -44,7 +44,7 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _print(title: str, table: Table) -> None:
+def print_table(title: str, table: Table) -> None:
     """Print at the table's natural width: cells are never cut (ids must stay whole);
     on a narrow terminal long rows wrap, as squeue's do."""
     from rich.console import Console
@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
             for row, cell in zip(rows, cells, strict=True):
                 style = "dim" if row["state"] == "RUNNING" else None
                 table.add_row(*(Text(c) for c in cell), style=style)
-            _print(title, table)
+            print_table(title, table)
             if not rows:
                 typer.echo(
                     "no workloads pending or running"
@@ -315,7 +315,7 @@ def register(app: typer.Typer) -> None:
                     str(r["pending"]),
                     style=None if r["leaf"] else "bold",
                 )
-            _print(title, table)
+            print_table(title, table)
             if not rows:
                 typer.echo("no allocations yet: `allot budget set PATH WEIGHT` creates them")
 
