@@ -19,6 +19,17 @@ def _num(x: float) -> float | None:
     return round(x, 6) if math.isfinite(x) else None
 
 
+def preemption_scope(policy: Any, w: Workload, allocated: bool) -> Any:
+    """What `w`'s right to preempt depends on, beyond its GPUs: work of one scope that
+    failed to fit with fewer GPUs proves the rest of the scope cannot fit either. None
+    for work that never preempts (free GPUs alone decide, alike for its whole class);
+    a policy without `preemption_scope` is taken to judge by allocation and priority."""
+    if not (allocated or policy.unallocated_may_preempt):
+        return None
+    scope = getattr(policy, "preemption_scope", None)
+    return (w.allocation, w.priority) if scope is None else scope(w)
+
+
 def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     """Run one scheduling cycle at event time `now` and return its decisions.
 
@@ -39,9 +50,12 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     6. Reserve: each of the first MAX_RESERVATIONS allocated workloads that fit neither
        way reserves the hosts that free soonest for it (protection ends, declared
        runtimes); later work backfills them only if it cannot delay that start.
-    A workload that cannot be placed ends its bucket's turn, and every bucket of the
-    same class needing at least as many GPUs is skipped: such work cannot fit either.
-    That keeps a cycle's cost independent of the number of pending workloads.
+    A workload that cannot be placed ends its bucket's turn, and every later bucket of
+    the same group needing at least as many GPUs is skipped: such work cannot fit
+    either. A group is the class (allocated, short) plus, for work that may preempt,
+    what its preemption rights depend on (`preemption_scope`: the allocation under fair
+    share) — another allocation's work may reclaim where this one could not. That
+    keeps a cycle's cost independent of the number of pending workloads.
 
     Quick cycles: when nothing that could unblock waiting work happened since the last
     full cycle (no GPUs freed, no protection ended, no budget, host or config change,
@@ -95,7 +109,7 @@ class Blocked:
     shape_version: int
     edge: float
     ranking: Ranking
-    failed: dict[tuple[bool, bool], list[tuple[Any, int]]]
+    failed: dict[tuple[Any, ...], list[tuple[Any, int]]]  # group -> (sort key, GPUs)
     reservations: dict[str, tuple[str, float]]
     holders: int
     last_holder_key: Any
@@ -210,7 +224,8 @@ class Cycle:
             allocated = s.allocated(w)
             short = w.bucket[3]
             key = policy.sort_key(self.ranking, w, allocated)
-            failures = last.failed.setdefault((allocated, short), [])
+            group = (allocated, short, preemption_scope(policy, w, allocated))
+            failures = last.failed.setdefault(group, [])
             gpus = w.gpus
             covered = False
             for fk, fg in failures:
@@ -251,23 +266,24 @@ class Cycle:
     def dry_run(self, pending: list[tuple[Any, Workload, bool]]) -> set[str]:
         """Walk `pending` ((sort key, workload, allocated), in order) like a full cycle
         without placing anything: the first allocated workloads that fit nowhere reserve
-        hosts (rule 10), and work of a class needing at least as many GPUs as a failed
-        one is skipped. Returns the ids that would fit now (for read-side views)."""
+        hosts (rule 10), and work of a group needing at least as many GPUs as a failed
+        one is skipped (see `decide`). Returns the ids that would fit now (for read-side views)."""
         self.ranking = (
             self.ranking if self.ranking.ranks else self.state.ordering.rank(self.state, self.now)
         )
         self.reservations, self.holders = {}, 0
-        failed: dict[tuple[bool, bool], int] = {}
+        failed: dict[tuple[Any, ...], int] = {}
         fitting: set[str] = set()
+        policy = self.state.ordering
         for _, w, allocated in pending:
             short = self.state.short_small(w)
-            klass = (allocated, short)
-            if w.gpus >= failed.get(klass, math.inf):
+            group = (allocated, short, preemption_scope(policy, w, allocated))
+            if w.gpus >= failed.get(group, math.inf):
                 continue
             if self.fits(w, allocated, short):
                 fitting.add(w.id)
                 continue
-            failed[klass] = min(w.gpus, failed.get(klass, math.inf))
+            failed[group] = min(w.gpus, failed.get(group, math.inf))
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 self.reserve(w, short)
@@ -302,7 +318,6 @@ class Cycle:
         kept, and victims sought only on the hosts where GPUs were freed (elsewhere
         nothing changed that could let a preemption succeed)."""
         s = self.state
-        policy = s.ordering
         last = s.blocked
         self.victim_cache = {}
         if light:
@@ -318,28 +333,27 @@ class Cycle:
             self.light_hosts = None
             last_holder_key = None
             edge = s.charged.next_edge(self.now)
-        failures: dict[tuple[bool, bool], list[tuple[Any, int]]] = {}
+        failures: dict[tuple[Any, ...], list[tuple[Any, int]]] = {}
         # the bucket heads in order; a placed head's successor is inserted among the
         # entries still ahead (keys are unique: this pops exactly as a heap would)
-        order, classes, fewest = self.heap(ranking)
+        order, fewest = self.heap(ranking)
         shared = True  # `order` is the state's cached list until something is inserted
         at = 0
         queues = s.queues
         inf = math.inf
-        failed: dict[tuple[bool, bool], int] = {}  # (allocated, short) -> fewest GPUs that failed
+        failed: dict[tuple[Any, ...], int] = {}  # group -> fewest GPUs that failed in it
         while at < len(order):
-            sort_key, key, allocated = order[at]
+            sort_key, key, allocated, group = order[at]
             at += 1
-            # a bucket's GPUs and class are in its key: skip before looking at its head
-            short = key[3]
-            klass = (allocated, short)
-            if key[1] >= failed.get(klass, inf):
+            # a bucket's GPUs and group are in its entry: skip before looking at its head
+            if key[1] >= failed.get(group, inf):
                 continue
             queue = queues.get(key)
             if not queue:
                 continue
             w = s.workloads[head(queue)[1]]
             self.position += 1
+            short = key[3]
             if self.try_place(w, allocated, short):
                 queue = queues.get(key)
                 if queue:
@@ -347,18 +361,18 @@ class Cycle:
                     if shared:
                         order, shared = order[at:], False
                         at = 0
-                    bisect.insort(
-                        order, (policy.sort_key(ranking, nxt, allocated), key, allocated), at
-                    )
+                    bisect.insort(order, self.entry(ranking, nxt, key, allocated), at)
                 continue
-            failed[klass] = min(w.gpus, failed.get(klass, inf))
-            failures.setdefault(klass, []).append((sort_key, w.gpus))
+            failed[group] = min(w.gpus, failed.get(group, inf))
+            failures.setdefault(group, []).append((sort_key, w.gpus))
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 last_holder_key = sort_key
                 self.reserve(w, short)
-            if all(failed.get(c, inf) <= fewest for c in classes):
-                break  # every bucket left needs at least as many GPUs as failed in its class
+            if len(failed) == len(fewest) and all(
+                failed[g] <= least for g, least in fewest.items()
+            ):
+                break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
         s.freed_hosts.clear()
         s.blocked = Blocked(
@@ -372,10 +386,16 @@ class Cycle:
             last_holder_key=last_holder_key,
         )
 
-    def heap(self, ranking: Ranking) -> tuple[list[tuple[Any, ...]], set[Any], int]:
-        """The heads of the pending buckets as a sorted list of (sort key, bucket,
-        allocated), the (allocated, short) classes present and the fewest GPUs any
-        bucket needs. The list may be the state's cached one: copy before changing it.
+    def entry(self, ranking: Ranking, w: Workload, key: Any, allocated: bool) -> tuple[Any, ...]:
+        """A bucket head's place in the order: (sort key, bucket, allocated, group)."""
+        policy = self.state.ordering
+        group = (allocated, key[3], preemption_scope(policy, w, allocated))
+        return (policy.sort_key(ranking, w, allocated), key, allocated, group)
+
+    def heap(self, ranking: Ranking) -> tuple[list[tuple[Any, ...]], dict[Any, int]]:
+        """The heads of the pending buckets as a sorted list of `entry`s, and the
+        fewest GPUs any bucket of each group needs. The list may be the state's cached
+        one: copy before changing it.
 
         A head's entry is cached on the state while the policy, the budget tree and
         the ranking's leaf ranks stay the same (the built-in policies' sort keys read
@@ -400,28 +420,26 @@ class Cycle:
         stamp = (epoch, s.heads_changes)
         cached_heap = s.heads_heap
         if cached_heap is not None and cached_heap[0] == stamp:
-            return cached_heap[1], cached_heap[2], cached_heap[3]
+            return cached_heap[1], cached_heap[2]
         heads = s.heads
         workloads = s.workloads
         heap: list[tuple[Any, ...]] = []
-        classes: set[Any] = set()
-        fewest = math.inf
+        fewest: dict[Any, int] = {}
         for key, queue in s.queues.items():
             cached = heads.get(key)
             if cached is not None and cached[0] == epoch:
                 entry = cached[1]
             else:
                 w = workloads[head(queue)[1]]
-                allocated = s.allocated(w)
-                entry = (policy.sort_key(ranking, w, allocated), key, allocated)
+                entry = self.entry(ranking, w, key, s.allocated(w))
                 heads[key] = (epoch, entry)
             heap.append(entry)
-            classes.add((entry[2], key[3]))
-            if key[1] < fewest:
-                fewest = key[1]
+            group = entry[3]
+            if key[1] < fewest.get(group, math.inf):
+                fewest[group] = key[1]
         heap.sort()
-        s.heads_heap = (stamp, heap, classes, fewest)
-        return heap, classes, fewest
+        s.heads_heap = (stamp, heap, fewest)
+        return heap, fewest
 
     def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
         if not host.healthy:

@@ -102,7 +102,9 @@ def reclaims(state: State, winner: str, loser: str, gpus: int) -> bool:
     """Kueue-style reclaim: at the level the paths split, the winner's side still fits
     within its entitlement after taking `gpus`, while the loser's side and the loser's
     own allocation run beyond theirs (borrow). Ratios over the window decide the order; this lets work that is owed
-    GPUs *now* take them back from a borrower even when the window ratios are close."""
+    GPUs *now* take them back from a borrower even when the window ratios are close
+    (within the hysteresis margin). The fairshare policy asks it only when the winner
+    ranks above the loser, so reclaim never reverses the window order."""
     split = diverging(winner, loser)
     if split is None:
         return False

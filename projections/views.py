@@ -16,8 +16,9 @@ Pending reasons (as `decide` would see the current state):
 
 - ``Reserved``: it holds a reservation (hosts kept free for it, rule 10);
 - ``Priority``: it would fit — on free GPUs or by preempting — but higher-ranked work
-  comes first (a reservation for it, or the cycle's rule that work of a class needing
-  as many GPUs as a failed one is not tried);
+  comes first (a reservation for it, or the cycle's rule that work of a group needing
+  as many GPUs as a failed one is not tried: same class and, if it may preempt, the
+  same allocation);
 - ``Headroom``: it fits only on the headroom hosts kept for short, small jobs;
 - ``Resources``: no room, even by preemption.
 """

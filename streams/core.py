@@ -29,6 +29,11 @@ from domain.config import SchedulerConfig
 from domain.rederive import is_cause, rederive
 from streams.codec import Undecodable, decode_event, encode_body, load_object
 
+# Pickled snapshots of a SchedulerCore (worker and embedded) carry this; bump it when the
+# pickled state or decide's caches change shape, so older snapshots are not restored
+# (they are only a shortcut: the journal rebuilds the state). 2: failure groups.
+SNAPSHOT_FORMAT = 2
+
 
 @dataclass(frozen=True, slots=True)
 class InboxRecord:

@@ -57,7 +57,7 @@ import orjson
 
 from domain.config import SchedulerConfig, parse_config
 from streams.codec import Undecodable, load_object
-from streams.core import BatchResult, DeadLetter, InboxRecord, SchedulerCore
+from streams.core import SNAPSHOT_FORMAT, BatchResult, DeadLetter, InboxRecord, SchedulerCore
 from streams.offloop import fork_to_file, reaped
 
 INBOX_FILE = "inbox.jsonl"
@@ -66,7 +66,6 @@ DLQ_FILE = "dlq.jsonl"
 LOCK_FILE = ".lock"
 SERVE_LOCK_FILE = ".serve.lock"
 SNAPSHOT_FILE = "snapshot.pickle"
-SNAPSHOT_FORMAT = 1
 SNAPSHOT_EVERY_S = 60.0
 _TAIL = 4096  # bytes before a snapshot's position that must still be the same
 PARTITION = 0  # the embedded inbox has one partition

@@ -88,14 +88,13 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from domain.config import SchedulerConfig
 from streams import topics as names
-from streams.core import InboxRecord, SchedulerCore
+from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore
 from streams.kafka_auth import KafkaAuthError, client_options
 from streams.offloop import start_blobs
 
 log = logging.getLogger("allot.worker")
 
 TICKER = "allot-ticker"
-SNAPSHOT_FORMAT = 1
 MANIFEST_PREFIX = "__manifest__/"
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # journal and DLQ records (an inbox record is <= 1 MiB)

@@ -30,6 +30,13 @@ class OrderingPolicy(Protocol):
         """(charged, protected_until) for placing `w` now; math.inf = until it ends."""
         ...
 
+    def preemption_scope(self, w: Workload) -> Any:
+        """What `w`'s right to preempt depends on besides its GPUs (optional; without
+        it, its allocation and priority): once work fails to fit, later work of the same
+        scope and class needing at least as many GPUs is not tried in that cycle. Return
+        None when rights only shrink along the order."""
+        ...
+
     def may_preempt(
         self, state: State, ranking: Ranking, beneficiary: Workload, victim: Workload, at: float
     ) -> str | None:

@@ -31,7 +31,9 @@ class FairShare:
     4. submit time, earlier first;
     5. workload id.
     Preemption: unallocated victims always; past-protection victims when the
-    beneficiary's side out-ranks the victim's by the hysteresis margin.
+    beneficiary's side out-ranks the victim's by the hysteresis margin, or when it
+    ranks above the victim's by any margin and reclaims (`fairshare.reclaims`: it is
+    owed GPUs now that the victim borrows). Reclaim never reverses the window order.
     """
 
     name = "fairshare"
@@ -49,6 +51,10 @@ class FairShare:
     def terms(self, state: State, w: Workload, allocated: bool, now: float) -> tuple[bool, float]:
         return _contract_terms(w, allocated, now)
 
+    def preemption_scope(self, w: Workload) -> Any:
+        # whom `w` may preempt depends on its allocation (rank, own work, reclaim room)
+        return w.allocation
+
     def may_preempt(
         self, state: State, ranking: Ranking, beneficiary: Workload, victim: Workload, at: float
     ) -> str | None:
@@ -63,7 +69,10 @@ class FairShare:
             verdict = outranks(state, ranking, winner, loser)
         if verdict:
             return "fair_share"
-        if reclaims(state, winner, loser, beneficiary.gpus):
+        ranks = ranking.ranks
+        if ranks.get(winner, math.inf) < ranks.get(loser, math.inf) and reclaims(
+            state, winner, loser, beneficiary.gpus
+        ):
             return "fair_share"
         return None
 
@@ -86,6 +95,9 @@ class _NoFairShare:
 
     def terms(self, state: State, w: Workload, allocated: bool, now: float) -> tuple[bool, float]:
         return _contract_terms(w, allocated, now)
+
+    def preemption_scope(self, w: Workload) -> Any:
+        return None  # every beneficiary may take the same victims: unallocated work
 
     def may_preempt(
         self, state: State, ranking: Ranking, beneficiary: Workload, victim: Workload, at: float
@@ -165,6 +177,11 @@ class LegacyPriority:
             cap = math.floor(state.tree.share(top) * state.capacity)
         used = state.legacy_protected.get(top, 0)
         return allocated, (math.inf if used + w.gpus <= cap else now)
+
+    def preemption_scope(self, w: Workload) -> Any:
+        # rights grow with the level, and work is ordered by level: work after a failure
+        # may preempt no more than the failed work could
+        return None
 
     def may_preempt(
         self, state: State, ranking: Ranking, beneficiary: Workload, victim: Workload, at: float

@@ -904,3 +904,45 @@ def test_a_fresh_job_that_should_hold_the_reservation_gets_it() -> None:
     c.at("2m").submit("b4", "lab/b", gpus=4, min_runtime="3h")
     assert c.placed("b16") is None
     assert c.placed("b4") is None  # h1's free GPUs are held for b16
+
+
+def test_a_failure_does_not_skip_another_allocations_work_that_may_reclaim() -> None:
+    """Regression: once lab/a's 8-GPU job failed (lab/a already runs its 8 GPUs, so it
+    may not reclaim), the cycle skipped every later 8-GPU job of the class, though
+    lab/b's may: lab/b runs nothing, ranks above lab/c, and lab/c runs 16 of its 8."""
+    c = cluster(hosts=3, hysteresis=100).tree({"lab/a": 1, "lab/b": 1, "lab/c": 1})
+    c.occupy("h0", 8, "c-old-0", allocation="lab/c")
+    c.occupy("h2", 8, "c-old-2", allocation="lab/c")
+    c.occupy("h1", 8, "b-old", allocation="lab/b")
+    c.at("2h")
+    for wid in ("c-old-0", "c-old-2", "b-old"):
+        c.finish(wid)  # window usage: lab/c 32 GPU-hours, lab/b 16, lab/a none
+    c.occupy("h0", 8, "a-0", allocation="lab/a")
+    c.occupy("h1", 8, "c-1", allocation="lab/c")
+    c.occupy("h2", 8, "c-2", allocation="lab/c")
+    c.at("2h5m").submit("a-next", "lab/a", gpus=8)
+    c.submit("b-next", "lab/b", gpus=8)
+    assert c.placed("a-next") is None and c.placed("b-next") is None  # all protected
+    c.at("2h30m").tick()  # a full cycle: a-next (rank 1) is tried first and fails
+    assert c.placed("a-next") is None
+    assert c.placed("b-next") is not None
+    (preemption,) = c.preemptions()
+    assert preemption.beneficiary == "b-next" and preemption.explain["rule"] == "reclaim"
+    assert preemption.workload in ("c-1", "c-2")
+
+
+def test_reclaim_never_takes_from_an_allocation_ranked_above() -> None:
+    """Reclaim lets work owed GPUs now overtake a borrower whose window ratio is only
+    close to its own; it must not reverse the window order: lab/b runs nothing, but
+    lab/a, though it borrows, ranks above it (it used less of the window)."""
+    c = cluster(hosts=2, hysteresis=100).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 8, "b-old-0", allocation="lab/b")
+    c.occupy("h1", 8, "b-old-1", allocation="lab/b")
+    c.at("2h").finish("b-old-0")
+    c.finish("b-old-1")  # lab/b used 32 GPU-hours of the window
+    c.occupy("h0", 8, "a-0", allocation="lab/a")
+    c.occupy("h1", 8, "a-1", allocation="lab/a")  # lab/a borrows: 16 of its 8
+    c.at("2h5m").submit("b-next", "lab/b", gpus=8)
+    c.at("2h30m").tick()
+    assert c.placed("b-next") is None
+    assert c.preemptions() == []
