@@ -64,15 +64,13 @@ class FairShare:
         winner = beneficiary.allocation
         if victim.protected_until > at or loser == winner:
             return None
+        ranks = ranking.ranks
+        if not ranks.get(winner, math.inf) < ranks.get(loser, math.inf):
+            return None  # both rules below need the winner ranked above (outranking implies it)
         verdict = ranking.verdicts.get((winner, loser))  # outranks(), memoized per ranking
         if verdict is None:
             verdict = outranks(state, ranking, winner, loser)
-        if verdict:
-            return "fair_share"
-        ranks = ranking.ranks
-        if ranks.get(winner, math.inf) < ranks.get(loser, math.inf) and reclaims(
-            state, winner, loser, beneficiary.gpus
-        ):
+        if verdict or reclaims(state, winner, loser, beneficiary.gpus):
             return "fair_share"
         return None
 
