@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from domain.events import INPUT_TYPES
-from streams.core import DeadLetter, InboxRecord, SchedulerCore
+from streams.core import SNAPSHOT_FORMAT, DeadLetter, InboxRecord, SchedulerCore
 from streams.embedded import (
     DLQ_FILE,
     INBOX_FILE,
@@ -560,7 +560,8 @@ def test_a_restart_from_a_snapshot_decides_as_a_run_from_the_beginning(tmp_path:
 
 
 @pytest.mark.parametrize(
-    "damage", ["journal-cut", "unreadable", "wrong-state", "wrong-position", "other-cluster"]
+    "damage",
+    ["journal-cut", "unreadable", "wrong-state", "wrong-position", "other-cluster", "old-format"],
 )
 def test_a_snapshot_that_cannot_be_trusted_is_not_used(
     tmp_path: Path, damage: str, capsys: pytest.CaptureFixture[str]
@@ -584,6 +585,9 @@ def test_a_snapshot_that_cannot_be_trusted_is_not_used(
             warning = "re-deriving it from the beginning"
         elif damage == "wrong-position":  # the state is not the one at the inbox mark
             snapshot["core"] = SchedulerCore("default")
+            warning = "does not fit"
+        elif damage == "old-format":  # written by code whose state had another shape
+            snapshot["format"] = SNAPSHOT_FORMAT - 1
             warning = "does not fit"
         else:
             snapshot["cluster"] = "elsewhere"
