@@ -112,10 +112,13 @@ class State:
         self.blocked: Any = None  # the last full cycle's outcome (domain.decide.Blocked)
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
         # dedup horizon: input ids and ended workload ids, remembered for one window
+        # (id -> when, and the ids in that order: times only grow, and an id is never
+        # remembered twice while remembered, so the order holds bare ids — a
+        # (time, id) tuple per entry would cost ~56 more bytes per id)
         self.seen_ids: dict[str, float] = {}
-        self.seen_order: deque[tuple[float, str]] = deque()
+        self.seen_order: deque[str] = deque()
         self.ended: dict[str, float] = {}
-        self.ended_order: deque[tuple[float, str]] = deque()
+        self.ended_order: deque[str] = deque()
         self._init_caches()
 
     def _init_caches(self) -> None:
@@ -203,16 +206,19 @@ class State:
         count = min(self.config.headroom_hosts, len(healthy) // 8)
         self.headroom = frozenset(healthy[len(healthy) - count :]) if count else frozenset()
 
-    def remember(self, order: deque[tuple[float, str]], seen: dict[str, float], key: str) -> None:
+    def remember(self, order: deque[str], seen: dict[str, float], key: str) -> None:
         seen[key] = self.now
-        order.append((self.now, key))
+        order.append(key)
 
     def forget_old(self) -> None:
         horizon = self.now - self.config.window
         for order, seen in ((self.seen_order, self.seen_ids), (self.ended_order, self.ended)):
-            while order and order[0][0] < horizon:
-                _, key = order.popleft()
-                if seen.get(key, math.inf) < horizon:
+            while order:
+                when = seen.get(order[0])
+                if when is not None and when >= horizon:
+                    break
+                key = order.popleft()
+                if when is not None:
                     del seen[key]
 
     def expose(self, w: Workload) -> None:

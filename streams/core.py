@@ -31,7 +31,8 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 
 # Pickled snapshots of a SchedulerCore (worker and embedded) carry this; bump it when the
 # pickled state or decide's caches change shape, so older snapshots are not restored
-# (they are only a shortcut: the journal rebuilds the state). 2: failure groups.
+# (they are only a shortcut: the journal rebuilds the state). 2: failure groups,
+# dedup order without times.
 SNAPSHOT_FORMAT = 2
 
 

@@ -12,7 +12,7 @@ import pytest
 from domain import State, handle
 from domain import events as ev
 from domain.events import parse_input
-from tests.domain.builders import Cluster, fingerprint
+from tests.domain.builders import Cluster, cluster, fingerprint
 
 # principals: `root` is the admin; `boss` manages `lab`; `alice` is a member of lab/a
 ADMINS = ("root",)
@@ -488,3 +488,27 @@ def test_parse_input_accepts_valid_records_and_ignores_unknown_fields() -> None:
     assert isinstance(event, ev.WorkloadSubmitted)
     assert (event.gpus, event.min_runtime, event.v) == (2, 60.0, 1)
     assert not hasattr(event, "colour")
+
+
+@pytest.mark.parametrize(
+    ("at", "input_remembered", "ended_remembered"),
+    [("59m", True, True), ("61m", False, True), ("71m", False, False)],
+    ids=["inside-the-window", "input-past-the-window", "both-past-the-window"],
+)
+def test_ids_are_remembered_for_one_window_then_forgotten(
+    at: str, input_remembered: bool, ended_remembered: bool
+) -> None:
+    """The dedup horizon (DESIGN §7): input ids and ended workload ids are kept for one
+    usage window, so memory stays flat; a workload id is free again once forgotten."""
+    c = cluster(hosts=1, window="1h").tree({"lab/a": 1})
+    c.submit("run", "lab/a")  # at 0
+    submit_id = c.inputs[-1].id
+    c.at("10m").finish("run")
+    c.at(at).tick()
+    assert (submit_id in c.state.seen_ids) is input_remembered
+    assert ("run" in c.state.ended) is ended_remembered
+    # the orders hold exactly the remembered ids, oldest first
+    assert list(c.state.seen_order) == list(c.state.seen_ids)
+    assert list(c.state.ended_order) == list(c.state.ended)
+    (again,) = c.submit("run", "lab/a")[:1]
+    assert again.type == ("workload.rejected" if ended_remembered else "workload.submitted")
