@@ -326,6 +326,8 @@ class JournalModel:
         if e.reason == "fair_share":
             beneficiary = self.submitted[e.beneficiary]
             assert beneficiary.allocation != placed.allocation
+            # either rule: the beneficiary's allocation ranks above the victim's
+            assert e.explain["beneficiary_rank"] < e.explain["victim_rank"]
             if e.explain.get("rule", "ratio") == "ratio":
                 # the beneficiary's side leads the victim's by the hysteresis margin
                 ours, theirs = e.explain["compared"].values()
