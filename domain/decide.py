@@ -552,6 +552,18 @@ class Cycle:
         """
         return self._victims(w)[0]
 
+    def exposed_groups(self) -> list[tuple[dict[str, dict[str, int]], Workload]]:
+        """The exposed groups as (host -> victims there, one member): the policy judges
+        a whole group by any member. Cached with the victim maps (same invalidation)."""
+        groups = self.victim_cache.get(None)  # type: ignore[call-overload]
+        if groups is None:
+            workloads = self.state.workloads
+            groups = self.victim_cache[None] = [  # type: ignore[index]
+                (hosts, workloads[next(iter(next(iter(hosts.values()))))])
+                for hosts in self.state.exposed.values()
+            ]
+        return groups
+
     def _victims(self, w: Workload) -> tuple[dict[str, list[Any]], dict[str, tuple[int, int, int]]]:
         """`victim_map` plus, per host, the sums its callers read: (GPUs of the victims
         on it, GPUs they hold in all, of which charged)."""
@@ -573,11 +585,10 @@ class Cycle:
             keys.clear()
             keys[None] = ranking  # type: ignore[index]
         found: dict[str, list[Any]] = {}
-        for hosts in s.exposed.values():
+        for hosts, sample in self.exposed_groups():
             if only is not None and only.isdisjoint(hosts):
                 continue
-            first = next(iter(next(iter(hosts.values()))))
-            reason = may_preempt(s, ranking, w, workloads[first], now)
+            reason = may_preempt(s, ranking, w, sample, now)
             if reason is None:
                 continue
             for name, on_host in hosts.items():
