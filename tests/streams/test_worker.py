@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import signal
 import subprocess
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +20,11 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from domain import events as ev
 from domain.config import SchedulerConfig
+from streams.core import SNAPSHOT_FORMAT
 from streams.worker import Topics, create_topics, serve
 from tests.streams.rig import (
     ADMIN,
@@ -549,3 +553,68 @@ async def test_faust_worker_runs_the_scheduler(kafka_bootstrap: str, tmp_path: P
     text = log.read_text(errors="replace")
     assert "allot scheduler consuming" in text, text[-3000:]
     assert "snapshot round" in text, text[-3000:]  # the clean stop wrote a snapshot
+
+
+async def test_a_snapshot_of_an_older_format_is_ignored_and_the_journal_rebuilds(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """After an upgrade that changed the pickled state (SNAPSHOT_FORMAT), the snapshot
+    round a worker of the old code left is not restored: the new worker folds the whole
+    journal instead and goes on exactly once."""
+    name = suffix()
+    topics = Topics.suffixed(name)
+    await create_topics(kafka_bootstrap, topics=topics)
+    cluster = f"o{name}"
+    log = tmp_path / "worker.log"
+    procs: list[subprocess.Popen] = []
+
+    async def submit_and_wait(inbox: Inbox, journal: JournalReader, wid: str) -> None:
+        await inbox.send(
+            cluster, "workload.submitted", actor="u", workload=wid, allocation="lab/a", gpus=1,
+            min_runtime=60,
+        )  # fmt: skip
+        await journal.wait_for(first("workload.placed", workload=wid), WAIT_S)
+
+    try:
+        async with (
+            Inbox(kafka_bootstrap, topics.inbox) as inbox,
+            JournalReader(kafka_bootstrap, topics.journal) as journal,
+        ):
+            await inbox.setup(cluster)
+            procs.append(spawn_worker(kafka_bootstrap, name, log))
+            for i in range(3):
+                await submit_and_wait(inbox, journal, f"w{i}")
+            procs[-1].send_signal(signal.SIGTERM)  # a clean stop writes a snapshot round
+            assert procs[-1].wait(WAIT_S) == 0, log.read_text()[-3000:]
+            # the old code's round, as the new code finds it: its last blob, older format
+            blobs = await read_all(kafka_bootstrap, topics.snapshots)
+            last = [r for r in blobs if r.key == cluster.encode()][-1]
+            snapshot = pickle.loads(zlib.decompress(last.value))
+            assert snapshot["format"] == SNAPSHOT_FORMAT
+            snapshot["format"] = SNAPSHOT_FORMAT - 1
+            producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+            await producer.start()
+            try:
+                await producer.send_and_wait(
+                    topics.snapshots, zlib.compress(pickle.dumps(snapshot)), key=last.key
+                )
+            finally:
+                await producer.stop()
+            procs.append(spawn_worker(kafka_bootstrap, name, log))
+            await submit_and_wait(inbox, journal, "w3")
+            procs[-1].send_signal(signal.SIGTERM)
+            assert procs[-1].wait(WAIT_S) == 0, log.read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    text = log.read_text()
+    assert "ignoring snapshot round" in text, text[-3000:]
+    inbox_records = await read_all(kafka_bootstrap, topics.inbox)
+    raw_journal = await read_all(kafka_bootstrap, topics.journal)
+    assert_folded_exactly_once(inbox_records, [orjson.loads(r.value) for r in raw_journal])
+    mine = assert_cluster_replays(raw_journal, cluster, tmp_path)
+    assert [r["workload"] for r in mine if r["type"] == "workload.placed"] == [
+        "w0", "w1", "w2", "w3",
+    ]  # fmt: skip
