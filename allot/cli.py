@@ -189,17 +189,7 @@ def simulate(
 
     config_overrides, engine = split_overrides(set_ or [])
     sc = load_scenario(scenario, config_overrides)
-    spec = RunSpec(
-        name=sc.name,
-        cluster=sc.cluster_name,
-        config=sc.config,
-        setup=sc.setup_events,
-        inputs=sc.timed_inputs,
-        start=sc.start,
-        horizon_end=sc.end_time(),
-        workloads=sc.workload_count,
-        engine=engine,
-    )
+    spec = RunSpec.of_scenario(sc, engine)
     _run_policies(
         spec,
         policy or [DEFAULT_POLICY],

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -18,6 +18,9 @@ from domain.config import ConfigError, SchedulerConfig
 from domain.durations import parse_duration
 from projections.engine import EXECUTOR, SIMULATOR, Engine, EngineOptions
 from streams.codec import encode
+
+if TYPE_CHECKING:
+    from projections.scenario import Scenario
 
 ENGINE_KEYS = {"checkpoint_loss"}  # --set keys the engine reads (not the scheduler)
 SCENARIO_ACTOR = "scenario"
@@ -66,6 +69,20 @@ class RunSpec:
     horizon_end: float | None = None
     workloads: int = 0
     engine: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_scenario(cls, sc: Scenario, engine: dict[str, Any] | None = None) -> RunSpec:
+        return cls(
+            name=sc.name,
+            cluster=sc.cluster_name,
+            config=sc.config,
+            setup=sc.setup_events,
+            inputs=sc.timed_inputs,
+            start=sc.start,
+            horizon_end=sc.end_time(),
+            workloads=sc.workload_count,
+            engine=engine or {},
+        )
 
 
 def policy_config(base: SchedulerConfig, policy: str | None) -> SchedulerConfig:

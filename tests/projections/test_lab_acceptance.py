@@ -17,17 +17,7 @@ LAB = Path(__file__).resolve().parents[2] / "examples" / "lab.yaml"
 
 @pytest.fixture(scope="module")
 def summaries(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    sc = load_scenario(LAB)
-    spec = RunSpec(
-        name=sc.name,
-        cluster=sc.cluster_name,
-        config=sc.config,
-        setup=sc.setup_events,
-        inputs=sc.timed_inputs,
-        start=sc.start,
-        horizon_end=sc.end_time(),
-        workloads=sc.workload_count,
-    )
+    spec = RunSpec.of_scenario(load_scenario(LAB))
     out = tmp_path_factory.mktemp("lab")
     return {
         policy: run_policy(spec, policy, out, reports=False)

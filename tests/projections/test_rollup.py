@@ -455,16 +455,7 @@ def simulated(tmp_path_factory) -> dict:
     for name, spec_raw in variants.items():
         spec_raw = {**spec_raw, "cluster": {**spec_raw["cluster"], "name": name}}
         sc = scenario_from_dict(spec_raw, source=name)
-        spec = RunSpec(
-            name=name,
-            cluster=name,
-            config=sc.config,
-            setup=sc.setup_events,
-            inputs=sc.timed_inputs,
-            start=sc.start,
-            horizon_end=sc.end_time(),
-            workloads=sc.workload_count,
-        )
+        spec = RunSpec.of_scenario(sc)
         summary = run_policy(spec, "fairshare", out / name, reports=False)
         runs[name] = {
             "journal": out / name / "fairshare" / "journal.jsonl",
