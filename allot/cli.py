@@ -83,6 +83,22 @@ SetOpt = Annotated[
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        help="Policies simulated at once, each in its own process (default: one per CPU, "
+        "up to the number of policies). Outputs are the same either way.",
+    ),
+]
+
+
+def _default_jobs() -> int:
+    import os
+
+    return os.cpu_count() or 1
 
 
 class CliError(Exception):
@@ -120,35 +136,52 @@ def _run_policies(
     quiet: bool,
     gantt_window: str | None,
     reports: bool,
+    jobs: int = 1,
 ) -> dict[str, dict[str, Any]]:
+    from allot.parallel_runs import can_run_in_parallel, run_policies_in_parallel
     from allot.plugins import import_policy
+    from allot.progress import sim_progress, sims_progress
     from projections.simulate import comparison_markdown, run_policy
 
     import_policy(spec.config.placement, "placement")
     for policy in policies:
         import_policy(policy, "ordering")
-    summaries: dict[str, dict[str, Any]] = {}
     window = _gantt_window(gantt_window, spec.start)
-    for policy in policies:
-        from allot.progress import sim_progress
-
-        with sim_progress(
-            policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
-        ) as tick:
-            summary = run_policy(
-                spec, policy, out, progress=tick, reports=reports, gantt_window=window
-            )
-        summaries[policy] = summary
-        engine = summary.get("engine", {})
-        if not quiet:
-            console.print(
-                f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
-                f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → {out / policy}"
-            )
+    jobs = min(jobs, len(policies))
+    if jobs > 1 and can_run_in_parallel():
+        with sims_progress(
+            policies, spec.start, spec.horizon_end, quiet=quiet, console=console.real
+        ) as update:
+            summaries = run_policies_in_parallel(
+                spec, policies, out, jobs=jobs, reports=reports, gantt_window=window,
+                on_time=update,
+            )  # fmt: skip
+        for policy, summary in summaries.items():
+            _say_done(policy, summary, out, quiet)
+    else:
+        summaries = {}
+        for policy in policies:
+            with sim_progress(
+                policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
+            ) as tick:
+                summaries[policy] = run_policy(
+                    spec, policy, out, progress=tick, reports=reports, gantt_window=window
+                )
+            _say_done(policy, summaries[policy], out, quiet)
     if len(summaries) > 1:
         _print_comparison(summaries)
         (out / "comparison.md").write_text(comparison_markdown(summaries))
     return summaries
+
+
+def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
+    if quiet:
+        return
+    engine = summary.get("engine", {})
+    console.print(
+        f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
+        f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → {out / policy}"
+    )
 
 
 def _print_comparison(summaries: dict[str, dict[str, Any]]) -> None:
@@ -177,6 +210,7 @@ def simulate(
     no_report: Annotated[
         bool, typer.Option("--no-report", help="Skip report.html and gantt.png.")
     ] = False,
+    jobs: JobsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate a scenario under one or more policies.
@@ -197,6 +231,7 @@ def simulate(
         quiet=quiet,
         gantt_window=gantt_window,
         reports=not no_report,
+        jobs=jobs or _default_jobs(),
     )
 
 
@@ -341,6 +376,7 @@ def demo(
     scenario: Annotated[
         Path | None, typer.Option(help="Another scenario instead of examples/lab.yaml.")
     ] = None,
+    jobs: JobsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Run examples/lab.yaml under fairshare and legacy-priority and compare them."""
@@ -357,6 +393,7 @@ def demo(
         set_=None,
         gantt_window=None,
         no_report=False,
+        jobs=jobs,
         quiet=quiet,
     )
     console.print("\nReports (open in a browser; they work offline):")

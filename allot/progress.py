@@ -21,41 +21,58 @@ from domain.durations import format_duration
 from projections.journal import reporting
 
 
-@contextmanager
-def sim_progress(
-    label: str, start: float, end: float | None, *, quiet: bool, console: Console
-) -> Iterator[Callable[[float], None] | None]:
-    """Yields a callback taking the simulated time, or None when nothing is shown."""
-    if quiet or not sys.stdout.isatty():
-        yield None
-        return
-    total = (end - start) if end is not None and end > start else None
-    columns = [
+def _sim_columns() -> list:
+    return [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         TextColumn("sim {task.fields[sim]}"),
         TextColumn("[dim]{task.fields[speed]}"),
         TimeElapsedColumn(),
     ]
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(label, total=total, sim="0s", speed="")
-        began = time.perf_counter()
-        last = [0.0]
 
-        def update(t: float) -> None:
+
+@contextmanager
+def sim_progress(
+    label: str, start: float, end: float | None, *, quiet: bool, console: Console
+) -> Iterator[Callable[[float], None] | None]:
+    """Yields a callback taking the simulated time, or None when nothing is shown."""
+    with sims_progress([label], start, end, quiet=quiet, console=console) as update:
+        yield None if update is None else (lambda t: update(label, t))
+
+
+@contextmanager
+def sims_progress(
+    labels: list[str], start: float, end: float | None, *, quiet: bool, console: Console
+) -> Iterator[Callable[[str, float], None] | None]:
+    """One bar per label (runs side by side); yields `update(label, simulated time)`,
+    or None when nothing is shown."""
+    if quiet or not sys.stdout.isatty():
+        yield None
+        return
+    total = (end - start) if end is not None and end > start else None
+    with Progress(*_sim_columns(), console=console, transient=False) as bar:
+        tasks = {label: bar.add_task(label, total=total, sim="0s", speed="") for label in labels}
+        began = time.perf_counter()
+        last = dict.fromkeys(labels, 0.0)
+
+        def update(label: str, t: float) -> None:
             wall = time.perf_counter()
-            if wall - last[0] < 0.1:
+            if wall - last[label] < 0.1:
                 return
-            last[0] = wall
+            last[label] = wall
             done = max(0.0, t - start)
             speed = done / max(1e-9, wall - began)
             bar.update(
-                task, completed=done, sim=format_duration(done), speed=f"{speed:,.0f}x real time"
+                tasks[label],
+                completed=done,
+                sim=format_duration(done),
+                speed=f"{speed:,.0f}x real time",
             )
 
         yield update
         if total is not None:
-            bar.update(task, completed=total)
+            for task in tasks.values():
+                bar.update(task, completed=total)
 
 
 @contextmanager

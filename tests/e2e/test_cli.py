@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -218,3 +219,28 @@ def test_long_reads_show_a_progress_bar_on_a_terminal_only(
     assert code == 0 and "loading" not in shown and f"loaded {records:,} new records" in shown
     piped = allot("replay", str(tiny_journal), "--verify")  # not a terminal: no bar
     assert piped.returncode == 0 and "verifying" not in piped.stdout + piped.stderr
+
+
+def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -> None:
+    runs = {}
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}"
+        args = ["simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(out)]
+        result = allot(*args, "--no-report", "-q", "--jobs", jobs)
+        assert result.returncode == 0, result.stderr
+        runs[jobs] = out
+    for policy in ("fairshare", "fifo"):
+        one, two = (runs[j] / policy for j in ("1", "2"))
+        assert (one / "journal.jsonl").read_bytes() == (two / "journal.jsonl").read_bytes()
+        summaries = [orjson.loads((d / "summary.json").read_bytes()) for d in (one, two)]
+        for summary in summaries:
+            del summary["engine"]  # wall time and memory: the only things allowed to differ
+        assert summaries[0] == summaries[1]
+    assert (runs["1"] / "comparison.md").read_text() == (runs["2"] / "comparison.md").read_text()
+    code, shown = allot_on_a_terminal(
+        "simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(tmp_path / "tty"),
+        "--no-report", "-j", "2",
+    )  # fmt: skip
+    assert code == 0, shown
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # without colours and cursor moves
+    assert plain.count("sim ") >= 2 and "✓ fairshare" in plain and "✓ fifo" in plain
