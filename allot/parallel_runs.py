@@ -54,6 +54,11 @@ def run_policies_in_parallel(
                 except queues.Empty:
                     continue
                 on_time(policy, t)
+            while times is not None:  # the last reports: their children are done
+                try:
+                    times.get_nowait()
+                except queues.Empty:
+                    break
             return {policy: f.result() for policy, f in zip(policies, futures, strict=True)}
     finally:
         _JOB = None
