@@ -268,6 +268,7 @@ def replay(
             help="The cluster whose journal to replay (with --kafka; default 'default').",
         ),
     ] = None,
+    jobs: JobsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Replay a recorded journal: check determinism (--verify), or re-decide it under
@@ -291,7 +292,7 @@ def replay(
         if cluster is not None:
             raise fail("--cluster goes with --kafka (a journal file is replayed whole)")
         assert journal is not None
-        _replay(journal, out, policy, set_, verify, quiet)
+        _replay(journal, out, policy, set_, verify, quiet, jobs)
         return
     from streams.sources import SourceError, journal_lines
 
@@ -310,7 +311,7 @@ def replay(
                     f.write(line + b"\n")
         except SourceError as why:
             raise fail(str(why)) from None
-        _replay(path, out, policy, set_, verify, quiet)
+        _replay(path, out, policy, set_, verify, quiet, jobs)
 
 
 def _replay(
@@ -320,6 +321,7 @@ def _replay(
     set_: list[str] | None,
     verify: bool,
     quiet: bool,
+    jobs: int | None = None,
 ) -> None:
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
@@ -344,7 +346,13 @@ def _replay(
     config_overrides, engine = split_overrides(set_ or [])
     spec = journal_run_spec(journal, config_overrides, engine)
     _run_policies(
-        spec, policy or [spec.config.ordering], out, quiet=quiet, gantt_window=None, reports=True
+        spec,
+        policy or [spec.config.ordering],
+        out,
+        quiet=quiet,
+        gantt_window=None,
+        reports=True,
+        jobs=jobs or _default_jobs(),
     )
 
 

@@ -237,6 +237,14 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
             del summary["engine"]  # wall time and memory: the only things allowed to differ
         assert summaries[0] == summaries[1]
     assert (runs["1"] / "comparison.md").read_text() == (runs["2"] / "comparison.md").read_text()
+    recorded = runs["1"] / "fairshare" / "journal.jsonl"
+    for jobs in ("1", "2"):  # a what-if replay under two policies, the same way
+        args = ["replay", str(recorded), "-p", "fifo", "-p", "largest-first", "-q", "-j", jobs]
+        result = allot(*args, "--out", str(tmp_path / f"replay-j{jobs}"))
+        assert result.returncode == 0, result.stderr
+    for policy in ("fifo", "largest-first"):
+        one, two = (tmp_path / f"replay-j{j}" / policy / "journal.jsonl" for j in ("1", "2"))
+        assert one.read_bytes() == two.read_bytes()
     code, shown = allot_on_a_terminal(
         "simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(tmp_path / "tty"),
         "--no-report", "-j", "2",
