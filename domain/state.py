@@ -122,9 +122,10 @@ class State:
         self._init_caches()
 
     def _init_caches(self) -> None:
-        # decide's cache of bucket heads: bucket -> (epoch, (sort key, bucket, allocated)),
-        # valid while the epoch is current (same policy, tree and leaf ranks; see
-        # domain.decide.Cycle.heap); enqueue/dequeue drop a bucket's entry
+        # decide's cache of bucket heads: bucket -> (epoch, (sort key, bucket, allocated,
+        # failure group)) as Cycle.entry makes them, valid while the epoch is current
+        # (same policy, tree and leaf ranks; see domain.decide.Cycle.heap);
+        # enqueue/dequeue drop a bucket's entry
         self.heads: dict[BucketKey, tuple[int, tuple[Any, ...]]] = {}
         self.heads_epoch = 0
         self.heads_token: tuple[Any, ...] | None = None
