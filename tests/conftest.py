@@ -5,7 +5,9 @@
 1. ``$ALLOT_KAFKA`` (a broker someone already runs);
 2. testcontainers' Kafka module, when a Docker engine answers;
 3. ``deploy/kafka/start`` (the official Apache Kafka jars, fetched once with Maven)
-   on a free port with a throwaway data dir, stopped at the end of the session.
+   on a free port with a throwaway data dir, stopped at the end of the session. Under
+   pytest-xdist the workers share one such broker: the first to need it starts it, and
+   the controller stops it when the run ends.
 
 Tests that need it are never skipped for lack of a broker: if none can be had, the
 fixture fails with the broker's log tail.
@@ -13,9 +15,13 @@ fixture fails with the broker's log tail.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +33,9 @@ KAFKA_DIR = ROOT / "deploy" / "kafka"
 START_TIMEOUT_S = 900
 STOP_TIMEOUT_S = 60
 TESTCONTAINERS_IMAGE = "confluentinc/cp-kafka:7.9.0"
+# set by a pytest-xdist controller for its workers (see pytest_configure)
+SHARED_RUN_ENV = "ALLOT_TEST_RUN"
+_OWNED_RUN: str | None = None
 
 
 def _free_port() -> int:
@@ -58,6 +67,33 @@ def _tail(path: Path, lines: int = 40) -> str:
         return f"(no {path})"
 
 
+def _start_local_broker(data: Path) -> str:
+    """`deploy/kafka/start` on a free port with `data` as its storage: its address."""
+    data.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    cmd = [str(KAFKA_DIR / "start"), "--data", str(data), "--port", str(port)]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=START_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        subprocess.run([str(KAFKA_DIR / "stop"), "--data", str(data)], timeout=STOP_TIMEOUT_S)
+        pytest.fail(
+            f"deploy/kafka/start did not finish in {START_TIMEOUT_S}s\n"
+            f"{_tail(data / 'broker.log')}",
+            pytrace=False,
+        )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        subprocess.run([str(KAFKA_DIR / "stop"), "--data", str(data)], timeout=STOP_TIMEOUT_S)
+        pytest.fail(
+            f"could not start a Kafka broker (exit {proc.returncode}):\n{proc.stderr}\n"
+            f"{_tail(data / 'broker.log')}",
+            pytrace=False,
+        )
+    return lines[-1]
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     env = os.environ.get("ALLOT_KAFKA", "").strip().removeprefix("kafka://")
@@ -85,33 +121,57 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             container.stop()
         return
 
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    run = os.environ.get(SHARED_RUN_ENV)
+    if worker and run:
+        # pytest-xdist: the workers share one broker; the controller stops it
+        yield _shared_broker(_shared_dir(run))
+        return
+
     data = tmp_path_factory.mktemp("kafka")
-    port = _free_port()
-    cmd = [str(KAFKA_DIR / "start"), "--data", str(data), "--port", str(port)]
+    bootstrap = _start_local_broker(data)
     try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=START_TIMEOUT_S, stdin=subprocess.DEVNULL
-        )
-    except subprocess.TimeoutExpired:
-        subprocess.run([str(KAFKA_DIR / "stop"), "--data", str(data)], timeout=STOP_TIMEOUT_S)
-        pytest.fail(
-            f"deploy/kafka/start did not finish in {START_TIMEOUT_S}s\n"
-            f"{_tail(data / 'broker.log')}",
-            pytrace=False,
-        )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        subprocess.run([str(KAFKA_DIR / "stop"), "--data", str(data)], timeout=STOP_TIMEOUT_S)
-        pytest.fail(
-            f"could not start a Kafka broker (exit {proc.returncode}):\n{proc.stderr}\n"
-            f"{_tail(data / 'broker.log')}",
-            pytrace=False,
-        )
-    try:
-        yield lines[-1]
+        yield bootstrap
     finally:
-        subprocess.run(
-            [str(KAFKA_DIR / "stop"), "--data", str(data), "--quiet"],
-            timeout=STOP_TIMEOUT_S,
-            check=False,
-        )
+        _stop_local_broker(data)
+
+
+def _stop_local_broker(data: Path) -> None:
+    subprocess.run(
+        [str(KAFKA_DIR / "stop"), "--data", str(data), "--quiet"],
+        timeout=STOP_TIMEOUT_S,
+        check=False,
+    )
+
+
+def _shared_dir(run: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"allot-test-kafka-{run}"
+
+
+def _shared_broker(shared: Path) -> str:
+    """The run's one broker: the first worker to ask starts it, the others wait for it."""
+    shared.mkdir(exist_ok=True)
+    with open(shared / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        address = shared / "address"
+        if address.exists():
+            return address.read_text().strip()
+        bootstrap = _start_local_broker(shared / "data")
+        address.write_text(bootstrap)
+        return bootstrap
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _OWNED_RUN
+    # the controller of a pytest-xdist run names it, so its workers find one broker
+    if not hasattr(config, "workerinput") and SHARED_RUN_ENV not in os.environ:
+        _OWNED_RUN = os.environ[SHARED_RUN_ENV] = uuid.uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _OWNED_RUN is None or hasattr(config, "workerinput"):
+        return
+    shared = _shared_dir(_OWNED_RUN)
+    if (shared / "data").exists():
+        _stop_local_broker(shared / "data")
+    shutil.rmtree(shared, ignore_errors=True)
