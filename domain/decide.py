@@ -342,6 +342,9 @@ class Cycle:
         queues = s.queues
         inf = math.inf
         failed: dict[tuple[Any, ...], int] = {}  # group -> fewest GPUs that failed in it
+        # groups whose every bucket is skipped from now on (failed at or below their
+        # fewest GPUs): the cycle is over once all are
+        exhausted = 0
         while at < len(order):
             sort_key, key, allocated, group = order[at]
             at += 1
@@ -363,15 +366,18 @@ class Cycle:
                         at = 0
                     bisect.insort(order, self.entry(ranking, nxt, key, allocated), at)
                 continue
-            failed[group] = min(w.gpus, failed.get(group, inf))
+            before = failed.get(group, inf)
+            if w.gpus < before:
+                failed[group] = w.gpus
+                least = fewest.get(group, 0)  # 0: a group first seen mid-cycle
+                if w.gpus <= least < before:
+                    exhausted += 1
             failures.setdefault(group, []).append((sort_key, w.gpus))
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 last_holder_key = sort_key
                 self.reserve(w, short)
-            if len(failed) == len(fewest) and all(
-                failed[g] <= least for g, least in fewest.items()
-            ):
+            if exhausted == len(fewest):
                 break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
         s.freed_hosts.clear()

@@ -9,9 +9,10 @@ import pytest
 
 from domain import events as ev
 from domain import next_wakeup
+from domain.fairshare import Ranking
 from domain.policies import ORDERING, register_ordering
 from domain.policies.ordering import Fifo
-from domain.state import Workload
+from domain.state import State, Workload
 from tests.domain.builders import Cluster, cluster, seconds
 
 H = 3600.0
@@ -946,3 +947,44 @@ def test_reclaim_never_takes_from_an_allocation_ranked_above() -> None:
     c.at("2h30m").tick()
     assert c.placed("b-next") is None
     assert c.preemptions() == []
+
+
+def test_a_plugin_policy_without_preemption_scope_survives_a_group_first_seen_mid_cycle() -> None:
+    """Without `preemption_scope`, work is grouped by (allocation, priority); a bucket's
+    next head may have another priority, so a group can appear during a cycle."""
+
+    class PriorityOnly:
+        name = "test-priority-only"
+        unallocated_may_preempt = False
+
+        def rank(self, state: State, now: float) -> Ranking:
+            return Ranking()
+
+        def queue_key(self, w: Workload) -> tuple:
+            return (-w.priority, w.submit_time)
+
+        def sort_key(self, ranking: Ranking, w: Workload, allocated: bool) -> tuple:
+            return (not allocated, *w.queue_key)
+
+        def terms(self, state: State, w: Workload, allocated: bool, now: float) -> tuple:
+            return (True, now + w.min_runtime) if allocated else (False, now)
+
+        def may_preempt(self, state, ranking, beneficiary, victim, at) -> str | None:
+            return None
+
+    register_ordering(PriorityOnly())
+    try:
+        c = cluster(hosts=1, ordering="test-priority-only").tree({"lab/a": 1, "lab/b": 1})
+        c.submit("big", "lab/a", gpus=7, min_runtime="1h")
+        c.submit("small", "lab/a", gpus=1, min_runtime="1h")
+        # one 1-GPU bucket per allocation: lab/a's head is urgent, its next one is not
+        c.submit("a-urgent", "lab/a", gpus=1, priority=5)
+        c.submit("a-later", "lab/a", gpus=1, priority=0)
+        c.submit("b-later", "lab/b", gpus=1, priority=0)
+        # one GPU frees: a-urgent takes it; a-later (a group the cycle began without)
+        # and b-later fail (this cycle used to stop with a KeyError)
+        c.after("2h").finish("small")
+        assert c.running() == {"big", "a-urgent"}
+        assert c.pending() == {"a-later", "b-later"}
+    finally:
+        ORDERING.pop("test-priority-only", None)
