@@ -208,6 +208,7 @@ def run_size(
             "hourly_strict": summary["delivered"].get("hourly_strict"),
             "wait_s": summary["wait_s"]["all"],
             "simulated_hours": summary.get("period", {}).get("hours"),
+            "contended_idle": summary["contended_idle"],
         },
     }
     print(
@@ -527,6 +528,39 @@ def markdown(data: dict[str, Any]) -> str:
                 f" | {f['occupancy_contended']:.3f} | {f['preemptions']:,}"
                 f" | {f['workloads']['preempted']:,} |"
             )
+        with_idle = [r for r in ordered if r["summary"].get("contended_idle")]
+        if with_idle:
+            sizes = sorted(
+                {
+                    int(g)
+                    for r in with_idle
+                    for g in r["summary"]["contended_idle"]["by_smallest_waiting_gpus"]
+                }
+            )
+            lines += [
+                "",
+                "### Where contended occupancy is lost (summary.json `contended_idle`)",
+                "",
+                "Idle GPU-hours while allocated work waited (1 − occupancy contended), by"
+                " the GPUs of the smallest workload waiting at the time: idle GPUs while"
+                " 1-GPU work waits would be a scheduling loss; while only 8-GPU and larger"
+                " work waits, free GPUs are scattered over hosts that whole-host work cannot"
+                " use until they empty, and while only 64–128-GPU gangs wait (of a 160-GPU"
+                " cluster), nothing smaller is left to fill the hosts they wait for.",
+                "",
+                "| workloads | idle GPU-h while contended | "
+                + " | ".join(f"{g} GPU{'s' if g > 1 else ''}" for g in sizes)
+                + " |",
+                "|---:|---:|" + "---:|" * len(sizes),
+            ]
+            for r in with_idle:
+                i = r["summary"]["contended_idle"]
+                by = i["by_smallest_waiting_gpus"]
+                lines.append(
+                    f"| {r['size']:,} | {i['gpu_hours']:,.0f} | "
+                    + " | ".join(f"{by[str(g)]:.1%}" if str(g) in by else "—" for g in sizes)
+                    + " |"
+                )
     prof = data.get("profile")
     if prof:
         lines += [

@@ -451,6 +451,22 @@ footer { color: var(--muted); font-size: 12px; margin-top: 36px; }
 """
 
 
+def _contended_idle_rows(idle: dict[str, Any] | None) -> list[list[str]]:
+    """Idle GPU-hours while allocated work waited, and what the smallest waiting
+    workload needed then (small work waiting beside idle GPUs is a scheduling loss;
+    only whole-host work waiting is fragmentation it waits out)."""
+    if not idle:
+        return []
+    shares = " · ".join(
+        f"{gpus} GPU{'s' if gpus != '1' else ''} {fmt_pct(share)}"
+        for gpus, share in idle.get("by_smallest_waiting_gpus", {}).items()
+    )
+    rows = [["idle while work waited (GPU-h)", fmt_num(idle.get("gpu_hours"), 1)]]
+    if shares:
+        rows.append(["… by the smallest waiting workload's GPUs", html.escape(shares)])
+    return rows
+
+
 def _cards(summary: dict[str, Any]) -> str:
     d = summary.get("delivered") or {}
     wl = summary.get("workloads") or {}
@@ -521,6 +537,7 @@ def render_html(
     headline = [
         ["occupancy (busy / healthy GPU-s)", fmt_pct(summary.get("occupancy"), 2)],
         ["contended occupancy", fmt_pct(summary.get("occupancy_contended"), 2)],
+        *_contended_idle_rows(summary.get("contended_idle")),
         ["allocated fraction of busy", fmt_pct(summary.get("allocated_fraction"), 2)],
         ["unallocated fraction of busy", fmt_pct(summary.get("unallocated_fraction"), 2)],
         ["delivered overall", fmt_pct(delivered.get("overall"), 2)],

@@ -10,6 +10,10 @@ Keys (exact, plus a few extras marked *):
 - `occupancy` (busy / healthy GPU-seconds), `occupancy_contended` (the same, only while
   some work with `min_runtime > 0` waits), `allocated_fraction`, `unallocated_fraction`
   (of busy GPU-seconds: charged vs not), *`gpu_hours`;
+- *`contended_idle` {gpu_hours, by_smallest_waiting_gpus: {GPUs: share}}: the idle
+  GPU-hours that `occupancy_contended` leaves out, by the GPUs of the smallest workload
+  waiting at the time (idle GPUs beside waiting 1-GPU work is a scheduling loss; beside
+  only whole-host work, fragmentation that work waits out);
 - `delivered` {overall, min, by_allocation, hourly_strict, *owed_gpu_h, *received_gpu_h}:
   DESIGN §2 period form over the hourly rows; leaves that were owed nothing are not in
   `by_allocation`; ratios are null when nothing was owed;
@@ -211,6 +215,20 @@ class SummaryProjection(UsageProjection):
             "received_gpu_h": {a: round(received[a] / HOUR, 3) for a in sorted(received)},
         }
 
+    def _contended_idle(self) -> dict[str, Any]:
+        """Idle GPU-hours while allocated work waited, and their shares by the GPUs of
+        the smallest workload waiting then (1 - occupancy_contended, explained)."""
+        idle = self.contended_idle
+        total = sum(idle.values())
+        return {
+            "gpu_hours": round(total / HOUR, 3),
+            "by_smallest_waiting_gpus": {
+                str(gpus): round(idle[gpus] / total, 4) for gpus in sorted(idle)
+            }
+            if total
+            else {},
+        }
+
     def summary(self, *, policy: str, engine: dict[str, Any] | None = None) -> dict[str, Any]:
         tot = self.totals()
         busy_all = tot["charged_gpu_s"] + tot["unallocated_gpu_s"]
@@ -243,6 +261,7 @@ class SummaryProjection(UsageProjection):
             "occupancy_contended": _ratio(
                 tot["contended_busy_gpu_s"], tot["contended_healthy_gpu_s"]
             ),
+            "contended_idle": self._contended_idle(),
             "allocated_fraction": _ratio(tot["charged_gpu_s"], busy_all),
             "unallocated_fraction": _ratio(tot["unallocated_gpu_s"], busy_all),
             "gpu_hours": {

@@ -21,7 +21,10 @@ Definitions (DESIGN §2):
 - `owed_h = min(∫_h share × healthy capacity dt, demand_h)`; `received_h = charged_h`.
 - *occupancy* counts busy GPUs on healthy hosts only (a draining host's GPUs are in
   neither numerator nor denominator), so it never exceeds 1;
-  *contended* time is time while at least one workload with `min_runtime > 0` waits.
+  *contended* time is time while at least one workload with `min_runtime > 0` waits;
+  its idle GPU-seconds are also kept by the GPUs of the smallest such workload waiting
+  then (`contended_idle`): idle GPUs while 1-GPU work waits is a scheduling loss, while
+  only whole-host gangs wait it is fragmentation the gangs wait out.
 
 Events may be pydantic models from `domain.events` or the plain dicts of the wire form
 (`iter_journal`), which is several times faster for big journals.
@@ -169,6 +172,9 @@ class UsageProjection:
         self._charged = 0
         self._unalloc = 0
         self._waiting_allocated = 0  # pending workloads with min_runtime > 0
+        self._waiting_sizes: dict[int, int] = {}  # their GPUs -> how many
+        # smallest waiting GPUs -> idle healthy GPU-seconds while contended
+        self.contended_idle: dict[int, float] = {}
         self._rows: dict[tuple[str, float], list[float]] = {}
         self._cluster: dict[float, list[float]] = {}
         self._hour_start = 0.0
@@ -205,6 +211,15 @@ class UsageProjection:
         handler = self._handlers.get(d["type"])
         if handler is not None:
             handler(d, self.now)
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        self.__dict__.update(saved)
+        if "_waiting_sizes" not in saved:  # saved (allot usage) before contended_idle
+            self._waiting_sizes = {}
+            for w in self.live.values():
+                if not w.running and w.min_runtime > 0:
+                    self._waiting_sizes[w.gpus] = self._waiting_sizes.get(w.gpus, 0) + 1
+            self.contended_idle = {}
 
     def advance_to(self, t: float) -> None:
         """Move time to `t` without an event (e.g. a simulation horizon)."""
@@ -259,12 +274,15 @@ class UsageProjection:
                 row[_CONT_S] += dt
                 row[_CONT_HEALTHY] += self.capacity * dt
                 row[_CONT_BUSY] += self._busy_healthy * dt
+                self._idle_while_contended(dt)
             return
         healthy = float(self.capacity)
         busy = float(self._busy_healthy)
         charged = float(self._charged)
         unalloc = float(self._unalloc)
         contended = self._waiting_allocated > 0
+        if contended:
+            self._idle_while_contended(b - a)  # type: ignore[operator]
         cluster = self._cluster
         while a < b:
             h = hour_of(a)
@@ -283,6 +301,24 @@ class UsageProjection:
                 row[_CONT_HEALTHY] += healthy * dt
                 row[_CONT_BUSY] += busy * dt
             a = seg_end
+
+    def _idle_while_contended(self, dt: float) -> None:
+        idle = self.capacity - self._busy_healthy
+        if idle > 0:
+            smallest = min(self._waiting_sizes)
+            self.contended_idle[smallest] = self.contended_idle.get(smallest, 0.0) + idle * dt
+
+    def _wait(self, w: _Workload) -> None:
+        self._waiting_allocated += 1
+        self._waiting_sizes[w.gpus] = self._waiting_sizes.get(w.gpus, 0) + 1
+
+    def _unwait(self, w: _Workload) -> None:
+        self._waiting_allocated -= 1
+        left = self._waiting_sizes[w.gpus] - 1
+        if left:
+            self._waiting_sizes[w.gpus] = left
+        else:
+            del self._waiting_sizes[w.gpus]
 
     def _leaf(self, path: str) -> _Leaf:
         """The leaf's accumulator, integrated up to now (call before changing rates)."""
@@ -396,7 +432,7 @@ class UsageProjection:
         self.live[wid] = w
         if w.min_runtime > 0:
             self._leaf(w.allocation).demand += w.gpus
-            self._waiting_allocated += 1
+            self._wait(w)
         self.on_submitted(wid, w, d)
 
     def _placed(self, d: dict[str, Any], now: float) -> None:
@@ -464,7 +500,7 @@ class UsageProjection:
                 w.since = now
                 w.requeued = True
                 if w.min_runtime > 0:
-                    self._waiting_allocated += 1
+                    self._wait(w)
         elif not requeued:
             self._end_pending(wid, w, now)
         self.on_preempted(wid, w, d, first)
@@ -494,7 +530,7 @@ class UsageProjection:
 
     def _end_pending(self, wid: str, w: _Workload, now: float) -> None:
         if w.min_runtime > 0:
-            self._waiting_allocated -= 1
+            self._unwait(w)
         if self.on_spell is not None and now > w.since:
             self.on_spell(wid, PENDING, w.since, now)
 

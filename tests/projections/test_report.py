@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from projections.gantt import GanttCollector, write_gantt
-from projections.report import fmt_dur, fmt_pct, write_report
+from projections.report import _contended_idle_rows, fmt_dur, fmt_pct, write_report
 from projections.summary import summarize
 from projections.usage import HOUR, JournalBuilder
 
@@ -91,6 +91,9 @@ def test_report_shows_the_summary_numbers(report):
         assert f">{needle}<" in text
     # engine figures are passed through
     assert "peak_rss_mb" in text and ">99<" in text
+    # d1 waited only while all 24 GPUs were busy: no idle time to explain
+    assert summary["contended_idle"] == {"gpu_hours": 0.0, "by_smallest_waiting_gpus": {}}
+    assert '<td class="">idle while work waited (GPU-h)</td><td class="num">0.0</td>' in text
 
 
 def test_report_numbers_match_the_journal(report):
@@ -203,3 +206,14 @@ def test_gantt_hatches_preemptible_time(tmp_path, min_runtime, hatched):
         assert 0.15 < whiteish < 0.5
     else:
         assert whiteish < 0.01
+
+
+def test_contended_idle_rows_name_what_the_smallest_waiting_workload_needed():
+    rows = _contended_idle_rows(
+        {"gpu_hours": 5.0, "by_smallest_waiting_gpus": {"1": 0.1, "16": 0.9}}
+    )
+    assert rows == [
+        ["idle while work waited (GPU-h)", "5.0"],
+        ["… by the smallest waiting workload's GPUs", "1 GPU 10.0% · 16 GPUs 90.0%"],
+    ]
+    assert _contended_idle_rows(None) == []

@@ -82,6 +82,31 @@ def test_occupancy_and_fractions(mixed):
     assert mixed["period"]["start_iso"] == "2026-01-01T00:00:00Z"
 
 
+def test_contended_idle_is_charged_to_the_smallest_waiting_workload(mixed):
+    # 1200 → 1800: 2 of 16 GPUs idle while b1 (4 GPUs) waits = 1 200 GPU-s
+    assert mixed["contended_idle"] == {
+        "gpu_hours": pytest.approx(1200 / HOUR, abs=1e-3),
+        "by_smallest_waiting_gpus": {"4": 1.0},
+    }
+
+
+def test_contended_idle_while_only_a_gang_waits_then_while_small_work_waits():
+    """g1 (16 GPUs) waits 0 → 3600 while a1 (2 GPUs) runs: 14 GPUs idle; from 1800, s1
+    (1 GPU) waits too and is now the smallest waiting: the idle time goes to it."""
+    j = cluster()
+    j.submit("a1", "lab/a", 2).place("a1", {"h0": [0, 1]})
+    j.submit("g1", "lab/b", 16)
+    j.at(1800).submit("s1", "lab/b", 1)
+    j.at(3600).finish("a1").cancel("s1").place("g1", {"h0": H8, "h1": H8})
+    j.at(7200).finish("g1")
+    s = summarize(j.events, policy="p")
+    idle = s["contended_idle"]
+    assert idle["gpu_hours"] == pytest.approx(14 * 3600 / HOUR, abs=1e-3)
+    assert idle["by_smallest_waiting_gpus"] == {"1": 0.5, "16": 0.5}
+    # the same idle time that occupancy_contended leaves out
+    assert s["occupancy_contended"] == pytest.approx(2 / 16, abs=1e-6)
+
+
 def test_delivered_mixed(mixed):
     # hour 0: a owed min(43 200, 32 400) = 32 400, received 32 400
     #         b owed min(14 400, 9 600) = 9 600 (b1 waits from 1200), received 7 200

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 from projections.usage import UsageProjection
@@ -116,3 +118,26 @@ def test_allot_usage_keeps_its_table_and_reports_delivered(journal: Path, tmp_pa
         env=no_kafka,
     )
     assert both.returncode == 2 and "give one of" in both.stderr
+
+
+def test_a_state_saved_before_contended_idle_keeps_folding(journal: Path, tmp_path: Path) -> None:
+    """A pickled projection from before `contended_idle` (no waiting sizes) resumes:
+    the waiting sizes are rebuilt from the live workloads."""
+    lines = journal.read_bytes().splitlines()
+    half = len(lines) // 2
+    whole = UsageProjection()
+    for line in lines[:half]:
+        whole.apply(orjson.loads(line))
+    waiting = dict(whole._waiting_sizes)
+    assert waiting  # something waits at the cut, so there is something to rebuild
+    # pickled as older code did: without the waiting sizes and contended_idle
+    del whole._waiting_sizes, whole.contended_idle
+    blob = pickle.dumps(whole)
+    whole._waiting_sizes, whole.contended_idle = waiting, {}
+    restored = pickle.loads(blob)
+    assert restored._waiting_sizes == waiting
+    for line in lines[half:]:
+        restored.apply(orjson.loads(line))
+        whole.apply(orjson.loads(line))
+    assert restored._waiting_sizes == whole._waiting_sizes
+    assert restored.totals() == whole.totals()
