@@ -21,12 +21,48 @@ from hypothesis import strategies as st
 from domain import State, evolve
 from domain import events as ev
 from domain.config import SchedulerConfig
+from domain.fairshare import Ranking
+from domain.policies import register_ordering
+from domain.state import Workload
 from domain.tree import ancestors
 from streams.codec import encode
 from tests.domain.builders import Cluster, fingerprint
 
+
+class PluginPriority:
+    """A plugin ordering as a user might write one: no `preemption_scope` (so failures
+    are grouped by allocation and priority) and preemption of lower-priority work of
+    other allocations once past protection."""
+
+    name = "test-plugin-priority"
+    unallocated_may_preempt = False
+
+    def rank(self, state: State, now: float) -> Ranking:
+        return Ranking()
+
+    def queue_key(self, w: Workload) -> tuple[Any, ...]:
+        return (-w.priority, w.submit_time)
+
+    def sort_key(self, ranking: Ranking, w: Workload, allocated: bool) -> tuple[Any, ...]:
+        return (not allocated, *w.queue_key)
+
+    def terms(self, state: State, w: Workload, allocated: bool, now: float) -> tuple[bool, float]:
+        return (True, now + w.min_runtime) if allocated else (False, now)
+
+    def may_preempt(
+        self, state: State, ranking: Ranking, beneficiary: Workload, victim: Workload, at: float
+    ) -> str | None:
+        if not victim.charged:
+            return "unallocated"
+        if victim.protected_until > at or victim.allocation == beneficiary.allocation:
+            return None
+        return "priority" if victim.priority < beneficiary.priority else None
+
+
+register_ordering(PluginPriority())
+
 ORDERINGS = ["fairshare", "fifo", "largest-first", "longest-first", "shortest-first"]
-ORDERINGS_ALL = [*ORDERINGS, "legacy-priority"]
+ORDERINGS_ALL = [*ORDERINGS, "legacy-priority", PluginPriority.name]
 LEAVES = ["p1/a", "p1/b", "p2/a", "z"]
 NODES = ["p1", "p2", "p1/a", "p1/b", "p2/a"]
 DTS = [0, 0, 1, 60, 600, 900, 3600, 4 * 3600]
