@@ -40,6 +40,8 @@ def _change(a: Any, b: Any, kind: str) -> str:
         return sign + format_value(abs(delta), "seconds")
     if kind == "ratio":
         return f"{delta:+.3f}"
+    if kind == "number":
+        return f"{delta:+,.1f}"
     return f"{delta:+,}" if isinstance(delta, int) else f"{delta:+.3f}"
 
 
@@ -51,6 +53,7 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         ("delivered min", ("delivered", "min"), "ratio"),
         ("occupancy", ("occupancy",), "ratio"),
         ("occupancy (contended)", ("occupancy_contended",), "ratio"),
+        ("idle GPU-h while work waited", ("contended_idle", "gpu_hours"), "number"),
         ("preemptions", ("preemptions",), "count"),
         ("workloads preempted", ("workloads", "preempted"), "count"),
         ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),

@@ -199,6 +199,8 @@ def format_value(value: Any, kind: str) -> str:
         return f"{value:.3f}"
     if kind == "seconds":
         return format_duration(float(value))
+    if kind == "number":
+        return f"{value:,.1f}"
     return str(value)
 
 

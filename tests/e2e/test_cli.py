@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -130,6 +131,14 @@ def test_compare_shows_changes_per_tag_and_allocation(two_policies: Path) -> Non
     assert result.returncode == 0, result.stderr
     for row in ("wait p90 (debug)", "preemptions", "delivered lab/eval", "delivered lab/train"):
         assert row in result.stdout
+    # the idle GPU-hours while work waited, from each summary, and their difference
+    idle = [
+        json.loads((two_policies / p / "summary.json").read_text())["contended_idle"]["gpu_hours"]
+        for p in ("fairshare", "legacy-priority")
+    ]
+    line = next(x for x in result.stdout.splitlines() if "idle GPU-h while work waited" in x)
+    for text in (f"{idle[0]:,.1f}", f"{idle[1]:,.1f}", f"{idle[1] - idle[0]:+,.1f}"):
+        assert text in line
 
 
 def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path) -> None:
