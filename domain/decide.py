@@ -464,11 +464,11 @@ class Cycle:
         if not allocated:
             return True
         holder_id, start = held
-        if self.now + w.min_runtime > start:
-            return False
         holder = self.state.workloads.get(holder_id)
         if holder is None:
-            return True
+            return True  # cancelled since: its hosts are held for no one
+        if self.now + w.min_runtime > start:
+            return False
         as_victim = replace(w, charged=True, protected_until=self.now + w.min_runtime)
         s = self.state
         return s.ordering.may_preempt(s, self.ranking, holder, as_victim, math.inf) is not None

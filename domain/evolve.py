@@ -14,7 +14,7 @@ from typing import Any
 from domain import events as ev
 from domain.config import parse_config
 from domain.policies import resolve_ordering, resolve_placement
-from domain.state import RUNNING, Host, State, Workload
+from domain.state import RUNNING, Host, State, Workload, head
 
 
 def evolve(state: State, event: Any) -> State:
@@ -26,7 +26,7 @@ def evolve(state: State, event: Any) -> State:
         fold(state, event)
         if event.type == "workload.submitted":
             state.fresh.append(event.workload)
-        else:
+        elif event.type != "workload.cancelled":  # _cancelled says itself
             state.version += 1
             if event.type in _SHAPE_CHANGES:
                 state.shape_version += 1
@@ -99,8 +99,29 @@ def _end(state: State, w: Workload) -> None:
 
 def _cancelled(state: State, e: ev.WorkloadCancelled) -> None:
     w = state.workloads.get(e.workload)
+    unblocks = w is None or not _inert_cancel(state, w)
     if w is not None:
         _end(state, w)
+    if unblocks:
+        state.version += 1
+
+
+def _inert_cancel(state: State, w: Workload) -> bool:
+    """Can cancelling `w` not unblock anything? True for waiting work that holds no
+    reservation and whose bucket successor could not backfill one (there is none, or
+    `w` is not its bucket's head): no GPUs are freed and the ranking reads usage
+    only, so the last cycle's outcome stands and the next cycle may stay quick
+    (cancelling a job array of waiting work costs no full cycles)."""
+    blocked = state.blocked
+    if w.state == RUNNING or blocked is None:
+        return False
+    reservations = blocked.reservations
+    if not reservations:
+        return True
+    if any(holder == w.id for holder, _ in reservations.values()):
+        return False
+    queue = state.queues.get(w.bucket) if w.bucket is not None else None
+    return not queue or head(queue)[1] != w.id
 
 
 def _finished(state: State, e: ev.WorkloadFinished) -> None:

@@ -553,6 +553,37 @@ def test_reservation_blocks_backfill_that_would_delay(
             assert got.explain["backfill"]["reserved_for"] == "big"
 
 
+CANCEL_CASES = [
+    # (cancelled, placed right away, does the cancel re-run the cycle?)
+    ("big", {"late", "late-short"}, True),  # the reservation holder: h2 is free for all
+    ("late", {"late-short"}, True),  # a head: its successor may backfill what it could not
+    ("late-short", set(), False),  # neither: nothing it leaves can unblock anyone
+]
+
+
+@pytest.mark.parametrize(
+    ("cancelled", "placed", "reruns"),
+    CANCEL_CASES,
+    ids=["holder", "bucket-head", "inert"],
+)
+def test_cancelling_waiting_work_reruns_the_cycle_only_when_it_can_unblock(
+    cancelled: str, placed: set[str], reruns: bool
+) -> None:
+    c = _fragmented(True)
+    # same bucket (lab/a, 4 GPUs, not short): "late" is its head, "late-short" could
+    # backfill the big job's hosts (it ends before their start) but waits behind it
+    c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
+    c.after(1).submit("late-short", "lab/a", gpus=4, min_runtime="20m")
+    assert c.pending() >= {"big", "late", "late-short"}
+    blocked, version = c.state.blocked, c.state.version
+    c.cancel(cancelled)
+    assert (c.state.version != version) == reruns
+    assert (c.state.blocked is not blocked) == reruns
+    for wid in placed:
+        assert set(c.placed(wid).hosts) == {"h2"}
+    assert c.pending() == {"big", "late", "late-short"} - {cancelled} - placed
+
+
 def test_large_job_gets_the_hosts_that_free_soonest() -> None:
     c = _fragmented(True)
     c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
