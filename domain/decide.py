@@ -12,6 +12,7 @@ from domain.evolve import evolve
 from domain.fairshare import Ranking, diverging, entitlement, outranks
 from domain.policies.ordering import BUILTIN as _BUILTIN_ORDERINGS
 from domain.state import Host, State, Workload, head
+from domain.tree import ancestor_chain
 
 
 def _num(x: float) -> float | None:
@@ -632,6 +633,28 @@ class Cycle:
         result = self.victim_cache[key] = (found, totals)
         return result
 
+    def reclaim_holds(self, w: Workload, victims: list[tuple[Workload, str]]) -> bool:
+        """Does every victim taken by reclaim alone (fair share, not out-ranked on the
+        window) still come from a side and an allocation that borrow once the victims
+        before it are gone? Kueue's reclaim-within-cohort: a plan takes from a borrower
+        only down to its entitlement, never below (the rule is judged per group before
+        the plan; a plan of several victims could take more than the excess)."""
+        s = self.state
+        accounts = s.charged.accounts
+        taken: dict[str, int] = {}  # path -> charged GPUs the plan took before
+        for v, reason in victims:
+            if reason == "fair_share" and not outranks(s, self.ranking, w.allocation, v.allocation):
+                split = diverging(w.allocation, v.allocation)
+                for path in (split[1] if split else v.allocation, v.allocation):
+                    acc = accounts.get(path)
+                    rate = (acc.rate if acc else 0) - taken.get(path, 0)
+                    if not rate > entitlement(s, path):
+                        return False
+            if v.charged:
+                for path in ancestor_chain(v.allocation):
+                    taken[path] = taken.get(path, 0) + v.held
+        return True
+
     def victims_single(
         self, w: Workload, allocated: bool, short: bool
     ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
@@ -672,6 +695,8 @@ class Cycle:
                         alone, alone_key = c, k
             options = [taken] if alone is None else [taken, [alone]]
             for victims in options:
+                if not self.reclaim_holds(w, [(c[1], c[3]) for c in victims]):
+                    continue
                 held = charged = 0
                 for c in victims:
                     v = c[1]
@@ -711,10 +736,14 @@ class Cycle:
         for _, host, cands in options:
             if total >= w.gpus:
                 break
+            more = dict(picked)
+            for c in cands:
+                more.setdefault(c[1].id, (c[1], c[3]))
+            if len(more) > len(picked) and not self.reclaim_holds(w, list(more.values())):
+                continue  # clearing it would take a borrower below its entitlement
             chosen.append(host)
             total += host.gpus
-            for c in cands:
-                picked.setdefault(c[1].id, (c[1], c[3]))
+            picked = more
         if total < w.gpus:
             return None
         return chosen, list(picked.values())
