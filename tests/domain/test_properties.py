@@ -452,6 +452,7 @@ class JournalModel:
 
 # found in CI: one plan of several reclaim victims took a borrower below its
 # entitlement (a later victim's side ran 18 GPUs of 18.67 entitled when it was taken)
+_FILLER = (0, ("submit", "p1/a", 1, 0, False, 0, None))  # 1 GPU, unallocated
 RECLAIM_BELOW_ENTITLEMENT = {
     "hosts": 8,
     "small_host": False,
@@ -466,35 +467,15 @@ RECLAIM_BELOW_ENTITLEMENT = {
     "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
     "ops": [
         (0, ("health", 0, False)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 900, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 900, False, 0, None)),
+        *[_FILLER] * 15,
+        *[(0, ("submit", "p1/a", 1, 900, False, 0, None))] * 2,
         (0, ("submit", "p2/a", 12, 60, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
-        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        *[_FILLER] * 6,
         (0, ("submit", "p1/a", 8, 60, False, 0, None)),
         (600, ("submit", "p1/a", 12, 60, False, 0, None)),
         (0, ("submit", "p2/a", 12, 60, False, 0, None)),
         (0, ("budget", "p2", 2)),
-        (60, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (60, _FILLER[1]),
     ],
 }
 
