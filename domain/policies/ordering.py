@@ -33,7 +33,9 @@ class FairShare:
     Preemption: unallocated victims always; past-protection victims when the
     beneficiary's side out-ranks the victim's by the hysteresis margin, or when it
     ranks above the victim's by any margin and reclaims (`fairshare.reclaims`: it is
-    owed GPUs now that the victim borrows). Reclaim never reverses the window order.
+    owed GPUs now that the victim borrows). Reclaim never reverses the window order,
+    and a plan reclaims only down to the borrower's entitlement
+    (`Cycle.reclaim_holds`).
     """
 
     name = "fairshare"
