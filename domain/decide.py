@@ -110,6 +110,7 @@ class Blocked:
     shape_version: int
     edge: float
     ranking: Ranking
+    exposures: int  # the state's count of protection ends at the time
     failed: dict[tuple[Any, ...], list[tuple[Any, int]]]  # group -> (sort key, GPUs)
     reservations: dict[str, tuple[str, float]]
     holders: int
@@ -149,19 +150,14 @@ class Cycle:
         self.force_full = False  # a quick attempt found work that needs a full cycle
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
-        # (allocation, priority, GPUs) -> host -> victims; see victim_map
-        self.victim_cache: dict[tuple[str, int, int], Any] = {}
-        # workload id -> (victim sort key, workload); None -> the ranking they were made for
-        self.victim_keys: dict[Any, Any] = {}
+        # (allocation, priority, GPUs, everywhere) -> host -> victims; see victim_map
+        self.victim_cache: dict[tuple[str, int, int, bool], Any] = {}
+        self.victim_keys = state.victim_keys  # see State._init_caches
 
     # ------------------------------------------------------------ output
     def emit(self, event: Any) -> None:
-        kind = event.type
-        if kind == "workload.preempted":
-            self.victim_cache.clear()
-        elif kind == "workload.placed":
-            self.victim_keys.pop(event.workload, None)
-            self.victim_cache.clear()
+        if event.type in ("workload.preempted", "workload.placed"):
+            self.victim_cache.clear()  # rates and the exposed groups changed
         evolve(self.state, event)
         self.out.append(event)
 
@@ -314,21 +310,29 @@ class Cycle:
         )
 
     def schedule(self, light: bool = False) -> None:
-        """The full cycle, or a *light* one when only capacity was freed (completions,
-        cancels) since the last: the same order on the last snapshot, its reservations
-        kept, and victims sought only on the hosts where GPUs were freed (elsewhere
-        nothing changed that could let a preemption succeed)."""
+        """The full cycle, or a *light* one when since the last only GPUs were freed
+        (completions, cancels) or work's protection ended: the same order on the last
+        snapshot, its reservations kept, and victims sought only on the hosts where
+        that happened (elsewhere nothing changed that could let a preemption succeed).
+        A gang preempts in a light cycle only when one of those hosts could now be
+        cleared; it then looks for victims everywhere (it needs several hosts)."""
         s = self.state
         last = s.blocked
         self.victim_cache = {}
+        if light and s.exposures != last.exposures:
+            # a protection ended: judge on fresh ratios, as a full cycle would, and go
+            # full if the window has moved the order since (every verdict may change)
+            ranking = s.ordering.rank(s, self.now)
+            light = ranking.ranks == last.ranking.ranks
+        else:
+            ranking = last.ranking if light else s.ordering.rank(s, self.now)
+        self.ranking = ranking
         if light:
-            ranking = self.ranking = last.ranking
             self.reservations, self.holders = dict(last.reservations), MAX_RESERVATIONS
-            self.light_hosts = frozenset(s.freed_hosts)
+            self.light_hosts = frozenset(s.changed_hosts)
             last_holder_key = last.last_holder_key
             edge = last.edge
         else:
-            ranking = self.ranking = s.ordering.rank(s, self.now)
             # a quick attempt may have borrowed the last cycle's view: start clean
             self.reservations, self.holders = {}, 0
             self.light_hosts = None
@@ -381,12 +385,13 @@ class Cycle:
             if exhausted == len(fewest):
                 break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
-        s.freed_hosts.clear()
+        s.changed_hosts.clear()
         s.blocked = Blocked(
             version=s.version,
             shape_version=s.shape_version,
             edge=edge,
             ranking=ranking,
+            exposures=s.exposures,
             failed=failures,
             reservations=self.reservations,
             holders=self.holders,
@@ -479,8 +484,8 @@ class Cycle:
         single = w.gpus <= s.max_host_gpus()
         hosts = self.free_hosts(w, allocated, short, single)
         preempted: list[str] = []
-        if hosts is None and self.light_hosts is not None and not single:
-            return False  # light cycle: gangs preempt in the next full cycle
+        if hosts is None and not single and not self.gang_may_preempt_now(w):
+            return False
         if hosts is None and (allocated or s.ordering.unallocated_may_preempt):
             plan = (
                 self.victims_single(w, allocated, short)
@@ -497,6 +502,34 @@ class Cycle:
             return False
         self.place(w, allocated, hosts, preempted)
         return True
+
+    def may_fit_on_changed_host(self, need: int) -> bool:
+        """Could `need` GPUs fit on a changed host of a light cycle if all its work past
+        protection were preempted? (A cheap bound before looking for victims.)"""
+        hosts = self.state.hosts
+        for name in self.light_hosts or ():
+            h = hosts.get(name)
+            if h is not None and len(h.free) + h.exposed >= need:
+                return True
+        return False
+
+    def gang_may_preempt_now(self, w: Workload) -> bool:
+        """In a light cycle, only if one of the changed hosts could now be cleared for
+        `w` (its free GPUs plus the work there `w` may preempt fill it); otherwise
+        nothing changed that could let the last cycle's failure succeed."""
+        light = self.light_hosts
+        if light is None:
+            return True
+        _, totals = self._victims(w)
+        hosts = self.state.hosts
+        for name in light:
+            h = hosts.get(name)
+            if h is None or not h.healthy:
+                continue
+            victims = totals.get(name)
+            if len(h.free) + (victims[0] if victims else 0) >= h.gpus:
+                return True
+        return False
 
     def take(
         self, chosen: list[Host], gpus: int, single: bool
@@ -571,10 +604,14 @@ class Cycle:
             ]
         return groups
 
-    def _victims(self, w: Workload) -> tuple[dict[str, list[Any]], dict[str, tuple[int, int, int]]]:
+    def _victims(
+        self, w: Workload, everywhere: bool = False
+    ) -> tuple[dict[str, list[Any]], dict[str, tuple[int, int, int]]]:
         """`victim_map` plus, per host, the sums its callers read: (GPUs of the victims
-        on it, GPUs they hold in all, of which charged)."""
-        key = (w.allocation, w.priority, w.gpus)
+        on it, GPUs they hold in all, of which charged). A light cycle looks only on its
+        changed hosts unless `everywhere`."""
+        only = None if everywhere else self.light_hosts
+        key = (w.allocation, w.priority, w.gpus, only is None)
         cached = self.victim_cache.get(key)
         if cached is not None:
             return cached
@@ -582,42 +619,70 @@ class Cycle:
         ranks = self.ranking.ranks
         ranking = self.ranking
         now = self.now
-        only = self.light_hosts
         may_preempt = s.ordering.may_preempt
         workloads = s.workloads
         # a victim's sort key depends on the cycle's ranks and on fields fixed while it
         # runs (emit drops the entry of a workload placed again)
         keys = self.victim_keys
-        if keys.get(None) is not ranking:  # a new ranking: new keys
-            keys.clear()
-            keys[None] = ranking  # type: ignore[index]
+        if keys.get(None) is not ranks:
+            if keys.get(None) != ranks:  # a new order: new keys
+                keys.clear()
+            keys[None] = ranks  # type: ignore[index]
+
+        def victim_key(vid: str) -> tuple[tuple[Any, ...], Workload]:
+            v = workloads[vid]
+            known = keys[vid] = (
+                (v.charged, not v.resumable, -ranks.get(v.allocation, 0), -v.start, vid),
+                v,
+            )
+            return known
+
         found: dict[str, list[Any]] = {}
-        for hosts, sample in self.exposed_groups():
-            if only is not None and only.isdisjoint(hosts):
-                continue
-            reason = may_preempt(s, ranking, w, sample, now)
-            if reason is None:
-                continue
-            for name, on_host in hosts.items():
-                if only is not None and name not in only:
+        if only is None:
+            for hosts, sample in self.exposed_groups():
+                reason = may_preempt(s, ranking, w, sample, now)
+                if reason is None:
                     continue
-                entries = found.get(name)
-                if entries is None:
-                    entries = found[name] = []
-                for vid, n in on_host.items():
-                    known = keys.get(vid)
-                    if known is None:
-                        v = workloads[vid]
-                        known = keys[vid] = (
-                            (
-                                v.charged,
-                                not v.resumable,
-                                -ranks.get(v.allocation, 0),
-                                -v.start,
-                                vid,
-                            ),
-                            v,
-                        )
+                for name, on_host in hosts.items():
+                    entries = found.get(name)
+                    if entries is None:
+                        entries = found[name] = []
+                    for vid, n in on_host.items():
+                        known = keys.get(vid) or victim_key(vid)
+                        entries.append((known[0], known[1], n, reason))
+        else:
+            # a light cycle: only the work on its few changed hosts, each group judged
+            # by the same member as in a full search
+            exposed = s.exposed
+            verdicts: dict[tuple[Any, ...], str | None] = {}
+            samples = self.victim_cache.get("samples")  # type: ignore[call-overload]
+            if samples is None:  # the groups' members change with preemptions and placements
+                samples = self.victim_cache["samples"] = {}  # type: ignore[index]
+            for name in only:
+                host = s.hosts.get(name)
+                if host is None:
+                    continue
+                for vid, n in host.workloads.items():
+                    v = workloads[vid]
+                    if not v.exposed:
+                        continue
+                    group = (v.charged, v.allocation, v.priority)
+                    if group in verdicts:
+                        reason = verdicts[group]
+                    else:
+                        sample = samples.get(group)
+                        if sample is None:
+                            on_hosts = exposed[group]
+                            sample = samples[group] = workloads[
+                                next(iter(next(iter(on_hosts.values()))))
+                            ]
+                        reason = verdicts[group] = may_preempt(s, ranking, w, sample, now)
+                    if reason is None:
+                        continue
+                    known = keys.get(vid) or victim_key(vid)
+                    entries = found.get(name)
+                    if entries is None:
+                        entries = found[name] = []
                     entries.append((known[0], known[1], n, reason))
         totals: dict[str, tuple[int, int, int]] = {}
         for name, entries in found.items():
@@ -661,8 +726,8 @@ class Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
-        if self.light_hosts is not None and not self.light_hosts:
-            return None  # light cycle and no GPUs were freed anywhere
+        if self.light_hosts is not None and not self.may_fit_on_changed_host(need):
+            return None  # light cycle: no changed host could hold `w` even cleared
         found, totals = self._victims(w)
         hosts = s.hosts
         for name, cands in found.items():
@@ -715,7 +780,7 @@ class Cycle:
     ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
         s = self.state
         options = []
-        victims, totals = self._victims(w)
+        victims, totals = self._victims(w, everywhere=True)
         hosts = [s.hosts[name] for name in victims]
         hosts.extend(h for h in map(s.hosts.__getitem__, s.with_free) if not h.workloads)
         none = (0, 0, 0)

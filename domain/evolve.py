@@ -78,7 +78,7 @@ def _release(state: State, w: Workload, now: float) -> None:
         host.free = sorted((*host.free, *gpus))
         host.workloads.pop(w.id, None)
         state.with_free[name] = None
-        state.freed_hosts[name] = None
+        state.changed_hosts[name] = None
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, -w.held, now)
     if math.isinf(w.protected_until):
@@ -135,6 +135,7 @@ def _placed(state: State, e: ev.WorkloadPlaced) -> None:
     if w is None:
         return
     state.dequeue(w)
+    state.victim_keys.pop(w.id, None)
     w.state = RUNNING
     w.attempt = e.attempt
     w.hosts = dict(e.hosts)

@@ -105,9 +105,13 @@ class State:
         # bumped by anything that could unblock waiting work (see decide's quick cycles)
         self.version = 0
         # bumped only by what changes who may preempt whom or where work may go: a
-        # protection end, a preemption, a budget, host or config change
+        # preemption, a budget, host or config change (a protection end only adds
+        # victims on its hosts: see `changed_hosts`)
         self.shape_version = 0
-        self.freed_hosts: dict[str, None] = {}  # GPUs freed here since the last cycle
+        # where something changed since the last cycle: GPUs freed, or work past its
+        # protection (victims appeared); a light cycle looks for victims only here
+        self.changed_hosts: dict[str, None] = {}
+        self.exposures = 0  # protection ends so far (a light cycle after one re-ranks)
         self.fresh: list[str] = []  # submitted since the last full cycle
         self.blocked: Any = None  # the last full cycle's outcome (domain.decide.Blocked)
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
@@ -131,10 +135,14 @@ class State:
         self.heads_token: tuple[Any, ...] | None = None
         self.heads_changes = 0  # bumped when a bucket appears, goes or changes its head
         self.heads_heap: tuple[Any, ...] | None = None  # ((epoch, changes), heap, ...)
+        # decide's victim sort keys: workload id -> (key, workload), None -> the leaf ranks
+        # they were made for (kept across cycles that share it); a placement drops its
+        # workload's entry (the key reads the start)
+        self.victim_keys: dict[Any, Any] = {}
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
         self.__dict__.update(saved)
-        if "heads" not in saved:  # pickled before the caches existed
+        if "victim_keys" not in saved:  # pickled before (some of) the caches existed
             self._init_caches()
 
     # ------------------------------------------------------------ helpers
@@ -226,11 +234,12 @@ class State:
         """`w`'s protection has ended: its hosts become places victims may be found."""
         w.exposed = True
         self.version += 1
-        self.shape_version += 1
+        self.exposures += 1
         group = self.exposed.setdefault((w.charged, w.allocation, w.priority), {})
         for name, gpus in w.hosts.items():
             self.hosts[name].exposed += len(gpus)
             group.setdefault(name, {})[w.id] = len(gpus)
+            self.changed_hosts[name] = None
 
     def unexpose(self, w: Workload) -> None:
         if not w.exposed:

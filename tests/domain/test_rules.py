@@ -1019,3 +1019,36 @@ def test_a_plugin_policy_without_preemption_scope_survives_a_group_first_seen_mi
         assert c.pending() == {"a-later", "b-later"}
     finally:
         ORDERING.pop("test-priority-only", None)
+
+
+def test_a_gang_preempts_once_a_completion_lets_it_clear_enough_hosts() -> None:
+    """A completion runs a light cycle; a gang used to preempt only in full cycles, so
+    it waited past the moment the freed GPUs made a host clearable (until the next
+    protection end or window edge). It now looks as soon as a changed host could be
+    cleared for it."""
+    c = cluster(hosts=2).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 8, "b-0", allocation="lab/b")
+    c.occupy("h1", 4, "b-1", allocation="lab/b")
+    c.occupy("h1", 4, "a-1", allocation="lab/a", min_runtime="2h")
+    c.at("20m").submit("gang", "lab/a", gpus=16)  # h1 holds lab/a's own work: no plan
+    assert c.placed("gang") is None
+    c.at("30m").finish("a-1")
+    placed = c.placed("gang")
+    assert placed is not None and placed.time == c.now
+    assert sorted(p.workload for p in c.preemptions()) == ["b-0", "b-1"]
+
+
+def test_a_protection_end_lets_waiting_work_preempt_without_a_full_cycle() -> None:
+    """A protection end adds victims only on its hosts: the cycle it triggers searches
+    there (light) but judges on fresh ratios, as a full cycle would."""
+    c = cluster(hosts=2).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 8, "b-long", allocation="lab/b", min_runtime="2h")
+    c.occupy("h1", 8, "b-short", allocation="lab/b", min_runtime="15m")
+    c.at("5m").submit("a-next", "lab/a", gpus=4)
+    assert c.placed("a-next") is None  # everything protected
+    c.at("16m").tick()
+    placed = c.placed("a-next")
+    assert placed is not None and list(placed.hosts) == ["h1"]
+    (preemption,) = c.preemptions()
+    assert preemption.workload == "b-short"
+    assert preemption.explain["rule"] == "ratio"
