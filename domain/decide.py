@@ -327,9 +327,12 @@ class Cycle:
         else:
             ranking = last.ranking if light else s.ordering.rank(s, self.now)
         self.ranking = ranking
+        # what changes during this cycle (work exposed the moment it is placed, GPUs a
+        # preemption left over) is for the next one to look at
+        changed, s.changed_hosts = s.changed_hosts, {}
         if light:
             self.reservations, self.holders = dict(last.reservations), MAX_RESERVATIONS
-            self.light_hosts = frozenset(s.changed_hosts)
+            self.light_hosts = frozenset(changed)
             last_holder_key = last.last_holder_key
             edge = last.edge
         else:
@@ -385,7 +388,6 @@ class Cycle:
             if exhausted == len(fewest):
                 break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
-        s.changed_hosts.clear()
         s.blocked = Blocked(
             version=s.version,
             shape_version=s.shape_version,
