@@ -522,8 +522,14 @@ class Cycle:
         light = self.light_hosts
         if light is None:
             return True
-        _, totals = self._victims(w)
         hosts = self.state.hosts
+        for name in light:  # a cheap bound first: some changed host all free or exposed
+            h = hosts.get(name)
+            if h is not None and h.healthy and len(h.free) + h.exposed >= h.gpus:
+                break
+        else:
+            return False
+        _, totals = self._victims(w)
         for name in light:
             h = hosts.get(name)
             if h is None or not h.healthy:
