@@ -630,7 +630,7 @@ class Cycle:
         may_preempt = s.ordering.may_preempt
         workloads = s.workloads
         # a victim's sort key depends on the cycle's ranks and on fields fixed while it
-        # runs (emit drops the entry of a workload placed again)
+        # runs (evolve drops the entry of a workload placed again)
         keys = self.victim_keys
         if keys.get(None) is not ranks:
             if keys.get(None) != ranks:  # a new order: new keys
