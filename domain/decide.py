@@ -505,13 +505,16 @@ class Cycle:
         self.place(w, allocated, hosts, preempted)
         return True
 
-    def may_fit_on_changed_host(self, need: int) -> bool:
-        """Could `need` GPUs fit on a changed host of a light cycle if all its work past
-        protection were preempted? (A cheap bound before looking for victims.)"""
+    def changed_host_could_hold(self, need: int | None) -> bool:
+        """Could a changed host of a light cycle hold `need` GPUs (None: be cleared
+        whole) if all its work past protection were preempted? A cheap bound before
+        looking for victims."""
         hosts = self.state.hosts
         for name in self.light_hosts or ():
             h = hosts.get(name)
-            if h is not None and len(h.free) + h.exposed >= need:
+            if h is None or not h.healthy:
+                continue
+            if len(h.free) + h.exposed >= (h.gpus if need is None else need):
                 return True
         return False
 
@@ -522,14 +525,10 @@ class Cycle:
         light = self.light_hosts
         if light is None:
             return True
-        hosts = self.state.hosts
-        for name in light:  # a cheap bound first: some changed host all free or exposed
-            h = hosts.get(name)
-            if h is not None and h.healthy and len(h.free) + h.exposed >= h.gpus:
-                break
-        else:
+        if not self.changed_host_could_hold(None):
             return False
         _, totals = self._victims(w)
+        hosts = self.state.hosts
         for name in light:
             h = hosts.get(name)
             if h is None or not h.healthy:
@@ -734,7 +733,7 @@ class Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
-        if self.light_hosts is not None and not self.may_fit_on_changed_host(need):
+        if self.light_hosts is not None and not self.changed_host_could_hold(need):
             return None  # light cycle: no changed host could hold `w` even cleared
         found, totals = self._victims(w)
         hosts = s.hosts
