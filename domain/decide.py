@@ -593,9 +593,10 @@ class Cycle:
 
         Built from the exposed groups (work past protection, grouped by the fields the
         rules read), asking the policy once per group, so its cost is the number of
-        eligible victims, not of running work. Cached per cycle by (allocation,
-        priority, GPUs) — reclaim reads the beneficiary's size — and cleared by every
-        preemption or placement (both change the usage rates reclaim compares).
+        eligible victims, not of running work; a light cycle reads only its changed
+        hosts. Cached per cycle by (allocation, priority, GPUs, everywhere) — reclaim
+        reads the beneficiary's size — and cleared by every preemption or placement
+        (both change the usage rates reclaim compares).
         """
         return self._victims(w)[0]
 
