@@ -220,6 +220,8 @@ def submit(
     from streams.inbox import make_request, new_ulid, open_inbox, outcome_of
 
     with one_line_errors():
+        if gpus < 1:  # the scheduler would reject it; say so now, in one line
+            raise RequestError(f"--gpus {gpus}: a workload needs at least 1 GPU")
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
         expected_s = _duration("--expected-runtime", expected_runtime)
@@ -386,7 +388,11 @@ def host_register(
     as_: AsOpt = None,
 ) -> None:
     """Register a host and its GPUs (admins only, when admins are set)."""
+    from domain.admission import MAX_HOST_GPUS
+
     with one_line_errors():
+        if not 1 <= gpus <= MAX_HOST_GPUS:  # the scheduler would reject it
+            raise RequestError(f"GPUS {gpus}: a host has 1 to {MAX_HOST_GPUS} GPUs")
         target, request = _send(
             kafka, data, "host.registered", cluster=cluster, actor=as_, host=host, gpus=gpus
         )

@@ -252,11 +252,11 @@ def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "error"),
     [
-        (["--allocation", "lab/olmo", "--gpus", "0", "--min-runtime", "15m"], "gpus must be at least 1"),
+        (["--allocation", "lab/olmo", "--gpus", "999", "--min-runtime", "15m"], "asks for 999 GPUs"),
         (["--allocation", "lab/olmo", "--gpus", "1", "--min-runtime", "9h"], "exceeds the cap"),
         (["--allocation", "lab/olmp", "--gpus", "1", "--min-runtime", "15m"], "unknown allocation 'lab/olmp'; did you mean lab/olmo"),
     ],
-    ids=["gpus-0", "min-runtime-9h", "unknown-allocation"],
+    ids=["more-gpus-than-the-cluster", "min-runtime-9h", "unknown-allocation"],
 )  # fmt: skip
 def test_bad_submissions_end_in_a_clear_rejection(
     cluster: Path, flags: list[str], error: str
@@ -279,6 +279,10 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert line.startswith("error: --min-runtime '15x': not a duration")
     line = one_line_error(allot(*base, "--min-runtime", "1m", "--runtime=-3h"))
     assert "--runtime" in line
+    line = one_line_error(allot(*base[:-1], "0", "--min-runtime", "15m"))
+    assert line == "error: --gpus 0: a workload needs at least 1 GPU"
+    line = one_line_error(allot("host", "register", "h9", "2000", "--data", str(cluster)))
+    assert line == "error: GPUS 2000: a host has 1 to 1024 GPUs"
     assert (cluster / "inbox.jsonl").read_bytes() == inbox  # nothing was sent
 
     result = allot("submit", "--allocation", "lab/olmo", "--gpus", "1", "--min-runtime", "1m")
