@@ -372,6 +372,19 @@ def open_inbox(target: Any) -> InboxWriter:
     )
 
 
+def verdict_on(ref: str) -> Match:
+    """Matches the journal record that accepts the request `ref` (the input itself,
+    journaled under its own id) or rejects it (a `*.rejected` whose `ref` is it)."""
+
+    def match(record: dict[str, Any]) -> bool:
+        kind = record.get("type")
+        if isinstance(kind, str) and kind.endswith(".rejected"):
+            return record.get("ref") == ref
+        return record.get("id") == ref
+
+    return match
+
+
 def outcome_of(workload: str | None = None, ref: str | None = None) -> Match:
     """Matches the journal record that decides a submission: `workload.placed` or
     `workload.rejected` for `workload` (or a rejection whose `ref` is the request id)."""

@@ -130,6 +130,16 @@ def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
     typer.echo(f"{verb} (request {request['id']} to {target.label})")
 
 
+def _no_scheduler_hint(target: Target) -> str:
+    """Why a wait for the scheduler may have timed out, when we can tell."""
+    if target.data is not None:
+        from streams.embedded import serving_pid
+
+        if serving_pid(target.data) is None:
+            return f"; no `allot serve --data {target.data}` is running"
+    return ""
+
+
 def _when(ts: Any) -> str:
     try:
         return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
@@ -273,12 +283,7 @@ def submit(
     if wait is None:
         return
     if outcome is None:
-        hint = ""
-        if target.data is not None:
-            from streams.embedded import serving_pid
-
-            if serving_pid(target.data) is None:
-                hint = f"; no `allot serve --data {target.data}` is running"
+        hint = _no_scheduler_hint(target)
         typer.echo(f"Workload {workload} still pending after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
     typer.echo(describe_outcome(outcome), err=parsable)
@@ -295,16 +300,29 @@ def cancel(
             "job array, e.g. 'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
         ),
     ],
+    wait: Annotated[
+        float | None,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            help="Wait up to SECONDS for the scheduler's verdict on the cancel; exit 1 if "
+            "it was rejected (e.g. not yours to cancel) or none came.",
+        ),
+    ] = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
     """Cancel workloads (their submitter, their allocation's managers or an admin may)."""
-    from streams.inbox import make_request, open_inbox
+    from streams.inbox import make_request, open_inbox, verdict_on
 
     with one_line_errors():
+        if wait is not None and not wait >= 0:
+            raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
         ids = expand_ids(workloads)
+        if wait is not None and len(ids) > 1:
+            raise RequestError("--wait works for one workload; follow several with `allot queue`")
         target = resolve_target(kafka, data)
         actor = whoami(as_)
         requests = [
@@ -313,7 +331,10 @@ def cancel(
         ]
         writer = open_inbox(target)
         try:
-            writer.send(requests)
+            if wait is None:
+                writer.send(requests)
+            else:
+                verdict = writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait)
         finally:
             writer.close()
     if len(requests) == 1:
@@ -322,6 +343,16 @@ def cancel(
         typer.echo(
             f"Cancel of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.label})"
         )
+    if wait is None:
+        return
+    if verdict is None:
+        hint = _no_scheduler_hint(target)
+        typer.echo(f"No verdict on the cancel of {ids[0]} after {wait:g} s{hint}", err=True)
+        raise typer.Exit(1)
+    if verdict.get("type", "").endswith(".rejected"):
+        typer.echo(f"Cancel of workload {ids[0]} rejected: {verdict.get('error')}")
+        raise typer.Exit(1)
+    typer.echo(f"Workload {ids[0]} cancelled")
 
 
 budget_app = typer.Typer(

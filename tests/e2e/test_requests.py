@@ -185,10 +185,13 @@ def test_submit_waits_until_placed(cluster: Path) -> None:
     )
     assert placed["cause"] == submitted["id"] and placed["charged"] is True
 
-    # cancel it: the submitter may
-    result = allot("cancel", workload, "--data", str(cluster), "--as", "alice")
+    # cancel it: another member may not (and --wait says so), the submitter may
+    result = allot("cancel", workload, "--data", str(cluster), "--as", "bob", "--wait", "20")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"Cancel of workload {workload} rejected: 'bob' may not cancel" in result.stdout
+    result = allot("cancel", workload, "--data", str(cluster), "--as", "alice", "--wait", "20")
     assert result.returncode == 0, result.stderr
-    assert "Cancel of workload" in result.stdout
+    assert result.stdout.splitlines()[-1] == f"Workload {workload} cancelled"
     wait_for(cluster, lambda r: r["type"] == "workload.cancelled" and r["workload"] == workload)
 
 
@@ -318,6 +321,19 @@ def test_submit_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     assert result.returncode == 1
     assert result.stdout.startswith("Submitted workload ")
     assert "still pending after 0.3 s; no `allot serve" in result.stderr
+    assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> None:
+    data = tmp_path / "idle"
+    result = allot("cancel", "w1", "--data", str(data), "--wait", "0.3")
+    assert result.returncode == 1
+    assert result.stdout.startswith("Cancel of workload w1 sent")
+    assert "No verdict on the cancel of w1 after 0.3 s; no `allot serve" in result.stderr
+    assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
+    # several at once: follow them with `allot queue` instead (nothing is sent)
+    line = one_line_error(allot("cancel", "w1", "w2", "--data", str(data), "--wait", "1"))
+    assert line.startswith("error: --wait works for one workload")
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
 
 
