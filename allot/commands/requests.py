@@ -105,6 +105,39 @@ def expand_ids(ids: list[str]) -> list[str]:
     return list(out)
 
 
+WaitOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--wait",
+        metavar="SECONDS",
+        help="Wait up to SECONDS for the scheduler's verdict; exit 1 if it rejected the "
+        "request (the reason is printed) or none came.",
+    ),
+]
+
+
+def _check_wait(wait: float | None) -> None:
+    if wait is not None and not wait >= 0:
+        raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
+
+
+def _send_all(
+    target: Target, requests: list[dict[str, Any]], wait: float | None
+) -> dict[str, Any] | None:
+    """Send; with `wait`, also return the journal's verdict on the first request (None:
+    none came in time)."""
+    from streams.inbox import open_inbox, verdict_on
+
+    writer = open_inbox(target)
+    try:
+        if wait is None:
+            writer.send(requests)
+            return None
+        return writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait)
+    finally:
+        writer.close()
+
+
 def _send(
     kafka: str | None,
     data: Any,
@@ -112,22 +145,35 @@ def _send(
     *,
     cluster: str,
     actor: str | None,
+    wait: float | None = None,
     **fields: Any,
-) -> tuple[Target, dict[str, Any]]:
-    from streams.inbox import make_request, open_inbox
+) -> tuple[Target, dict[str, Any], dict[str, Any] | None]:
+    from streams.inbox import make_request
 
+    _check_wait(wait)
     target = resolve_target(kafka, data)
     request = make_request(kind, cluster=cluster, actor=whoami(actor), **fields)
-    writer = open_inbox(target)
-    try:
-        writer.send([request])
-    finally:
-        writer.close()
-    return target, request
+    return target, request, _send_all(target, [request], wait)
 
 
 def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
     typer.echo(f"{verb} (request {request['id']} to {target.label})")
+
+
+def _report_verdict(
+    what: str, done: str, target: Target, wait: float | None, verdict: dict[str, Any] | None
+) -> None:
+    """After `--wait`: `done` if the scheduler accepted `what`, else why not (exit 1)."""
+    if wait is None:
+        return
+    if verdict is None:
+        hint = _no_scheduler_hint(target)
+        typer.echo(f"No verdict on {what} after {wait:g} s{hint}", err=True)
+        raise typer.Exit(1)
+    if str(verdict.get("type", "")).endswith(".rejected"):
+        typer.echo(f"{what[0].upper()}{what[1:]} rejected: {verdict.get('error')}")
+        raise typer.Exit(1)
+    typer.echo(done)
 
 
 def _no_scheduler_hint(target: Target) -> str:
@@ -235,8 +281,7 @@ def submit(
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
         expected_s = _duration("--expected-runtime", expected_runtime)
-        if wait is not None and not wait >= 0:
-            raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
+        _check_wait(wait)
         tasks = None if array is None else parse_array(array)
         if tasks is not None and wait is not None:
             raise RequestError("--wait works for one workload; follow an array with `allot queue`")
@@ -300,26 +345,17 @@ def cancel(
             "job array, e.g. 'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
         ),
     ],
-    wait: Annotated[
-        float | None,
-        typer.Option(
-            "--wait",
-            metavar="SECONDS",
-            help="Wait up to SECONDS for the scheduler's verdict on the cancel; exit 1 if "
-            "it was rejected (e.g. not yours to cancel) or none came.",
-        ),
-    ] = None,
+    wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
     """Cancel workloads (their submitter, their allocation's managers or an admin may)."""
-    from streams.inbox import make_request, open_inbox, verdict_on
+    from streams.inbox import make_request
 
     with one_line_errors():
-        if wait is not None and not wait >= 0:
-            raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
+        _check_wait(wait)
         ids = expand_ids(workloads)
         if wait is not None and len(ids) > 1:
             raise RequestError("--wait works for one workload; follow several with `allot queue`")
@@ -329,30 +365,16 @@ def cancel(
             make_request("workload.cancelled", cluster=cluster, actor=actor, workload=wid)
             for wid in ids
         ]
-        writer = open_inbox(target)
-        try:
-            if wait is None:
-                writer.send(requests)
-            else:
-                verdict = writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait)
-        finally:
-            writer.close()
+        verdict = _send_all(target, requests, wait)
     if len(requests) == 1:
         _sent(f"Cancel of workload {ids[0]} sent", target, requests[0])
     else:
         typer.echo(
             f"Cancel of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.label})"
         )
-    if wait is None:
-        return
-    if verdict is None:
-        hint = _no_scheduler_hint(target)
-        typer.echo(f"No verdict on the cancel of {ids[0]} after {wait:g} s{hint}", err=True)
-        raise typer.Exit(1)
-    if verdict.get("type", "").endswith(".rejected"):
-        typer.echo(f"Cancel of workload {ids[0]} rejected: {verdict.get('error')}")
-        raise typer.Exit(1)
-    typer.echo(f"Workload {ids[0]} cancelled")
+    _report_verdict(
+        f"the cancel of workload {ids[0]}", f"Workload {ids[0]} cancelled", target, wait, verdict
+    )
 
 
 budget_app = typer.Typer(
@@ -372,6 +394,7 @@ def budget_set(
     member: Annotated[
         list[str] | None, typer.Option("--member", help="May submit to it (repeatable).")
     ] = None,
+    wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
@@ -379,7 +402,7 @@ def budget_set(
 ) -> None:
     """Create an allocation or change its weight (managers of its parent or an admin)."""
     with one_line_errors():
-        target, request = _send(
+        target, request, verdict = _send(
             kafka,
             data,
             "budget.set",
@@ -389,13 +412,16 @@ def budget_set(
             weight=weight,
             managers=manager,
             members=member,
+            wait=wait,
         )
     _sent(f"Budget change for {path} (weight {weight:g}) sent", target, request)
+    _report_verdict(f"the budget change for {path}", f"Budget of {path} set", target, wait, verdict)
 
 
 @budget_app.command("remove")
 def budget_remove(
     path: Annotated[str, typer.Argument(help="Allocation path to remove (no children).")],
+    wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
@@ -403,16 +429,18 @@ def budget_remove(
 ) -> None:
     """Remove an allocation that has no children and no live workloads."""
     with one_line_errors():
-        target, request = _send(
-            kafka, data, "budget.removed", cluster=cluster, actor=as_, allocation=path
+        target, request, verdict = _send(
+            kafka, data, "budget.removed", cluster=cluster, actor=as_, allocation=path, wait=wait
         )
     _sent(f"Removal of {path} sent", target, request)
+    _report_verdict(f"the removal of {path}", f"Allocation {path} removed", target, wait, verdict)
 
 
 @host_app.command("register")
 def host_register(
     host: Annotated[str, typer.Argument(help="Host name.")],
     gpus: Annotated[int, typer.Argument(help="Number of GPUs on the host.")],
+    wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
@@ -424,10 +452,14 @@ def host_register(
     with one_line_errors():
         if not 1 <= gpus <= MAX_HOST_GPUS:  # the scheduler would reject it
             raise RequestError(f"GPUS {gpus}: a host has 1 to {MAX_HOST_GPUS} GPUs")
-        target, request = _send(
-            kafka, data, "host.registered", cluster=cluster, actor=as_, host=host, gpus=gpus
-        )
+        target, request, verdict = _send(
+            kafka, data, "host.registered", cluster=cluster, actor=as_, host=host, gpus=gpus,
+            wait=wait,
+        )  # fmt: skip
     _sent(f"Registration of host {host} ({gpus} GPUs) sent", target, request)
+    _report_verdict(
+        f"the registration of host {host}", f"Host {host} registered", target, wait, verdict
+    )
 
 
 @host_app.command("health")
@@ -442,6 +474,7 @@ def host_health(
         ),
     ],
     reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
+    wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
@@ -449,7 +482,7 @@ def host_health(
 ) -> None:
     """Report a host healthy or unhealthy (unhealthy: no new work, drained when empty)."""
     with one_line_errors():
-        target, request = _send(
+        target, request, verdict = _send(
             kafka,
             data,
             "host.health",
@@ -458,9 +491,13 @@ def host_health(
             host=host,
             healthy=healthy,
             reason=reason,
+            wait=wait,
         )
     state = "healthy" if healthy else "unhealthy"
     _sent(f"Host {host} reported {state}", target, request)
+    _report_verdict(
+        f"the health report of {host}", f"Host {host} marked {state}", target, wait, verdict
+    )
 
 
 COMMANDS: dict[str, Callable[..., None]] = {"submit": submit, "cancel": cancel}

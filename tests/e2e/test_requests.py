@@ -188,7 +188,7 @@ def test_submit_waits_until_placed(cluster: Path) -> None:
     # cancel it: another member may not (and --wait says so), the submitter may
     result = allot("cancel", workload, "--data", str(cluster), "--as", "bob", "--wait", "20")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"Cancel of workload {workload} rejected: 'bob' may not cancel" in result.stdout
+    assert f"The cancel of workload {workload} rejected: 'bob' may not cancel" in result.stdout
     result = allot("cancel", workload, "--data", str(cluster), "--as", "alice", "--wait", "20")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == f"Workload {workload} cancelled"
@@ -222,14 +222,25 @@ def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path)
     )
     assert rejected["allocation"] == "lab/olmo"
     assert "'mallory' is not a manager of 'lab'" in rejected["error"]
+    # --wait prints the scheduler's verdict and exits 1 on a rejection
+    result = allot(
+        "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory",
+        "--wait", "20",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith(
+        "The budget change for lab/olmo rejected: 'mallory' is not a manager of 'lab'"
+    )
 
     # the manager may, and may remove what has no work
-    assert (
-        allot("budget", "set", "lab/tmp", "1", "--data", str(cluster), "--as", "pm").returncode == 0
+    result = allot(
+        "budget", "set", "lab/tmp", "1", "--data", str(cluster), "--as", "pm", "--wait", "20"
     )
-    assert (
-        allot("budget", "remove", "lab/tmp", "--data", str(cluster), "--as", "pm").returncode == 0
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "Budget of lab/tmp set"
+    result = allot(
+        "budget", "remove", "lab/tmp", "--data", str(cluster), "--as", "pm", "--wait", "20"
     )
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "Allocation lab/tmp removed"
     removed = wait_for(cluster, lambda r: r["type"] == "budget.removed")
     assert removed["allocation"] == "lab/tmp" and removed["actor"] == "pm"
 
@@ -242,12 +253,22 @@ def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
     assert result.returncode == 0, result.stderr
     health = wait_for(cluster, lambda r: r["type"] == "host.health" and r["host"] == "h2")
     assert health["healthy"] is False and health["reason"] == "ECC errors"
-    result = allot("host", "health", "h2", "--healthy", "--data", str(cluster), "--as", ADMIN)
+    result = allot(
+        "host", "health", "h2", "--healthy", "--data", str(cluster), "--as", ADMIN, "--wait", "20"
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "Host h2 marked healthy"
     wait_for(cluster, lambda r: r["type"] == "host.health" and r["healthy"] is True)
 
     result = allot("host", "register", "h9", "8", "--data", str(cluster), "--as", "eve")
     assert result.returncode == 0, result.stderr
+    result = allot(
+        "host", "register", "h9", "8", "--data", str(cluster), "--as", "eve", "--wait", "20"
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1].startswith(
+        "The registration of host h9 rejected: 'eve' may not register hosts"
+    )
     rejected = wait_for(cluster, lambda r: r["type"] == "host.rejected" and r["actor"] == "eve")
     assert "may not register hosts" in rejected["error"]
 
@@ -329,7 +350,7 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     result = allot("cancel", "w1", "--data", str(data), "--wait", "0.3")
     assert result.returncode == 1
     assert result.stdout.startswith("Cancel of workload w1 sent")
-    assert "No verdict on the cancel of w1 after 0.3 s; no `allot serve" in result.stderr
+    assert "No verdict on the cancel of workload w1 after 0.3 s; no `allot serve" in result.stderr
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
     # several at once: follow them with `allot queue` instead (nothing is sent)
     line = one_line_error(allot("cancel", "w1", "w2", "--data", str(data), "--wait", "1"))
