@@ -472,6 +472,12 @@ def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
         assert result.returncode == 0, (result.stdout, result.stderr)
         workload = result.stdout.strip()
         assert "placed on h1" in result.stderr
+        # a verdict read back from the journal topic: another user may not cancel it
+        result = allot(
+            "cancel", workload, "--as", "mallory", "--wait", "60", environ=environ, timeout=120
+        )
+        assert result.returncode == 1, (result.stdout, result.stderr)
+        assert f"The cancel of workload {workload} rejected: 'mallory' may not" in result.stdout
         result = allot("queue", "--json", environ=environ)
         assert result.returncode == 0, result.stderr
         rows = orjson.loads(result.stdout)["workloads"]
