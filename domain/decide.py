@@ -11,7 +11,7 @@ from domain import events as ev
 from domain.evolve import evolve
 from domain.fairshare import Ranking, diverging, entitlement, outranks
 from domain.policies.ordering import BUILTIN as _BUILTIN_ORDERINGS
-from domain.state import Host, State, Workload, head
+from domain.state import PENDING, Host, State, Workload, head
 from domain.tree import ancestor_chain
 
 
@@ -473,8 +473,8 @@ class Cycle:
             return True
         holder_id, start = held
         holder = self.state.workloads.get(holder_id)
-        if holder is None:
-            return True  # cancelled since: its hosts are held for no one
+        if holder is None or holder.state != PENDING:
+            return True  # cancelled or started since: its hosts are held for no one
         if self.now + w.min_runtime > start:
             return False
         as_victim = replace(w, charged=True, protected_until=self.now + w.min_runtime)
@@ -939,10 +939,14 @@ class Cycle:
             explain["ratio"] = _num(self.ranking.ratios.get(w.allocation, math.inf))
         if preempted:
             explain["preempted"] = preempted
+        workloads = s.workloads
         backfilled = [
             held
             for name in hosts
-            if (held := self.reservations.get(name)) is not None and held[0] != w.id
+            if (held := self.reservations.get(name)) is not None
+            and held[0] != w.id
+            and (holder := workloads.get(held[0])) is not None
+            and holder.state == PENDING  # a started holder holds nothing any more
         ]
         if backfilled:
             explain["backfill"] = {"reserved_for": backfilled[0][0], "from": _num(backfilled[0][1])}

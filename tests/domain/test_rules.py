@@ -584,6 +584,23 @@ def test_cancelling_waiting_work_reruns_the_cycle_only_when_it_can_unblock(
     assert c.pending() == {"big", "late", "late-short"} - {cancelled} - placed
 
 
+def test_a_started_holder_no_longer_keeps_allocated_work_off_its_hosts() -> None:
+    """Regression: the holder started on part of its reserved host in a light cycle
+    (a completion), which kept the reservation; allocated work then could not use the
+    host's other GPUs, though nothing was held any more, until the next full cycle."""
+    c = cluster(hosts=2).tree({"lab/a": 1, "lab/b": 1, "lab/c": 1})
+    c.occupy("h0", 8, "a-1h", min_runtime="1h")
+    c.occupy("h1", 8, "a-2h", min_runtime="2h")
+    c.at("1m").submit("big", "lab/b", gpus=6, min_runtime="3h")
+    assert c.placed("big") is None and c.state.blocked.reservations.keys() == {"h0"}
+    c.at("30m").finish("a-1h")  # frees h0: a light cycle starts the holder there
+    assert set(c.placed("big").hosts) == {"h0"}
+    c.at("31m").submit("late", "lab/c", gpus=2, min_runtime="2h")
+    late = c.placed("late")
+    assert late is not None and late.hosts == {"h0": (6, 7)}
+    assert "backfill" not in late.explain  # nothing is reserved for a running workload
+
+
 def test_large_job_gets_the_hosts_that_free_soonest() -> None:
     c = _fragmented(True)
     c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
