@@ -22,6 +22,24 @@ from allot.commands import (
     views,
 )
 
+
+def _no_value_shown_for_flags() -> None:
+    """typer 0.29's rich help labels on/off flags `<bool>` (`--resumable <bool>`, even
+    `--help <bool>`), as if they took a value; they take none, so show no type."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "_allot_flags_fixed", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich._allot_flags_fixed = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich
+
+
+_no_value_shown_for_flags()
+
 app = typer.Typer(
     name="allot",
     help=(

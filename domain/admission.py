@@ -173,6 +173,12 @@ def _live(state: State, workload_id: str) -> Any:
     if w is None:
         if workload_id in state.ended:
             raise Rejected(f"workload {workload_id!r} has already ended")
+        if any(f"{workload_id}_{i}" in state.workloads for i in (0, 1)):  # cheap probe
+            raise Rejected(
+                f"unknown workload {workload_id!r}; it names a job array: cancel its tasks "
+                f"as '{workload_id}_[SPEC]', e.g. '{workload_id}_[0-15]' "
+                f"(`allot queue -j {workload_id}` lists them)"
+            )
         raise Rejected(f"unknown workload {workload_id!r}; `allot queue` lists live ones")
     return w
 

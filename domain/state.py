@@ -56,6 +56,15 @@ class Workload:
         return self.min_runtime > 0
 
 
+def id_order(wid: str) -> tuple[str, int, str]:
+    """The queue's last tie-break: the workload id, but array tasks (`BASE_N`) by index,
+    as Slurm runs them (`BASE_4` before `BASE_10`); other ids by their text."""
+    base, sep, index = wid.rpartition("_")
+    if sep and index.isascii() and index.isdigit():
+        return (base, int(index), wid)
+    return (wid, -1, wid)
+
+
 @dataclass(slots=True)
 class Host:
     name: str
@@ -165,7 +174,7 @@ class State:
 
     def enqueue(self, w: Workload) -> None:
         w.state = PENDING
-        w.queue_key = (*self.ordering.queue_key(w), w.id)
+        w.queue_key = (*self.ordering.queue_key(w), *id_order(w.id))
         key: BucketKey = (w.allocation, w.gpus, w.wants_allocation, self.short_small(w))
         w.bucket = key
         item = (w.queue_key, w.id)

@@ -8,10 +8,12 @@ decides; `allot submit --wait N` waits for its verdict in the journal.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -64,13 +66,15 @@ MAX_ARRAY_TASKS = 10_000
 _TASKS = re.compile(r"^(?P<base>.+)_\[(?P<spec>[^\]]+)\]$")
 
 
-def parse_array(spec: str) -> list[int]:
+def parse_array(spec: str, what: str | None = None) -> list[int]:
     """Task indexes from Slurm's `--array` syntax: `0-15`, `1,3,5-7`, `0-15:4` (every
     4th). Sorted, without repeats; at most MAX_ARRAY_TASKS. (`%N`, Slurm's limit on
-    tasks running at once, is not supported: fair share decides what runs.)"""
+    tasks running at once, is not supported: fair share decides what runs.) `what`
+    names the spec in errors (default: the `--array` option)."""
+    what = what or f"--array {spec!r}"
     if "%" in spec:
         raise RequestError(
-            f"--array {spec!r}: '%N' (tasks at once) is not supported; fair share and the "
+            f"{what}: '%N' (tasks at once) is not supported; fair share and the "
             "allocation's budget decide how many run"
         )
     tasks: set[int] = set()
@@ -78,16 +82,15 @@ def parse_array(spec: str) -> list[int]:
         m = re.fullmatch(r"\s*(\d+)(?:-(\d+)(?::(\d+))?)?\s*", part)
         if m is None:
             raise RequestError(
-                f"--array {spec!r}: {part.strip()!r} is not N, N-M or N-M:STEP "
-                "(e.g. 0-15, 1,3,5-7, 0-15:4)"
+                f"{what}: {part.strip()!r} is not N, N-M or N-M:STEP (e.g. 0-15, 1,3,5-7, 0-15:4)"
             )
         first = int(m[1])
         last = int(m[2]) if m[2] is not None else first
         step = int(m[3]) if m[3] is not None else 1
         if last < first or step < 1:
-            raise RequestError(f"--array {spec!r}: {part.strip()!r} is an empty range")
+            raise RequestError(f"{what}: {part.strip()!r} is an empty range")
         if (last - first) // step + 1 + len(tasks) > MAX_ARRAY_TASKS:
-            raise RequestError(f"--array {spec!r}: more than {MAX_ARRAY_TASKS:,} tasks")
+            raise RequestError(f"{what}: more than {MAX_ARRAY_TASKS:,} tasks")
         tasks.update(range(first, last + 1, step))
     return sorted(tasks)
 
@@ -98,10 +101,15 @@ def expand_ids(ids: list[str]) -> list[str]:
     out: dict[str, None] = {}
     for given in ids:
         m = _TASKS.match(given)
-        if m is None:
-            out[given] = None
+        if m is not None:
+            tasks = parse_array(m["spec"], f"ID {given!r}")
+            out.update((f"{m['base']}_{i}", None) for i in tasks)
+        elif "[" in given or "]" in given:  # no generated id has brackets: a typo
+            raise RequestError(
+                f"ID {given!r}: name tasks of a job array as 'BASE_[SPEC]', e.g. 'BASE_[0-15]'"
+            )
         else:
-            out.update((f"{m['base']}_{i}", None) for i in parse_array(m["spec"]))
+            out[given] = None
     return list(out)
 
 
@@ -121,14 +129,27 @@ def _check_wait(wait: float | None) -> None:
         raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
 
 
+def _open_inbox(target: Target) -> Any:
+    from streams.inbox import open_inbox
+
+    if target.data is not None and not Path(target.data).exists():
+        # a typo in --data would otherwise leave the request where no scheduler looks
+        typer.echo(
+            f"note: {target.data} did not exist and was created; no scheduler reads it "
+            f"until `allot serve --data {target.data}` runs",
+            err=True,
+        )
+    return open_inbox(target)
+
+
 def _send_all(
     target: Target, requests: list[dict[str, Any]], wait: float | None
 ) -> dict[str, Any] | None:
     """Send; with `wait`, also return the journal's verdict on the first request (None:
     none came in time)."""
-    from streams.inbox import open_inbox, verdict_on
+    from streams.inbox import verdict_on
 
-    writer = open_inbox(target)
+    writer = _open_inbox(target)
     try:
         if wait is None:
             writer.send(requests)
@@ -273,7 +294,7 @@ def submit(
 ) -> None:
     """Submit a workload (or a job array). Prints `Submitted workload <id>`; the
     scheduler decides later."""
-    from streams.inbox import make_request, new_ulid, open_inbox, outcome_of
+    from streams.inbox import make_request, new_ulid, outcome_of
 
     with one_line_errors():
         if gpus < 1:  # the scheduler would reject it; say so now, in one line
@@ -307,7 +328,7 @@ def submit(
             )
             for wid in ids
         ]
-        writer = open_inbox(target)
+        writer = _open_inbox(target)
         try:
             if wait is None:
                 writer.send(requests)
@@ -383,7 +404,8 @@ budget_app = typer.Typer(
 host_app = typer.Typer(help="Register hosts and report their health.", no_args_is_help=True)
 
 
-@budget_app.command("set")
+# a negative WEIGHT would otherwise read as an unknown option ("No such option: -1")
+@budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def budget_set(
     path: Annotated[str, typer.Argument(help="Allocation path, e.g. lab/olmo/pretrain.")],
     weight: Annotated[float, typer.Argument(help="Share among its siblings (>= 0).")],
@@ -402,6 +424,8 @@ def budget_set(
 ) -> None:
     """Create an allocation or change its weight (managers of its parent or an admin)."""
     with one_line_errors():
+        if not (math.isfinite(weight) and weight >= 0):  # the scheduler would reject it
+            raise RequestError(f"WEIGHT {weight:g}: a weight is a finite number >= 0")
         target, request, verdict = _send(
             kafka,
             data,
@@ -466,13 +490,14 @@ def host_register(
 def host_health(
     host: Annotated[str, typer.Argument(help="Host name.")],
     healthy: Annotated[
-        bool,
+        bool | None,
         typer.Option(
             "--healthy/--unhealthy",
-            help="Healthy hosts take work; unhealthy ones are cordoned and drained.",
+            help="Healthy hosts take work; unhealthy ones are cordoned and drained "
+            "(one of the two is required).",
             show_default=False,
         ),
-    ],
+    ] = None,
     reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
     wait: WaitOpt = None,
     kafka: KafkaOpt = None,
@@ -482,6 +507,8 @@ def host_health(
 ) -> None:
     """Report a host healthy or unhealthy (unhealthy: no new work, drained when empty)."""
     with one_line_errors():
+        if healthy is None:
+            raise RequestError(f"say --healthy or --unhealthy for host {host}")
         target, request, verdict = _send(
             kafka,
             data,

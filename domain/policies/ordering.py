@@ -1,5 +1,6 @@
 """Ordering policies (DESIGN §5 rule 4). Each is a comparator chain ending in a
-deterministic tie-break (submit time, then workload id)."""
+deterministic tie-break (submit time, then workload id — array tasks by index,
+`state.id_order`)."""
 
 from __future__ import annotations
 

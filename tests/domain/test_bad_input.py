@@ -314,6 +314,18 @@ def test_rejected_submission_does_not_reserve_its_workload_id() -> None:
     assert "fresh" in c.running()
 
 
+@pytest.mark.parametrize("first", [0, 1], ids=["from-0", "from-1"])
+def test_cancelling_a_job_arrays_base_id_says_how_to_name_its_tasks(first: int) -> None:
+    c = _cluster()
+    for i in range(first, first + 3):
+        c.send(submit(workload=f"arr_{i}")(c))
+    (r,) = c.send(make(ev.WorkloadCancelled, workload="arr", actor="alice")(c))
+    assert r.type == "workload.rejected"
+    assert "it names a job array" in r.error and "'arr_[0-15]'" in r.error
+    (r,) = c.send(make(ev.WorkloadCancelled, workload="ar", actor="alice")(c))
+    assert "job array" not in r.error  # only a base with tasks gets the hint
+
+
 def test_rejection_copies_what_was_rejected() -> None:
     c = _cluster()
     (r,) = c.send(submit(workload="x", allocation="lab/zzz", actor="alice")(c))

@@ -12,7 +12,7 @@ from domain import next_wakeup
 from domain.fairshare import Ranking
 from domain.policies import ORDERING, register_ordering
 from domain.policies.ordering import Fifo
-from domain.state import State, Workload
+from domain.state import State, Workload, id_order
 from tests.domain.builders import Cluster, cluster, seconds
 
 H = 3600.0
@@ -113,6 +113,11 @@ PENDING_ORDER_CASES = [
         ["earlier", "later"],
     ),
     (
+        # array tasks by index, as Slurm runs them (the id's text would put _10 first)
+        [(f"arr_{i}", "x", {}, 5) for i in (10, 9, 2, 4)] + [("arr", "x", {}, 5)],
+        ["arr", "arr_2", "arr_4", "arr_9", "arr_10"],
+    ),
+    (
         [("first", "x", {}, 0), ("second", "x", {}, 1)],
         ["first", "second"],
     ),
@@ -131,6 +136,7 @@ PENDING_ORDER_CASES = [
         "priority-inside-allocation",
         "priority-not-across-allocations",
         "id-breaks-ties",
+        "array-tasks-by-index",
         "submit-time",
         "unallocated-after-allocated",
     ],
@@ -141,6 +147,21 @@ def test_pending_order(jobs: list[tuple[str, str, dict, float]], expected: list[
     for wid, alloc, contract, offset in jobs:
         c.at(offset).submit(wid, alloc, **{"gpus": 1, "min_runtime": "15m", **contract})
     assert c.uncordon_all() == expected
+
+
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        (["j_10", "j_9", "j_1"], ["j_1", "j_9", "j_10"]),
+        (["j_2", "j", "j_x", "j_"], ["j", "j_2", "j_", "j_x"]),  # only a number is an index
+        (["j_02", "j_2", "j_1"], ["j_1", "j_02", "j_2"]),  # same index: the text decides
+        (["a_9", "b_1", "a_10"], ["a_9", "a_10", "b_1"]),  # the base first
+        (["j_\u0662", "j_1"], ["j_1", "j_\u0662"]),  # a non-ASCII digit is not an index
+    ],
+    ids=["by-index", "plain-ids", "leading-zeros", "base-first", "non-ascii-digit"],
+)
+def test_id_order_is_total_and_natural(ids: list[str], expected: list[str]) -> None:
+    assert sorted(ids, key=id_order) == expected
 
 
 def test_requeued_work_keeps_its_submit_time() -> None:

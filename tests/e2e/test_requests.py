@@ -316,8 +316,32 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert result.returncode == 2
     result = allot("cancel", "x", "--kafka", "nonsense")
     assert "expected HOST:PORT" in one_line_error(result)
-    result = allot("host", "health", "h1", "--data", str(cluster))
-    assert result.returncode == 2 and "--healthy" in result.stderr  # usage error from typer
+    line = one_line_error(allot("host", "health", "h1", "--data", str(cluster)))
+    assert line == "error: say --healthy or --unhealthy for host h1"
+    for weight, shown in (("nan", "nan"), ("inf", "inf"), ("-1", "-1"), ("-0.5", "-0.5")):
+        line = one_line_error(allot("budget", "set", "lab/x", weight, "--data", str(cluster)))
+        assert line == f"error: WEIGHT {shown}: a weight is a finite number >= 0"
+    assert (cluster / "inbox.jsonl").read_bytes() == inbox  # still nothing sent
+
+
+def test_a_data_folder_that_did_not_exist_is_named(tmp_path: Path) -> None:
+    """A typo in --data would leave the request where no scheduler looks: say so."""
+    typo = tmp_path / "lba"
+    args = ["--allocation", "lab/olmo", "--gpus", "1", "--min-runtime", "15m", "--data"]
+    result = allot("submit", *args, str(typo))
+    assert result.returncode == 0 and result.stdout.startswith("Submitted workload")
+    assert f"note: {typo} did not exist and was created" in result.stderr
+    assert f"until `allot serve --data {typo}` runs" in result.stderr
+    result = allot("cancel", "x", "--data", str(typo))
+    assert result.returncode == 0 and result.stderr == ""  # it exists now: no note
+
+
+def test_help_shows_no_value_for_on_off_flags() -> None:
+    out = allot("submit", "--help", environ=env(COLUMNS="120")).stdout
+    (resumable,) = [line for line in out.splitlines() if "--resumable" in line]
+    (gpus,) = [line for line in out.splitlines() if "--gpus" in line]
+    assert "<bool>" not in out and "<int>" in gpus, out
+    assert "Requeue" in resumable
 
 
 def test_an_unreachable_broker_is_one_clear_line_within_seconds() -> None:
@@ -565,7 +589,23 @@ def test_array_ids_expand_for_cancel() -> None:
         "Z_4",
         "Z_6",
     ]
-    assert expand_ids(["plain_id", "odd_[", "x_[]"]) == ["plain_id", "odd_[", "x_[]"]
+    assert expand_ids(["plain_id", "p_7"]) == ["plain_id", "p_7"]
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ("X_[3-1]", "ID 'X_[3-1]': '3-1' is an empty range"),
+        ("X_[0-3", "ID 'X_[0-3': name tasks of a job array as 'BASE_[SPEC]'"),
+        ("x_[]", "ID 'x_[]': name tasks of a job array as 'BASE_[SPEC]'"),
+        ("X_[0-9%2]", "ID 'X_[0-9%2]': '%N' (tasks at once) is not supported"),
+    ],
+    ids=["backwards", "unclosed", "empty", "throttle"],
+)
+def test_bad_array_patterns_in_ids_name_the_id(given: str, says: str) -> None:
+    """Not `--array`, which cancel does not have; and never sent as a literal id."""
+    with pytest.raises(RequestError, match=re.escape(says)):
+        expand_ids(["ok", given])
 
 
 def test_a_job_array_is_submitted_and_partly_cancelled(cluster: Path) -> None:
