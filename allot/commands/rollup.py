@@ -81,8 +81,8 @@ def rollup(
     healthy capacity, demand), summed), DELIVERED and DEMAND GPU-hours (pending + running
     allocated work). Every GPU-hour column is a sum over clusters and over children;
     DELIVERED is computed from sums, never averaged: met / owed, with met = min(received,
-    owed) per cluster and leaf (DESIGN §2's overall form; for a leaf on one cluster it is
-    min(1, received / owed)). CLUSTERS: where the allocation has a budget or work.
+    owed) per cluster and leaf (so a surplus on one cluster does not pay what another
+    owes; for a leaf on one cluster it is min(1, received / owed)). CLUSTERS: where the allocation has a budget or work.
     """
     from projections.rollup import Rollup, RollupError
     from streams.sources import SourceError, journal_lines

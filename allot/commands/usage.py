@@ -36,7 +36,8 @@ def usage(
     appended since the last.
 
     GPU-hours charged and unallocated, demand, owed, received and delivered per
-    allocation (DESIGN §2), folded incrementally: the table is saved with where it
+    allocation (owed per hour = min(share x healthy capacity, demand); delivered =
+    received / owed), folded incrementally: the table is saved with where it
     stopped in the journal (a file's offset, or each Kafka partition's), so the next
     run reads only what was appended."""
     from projections.usage_store import (
