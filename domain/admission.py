@@ -162,6 +162,8 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
             f"{format_duration(cap)} (max_min_runtime); ask for at most {format_duration(cap)} "
             "and make longer work resumable"
         )
+    if e.name is not None and not e.name.isprintable():
+        raise Rejected(f"name {e.name!r} has control characters (tabs, newlines); drop them")
     for name in ("runtime", "expected_runtime"):
         value = getattr(e, name)
         if value is not None and (not math.isfinite(value) or value < 0):
@@ -206,7 +208,8 @@ def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
 def _check_budget_target(state: State, path: str, actor: str) -> None:
     if not valid_path(path):
         raise Rejected(
-            f"invalid allocation path {path!r}: use names separated by '/', e.g. lab/olmo"
+            f"invalid allocation path {path!r}: use names separated by '/', without spaces "
+            "or control characters, e.g. lab/olmo"
         )
     parent = parent_of(path)
     if parent is None:

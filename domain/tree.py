@@ -29,7 +29,12 @@ def ancestor_chain(path: str) -> tuple[str, ...]:
 
 
 def valid_path(path: str) -> bool:
-    return bool(path) and all(part and part.strip() == part for part in path.split("/"))
+    """Names separated by '/': each non-empty, printable, without whitespace (a tab or
+    newline in a name would break every table and `squeue`-style line that shows it)."""
+    return bool(path) and all(
+        part and part.isprintable() and not any(c.isspace() for c in part)
+        for part in path.split("/")
+    )
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from allot.commands.common import (
     resolve_target,
     whoami,
 )
+from domain.tree import valid_path
 
 
 class RequestError(ValueError):
@@ -299,6 +300,8 @@ def submit(
     with one_line_errors():
         if gpus < 1:  # the scheduler would reject it; say so now, in one line
             raise RequestError(f"--gpus {gpus}: a workload needs at least 1 GPU")
+        if name is not None and not name.isprintable():
+            raise RequestError(f"--name {name!r}: no control characters (tabs, newlines)")
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
         expected_s = _duration("--expected-runtime", expected_runtime)
@@ -426,6 +429,10 @@ def budget_set(
     with one_line_errors():
         if not (math.isfinite(weight) and weight >= 0):  # the scheduler would reject it
             raise RequestError(f"WEIGHT {weight:g}: a weight is a finite number >= 0")
+        if not valid_path(path):
+            raise RequestError(
+                f"PATH {path!r}: names separated by '/', without spaces or control characters"
+            )
         target, request, verdict = _send(
             kafka,
             data,

@@ -79,6 +79,7 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
     ("unknown-allocation", submit(allocation="lab/zzz"), "workload.rejected", "'lab/zzz'"),
     ("close-match-hint", submit(allocation="lab/aa"), "workload.rejected", "did you mean lab/a"),
     ("non-leaf-allocation", submit(allocation="lab"), "workload.rejected", "'lab' is not a leaf"),
+    ("name-with-newline", submit(name="a\nb"), "workload.rejected", "control characters"),
     ("gpus-zero", submit(gpus=0), "workload.rejected", "got 0"),
     ("gpus-negative", submit(gpus=-3), "workload.rejected", "got -3"),
     ("gpus-above-cluster", submit(gpus=17), "workload.rejected", "17 GPUs"),
@@ -126,6 +127,18 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         make(ev.BudgetSet, allocation="lab//x", weight=1, actor="root"),
         "budget.rejected",
         "'lab//x'",
+    ),
+    (
+        "budget-path-with-tab",
+        make(ev.BudgetSet, allocation="lab/x\ty", weight=1, actor="boss"),
+        "budget.rejected",
+        "without spaces or control characters",
+    ),
+    (
+        "budget-path-with-space",
+        make(ev.BudgetSet, allocation="lab/my team", weight=1, actor="boss"),
+        "budget.rejected",
+        "'lab/my team'",
     ),
     (
         "budget-missing-parent",

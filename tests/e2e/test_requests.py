@@ -321,6 +321,10 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     for weight, shown in (("nan", "nan"), ("inf", "inf"), ("-1", "-1"), ("-0.5", "-0.5")):
         line = one_line_error(allot("budget", "set", "lab/x", weight, "--data", str(cluster)))
         assert line == f"error: WEIGHT {shown}: a weight is a finite number >= 0"
+    line = one_line_error(allot("budget", "set", "lab/my\tteam", "1", "--data", str(cluster)))
+    assert line.startswith("error: PATH 'lab/my\\tteam': names separated by '/', without")
+    line = one_line_error(allot(*base[:-1], "1", "--min-runtime", "1m", "--name", "a\nb"))
+    assert line == "error: --name 'a\\nb': no control characters (tabs, newlines)"
     assert (cluster / "inbox.jsonl").read_bytes() == inbox  # still nothing sent
 
 
