@@ -40,7 +40,7 @@ from domain import events as ev
 from domain.durations import format_duration
 from domain.fairshare import fair_tree
 from domain.fairshare import ratio as fair_ratio
-from domain.state import PENDING, RUNNING, Workload
+from domain.state import PENDING, RUNNING, Workload, id_order
 from domain.upcasting import upcast
 from projections.timeline import timeline
 from streams.codec import Undecodable, load_object
@@ -705,7 +705,14 @@ def find_workload(view: JournalView, wid: str) -> str:
     prefixed = [k for k in known if k.startswith(wid)]
     if len(prefixed) == 1:
         return prefixed[0]
-    close = sorted(prefixed)[:5] or difflib.get_close_matches(wid, list(known), n=5, cutoff=0.5)
+    if prefixed:  # an ambiguous prefix, e.g. the shared time part of ULIDs
+        shown = ", ".join(sorted(prefixed, key=id_order)[:5])
+        more = f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else ""
+        raise ViewError(
+            f"{wid!r} is the start of {len(prefixed)} workload ids ({shown}{more}); "
+            "give more of the id"
+        )
+    close = difflib.get_close_matches(wid, list(known), n=5, cutoff=0.5)
     hint = f"; did you mean: {', '.join(close)}?" if close else ""
     if not close and not known:
         hint = "; the journal has no workloads yet"

@@ -334,9 +334,9 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(
                 "--audit",
-                envvar="ALLOT_AUDIT",
+                envvar=["ALLOT_AUDIT_DB", "ALLOT_AUDIT"],
                 help="Read the history from this audit database (`allot audit load` keeps "
-                "it; default $ALLOT_AUDIT). Alone (no --data/--journal/--kafka on the "
+                "it; default $ALLOT_AUDIT_DB, as for the audit commands). Alone (no --data/--journal/--kafka on the "
                 "command line) it answers from the database only: no journal is read.",
                 show_default=False,
             ),

@@ -190,7 +190,7 @@ def test_why_placed_workload_quotes_explain(journal: Path, records: list[dict[st
         ),
         pytest.param(
             lambda j, d: ["why", "0-00000", "--journal", str(j)],
-            ["did you mean", "0-000001"],
+            ["is the start of", "0-000001", "give more of the id"],
             id="unknown-id",
         ),
         pytest.param(
