@@ -28,7 +28,6 @@ from allot.commands.common import (
     resolve_target,
     whoami,
 )
-from domain.tree import valid_path
 
 
 class RequestError(ValueError):
@@ -429,6 +428,8 @@ def budget_set(
     with one_line_errors():
         if not (math.isfinite(weight) and weight >= 0):  # the scheduler would reject it
             raise RequestError(f"WEIGHT {weight:g}: a weight is a finite number >= 0")
+        from domain.tree import valid_path  # imported here: audit commands start light
+
         if not valid_path(path):
             raise RequestError(
                 f"PATH {path!r}: names separated by '/', without spaces or control characters"
