@@ -524,7 +524,11 @@ def main() -> None:
     except Exception as why:
         if not isinstance(why, _user_errors()):
             raise
-        err.print(f"[red]error:[/] {why}")
+        from rich.markup import escape
+
+        # soft_wrap: one line however long (rich would break it at the console width, 80
+        # columns when stderr is not a terminal); escape: a message may hold [brackets]
+        err.print(f"[red]error:[/] {escape(str(why))}", soft_wrap=True)
         sys.exit(2)
 
 

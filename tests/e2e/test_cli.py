@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.cli import allot, allot_on_a_terminal
+from tests.e2e.cli import allot, allot_on_a_terminal, one_line_error
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny.yaml"
@@ -187,6 +187,20 @@ def test_bad_scenario_names_the_key(tmp_path: Path) -> None:
     result = allot("simulate", str(bad), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert "workloads[0].generate.rate_per_h" in result.stderr
+
+
+def test_a_long_error_stays_on_one_line(tmp_path: Path) -> None:
+    """stderr is no terminal here: rich used to break the line at 80 columns."""
+    long_name = "lab/" + "x" * 120
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        TINY.read_text().replace(
+            "allocation: lab/eval, count: 40", f"allocation: {long_name}, count: 40"
+        )
+    )
+    result = allot("simulate", str(bad), "--out", str(tmp_path / "out"))
+    one_line_error(result, f"unknown allocation '{long_name}'", "leaves are: lab/train, lab/eval")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("group", [(), ("audit",), ("budget",)], ids=["allot", "audit", "budget"])
