@@ -203,6 +203,27 @@ def test_a_long_error_stays_on_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    trace = tmp_path / "good.csv"
+    shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)
+    original = trace.read_bytes()
+    (tmp_path / "link.csv").hardlink_to(trace)
+    (tmp_path / "sub").mkdir()
+    for out in ("good.csv", "./good.csv", "sub/../good.csv", str(trace), "link.csv"):
+        result = allot(
+            "trace", "import", "good.csv", "--format", "allot-csv", "--out", out, cwd=tmp_path
+        )
+        one_line_error(result, "--out ", " is the input file good.csv; write the submissions to")
+        assert trace.read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv", "link.csv", "sub"]
+    ok = allot(
+        "trace", "import", "good.csv", "-f", "allot-csv", "--out", "subs.jsonl", cwd=tmp_path
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "submissions written to subs.jsonl" in ok.stdout
+    assert trace.read_bytes() == original
+
+
 @pytest.mark.parametrize("group", [(), ("audit",), ("budget",)], ids=["allot", "audit", "budget"])
 def test_command_lists_give_each_command_one_line(group: tuple[str, ...]) -> None:
     """Wide enough, every command in a `--help` list is one line: a hard-wrapped
