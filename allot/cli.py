@@ -177,11 +177,32 @@ def _run_policies(
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
     if quiet:
         return
+    from rich.markup import escape
+
     engine = summary.get("engine", {})
     console.print(
         f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
-        f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → {out / policy}"
+        f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → "
+        f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
+        soft_wrap=True,
     )
+
+
+def _rejections(summary: dict[str, Any], folder: Path) -> str:
+    """` (29 rejected: "<the most common reason>"; see DIR/journal.jsonl)`, or "" when the
+    scenario's submissions were all accepted."""
+    rejected = summary.get("workloads", {}).get("rejected") or 0
+    if not rejected:
+        return ""
+    reasons = summary.get("rejected_by_reason") or {}
+    text = f" ({rejected:,} rejected"
+    if reasons:
+        reason, count = next(iter(reasons.items()))
+        if len(reason) > 100:
+            reason = reason[:99] + "…"
+        text += ": " if count == rejected else f", {count:,} of them: "
+        text += f'"{reason}"'
+    return text + f"; see {folder / 'journal.jsonl'})"
 
 
 def _print_comparison(summaries: dict[str, dict[str, Any]]) -> None:

@@ -203,6 +203,62 @@ def test_a_long_error_stays_on_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+REJECTING = """
+cluster: {name: small, hosts: 2, gpus_per_host: 8}
+allocations:
+  - {path: a, managers: [pm]}
+  - {path: a/x, members: [al]}
+config: {window: 1d, max_min_runtime: 8h}
+horizon: 12h
+workloads:
+"""
+TOO_LONG = """  - generate: {seed: 2, allocation: a/x, count: 7, arrival: poisson, rate_per_h: 4,
+               gpus: 1, runtime: 1h, min_runtime: 9h}
+"""
+TOO_BIG = """  - generate: {seed: 1, allocation: a/x, count: 20, arrival: poisson, rate_per_h: 4,
+               gpus: [8, 64], runtime: 1h, min_runtime: 30m}
+"""
+
+
+@pytest.mark.parametrize(
+    ("workloads", "line"),
+    [
+        (
+            TOO_LONG,
+            '0 workloads in .* \\(7 rejected: "min_runtime 9h exceeds the cap 8h \\(max_min_runtime\\)',
+        ),
+        (
+            TOO_BIG + TOO_LONG,
+            "(\\d+) workloads in .* \\((\\d+) rejected, (\\d+) of them: "
+            "\"asks for 64 GPUs but cluster 'small' has 16 registered\"",
+        ),
+    ],
+    ids=["all-rejected", "some-rejected"],
+)
+def test_simulate_says_how_many_workloads_were_rejected_and_why(
+    tmp_path: Path, workloads: str, line: str
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(REJECTING + workloads)
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 0, result.stderr
+    summary = orjson.loads((tmp_path / "out" / "fairshare" / "summary.json").read_bytes())
+    shown = next(x for x in result.stdout.splitlines() if x.startswith("✓ fairshare: "))
+    found = re.search(line, shown)
+    assert found, shown
+    assert shown.endswith(f"; see {tmp_path / 'out' / 'fairshare' / 'journal.jsonl'})")
+    rejected = summary["workloads"]["rejected"]
+    if found.groups():
+        submitted, total, most = map(int, found.groups())
+        assert (submitted, total) == (summary["workloads"]["submitted"], rejected)
+        assert submitted + total == 27 and 0 < most < total
+        assert list(summary["rejected_by_reason"].values()) == [most, 7]
+    else:
+        assert rejected == 7 and summary["workloads"]["submitted"] == 0
+    journal = (tmp_path / "out" / "fairshare" / "journal.jsonl").read_text()
+    assert journal.count('"workload.rejected"') == rejected
+
+
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     trace = tmp_path / "good.csv"
     shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)
