@@ -259,6 +259,19 @@ def test_simulate_says_how_many_workloads_were_rejected_and_why(
     assert journal.count('"workload.rejected"') == rejected
 
 
+def test_simulate_refuses_a_trace_whose_rows_go_to_no_allocation(tmp_path: Path) -> None:
+    shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "philly.csv", tmp_path)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(REJECTING + "  - trace: {file: philly.csv, format: philly}\n")
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"))
+    one_line_error(
+        result,
+        "s.yaml: workloads[0].trace: philly.csv: 5 of 5 rows go to allocations that are not "
+        "leaves of this scenario: '7f04d8', '11d7e2', '6214e9'; leaves are: a/x",
+    )
+    assert not (tmp_path / "out").exists()
+
+
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     trace = tmp_path / "good.csv"
     shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)
