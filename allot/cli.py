@@ -244,6 +244,8 @@ def simulate(
 
     config_overrides, engine = split_overrides(set_ or [])
     sc = load_scenario(scenario, config_overrides)
+    for line in sc.skipped_rows():
+        typer.echo(f"warning: {line}", err=True)
     spec = RunSpec.of_scenario(sc, engine)
     _run_policies(
         spec,

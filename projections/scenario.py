@@ -361,6 +361,21 @@ class Scenario:
                 sources.append(self._generated_events(index, entry.generate))
         return heapq.merge(*sources, key=attrgetter("time"))
 
+    def skipped_rows(self) -> list[str]:
+        """A line per trace entry whose `skip_bad: true` skipped malformed rows (worded as
+        `allot trace import --skip-bad` reports them), for the user to see."""
+        lines = []
+        for index, result in sorted(self.trace_stats.items()):
+            if result.skipped_bad:
+                trace = self.spec.workloads[index].trace
+                assert trace is not None
+                rows = "row" if result.skipped_bad == 1 else "rows"
+                lines.append(
+                    f"{self.source}: workloads[{index}].trace: {trace.file}: skipped"
+                    f" {result.skipped_bad} bad {rows} of {result.rows} (skip_bad: true)"
+                )
+        return lines
+
     def end_time(self) -> float | None:
         """Absolute time the simulation stops at (None: when all work has ended)."""
         return None if self.horizon is None else self.start + self.horizon

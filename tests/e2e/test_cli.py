@@ -272,6 +272,20 @@ def test_simulate_refuses_a_trace_whose_rows_go_to_no_allocation(tmp_path: Path)
     assert not (tmp_path / "out").exists()
 
 
+def test_simulate_says_how_many_rows_skip_bad_skipped(tmp_path: Path) -> None:
+    rows = ["0,600,1,a/x", "x,600,1,a/x", "60,600,1,a/x", "120,600,nope,a/x"]
+    (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n" + "\n".join(rows))
+    scenario = tmp_path / "s.yaml"
+    trace = "  - trace: {file: t.csv, format: allot-csv, skip_bad: true}\n"
+    scenario.write_text(REJECTING + trace)
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: s.yaml: workloads[0].trace: t.csv: skipped 2 bad rows of 4 (skip_bad: true)"
+    ]
+    assert "✓ fairshare: 2 workloads in" in result.stdout
+
+
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     trace = tmp_path / "good.csv"
     shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)

@@ -933,8 +933,13 @@ def test_trace_skip_bad(tmp_path: Path) -> None:
     sc = load(tmp_path, raw)
     assert sc.workload_count == 1
     assert sc.trace_stats[0].skipped_bad == 1
+    assert sc.skipped_rows() == [
+        "lab.yaml: workloads[0].trace: t.csv: skipped 1 bad row of 2 (skip_bad: true)"
+    ]
     [event] = submitted(sc)
     assert (event.time, event.actor) == (sc.start + 5, "pm-olmo")
+    (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n5,10,1,lab/olmo/evals\n")
+    assert load(tmp_path, raw).skipped_rows() == []  # nothing to say
 
 
 # ---------------------------------------------------------------- examples
