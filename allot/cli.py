@@ -141,11 +141,12 @@ def _run_policies(
     from allot.parallel_runs import can_run_in_parallel, run_policies_in_parallel
     from allot.plugins import import_policy
     from allot.progress import sim_progress, sims_progress
-    from projections.simulate import comparison_markdown, run_policy
+    from projections.simulate import check_output_folder, comparison_markdown, run_policy
 
     import_policy(spec.config.placement, "placement")
     for policy in policies:
         import_policy(policy, "ordering")
+    check_output_folder(out, policies)
     window = _gantt_window(gantt_window, spec.start)
     jobs = min(jobs, len(policies))
     if jobs > 1 and can_run_in_parallel():
@@ -240,8 +241,9 @@ def simulate(
     --policy options also prints a comparison table and writes DIR/comparison.md.
     """
     from projections.scenario import load_scenario
-    from projections.simulate import RunSpec, split_overrides
+    from projections.simulate import RunSpec, check_output_folder, split_overrides
 
+    check_output_folder(out)  # before the scenario's traces are read
     config_overrides, engine = split_overrides(set_ or [])
     sc = load_scenario(scenario, config_overrides)
     for line in sc.skipped_rows():
@@ -348,7 +350,7 @@ def _replay(
 ) -> None:
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
-    from projections.simulate import split_overrides
+    from projections.simulate import check_output_folder, split_overrides
 
     if verify:
         from allot.progress import record_progress
@@ -366,6 +368,7 @@ def _replay(
         )
         return
     assert out is not None
+    check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
     spec = journal_run_spec(journal, config_overrides, engine)
     _run_policies(

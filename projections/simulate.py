@@ -4,8 +4,10 @@ per-policy outputs: journal.jsonl, summary.json, report.html, gantt.png."""
 from __future__ import annotations
 
 import math
+import os
 import resource
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -95,6 +97,31 @@ def policy_config(base: SchedulerConfig, policy: str | None) -> SchedulerConfig:
         return base.with_overrides(overrides) if overrides else base
     except ConfigError as why:
         raise SimulationError(str(why)) from None
+
+
+def check_output_folder(out: Path, policies: Iterable[str] = ()) -> None:
+    """Raise SimulationError (`--out DIR: <why>`) unless the runs can write DIR/<policy>/...:
+    DIR is a folder or can be made one, and files can be created there. Creates nothing
+    (a probe folder is made and removed), so it can run before anything else."""
+    where = f"--out {out}"
+    try:
+        if out.exists() and not out.is_dir():
+            raise SimulationError(f"{where}: is a file, not a folder")
+        for policy in policies:
+            if (out / policy).exists() and not (out / policy).is_dir():
+                raise SimulationError(f"{where}: {out / policy} is a file, not a folder")
+        base = out
+        while not base.exists() and base.parent != base:
+            base = base.parent  # the nearest part of the path that exists
+        if not base.is_dir():
+            raise SimulationError(f"{where}: {base} is a file, not a folder")
+        probe = tempfile.mkdtemp(prefix=".allot-probe-", dir=base)
+    except OSError as why:
+        reason = why.strerror or str(why)
+        if base != out:
+            reason = f"cannot create it in {base}: {reason}"
+        raise SimulationError(f"{where}: {reason}") from None
+    os.rmdir(probe)
 
 
 def run_policy(

@@ -286,6 +286,49 @@ def test_simulate_says_how_many_rows_skip_bad_skipped(tmp_path: Path) -> None:
     assert "✓ fairshare: 2 workloads in" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("command", "out", "message"),
+    [
+        (
+            ["simulate", str(TINY)],
+            "/proc/nope",
+            "--out /proc/nope: cannot create it in /proc: No such file or directory",
+        ),
+        (["simulate", str(TINY)], "afile", "--out afile: is a file, not a folder"),
+        (["simulate", str(TINY)], "afile/sub", "--out afile/sub: afile is a file, not a folder"),
+        (
+            ["simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "-j", "2"],
+            "afile",
+            "--out afile: is a file, not a folder",
+        ),
+        (
+            ["simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "-j", "2"],
+            "runs",
+            "--out runs: runs/fifo is a file, not a folder",
+        ),
+        (
+            ["replay", "journal.jsonl"],
+            "/proc/zz",
+            "--out /proc/zz: cannot create it in /proc: No such file or directory",
+        ),
+    ],
+    ids=["unwritable", "a-file", "under-a-file", "several-policies", "policy-a-file", "replay"],
+)
+def test_an_unusable_out_is_one_error_line_before_any_run(
+    tmp_path: Path, tiny_journal: Path, command: list[str], out: str, message: str
+) -> None:
+    if out.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc")
+    (tmp_path / "afile").write_text("not a folder")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "fifo").write_text("not a folder")
+    shutil.copy(tiny_journal, tmp_path / "journal.jsonl")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = allot(*command, "--out", out, "-q", cwd=tmp_path)
+    one_line_error(result, message)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     trace = tmp_path / "good.csv"
     shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)
