@@ -138,41 +138,94 @@ def _run_policies(
     reports: bool,
     jobs: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    from allot.parallel_runs import can_run_in_parallel, run_policies_in_parallel
+    """Run every policy into OUT/<policy>/ (each swapped in when complete; see
+    `run_policy`); with several, OUT/comparison.md too, else an old one is removed.
+    Ctrl-C: one line on what is where, exit 130."""
+    import shutil
+
+    from allot.parallel_runs import Interrupted, can_run_in_parallel, run_policies_in_parallel
     from allot.plugins import import_policy
     from allot.progress import sim_progress, sims_progress
-    from projections.simulate import check_output_folder, comparison_markdown, run_policy
+    from projections.simulate import (
+        check_output_folder,
+        comparison_markdown,
+        partial_folder,
+        run_policy,
+    )
 
+    policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     import_policy(spec.config.placement, "placement")
     for policy in policies:
         import_policy(policy, "ordering")
     check_output_folder(out, policies)
     window = _gantt_window(gantt_window, spec.start)
+    for policy in policies:  # an earlier interrupted run's partial outputs
+        shutil.rmtree(partial_folder(out, policy), ignore_errors=True)
     jobs = min(jobs, len(policies))
-    if jobs > 1 and can_run_in_parallel():
-        with sims_progress(
-            policies, spec.start, spec.horizon_end, quiet=quiet, console=console.real
-        ) as update:
-            summaries = run_policies_in_parallel(
-                spec, policies, out, jobs=jobs, reports=reports, gantt_window=window,
-                on_time=update,
-            )  # fmt: skip
-        for policy, summary in summaries.items():
-            _say_done(policy, summary, out, quiet)
-    else:
-        summaries = {}
-        for policy in policies:
-            with sim_progress(
-                policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
-            ) as tick:
-                summaries[policy] = run_policy(
-                    spec, policy, out, progress=tick, reports=reports, gantt_window=window
-                )
-            _say_done(policy, summaries[policy], out, quiet)
+    summaries: dict[str, dict[str, Any]] = {}
+    try:
+        if jobs > 1 and can_run_in_parallel():
+            with sims_progress(
+                policies, spec.start, spec.horizon_end, quiet=quiet, console=console.real
+            ) as update:
+                summaries = run_policies_in_parallel(
+                    spec, policies, out, jobs=jobs, reports=reports, gantt_window=window,
+                    on_time=update,
+                )  # fmt: skip
+            for policy, summary in summaries.items():
+                _say_done(policy, summary, out, quiet)
+        else:
+            for policy in policies:
+                with sim_progress(
+                    policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
+                ) as tick:
+                    summaries[policy] = run_policy(
+                        spec, policy, out, progress=tick, reports=reports, gantt_window=window
+                    )
+                _say_done(policy, summaries[policy], out, quiet)
+    except KeyboardInterrupt as stop:
+        finished = stop.finished if isinstance(stop, Interrupted) else list(summaries)
+        typer.echo(_interrupted(out, policies, finished), err=True)
+        raise typer.Exit(130) from None
+    comparison = out / "comparison.md"
     if len(summaries) > 1:
         _print_comparison(summaries)
-        (out / "comparison.md").write_text(comparison_markdown(summaries))
+        temporary = comparison.with_name(".comparison.md.partial")
+        temporary.write_text(comparison_markdown(summaries))
+        temporary.replace(comparison)
+    else:
+        comparison.unlink(missing_ok=True)  # it compared the runs of an earlier command
     return summaries
+
+
+def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
+    """One line: which runs finished, which folders keep their previous results, where
+    the partial journals are."""
+    from projections.simulate import partial_folder
+
+    def listed(paths: list[Path]) -> str:
+        return ", ".join(str(p) for p in paths)
+
+    rest = [p for p in policies if p not in finished]
+    kept = [out / p for p in rest if (out / p).is_dir()]
+    fresh = [out / p for p in rest if not (out / p).is_dir()]
+    journals = [partial_folder(out, p) / "journal.jsonl" for p in rest]
+    journals = [j for j in journals if j.is_file()]
+    parts = []
+    if finished:
+        parts.append(f"finished: {listed([out / p for p in finished])}")
+    if kept:
+        parts.append(f"the previous results in {listed(kept)} are unchanged")
+    if fresh:
+        parts.append(f"nothing was written to {listed(fresh)}")
+    if journals:
+        one = len(journals) == 1
+        parts.append(f"the partial journal{' is' if one else 's are'} in {listed(journals)}")
+    comparison = out / "comparison.md"
+    if finished and comparison.exists():
+        comparison.unlink()  # some of the runs it compared were replaced
+        parts.append(f"removed {comparison} (it compared the previous results)")
+    return "interrupted: " + "; ".join(parts)
 
 
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
@@ -238,7 +291,8 @@ def simulate(
     """Simulate a scenario under one or more policies.
 
     Writes DIR/<policy>/{journal.jsonl, summary.json, report.html, gantt.png}; with several
-    --policy options also prints a comparison table and writes DIR/comparison.md.
+    --policy options also prints a comparison table and writes DIR/comparison.md. Each
+    DIR/<policy> is replaced only once its new run is complete (Ctrl-C keeps the old one).
     """
     from projections.scenario import load_scenario
     from projections.simulate import RunSpec, check_output_folder, split_overrides

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -327,6 +332,117 @@ def test_an_unusable_out_is_one_error_line_before_any_run(
     result = allot(*command, "--out", out, "-q", cwd=tmp_path)
     one_line_error(result, message)
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too), by relative path."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_rerun_replaces_each_policy_folder_whole(tmp_path: Path) -> None:
+    """A rerun leaves no file of the previous run beside the new ones: --no-report
+    used to keep the old report.html and gantt.png, a one-policy run an old
+    comparison.md."""
+    out = tmp_path / "out"
+    first = allot("simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(out), "-q")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+    assert "comparison.md" in before and "fairshare/report.html" in before
+
+    again = allot(
+        "simulate", str(TINY), "--out", str(out), "-q", "--no-report", "--set", "hysteresis=0.2"
+    )
+    assert again.returncode == 0, again.stderr
+    after = snapshot(out)
+    assert sorted(after) == [  # no comparison.md, no report of the old run, no .partial
+        "fairshare/journal.jsonl",
+        "fairshare/summary.json",
+        "fifo/gantt.png",
+        "fifo/journal.jsonl",
+        "fifo/report.html",
+        "fifo/summary.json",
+    ]
+    assert after["fairshare/journal.jsonl"] != before["fairshare/journal.jsonl"]
+    assert b'"hysteresis":0.2' in after["fairshare/journal.jsonl"].splitlines()[0]
+    assert all(after[name] == before[name] for name in after if name.startswith("fifo/"))
+
+    # a what-if of DIR/fairshare's journal into DIR itself: it used to truncate the
+    # journal it was reading; now the new run is swapped in once complete
+    journal = out / "fairshare" / "journal.jsonl"
+    replay = allot("replay", str(journal), "-p", "fairshare", "--out", str(out), "-q")
+    assert replay.returncode == 0, replay.stderr
+    replayed = orjson.loads((out / "fairshare" / "summary.json").read_bytes())
+    original = orjson.loads(after["fairshare/summary.json"])
+    assert replayed["workloads"]["submitted"] == original["workloads"]["submitted"] == 80
+    assert sorted(p.name for p in out.iterdir()) == ["fairshare", "fifo"]
+    assert (out / "fairshare" / "report.html").read_text().count(str(journal)) == 1
+
+
+DEBUG_FLOOD = Path(__file__).parents[2] / "examples" / "debug-flood.yaml"
+
+
+@pytest.mark.parametrize(
+    ("policies", "whole_group"),
+    [(["fairshare"], False), (["fairshare", "fifo"], True)],
+    ids=["one-policy", "two-in-parallel"],
+)
+def test_ctrl_c_keeps_the_previous_results_and_says_where_the_partial_journal_is(
+    tmp_path: Path, policies: list[str], whole_group: bool
+) -> None:
+    """Ctrl-C in a rerun used to leave the new, partial journal beside the old
+    summary.json, report.html and gantt.png, the previous journal lost. With two
+    policies the runs are worker processes; Ctrl-C reaches the whole process group."""
+    out = tmp_path / "out"
+    one_policy = len(policies) == 1
+    chosen = [arg for policy in policies for arg in ("-p", policy)]
+    reports = [] if one_policy else ["--no-report"]  # once is enough (they take seconds)
+    first = allot("simulate", str(TINY), *chosen, "--out", str(out), "-q", *reports)
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+    assert ("fairshare/report.html" in before) == one_policy
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    command = [sys.executable, "-m", "allot.cli", "simulate", str(DEBUG_FLOOD), *chosen]
+    command += ["--out", str(out), "--set", "window=3d", "--no-report", "-j", "2"]
+    run = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )  # fmt: skip
+    partial = [out / f".{policy}.partial" / "journal.jsonl" for policy in policies]
+    deadline = time.monotonic() + 60
+    try:
+        while not all(p.is_file() and p.stat().st_size for p in partial):
+            assert run.poll() is None, "the run ended before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        if whole_group:
+            os.killpg(run.pid, signal.SIGINT)
+        else:
+            run.send_signal(signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr
+    kept = ", ".join(str(out / p) for p in policies)
+    journals = ", ".join(str(p) for p in partial)
+    assert stderr.splitlines() == [
+        f"interrupted: the previous results in {kept} are unchanged; "
+        f"the partial journal{' is' if one_policy else 's are'} in {journals}"
+    ]
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if not k.startswith(".")} == before
+    assert sorted(k for k in after if k.startswith(".")) == sorted(
+        str(p.relative_to(out)) for p in partial
+    )
+    for journal in partial:  # whole lines, the new config's
+        lines = journal.read_bytes().splitlines()
+        assert b'"window":259200.0' in lines[0]
+        for line in lines:
+            orjson.loads(line)
 
 
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
