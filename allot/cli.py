@@ -156,50 +156,125 @@ def _run_policies(
     reports: bool,
     jobs: int = 1,
 ) -> dict[str, dict[str, Any]]:
-    from allot.parallel_runs import can_run_in_parallel, run_policies_in_parallel
+    """Run every policy into OUT/<policy>/ (each swapped in when complete; see
+    `run_policy`); with several, OUT/comparison.md too, else an old one is removed.
+    Ctrl-C: one line on what is where, exit 130."""
+    import shutil
+
+    from allot.parallel_runs import Interrupted, can_run_in_parallel, run_policies_in_parallel
     from allot.plugins import import_policy
     from allot.progress import sim_progress, sims_progress
-    from projections.simulate import comparison_markdown, run_policy
+    from projections.simulate import (
+        check_output_folder,
+        comparison_markdown,
+        partial_folder,
+        run_policy,
+    )
 
+    policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     import_policy(spec.config.placement, "placement")
     for policy in policies:
         import_policy(policy, "ordering")
+    check_output_folder(out, policies)
     window = _gantt_window(gantt_window, spec.start)
+    for policy in policies:  # an earlier interrupted run's partial outputs
+        shutil.rmtree(partial_folder(out, policy), ignore_errors=True)
     jobs = min(jobs, len(policies))
-    if jobs > 1 and can_run_in_parallel():
-        with sims_progress(
-            policies, spec.start, spec.horizon_end, quiet=quiet, console=console.real
-        ) as update:
-            summaries = run_policies_in_parallel(
-                spec, policies, out, jobs=jobs, reports=reports, gantt_window=window,
-                on_time=update,
-            )  # fmt: skip
-        for policy, summary in summaries.items():
-            _say_done(policy, summary, out, quiet)
-    else:
-        summaries = {}
-        for policy in policies:
-            with sim_progress(
-                policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
-            ) as tick:
-                summaries[policy] = run_policy(
-                    spec, policy, out, progress=tick, reports=reports, gantt_window=window
-                )
-            _say_done(policy, summaries[policy], out, quiet)
+    summaries: dict[str, dict[str, Any]] = {}
+    try:
+        if jobs > 1 and can_run_in_parallel():
+            with sims_progress(
+                policies, spec.start, spec.horizon_end, quiet=quiet, console=console.real
+            ) as update:
+                summaries = run_policies_in_parallel(
+                    spec, policies, out, jobs=jobs, reports=reports, gantt_window=window,
+                    on_time=update,
+                )  # fmt: skip
+            for policy, summary in summaries.items():
+                _say_done(policy, summary, out, quiet)
+        else:
+            for policy in policies:
+                with sim_progress(
+                    policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
+                ) as tick:
+                    summaries[policy] = run_policy(
+                        spec, policy, out, progress=tick, reports=reports, gantt_window=window
+                    )
+                _say_done(policy, summaries[policy], out, quiet)
+    except KeyboardInterrupt as stop:
+        finished = stop.finished if isinstance(stop, Interrupted) else list(summaries)
+        typer.echo(_interrupted(out, policies, finished), err=True)
+        raise typer.Exit(130) from None
+    comparison = out / "comparison.md"
     if len(summaries) > 1:
         _print_comparison(summaries)
-        (out / "comparison.md").write_text(comparison_markdown(summaries))
+        temporary = comparison.with_name(".comparison.md.partial")
+        temporary.write_text(comparison_markdown(summaries))
+        temporary.replace(comparison)
+    else:
+        comparison.unlink(missing_ok=True)  # it compared the runs of an earlier command
     return summaries
+
+
+def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
+    """One line: which runs finished, which folders keep their previous results, where
+    the partial journals are."""
+    from projections.simulate import partial_folder
+
+    def listed(paths: list[Path]) -> str:
+        return ", ".join(str(p) for p in paths)
+
+    rest = [p for p in policies if p not in finished]
+    kept = [out / p for p in rest if (out / p).is_dir()]
+    fresh = [out / p for p in rest if not (out / p).is_dir()]
+    journals = [partial_folder(out, p) / "journal.jsonl" for p in rest]
+    journals = [j for j in journals if j.is_file()]
+    parts = []
+    if finished:
+        parts.append(f"finished: {listed([out / p for p in finished])}")
+    if kept:
+        parts.append(f"the previous results in {listed(kept)} are unchanged")
+    if fresh:
+        parts.append(f"nothing was written to {listed(fresh)}")
+    if journals:
+        one = len(journals) == 1
+        parts.append(f"the partial journal{' is' if one else 's are'} in {listed(journals)}")
+    comparison = out / "comparison.md"
+    if finished and comparison.exists():
+        comparison.unlink()  # some of the runs it compared were replaced
+        parts.append(f"removed {comparison} (it compared the previous results)")
+    return "interrupted: " + "; ".join(parts)
 
 
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
     if quiet:
         return
+    from rich.markup import escape
+
     engine = summary.get("engine", {})
     console.print(
         f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
-        f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → {out / policy}"
+        f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → "
+        f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
+        soft_wrap=True,
     )
+
+
+def _rejections(summary: dict[str, Any], folder: Path) -> str:
+    """` (29 rejected: "<the most common reason>"; see DIR/journal.jsonl)`, or "" when the
+    scenario's submissions were all accepted."""
+    rejected = summary.get("workloads", {}).get("rejected") or 0
+    if not rejected:
+        return ""
+    reasons = summary.get("rejected_by_reason") or {}
+    text = f" ({rejected:,} rejected"
+    if reasons:
+        reason, count = next(iter(reasons.items()))
+        if len(reason) > 100:
+            reason = reason[:99] + "…"
+        text += ": " if count == rejected else f", {count:,} of them: "
+        text += f'"{reason}"'
+    return text + f"; see {folder / 'journal.jsonl'})"
 
 
 def _print_comparison(summaries: dict[str, dict[str, Any]]) -> None:
@@ -234,13 +309,17 @@ def simulate(
     """Simulate a scenario under one or more policies.
 
     Writes DIR/<policy>/{journal.jsonl, summary.json, report.html, gantt.png}; with several
-    --policy options also prints a comparison table and writes DIR/comparison.md.
+    --policy options also prints a comparison table and writes DIR/comparison.md. Each
+    DIR/<policy> is replaced only once its new run is complete (Ctrl-C keeps the old one).
     """
     from projections.scenario import load_scenario
-    from projections.simulate import RunSpec, split_overrides
+    from projections.simulate import RunSpec, check_output_folder, split_overrides
 
+    check_output_folder(out)  # before the scenario's traces are read
     config_overrides, engine = split_overrides(set_ or [])
     sc = load_scenario(scenario, config_overrides)
+    for line in sc.skipped_rows():
+        typer.echo(f"warning: {line}", err=True)
     spec = RunSpec.of_scenario(sc, engine)
     _run_policies(
         spec,
@@ -343,7 +422,7 @@ def _replay(
 ) -> None:
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
-    from projections.simulate import split_overrides
+    from projections.simulate import check_output_folder, split_overrides
 
     if verify:
         from allot.progress import record_progress
@@ -361,6 +440,7 @@ def _replay(
         )
         return
     assert out is not None
+    check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
     spec = journal_run_spec(journal, config_overrides, engine)
     _run_policies(
@@ -542,7 +622,11 @@ def main() -> None:
     except Exception as why:
         if not isinstance(why, _user_errors()):
             raise
-        err.print(f"[red]error:[/] {why}")
+        from rich.markup import escape
+
+        # soft_wrap: one line however long (rich would break it at the console width, 80
+        # columns when stderr is not a terminal); escape: a message may hold [brackets]
+        err.print(f"[red]error:[/] {escape(str(why))}", soft_wrap=True)
         sys.exit(2)
 
 

@@ -4,6 +4,10 @@ Each policy's run is independent and deterministic, so running them side by side
 changes nothing in their outputs, only the wall time. The children are forked after
 the scenario is loaded, so they share it instead of receiving a copy; they report
 their simulated time through a queue for the progress bars (a few times a second).
+
+Ctrl-C is the parent's to handle: the children ignore SIGINT, and the parent stops
+them with SIGTERM, which a running child turns into KeyboardInterrupt so that its
+journal is closed whole before it exits.
 """
 
 from __future__ import annotations
@@ -11,15 +15,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queues
+import signal
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 # what the forked children run: set just before the pool forks them, cleared after
 _JOB: tuple[Any, ...] | None = None
 _REPORT_EVERY_S = 0.1
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during the runs: `finished` lists the policies whose runs had completed."""
+
+    def __init__(self, finished: list[str]) -> None:
+        super().__init__()
+        self.finished = finished
 
 
 def can_run_in_parallel() -> bool:
@@ -37,15 +49,24 @@ def run_policies_in_parallel(
     on_time: Callable[[str, float], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """`run_policy` for every policy, `jobs` at a time; summaries in `policies` order.
-    An error in a child is raised here, as it would have been in a sequential run."""
+    An error in a child is raised here, as it would have been in a sequential run (the
+    other runs are stopped); Ctrl-C stops them all and raises `Interrupted`."""
     global _JOB
     context = multiprocessing.get_context("fork")
     times = context.Queue() if on_time is not None else None
     _JOB = (spec, out, reports, gantt_window, times)
+    # SIGINT held while forking: a child must not see Ctrl-C before it ignores it
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            futures = [pool.submit(_run_one, policy) for policy in policies]
-            while not all(f.done() for f in futures):
+        pool = context.Pool(processes=jobs, initializer=_ignore_ctrl_c)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    try:
+        results = [pool.apply_async(_run_one, (policy,)) for policy in policies]
+        try:
+            while not all(r.ready() for r in results):
+                if any(r.ready() and not r.successful() for r in results):
+                    break  # an error: raised below, the other runs stopped
                 if times is None or on_time is None:
                     time.sleep(_REPORT_EVERY_S)
                     continue
@@ -54,14 +75,36 @@ def run_policies_in_parallel(
                 except queues.Empty:
                     continue
                 on_time(policy, t)
-            while times is not None:  # the last reports: their children are done
-                try:
-                    times.get_nowait()
-                except queues.Empty:
-                    break
-            return {policy: f.result() for policy, f in zip(policies, futures, strict=True)}
+        except KeyboardInterrupt:
+            pool.terminate()  # the running children close their journals and exit
+            finished = [p for p, r in zip(policies, results, strict=True) if _succeeded(r)]
+            raise Interrupted(finished) from None
+        while times is not None:  # the last reports: their children are done
+            try:
+                times.get_nowait()
+            except queues.Empty:
+                break
+        summaries = {policy: r.get() for policy, r in zip(policies, results, strict=True)}
+        pool.close()
+        pool.join()
+        return summaries
     finally:
+        pool.terminate()
+        pool.join()
         _JOB = None
+
+
+def _succeeded(result: Any) -> bool:
+    return result.ready() and result.successful()
+
+
+def _ignore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _run_one(policy: str) -> dict[str, Any]:
@@ -77,11 +120,17 @@ def _run_one(policy: str) -> dict[str, Any]:
             last[0] = now
             times.put((policy, t))
 
-    return run_policy(
-        spec,
-        policy,
-        out,
-        progress=report if times is not None else None,
-        reports=reports,
-        gantt_window=gantt_window,
-    )
+    signal.signal(signal.SIGTERM, _stop)  # stopped by the parent: unwind, closing files
+    try:
+        return run_policy(
+            spec,
+            policy,
+            out,
+            progress=report if times is not None else None,
+            reports=reports,
+            gantt_window=gantt_window,
+        )
+    except KeyboardInterrupt:
+        os._exit(130)  # the journal is closed; the parent says what was left where
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -647,11 +647,13 @@ def write_report(
     gantt_window: tuple[float, float] | None = None,
     start: float | None = None,
     end: float | None = None,
+    source: str | None = None,
 ) -> Path:
     """Fold the journal (one pass) and write the self-contained `report.html`.
 
     Tables show `summary` as given (e.g. with the engine's timings); charts come from
-    the events, clipped to the summary's period unless `start` / `end` say otherwise."""
+    the events, clipped to the summary's period unless `start` / `end` say otherwise.
+    `source` is how the report names its journal (default: the path read)."""
     period = summary.get("period") or {}
     if start is None:
         start = period.get("start")
@@ -660,7 +662,8 @@ def write_report(
     gantt = GanttCollector()
     proj = fold(events_or_path, start=start, end=end, sinks=[gantt])
     gantt.close(proj.now)
-    source = str(events_or_path) if isinstance(events_or_path, str | Path) else None
+    if source is None and isinstance(events_or_path, str | Path):
+        source = str(events_or_path)
     text = render_html(summary, proj, gantt, gantt_window=gantt_window, source=source)
     out = Path(out_path)
     out.write_text(text, encoding="utf-8")

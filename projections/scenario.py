@@ -361,6 +361,21 @@ class Scenario:
                 sources.append(self._generated_events(index, entry.generate))
         return heapq.merge(*sources, key=attrgetter("time"))
 
+    def skipped_rows(self) -> list[str]:
+        """A line per trace entry whose `skip_bad: true` skipped malformed rows (worded as
+        `allot trace import --skip-bad` reports them), for the user to see."""
+        lines = []
+        for index, result in sorted(self.trace_stats.items()):
+            if result.skipped_bad:
+                trace = self.spec.workloads[index].trace
+                assert trace is not None
+                rows = "row" if result.skipped_bad == 1 else "rows"
+                lines.append(
+                    f"{self.source}: workloads[{index}].trace: {trace.file}: skipped"
+                    f" {result.skipped_bad} bad {rows} of {result.rows} (skip_bad: true)"
+                )
+        return lines
+
     def end_time(self) -> float | None:
         """Absolute time the simulation stops at (None: when all work has ended)."""
         return None if self.horizon is None else self.start + self.horizon
@@ -468,6 +483,7 @@ class Scenario:
                 continue
             result = self._read_trace(i, entry.trace)
             subs = result.submissions
+            self._check_trace_allocations(i, entry.trace, subs)
             subs.sort(key=_submit_time)  # readers sort already; a cheap no-op then
             for sub in subs:
                 workload = sub.get("workload")
@@ -483,6 +499,42 @@ class Scenario:
             self._traces[i] = subs
             self.trace_stats[i] = result
             result.submissions = []  # the scenario keeps the one list
+
+    def _check_trace_allocations(
+        self, index: int, spec: TraceSpec, subs: list[dict[str, Any]]
+    ) -> None:
+        """Every row must go to a leaf of this scenario, as a generator's allocation must:
+        otherwise all of them would only be rejected, one by one, in the journal."""
+        leaves = self._leaf_info
+        unknown: dict[str, int] = {}  # allocation -> rows, first seen first
+        for sub in subs:
+            allocation = sub["allocation"]
+            if allocation not in leaves:
+                unknown[allocation] = unknown.get(allocation, 0) + 1
+        if not unknown:
+            return
+        names = list(unknown)
+        shown = ", ".join(repr(name) for name in names[:3])
+        if len(names) > 3:
+            shown += f" and {len(names) - 3} more"
+        rows = sum(unknown.values())
+        how = []
+        if spec.allocation_prefix:
+            how.append(f"allocation_prefix {spec.allocation_prefix!r}")
+        if spec.allocation_map is not None:
+            how.append(f"allocation_map {spec.allocation_map}")
+        raise self._error(
+            f"workloads[{index}].trace",
+            f"{spec.file}: {rows} of {len(subs)} rows go to allocations that are not leaves of"
+            f" this scenario: {shown}"
+            + (f" (with {' and '.join(how)})" if how else "")
+            + (
+                f"; leaves are: {', '.join(self.leaves)}"
+                if self.leaves
+                else "; the scenario declares no allocations"
+            )
+            + "; map the trace's tenants with allocation_prefix or allocation_map",
+        )
 
     def _read_trace(self, index: int, spec: TraceSpec) -> Any:
         try:

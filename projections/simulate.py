@@ -4,10 +4,15 @@ per-policy outputs: journal.jsonl, summary.json, report.html, gantt.png."""
 from __future__ import annotations
 
 import math
+import os
 import resource
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,6 +102,31 @@ def policy_config(base: SchedulerConfig, policy: str | None) -> SchedulerConfig:
         raise SimulationError(str(why)) from None
 
 
+def check_output_folder(out: Path, policies: Iterable[str] = ()) -> None:
+    """Raise SimulationError (`--out DIR: <why>`) unless the runs can write DIR/<policy>/...:
+    DIR is a folder or can be made one, and files can be created there. Creates nothing
+    (a probe folder is made and removed), so it can run before anything else."""
+    where = f"--out {out}"
+    try:
+        if out.exists() and not out.is_dir():
+            raise SimulationError(f"{where}: is a file, not a folder")
+        for policy in policies:
+            if (out / policy).exists() and not (out / policy).is_dir():
+                raise SimulationError(f"{where}: {out / policy} is a file, not a folder")
+        base = out
+        while not base.exists() and base.parent != base:
+            base = base.parent  # the nearest part of the path that exists
+        if not base.is_dir():
+            raise SimulationError(f"{where}: {base} is a file, not a folder")
+        probe = tempfile.mkdtemp(prefix=".allot-probe-", dir=base)
+    except OSError as why:
+        reason = why.strerror or str(why)
+        if base != out:
+            reason = f"cannot create it in {base}: {reason}"
+        raise SimulationError(f"{where}: {reason}") from None
+    os.rmdir(probe)
+
+
 def run_policy(
     spec: RunSpec,
     policy: str,
@@ -106,7 +136,11 @@ def run_policy(
     reports: bool = True,
     gantt_window: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
-    """Simulate `spec` under `policy`; write DIR/<policy>/...; return the summary."""
+    """Simulate `spec` under `policy`; write DIR/<policy>/...; return the summary.
+
+    The outputs are written to DIR/.<policy>.partial and swapped in for DIR/<policy> only
+    when all are written: an interrupted or failed run leaves the previous results whole
+    (and its partial journal in the .partial folder)."""
     from domain.policies import UnknownPolicy, resolve_ordering
     from projections.summary import summarize
 
@@ -116,8 +150,11 @@ def run_policy(
         raise SimulationError(str(why)) from None
     config = policy_config(spec.config, policy)
     target = out_dir / policy
-    target.mkdir(parents=True, exist_ok=True)
-    journal_path = target / "journal.jsonl"
+    work = partial_folder(out_dir, policy)
+    if work.exists():
+        shutil.rmtree(work)  # what an interrupted run left
+    work.mkdir(parents=True)
+    journal_path = work / "journal.jsonl"
     options = EngineOptions(horizon_end=spec.horizon_end, **spec.engine)
     engine = Engine(spec.cluster, config, options, on_time=progress)
     wall = time.perf_counter()
@@ -125,8 +162,7 @@ def run_policy(
 
         def records() -> Iterator[Any]:
             for record in engine.run(spec.setup(), spec.inputs(), spec.start):
-                journal.write(encode(record))
-                journal.write(b"\n")
+                journal.write(encode(record) + b"\n")  # one write: whole lines if interrupted
                 yield record
 
         summary = summarize(records(), policy=policy, start=spec.start, end=spec.horizon_end)
@@ -137,14 +173,49 @@ def run_policy(
         "workloads_per_s": round(submitted / wall, 1) if wall > 0 else None,
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
-    (target / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    (work / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if reports:
         from projections.gantt import write_gantt
         from projections.report import write_report
 
-        write_gantt(journal_path, target / "gantt.png", window=gantt_window)
-        write_report(journal_path, summary, target / "report.html")
+        write_gantt(journal_path, work / "gantt.png", window=gantt_window)
+        write_report(
+            journal_path, summary, work / "report.html", source=str(target / "journal.jsonl")
+        )
+    _swap_in(work, target)
     return summary
+
+
+def partial_folder(out_dir: Path, policy: str) -> Path:
+    """Where a run of `policy` writes until it completes: DIR/.<policy>.partial."""
+    return out_dir / f".{policy}.partial"
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    """Put the completed run's folder in place of the previous one, which is removed
+    only once the new one is there."""
+    old = target.with_name(f".{target.name}.old")
+    with _signals_held():  # Ctrl-C waits for the two renames: DIR/<policy> always exists
+        if old.exists():
+            shutil.rmtree(old)  # left by a swap that was cut short
+        if target.exists():
+            target.rename(old)
+        new.rename(target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM are delivered after the block, not inside it."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _peak_rss_mb() -> float:

@@ -7,6 +7,8 @@ Keys (exact, plus a few extras marked *):
   once), unfinished (pending or running at the end), *failed, *lost, *cancelled,
   *preempted_terminal (preempted and not requeued)};
 - `preemptions` (count of `workload.preempted`), *`preemptions_by_reason`;
+- *`rejected_by_reason` {error: count}: the most common reasons submissions were
+  rejected (up to 10, most frequent first; `workloads.rejected` has the total);
 - `occupancy` (busy / healthy GPU-seconds), `occupancy_contended` (the same, only while
   some work with `min_runtime > 0` waits), `allocated_fraction`, `unallocated_fraction`
   (of busy GPU-seconds: charged vs not), *`gpu_hours`;
@@ -108,6 +110,7 @@ class SummaryProjection(UsageProjection):
         )
         self.preemptions = 0
         self.preemptions_by_reason: dict[str, int] = {}
+        self.rejected_by_reason: dict[str, int] = {}  # first seen first, for ties
         # (hour, reason) -> count, for charts
         self.preemptions_hourly: dict[tuple[float, str], int] = {}
         self.waits = _Waits()
@@ -161,8 +164,15 @@ class SummaryProjection(UsageProjection):
         kind = d.get("input_type")
         if kind == "workload.submitted" or (kind is None and d.get("workload") not in self.live):
             self.counts["rejected"] += 1
+            reason = str(d.get("error") or "unknown")
+            self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
 
     # ------------------------------------------------------------------ output
+    def _top_rejections(self, n: int = 10) -> dict[str, int]:
+        """The `n` most common rejection reasons, most frequent first (ties: first seen)."""
+        ranked = sorted(self.rejected_by_reason.items(), key=lambda item: -item[1])
+        return dict(ranked[:n])
+
     def _unplaced(self) -> tuple[int, dict[str, int], int, dict[str, int]]:
         first = 0
         first_tags: dict[str, int] = {}
@@ -257,6 +267,7 @@ class SummaryProjection(UsageProjection):
             "workloads": workloads,
             "preemptions": self.preemptions,
             "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
+            "rejected_by_reason": self._top_rejections(),
             "occupancy": _ratio(tot["busy_gpu_s"], tot["healthy_gpu_s"]),
             "occupancy_contended": _ratio(
                 tot["contended_busy_gpu_s"], tot["contended_healthy_gpu_s"]

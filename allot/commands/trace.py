@@ -25,6 +25,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `b` is `a` under another name (a link, `./`, a symlink); False if `b` is new."""
+    import os
+
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # b does not exist (yet), or cannot be looked at: not the input then
+        return False
+
+
 @app.command("import")
 def import_trace(
     file: Annotated[
@@ -78,6 +88,8 @@ def import_trace(
         raise _fail(f"{file}: no such file")
     if file.is_dir():
         raise _fail(f"{file}: is a directory, not a trace file")
+    if _same_file(file, out):
+        raise _fail(f"--out {out} is the input file {file}; write the submissions to another file")
     try:
         mapping = load_allocation_map(allocation_map) if allocation_map is not None else None
         result = read_trace(

@@ -9,6 +9,8 @@ contract fields the source trace did not have (`min_runtime`, `resumable`,
 from __future__ import annotations
 
 import math
+import os
+import secrets
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -54,11 +56,23 @@ def to_record(sub: Submission, n: int) -> dict[str, Any]:
 
 
 def write_submissions(submissions: Iterable[Submission], out: Path) -> int:
-    """Write one orjson line per submission (numbered from 1); returns how many."""
+    """Write one orjson line per submission (numbered from 1); returns how many.
+
+    Written to a temporary file beside `out`, renamed over it once complete: a failure
+    (or Ctrl-C) half-way leaves `out` as it was, never half-written."""
+    out = Path(out)
+    if out.is_symlink():
+        out = out.resolve()  # replace the file it points to, as writing through it did
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     count = 0
-    with open(out, "wb") as handle:
-        for count, sub in enumerate(submissions, start=1):
-            handle.write(orjson.dumps(to_record(sub, count), option=orjson.OPT_APPEND_NEWLINE))
+    try:
+        with open(temporary, "xb") as handle:
+            for count, sub in enumerate(submissions, start=1):
+                handle.write(orjson.dumps(to_record(sub, count), option=orjson.OPT_APPEND_NEWLINE))
+        os.replace(temporary, out)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     return count
 
 

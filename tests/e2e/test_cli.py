@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 
-from tests.e2e.cli import allot, allot_on_a_terminal
+from tests.e2e.cli import allot, allot_on_a_terminal, one_line_error
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny.yaml"
@@ -187,6 +192,278 @@ def test_bad_scenario_names_the_key(tmp_path: Path) -> None:
     result = allot("simulate", str(bad), "--out", str(tmp_path / "out"))
     assert result.returncode == 2
     assert "workloads[0].generate.rate_per_h" in result.stderr
+
+
+def test_a_long_error_stays_on_one_line(tmp_path: Path) -> None:
+    """stderr is no terminal here: rich used to break the line at 80 columns."""
+    long_name = "lab/" + "x" * 120
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        TINY.read_text().replace(
+            "allocation: lab/eval, count: 40", f"allocation: {long_name}, count: 40"
+        )
+    )
+    result = allot("simulate", str(bad), "--out", str(tmp_path / "out"))
+    one_line_error(result, f"unknown allocation '{long_name}'", "leaves are: lab/train, lab/eval")
+    assert not (tmp_path / "out").exists()
+
+
+REJECTING = """
+cluster: {name: small, hosts: 2, gpus_per_host: 8}
+allocations:
+  - {path: a, managers: [pm]}
+  - {path: a/x, members: [al]}
+config: {window: 1d, max_min_runtime: 8h}
+horizon: 12h
+workloads:
+"""
+TOO_LONG = """  - generate: {seed: 2, allocation: a/x, count: 7, arrival: poisson, rate_per_h: 4,
+               gpus: 1, runtime: 1h, min_runtime: 9h}
+"""
+TOO_BIG = """  - generate: {seed: 1, allocation: a/x, count: 20, arrival: poisson, rate_per_h: 4,
+               gpus: [8, 64], runtime: 1h, min_runtime: 30m}
+"""
+
+
+@pytest.mark.parametrize(
+    ("workloads", "line"),
+    [
+        (
+            TOO_LONG,
+            '0 workloads in .* \\(7 rejected: "min_runtime 9h exceeds the cap 8h \\(max_min_runtime\\)',
+        ),
+        (
+            TOO_BIG + TOO_LONG,
+            "(\\d+) workloads in .* \\((\\d+) rejected, (\\d+) of them: "
+            "\"asks for 64 GPUs but cluster 'small' has 16 registered\"",
+        ),
+    ],
+    ids=["all-rejected", "some-rejected"],
+)
+def test_simulate_says_how_many_workloads_were_rejected_and_why(
+    tmp_path: Path, workloads: str, line: str
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(REJECTING + workloads)
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 0, result.stderr
+    summary = orjson.loads((tmp_path / "out" / "fairshare" / "summary.json").read_bytes())
+    shown = next(x for x in result.stdout.splitlines() if x.startswith("✓ fairshare: "))
+    found = re.search(line, shown)
+    assert found, shown
+    assert shown.endswith(f"; see {tmp_path / 'out' / 'fairshare' / 'journal.jsonl'})")
+    rejected = summary["workloads"]["rejected"]
+    if found.groups():
+        submitted, total, most = map(int, found.groups())
+        assert (submitted, total) == (summary["workloads"]["submitted"], rejected)
+        assert submitted + total == 27 and 0 < most < total
+        assert list(summary["rejected_by_reason"].values()) == [most, 7]
+    else:
+        assert rejected == 7 and summary["workloads"]["submitted"] == 0
+    journal = (tmp_path / "out" / "fairshare" / "journal.jsonl").read_text()
+    assert journal.count('"workload.rejected"') == rejected
+
+
+def test_simulate_refuses_a_trace_whose_rows_go_to_no_allocation(tmp_path: Path) -> None:
+    shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "philly.csv", tmp_path)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(REJECTING + "  - trace: {file: philly.csv, format: philly}\n")
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"))
+    one_line_error(
+        result,
+        "s.yaml: workloads[0].trace: philly.csv: 5 of 5 rows go to allocations that are not "
+        "leaves of this scenario: '7f04d8', '11d7e2', '6214e9'; leaves are: a/x",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_simulate_says_how_many_rows_skip_bad_skipped(tmp_path: Path) -> None:
+    rows = ["0,600,1,a/x", "x,600,1,a/x", "60,600,1,a/x", "120,600,nope,a/x"]
+    (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n" + "\n".join(rows))
+    scenario = tmp_path / "s.yaml"
+    trace = "  - trace: {file: t.csv, format: allot-csv, skip_bad: true}\n"
+    scenario.write_text(REJECTING + trace)
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: s.yaml: workloads[0].trace: t.csv: skipped 2 bad rows of 4 (skip_bad: true)"
+    ]
+    assert "✓ fairshare: 2 workloads in" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("command", "out", "message"),
+    [
+        (
+            ["simulate", str(TINY)],
+            "/proc/nope",
+            "--out /proc/nope: cannot create it in /proc: No such file or directory",
+        ),
+        (["simulate", str(TINY)], "afile", "--out afile: is a file, not a folder"),
+        (["simulate", str(TINY)], "afile/sub", "--out afile/sub: afile is a file, not a folder"),
+        (
+            ["simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "-j", "2"],
+            "afile",
+            "--out afile: is a file, not a folder",
+        ),
+        (
+            ["simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "-j", "2"],
+            "runs",
+            "--out runs: runs/fifo is a file, not a folder",
+        ),
+        (
+            ["replay", "journal.jsonl"],
+            "/proc/zz",
+            "--out /proc/zz: cannot create it in /proc: No such file or directory",
+        ),
+    ],
+    ids=["unwritable", "a-file", "under-a-file", "several-policies", "policy-a-file", "replay"],
+)
+def test_an_unusable_out_is_one_error_line_before_any_run(
+    tmp_path: Path, tiny_journal: Path, command: list[str], out: str, message: str
+) -> None:
+    if out.startswith("/proc") and not Path("/proc/self").is_dir():
+        pytest.skip("needs Linux's /proc")
+    (tmp_path / "afile").write_text("not a folder")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "fifo").write_text("not a folder")
+    shutil.copy(tiny_journal, tmp_path / "journal.jsonl")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    result = allot(*command, "--out", out, "-q", cwd=tmp_path)
+    one_line_error(result, message)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too), by relative path."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
+
+
+def test_a_rerun_replaces_each_policy_folder_whole(tmp_path: Path) -> None:
+    """A rerun leaves no file of the previous run beside the new ones: --no-report
+    used to keep the old report.html and gantt.png, a one-policy run an old
+    comparison.md."""
+    out = tmp_path / "out"
+    first = allot("simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(out), "-q")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+    assert "comparison.md" in before and "fairshare/report.html" in before
+
+    again = allot(
+        "simulate", str(TINY), "--out", str(out), "-q", "--no-report", "--set", "hysteresis=0.2"
+    )
+    assert again.returncode == 0, again.stderr
+    after = snapshot(out)
+    assert sorted(after) == [  # no comparison.md, no report of the old run, no .partial
+        "fairshare/journal.jsonl",
+        "fairshare/summary.json",
+        "fifo/gantt.png",
+        "fifo/journal.jsonl",
+        "fifo/report.html",
+        "fifo/summary.json",
+    ]
+    assert after["fairshare/journal.jsonl"] != before["fairshare/journal.jsonl"]
+    assert b'"hysteresis":0.2' in after["fairshare/journal.jsonl"].splitlines()[0]
+    assert all(after[name] == before[name] for name in after if name.startswith("fifo/"))
+
+    # a what-if of DIR/fairshare's journal into DIR itself: it used to truncate the
+    # journal it was reading; now the new run is swapped in once complete
+    journal = out / "fairshare" / "journal.jsonl"
+    replay = allot("replay", str(journal), "-p", "fairshare", "--out", str(out), "-q")
+    assert replay.returncode == 0, replay.stderr
+    replayed = orjson.loads((out / "fairshare" / "summary.json").read_bytes())
+    original = orjson.loads(after["fairshare/summary.json"])
+    assert replayed["workloads"]["submitted"] == original["workloads"]["submitted"] == 80
+    assert sorted(p.name for p in out.iterdir()) == ["fairshare", "fifo"]
+    assert (out / "fairshare" / "report.html").read_text().count(str(journal)) == 1
+
+
+DEBUG_FLOOD = Path(__file__).parents[2] / "examples" / "debug-flood.yaml"
+
+
+@pytest.mark.parametrize(
+    ("policies", "whole_group"),
+    [(["fairshare"], False), (["fairshare", "fifo"], True)],
+    ids=["one-policy", "two-in-parallel"],
+)
+def test_ctrl_c_keeps_the_previous_results_and_says_where_the_partial_journal_is(
+    tmp_path: Path, policies: list[str], whole_group: bool
+) -> None:
+    """Ctrl-C in a rerun used to leave the new, partial journal beside the old
+    summary.json, report.html and gantt.png, the previous journal lost. With two
+    policies the runs are worker processes; Ctrl-C reaches the whole process group."""
+    out = tmp_path / "out"
+    one_policy = len(policies) == 1
+    chosen = [arg for policy in policies for arg in ("-p", policy)]
+    reports = [] if one_policy else ["--no-report"]  # once is enough (they take seconds)
+    first = allot("simulate", str(TINY), *chosen, "--out", str(out), "-q", *reports)
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+    assert ("fairshare/report.html" in before) == one_policy
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    command = [sys.executable, "-m", "allot.cli", "simulate", str(DEBUG_FLOOD), *chosen]
+    command += ["--out", str(out), "--set", "window=3d", "--no-report", "-j", "2"]
+    run = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )  # fmt: skip
+    partial = [out / f".{policy}.partial" / "journal.jsonl" for policy in policies]
+    deadline = time.monotonic() + 60
+    try:
+        while not all(p.is_file() and p.stat().st_size for p in partial):
+            assert run.poll() is None, "the run ended before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        if whole_group:
+            os.killpg(run.pid, signal.SIGINT)
+        else:
+            run.send_signal(signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr
+    kept = ", ".join(str(out / p) for p in policies)
+    journals = ", ".join(str(p) for p in partial)
+    assert stderr.splitlines() == [
+        f"interrupted: the previous results in {kept} are unchanged; "
+        f"the partial journal{' is' if one_policy else 's are'} in {journals}"
+    ]
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if not k.startswith(".")} == before
+    assert sorted(k for k in after if k.startswith(".")) == sorted(
+        str(p.relative_to(out)) for p in partial
+    )
+    for journal in partial:  # whole lines, the new config's
+        lines = journal.read_bytes().splitlines()
+        assert b'"window":259200.0' in lines[0]
+        for line in lines:
+            orjson.loads(line)
+
+
+def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
+    trace = tmp_path / "good.csv"
+    shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)
+    original = trace.read_bytes()
+    (tmp_path / "link.csv").hardlink_to(trace)
+    (tmp_path / "sub").mkdir()
+    for out in ("good.csv", "./good.csv", "sub/../good.csv", str(trace), "link.csv"):
+        result = allot(
+            "trace", "import", "good.csv", "--format", "allot-csv", "--out", out, cwd=tmp_path
+        )
+        one_line_error(result, "--out ", " is the input file good.csv; write the submissions to")
+        assert trace.read_bytes() == original
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv", "link.csv", "sub"]
+    ok = allot(
+        "trace", "import", "good.csv", "-f", "allot-csv", "--out", "subs.jsonl", cwd=tmp_path
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "submissions written to subs.jsonl" in ok.stdout
+    assert trace.read_bytes() == original
 
 
 @pytest.mark.parametrize("group", [(), ("audit",), ("budget",)], ids=["allot", "audit", "budget"])

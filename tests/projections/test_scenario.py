@@ -847,7 +847,7 @@ def test_trace_entries() -> None:
     # second trace: allocation map, then prefix; entry tags; no entry defaults -> 15m, false
     mapped, prefixed = by_id["1-000000"], by_id["1-000001"]
     assert (mapped.allocation, mapped.time, mapped.actor) == ("team/a", start + 30, "alice")
-    assert (prefixed.allocation, prefixed.actor) == ("team/vc2", "sim")
+    assert (prefixed.allocation, prefixed.actor) == ("team/vc2", "boss")
     assert (mapped.min_runtime, mapped.resumable, mapped.tags) == (900.0, False, ("imported",))
     assert (mapped.expected_runtime, prefixed.expected_runtime) == (100.0, 200.0)
     assert a.expected_runtime is None
@@ -865,10 +865,40 @@ def test_trace_entries() -> None:
 def test_trace_duplicate_ids(tmp_path: Path) -> None:
     import projections.traces  # noqa: F401
 
-    (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation,workload\n0,1,1,a/b,j1\n")
+    (tmp_path / "t.csv").write_text(
+        "submit_time,runtime,gpus,allocation,workload\n0,1,1,lab/olmo/evals,j1\n"
+    )
     raw = base(workloads=[{"trace": {"file": "t.csv", "format": "allot-csv"}}] * 2)
     with pytest.raises(ScenarioError, match=r"workloads\[1\]\.trace\.file: workload id 'j1'"):
         load(tmp_path, raw)
+
+
+def test_trace_rows_must_go_to_leaves_of_the_scenario(tmp_path: Path) -> None:
+    """As a generator's allocation is checked at load, so are a trace's rows: Philly VC
+    names without a prefix or map used to give a run of 0 workloads, every row rejected."""
+    import projections.traces  # noqa: F401
+
+    rows = ["6214e9", "7f04d8", "6214e9", "lab/olmo", "11d7e2", "103959", "lab/olmo/evals"]
+    (tmp_path / "vc.csv").write_text(
+        "submit_time,runtime,gpus,allocation\n"
+        + "".join(f"{n},60,1,{vc}\n" for n, vc in enumerate(rows))
+    )
+    raw = base(
+        workloads=[{"generate": gen()}, {"trace": {"file": "vc.csv", "format": "allot-csv"}}]
+    )
+    with pytest.raises(ScenarioError) as caught:
+        load(tmp_path, raw)
+    assert str(caught.value) == (
+        "lab.yaml: workloads[1].trace: vc.csv: 6 of 7 rows go to allocations that are not"
+        " leaves of this scenario: '6214e9', '7f04d8', 'lab/olmo' and 2 more;"
+        " leaves are: lab/olmo/pretrain, lab/olmo/evals;"
+        " map the trace's tenants with allocation_prefix or allocation_map"
+    )
+    raw["workloads"][1]["trace"]["allocation_prefix"] = "lab/olmo/"
+    with pytest.raises(ScenarioError, match=r"\(with allocation_prefix 'lab/olmo/'\)"):
+        load(tmp_path, raw)
+    (tmp_path / "vc.csv").write_text("submit_time,runtime,gpus,allocation\n0,60,1,evals\n")
+    assert load(tmp_path, raw).workload_count == gen()["count"] + 1
 
 
 @pytest.mark.parametrize(
@@ -903,8 +933,13 @@ def test_trace_skip_bad(tmp_path: Path) -> None:
     sc = load(tmp_path, raw)
     assert sc.workload_count == 1
     assert sc.trace_stats[0].skipped_bad == 1
+    assert sc.skipped_rows() == [
+        "lab.yaml: workloads[0].trace: t.csv: skipped 1 bad row of 2 (skip_bad: true)"
+    ]
     [event] = submitted(sc)
     assert (event.time, event.actor) == (sc.start + 5, "pm-olmo")
+    (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n5,10,1,lab/olmo/evals\n")
+    assert load(tmp_path, raw).skipped_rows() == []  # nothing to say
 
 
 # ---------------------------------------------------------------- examples

@@ -69,6 +69,7 @@ def test_workload_counts(mixed):
     }
     assert mixed["preemptions"] == 1
     assert mixed["preemptions_by_reason"] == {"unallocated": 1}
+    assert mixed["rejected_by_reason"] == {}
 
 
 def test_occupancy_and_fractions(mixed):
@@ -225,6 +226,26 @@ def test_unhealthy_hosts_are_excluded_from_occupancy(down_at, occupancy):
     assert s["occupancy"] == pytest.approx(occupancy, abs=1e-6)
     # charged time on a draining host still counts as delivered
     assert s["gpu_hours"]["charged"] == pytest.approx(24.0)
+
+
+def test_rejections_are_counted_by_reason_most_common_first():
+    j = cluster()
+    j.reject("w1", "min_runtime 9h exceeds the cap 8h")
+    for n in range(3):
+        j.reject(f"big{n}", "asks for 64 GPUs but cluster 'test' has 16 registered")
+    j.reject("w2", "min_runtime 9h exceeds the cap 8h")
+    j.add("budget.rejected", ref="in-b", error="not a manager", allocation="lab/a")  # no workload
+    for n in range(11):  # 11 more reasons, one each: only the 10 most common are kept
+        j.reject(f"odd{n}", f"odd reason {n}")
+    s = summarize(j.events, policy="p")
+    assert s["workloads"]["rejected"] == 16
+    reasons = s["rejected_by_reason"]
+    assert list(reasons.items())[:3] == [
+        ("asks for 64 GPUs but cluster 'test' has 16 registered", 3),
+        ("min_runtime 9h exceeds the cap 8h", 2),
+        ("odd reason 0", 1),  # ties keep the order they were first seen
+    ]
+    assert len(reasons) == 10 and "odd reason 7" in reasons and "odd reason 8" not in reasons
 
 
 def test_rejected_unfinished_and_censored_waits():

@@ -820,3 +820,29 @@ def test_import_errors_are_one_line_exit_2(tmp_path: Path, args: list[str], mess
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert not out.exists()
+
+
+def test_write_submissions_never_leaves_a_half_written_file(tmp_path: Path) -> None:
+    """The lines go to a temporary file renamed over --out once complete: a failure half-way
+    (here the submissions' source breaking) leaves the old file as it was, and no litter."""
+    from projections.traces import write_submissions
+
+    subs = read_trace(FIXTURES / "submissions.csv", "allot-csv").submissions
+    out = tmp_path / "subs.jsonl"
+    assert write_submissions(subs, out) == len(subs)
+    before = out.read_bytes()
+
+    def breaks_half_way() -> Any:
+        yield subs[0]
+        raise OSError("the trace's disk went away")
+
+    with pytest.raises(OSError, match="went away"):
+        write_submissions(breaks_half_way(), out)
+    assert out.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["subs.jsonl"]
+
+    fresh = tmp_path / "fresh.jsonl"
+    with pytest.raises(OSError):
+        write_submissions(breaks_half_way(), fresh)
+    assert not fresh.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["subs.jsonl"]
