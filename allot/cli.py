@@ -284,6 +284,11 @@ def replay(
         typer.echo(f"error: {message}", err=True)  # one line, however long
         return typer.Exit(2)
 
+    if verify and (policy or set_):
+        raise fail(
+            "--policy/--set have no effect with --verify: it re-decides with the journal's "
+            "own config; drop them, or give --out DIR for a what-if under them"
+        )
     if (journal is None) == (kafka is None):
         raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT (not both)")
     if not verify and out is None:

@@ -1,4 +1,4 @@
-"""`allot replay` on what it cannot replay: one line naming the file, exit 2."""
+"""`allot replay` on what it cannot replay, and what it refuses: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -85,3 +85,14 @@ def test_replay_takes_a_run_folder_as_compare_does(tiny_journal: Path, tmp_path:
     what_if = allot("replay", str(run), "--out", str(tmp_path), "-p", "fifo", "-q")
     assert what_if.returncode == 0, what_if.stderr
     assert (tmp_path / "fifo" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--policy", "fifo"], ["-p", "fairshare"], ["--set", "window=2d"]],
+    ids=["policy", "same-policy", "set"],
+)
+def test_replay_verify_refuses_policy_and_set(options: list[str], tiny_journal: Path) -> None:
+    result = allot("replay", str(tiny_journal), "--verify", *options)
+    one_line_error(result, "--policy/--set have no effect with --verify")
+    assert "reproduced" not in result.stdout
