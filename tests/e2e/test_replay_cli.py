@@ -96,3 +96,34 @@ def test_replay_verify_refuses_policy_and_set(options: list[str], tiny_journal: 
     result = allot("replay", str(tiny_journal), "--verify", *options)
     one_line_error(result, "--policy/--set have no effect with --verify")
     assert "reproduced" not in result.stdout
+
+
+DRAINS = FIXTURES.parent.parent / "projections" / "fixtures" / "drains.yaml"
+NO_CHANGE = {"", "+0", "+0s", "+0.0", "+0.000"}
+
+
+def test_compare_of_a_run_and_its_replay_shows_no_changes(tmp_path: Path) -> None:
+    """A scenario whose cluster drains hours before its horizon, simulated, then
+    replayed under the same policy and config: the same run, measured over the same
+    24 hours (the replay used to stop measuring at the last record)."""
+    simulated = allot("simulate", str(DRAINS), "--out", str(tmp_path / "o1"), "-q", "--no-report")
+    assert simulated.returncode == 0, simulated.stderr
+    journal = tmp_path / "o1" / "fairshare" / "journal.jsonl"
+    replayed = allot("replay", str(journal), "--out", str(tmp_path / "same"), "-q")
+    assert replayed.returncode == 0, replayed.stderr
+    result = allot(
+        "compare",
+        str(tmp_path / "o1" / "fairshare"),
+        str(tmp_path / "same" / "fairshare"),
+        env={"COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+    ]
+    occupancy = next(row for row in rows if row[0] == "occupancy")
+    assert occupancy[1] == occupancy[2] and occupancy[3] == "+0.000", result.stdout
+    changed = [row for row in rows if row[-1] not in NO_CHANGE]
+    assert not changed, result.stdout
