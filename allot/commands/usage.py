@@ -53,10 +53,13 @@ def usage(
     try:
         if data is not None or journal is not None:
             path = journal if journal is not None else data / "journal.jsonl"  # type: ignore[operator]
-            state_path = state or path.with_name(path.name + ".usage")
-            store = ResumableUsage.open(state_path, path)
+            # a file is read whole unless --cluster picks one of its clusters (as the
+            # views do); a table per cluster, each kept in its own state file
+            suffix = f".{cluster}.usage" if cluster else ".usage"
+            state_path = state or path.with_name(path.name + suffix)
+            store = ResumableUsage.open(state_path, path, cluster)
             new = store.update()
-            label = str(path)
+            label = f"{path} cluster {cluster}" if cluster else str(path)
         elif kafka:
             from streams.sources import kafka_batches
 
