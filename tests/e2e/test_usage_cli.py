@@ -1,4 +1,5 @@
-"""`allot usage` on a journal file: one cluster at a time, as the views read files.
+"""`allot usage` on a journal file: one cluster at a time, as the views read files, and a
+table that stays whole at 80 columns.
 
 `default` (one 512-GPU host; two allocations with long paths weighted 3:1):
 - big, 512 GPUs on agents/reinforcement-learning/long-horizon, 0 → 30h: charged
@@ -89,3 +90,33 @@ def test_cluster_picks_one_clusters_usage_from_a_file(
         allot("usage", "--journal", str(multi), "--state", state),
         "holds the table of cluster 'tiny', not of the whole journal",
     )
+
+
+@pytest.mark.parametrize("hourly", [False, True], ids=["period", "hourly"])
+def test_the_table_is_whole_at_80_columns(single: Path, tmp_path: Path, hourly: bool) -> None:
+    extra = ["--hourly"] if hourly else []
+    args = ["--journal", str(single), "--state", str(tmp_path / "s"), *extra]
+    result = allot("usage", *args, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "…" not in text, text
+    rows = [line.split() for line in text.splitlines()]
+    lines: dict[str, list[str]] = {}
+    for row in rows:
+        if row and row[0] in (LONG, EVAL):
+            lines.setdefault(row[0], row)  # hourly: the first hour's row
+    assert set(lines) == {LONG, EVAL}, text  # the full paths
+    header = next(row for row in rows if row and row[0] == "ALLOCATION")
+    assert header[-1] == ("ENTITLED" if hourly else "DELIVERED")
+    if hourly:  # the first hour: 512 GPU-h charged, 64 GPU-h waited for
+        assert lines[LONG][1:3] == ["2026-01-01", "00:00"]
+        assert lines[LONG][3] == "512.0" and lines[EVAL][5] == "64.0"
+        return
+    table = {row["allocation"]: row for row in usage_json(*args)}
+    for path, row in lines.items():
+        numbers = [f"{table[path][k]:,.1f}" for k in ("charged_gpu_h", "unallocated_gpu_h")]
+        numbers += [f"{table[path][k]:,.1f}" for k in ("demand_gpu_h", "owed_gpu_h")]
+        numbers += [f"{table[path]['entitled_gpu_h']:,.1f}", f"{table[path]['delivered']:.3f}"]
+        assert row[1:] == numbers, text
+    assert lines[LONG][1] == "15,360.0"  # 512 GPUs for 30 h
+    assert lines[EVAL][3] == "1,920.0" and lines[EVAL][-1] == "0.000"  # 64 GPUs waited 30 h
