@@ -381,6 +381,11 @@ def replay(
         typer.echo(f"error: {message}", err=True)  # one line, however long
         return typer.Exit(2)
 
+    if verify and (policy or set_):
+        raise fail(
+            "--policy/--set have no effect with --verify: it re-decides with the journal's "
+            "own config; drop them, or give --out DIR for a what-if under them"
+        )
     if (journal is None) == (kafka is None):
         raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT (not both)")
     if not verify and out is None:
@@ -420,14 +425,34 @@ def _replay(
     quiet: bool,
     jobs: int | None = None,
 ) -> None:
+    from projections.journal import JournalError
+
+    try:
+        _replay_journal(journal, out, policy, set_, verify, quiet, jobs)
+    except JournalError as why:  # not a journal: one line however long (no rich wrapping)
+        typer.echo(f"error: {why}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _replay_journal(
+    journal: Path,
+    out: Path | None,
+    policy: list[str] | None,
+    set_: list[str] | None,
+    verify: bool,
+    quiet: bool,
+    jobs: int | None,
+) -> None:
+    from projections.journal import journal_file
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
     from projections.simulate import check_output_folder, split_overrides
 
+    journal = journal_file(journal)  # a run folder's journal.jsonl, as compare takes
     if verify:
         from allot.progress import record_progress
 
-        size = journal.stat().st_size if journal.is_file() else None
+        size = journal.stat().st_size
         with record_progress("verifying", size, quiet=quiet, console=console.real) as update:
             result = verify_journal(journal, progress=update)
         if result.difference:

@@ -36,8 +36,11 @@ def _change(a: Any, b: Any, kind: str) -> str:
         return ""
     delta = b - a
     if kind == "seconds":
-        sign = "+" if delta >= 0 else "-"
-        return sign + format_value(abs(delta), "seconds")
+        shown = format_value(abs(delta), "seconds")
+        return ("-" if delta < 0 and shown != "0s" else "+") + shown
+    if isinstance(delta, float):
+        # a difference that rounds away is shown as none ("+0.000"), not as "-0.000"
+        delta = round(delta, 1 if kind == "number" else 3) + 0.0
     if kind == "ratio":
         return f"{delta:+.3f}"
     if kind == "number":

@@ -102,6 +102,18 @@ class Engine:
             yield from self._handle(event)
             if self.on_time is not None:
                 self.on_time(t)
+        if horizon is not None and self.state.now < horizon:
+            # The run is measured up to its horizon (idle and waiting time after the
+            # last event count): journal that moment, so the journal alone says where
+            # the run ended and a replay of it measures the same period.
+            ticks += 1
+            yield from self._handle(
+                ev.ClockTick(
+                    id=f"sim-tick-{ticks}", time=horizon, cluster=self.cluster, actor=SIMULATOR
+                )
+            )
+            if self.on_time is not None:
+                self.on_time(horizon)
         self.end_time = horizon if horizon is not None else self.state.now
 
     def _next_completion(self) -> float:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 from pydantic import ValidationError
 
 from domain.events import describe_validation_error
@@ -18,18 +19,47 @@ class JournalError(ValueError):
     pass
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, bytes) of each non-empty line; a last line without a newline is a
-    write cut short by a crash and is skipped, not an error."""
+def journal_file(path: Path | str) -> Path:
+    """The journal file a user named: a file, or a folder holding journal.jsonl (a run
+    folder such as out/fairshare, as `allot compare` takes, or a --data folder)."""
+    path = Path(path)
+    if path.is_dir():
+        inside = path / "journal.jsonl"
+        if inside.is_file():
+            return inside
+        raise JournalError(
+            f"{path}: a folder without journal.jsonl; name a journal file or a run folder "
+            "such as out/fairshare"
+        )
     if not path.exists():
         raise JournalError(f"{path}: no such journal file")
+    return path
+
+
+def iter_lines(path: Path | str) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of each non-empty line of a journal file (or of a folder's
+    journal.jsonl); a last line without a newline is a write cut short by a crash and
+    is skipped, not an error. A file without one complete non-blank line holds no
+    journal records: a JournalError (an empty journal replays to nothing, silently)."""
+    path = journal_file(path)
+    found = False
+    tail = b""
     with path.open("rb") as f:
-        number = 0
         for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
-                return  # truncated tail
+                tail = line  # truncated tail
+                break
             if line.strip():
+                found = True
                 yield number, line.rstrip(b"\n")
+    if found:
+        return
+    if tail.strip():
+        raise JournalError(
+            f"{path}: no journal records: its {len(tail):,} bytes hold no complete line "
+            "(a journal is one JSON record per line)"
+        )
+    raise JournalError(f"{path}: empty: no journal records")
 
 
 def reporting(
@@ -50,15 +80,23 @@ def reporting(
     progress(count, done)
 
 
+def decode_record(path: Path, number: int, line: bytes) -> Any:
+    """Line `number` of journal `path` as an event; a JournalError naming the file and
+    the line if it is not a journal record."""
+    try:
+        return decode_event(line)
+    except Undecodable as why:
+        raise JournalError(f"{path}:{number}: {why}") from None
+    except ValidationError as why:
+        raw = orjson.loads(line)
+        what = describe_validation_error(why)
+        if "type" not in raw and "value" in raw:  # {"ts": ..., "value": "<request>"}
+            what = "a request in an embedded inbox, not yet decided; replay the journal.jsonl beside it"
+        raise JournalError(f"{path}:{number}: not a journal record: {what}") from None
+
+
 def read_journal(path: Path | str) -> Iterator[Any]:
     """Journal records as events; a corrupt line raises JournalError naming the line."""
-    path = Path(path)
+    path = journal_file(path)
     for number, line in iter_lines(path):
-        try:
-            yield decode_event(line)
-        except Undecodable as why:
-            raise JournalError(f"{path}:{number}: {why}") from None
-        except ValidationError as why:
-            raise JournalError(
-                f"{path}:{number}: not a journal record: {describe_validation_error(why)}"
-            ) from None
+        yield decode_record(path, number, line)

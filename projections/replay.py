@@ -13,9 +13,16 @@ from domain import State, admit, decide, evolve
 from domain import events as ev
 from domain.config import parse_config
 from domain.rederive import is_cause
-from projections.journal import JournalError, iter_lines, read_journal, reporting
+from projections.journal import (
+    JournalError,
+    decode_record,
+    iter_lines,
+    journal_file,
+    read_journal,
+    reporting,
+)
 from projections.simulate import RunSpec
-from streams.codec import decode_event, encode
+from streams.codec import encode
 
 # inputs a what-if keeps; executor reports and ticks are re-created by the simulator
 _KEPT = {
@@ -49,8 +56,10 @@ def _without_source(line: bytes) -> bytes:
 def verify(path: Path | str, progress: Callable[[int, int], None] | None = None) -> Verification:
     """Re-decide every accepted input with the journal's own config (it is in the log) and
     compare each decision byte for byte; stops at the first difference. `progress`, if
-    given, hears (records, bytes read) now and then."""
-    path = Path(path)
+    given, hears (records, bytes read) now and then. A file that is no journal (not
+    JSON, not journal records, empty, a folder without journal.jsonl) is a
+    JournalError naming the file and the line."""
+    path = journal_file(path)
     state: State | None = None
     records = decisions = 0
     lines = iter_lines(path)
@@ -60,7 +69,7 @@ def verify(path: Path | str, progress: Callable[[int, int], None] | None = None)
     produced: list[tuple[bytes, Any]] = []
     for number, line in lines:
         records += 1
-        record = decode_event(line)
+        record = decode_record(path, number, line)
         if state is None:
             state = State(record.cluster)
         if not is_cause(record):
@@ -109,7 +118,7 @@ def journal_run_spec(
 ) -> RunSpec:
     """A what-if: the journal's inputs, with each workload's work derived from its run
     intervals, re-decided by the simulator under the journal's config plus overrides."""
-    path = Path(path)
+    path = journal_file(path)
     base: dict[str, Any] | None = None
     cluster = None
     start = end = None

@@ -32,24 +32,39 @@ class UsageStoreError(ValueError):
 
 @dataclass
 class ResumableUsage:
+    """The table of one cluster of a journal file: of `cluster`'s records if given (the
+    others are read past), else of the whole file, which must then hold one cluster."""
+
     journal: Path
     projection: UsageProjection = field(default_factory=UsageProjection)
     offset: int = 0  # bytes of the journal already folded
-    records: int = 0
+    records: int = 0  # records folded (of `cluster`, if given)
     first_line: bytes = b""  # the journal's first record: a different journal is refused
+    cluster: str | None = None
+    others: set[str] = field(default_factory=set)  # clusters read past in this update
 
     @classmethod
-    def open(cls, state_path: Path, journal: Path) -> ResumableUsage:
+    def open(cls, state_path: Path, journal: Path, cluster: str | None = None) -> ResumableUsage:
         if not state_path.exists():
-            return cls(journal=journal)
+            return cls(journal=journal, cluster=cluster)
         saved = _load_state(state_path)
         if saved.get("kind") == "kafka":
             raise UsageStoreError(
                 f"{state_path} holds the table of a Kafka journal, not of {journal}; "
                 "use another --state"
             )
+        if saved.get("cluster") != cluster:
+            raise UsageStoreError(
+                f"{state_path} holds the table of {_which(saved.get('cluster'))}, not of "
+                f"{_which(cluster)}; use another --state"
+            )
         store = cls(
-            journal, saved["projection"], saved["offset"], saved["records"], saved["first_line"]
+            journal,
+            saved["projection"],
+            saved["offset"],
+            saved["records"],
+            saved["first_line"],
+            cluster,
         )
         if store.first_line and store._read_first_line() != store.first_line:
             raise UsageStoreError(
@@ -62,9 +77,12 @@ class ResumableUsage:
             return fh.readline().rstrip(b"\n")
 
     def update(self) -> int:
-        """Fold the complete records appended since the last update; returns how many."""
+        """Fold the complete records appended since the last update; returns how many.
+        A file of several clusters read without `cluster`, or one without a record of
+        `cluster`, is a UsageStoreError that says which clusters it holds."""
         if not self.journal.exists():
             raise UsageStoreError(f"{self.journal}: no such journal file")
+        only = self.cluster or (_cluster_of(self.first_line) if self.first_line else None)
         folded = 0
         with self.journal.open("rb") as fh:
             fh.seek(self.offset)
@@ -84,9 +102,25 @@ class ResumableUsage:
                     ) from None
                 if not self.first_line:
                     self.first_line = body
+                cluster = _cluster_of(raw)
+                if only is None:
+                    only = cluster
+                elif cluster != only:
+                    if self.cluster is not None:
+                        self.others.add(cluster)
+                        continue  # another cluster's record: read past it
+                    raise UsageStoreError(
+                        f"{self.journal}: the journal holds records of clusters {only!r} and "
+                        f"{cluster!r}; pick one with --cluster"
+                    )
                 self.projection.apply(raw)
                 self.records += 1
                 folded += 1
+        if self.cluster is not None and not self.records and self.others:
+            raise UsageStoreError(
+                f"{self.journal}: no records of cluster {self.cluster!r} (it holds: "
+                f"{', '.join(sorted(self.others))}); pick one with --cluster"
+            )
         return folded
 
     def save(self, state_path: Path) -> None:
@@ -97,6 +131,7 @@ class ResumableUsage:
                 "offset": self.offset,
                 "records": self.records,
                 "first_line": self.first_line,
+                "cluster": self.cluster,
             }
         )
         tmp = state_path.with_name(state_path.name + ".tmp")
@@ -177,6 +212,15 @@ class KafkaResumableUsage:
         closed = copy.deepcopy(self.projection)
         closed.close(end)
         return closed.hourly_rows()
+
+
+def _cluster_of(record: bytes | dict[str, Any]) -> str:
+    raw = orjson.loads(record) if isinstance(record, bytes) else record
+    return str(raw.get("cluster", "default")) if isinstance(raw, dict) else "default"
+
+
+def _which(cluster: str | None) -> str:
+    return "the whole journal" if cluster is None else f"cluster {cluster!r}"
 
 
 def _load_state(state_path: Path) -> dict[str, Any]:

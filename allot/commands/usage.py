@@ -8,7 +8,7 @@ of the last record read. Either way the next run folds only what is new.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -54,10 +54,13 @@ def usage(
     try:
         if data is not None or journal is not None:
             path = journal if journal is not None else data / "journal.jsonl"  # type: ignore[operator]
-            state_path = state or path.with_name(path.name + ".usage")
-            store = ResumableUsage.open(state_path, path)
+            # a file is read whole unless --cluster picks one of its clusters (as the
+            # views do); a table per cluster, each kept in its own state file
+            suffix = f".{cluster}.usage" if cluster else ".usage"
+            state_path = state or path.with_name(path.name + suffix)
+            store = ResumableUsage.open(state_path, path, cluster)
             new = store.update()
-            label = str(path)
+            label = f"{path} cluster {cluster}" if cluster else str(path)
         elif kafka:
             from streams.sources import kafka_batches
 
@@ -101,24 +104,70 @@ def usage(
             for name, acc in sorted(totals.items())
         ]
     import orjson
-    from rich.console import Console
-    from rich.table import Table
 
     if as_json:
         typer.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
         return
-    console = Console()
     if not rows:
-        console.print(f"no usage yet in {label} ({store.records:,} records, {new:,} new)")
+        typer.echo(f"no usage yet in {label} ({store.records:,} records, {new:,} new)")
         return
-    unit = "GPU-seconds" if hourly else "GPU-hours"
-    table = Table(title=f"usage in {unit} from {label} ({store.records:,} records, {new:,} new)")
-    for column in rows[0]:
-        label = column.replace("_gpu_h", "").replace("_gpu_s", "")
-        table.add_column(label, justify="left" if column == "allocation" else "right")
+    _print_usage(rows, hourly, f"from {label} ({store.records:,} records, {new:,} new)")
+
+
+# (header, key in a row; the hourly rows' keys end in _gpu_s, the period rows' in _gpu_h)
+_COLUMNS = (
+    ("CHARGED", "charged"),
+    ("UNALLOC", "unallocated"),
+    ("DEMAND", "demand"),
+    ("OWED", "owed"),
+    ("ENTITLED", "entitled"),
+)
+LEGEND = (
+    "UNALLOC: ran unallocated, not charged · OWED: min(ENTITLED, DEMAND of work with "
+    "min_runtime > 0){delivered} · --json has every field"
+)
+
+
+def _print_usage(rows: list[dict[str, Any]], hourly: bool, source: str) -> None:
+    """The table at its natural width, as the views print theirs (allocation paths and
+    numbers are never cut): GPU-hours with one decimal and thousands separators,
+    fractions with three decimals. RECEIVED, always equal to CHARGED, is left to --json."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from allot.commands.views import print_table
+
+    def gpu_h(value: float | None) -> str:
+        return "—" if value is None else f"{value:,.1f}"
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    headers = ["ALLOCATION", *(["HOUR (UTC)"] if hourly else [])]
+    headers += [h for h, _ in _COLUMNS] + ([] if hourly else ["DELIVERED"])
+    for header in headers:
+        left = header in ("ALLOCATION", "HOUR (UTC)")
+        table.add_column(
+            header, justify="left" if left else "right", no_wrap=True, min_width=len(header)
+        )
     for row in rows:
-        table.add_row(*("—" if v is None else str(v) for v in row.values()))
-    console.print(table)
+        cells = [row["allocation"]]
+        if hourly:
+            cells.append(_hour(row["hour"]))
+            cells += [gpu_h(row[f"{key}_gpu_s"] / 3600.0) for _, key in _COLUMNS]
+        else:
+            cells += [gpu_h(row.get(f"{key}_gpu_h")) for _, key in _COLUMNS]
+            delivered = row.get("delivered")
+            cells.append("—" if delivered is None else f"{delivered:.3f}")
+        table.add_row(*cells)
+    what = "usage per hour" if hourly else "usage"
+    print_table(f"{what} in GPU-hours {source}", table)
+    delivered = "" if hourly else " · DELIVERED: CHARGED / OWED, at most 1"
+    Console(highlight=False).print(LEGEND.format(delivered=delivered), style="dim")
+
+
+def _hour(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def register(app: typer.Typer) -> None:

@@ -141,3 +141,40 @@ def test_a_state_saved_before_contended_idle_keeps_folding(journal: Path, tmp_pa
         whole.apply(orjson.loads(line))
     assert restored._waiting_sizes == whole._waiting_sizes
     assert restored.totals() == whole.totals()
+
+
+def test_a_file_of_several_clusters_is_read_one_cluster_at_a_time(
+    journal: Path, tmp_path: Path
+) -> None:
+    from projections.usage import HOUR, JournalBuilder
+
+    other = JournalBuilder(cluster="west").host("h0")
+    other.budget("ops", 1).submit("o1", "ops", 8).place("o1", {"h0": list(range(8))})
+    other.at(HOUR).finish("o1")
+    west = other.write(tmp_path / "west.jsonl")
+    both = tmp_path / "both.jsonl"
+    both.write_bytes(journal.read_bytes())
+
+    whole = ResumableUsage.open(tmp_path / "whole.state", both)
+    whole.update()  # one cluster so far: read whole
+    whole.save(tmp_path / "whole.state")
+    both.write_bytes(journal.read_bytes() + west.read_bytes())
+    resumed = ResumableUsage.open(tmp_path / "whole.state", both)
+    with pytest.raises(
+        UsageStoreError, match="clusters 'tiny' and 'west'; pick one with --cluster"
+    ):
+        resumed.update()  # another cluster appended since
+
+    tiny = ResumableUsage.open(tmp_path / "tiny.state", both, "tiny")
+    assert tiny.update() == len(journal.read_bytes().splitlines())
+    assert tiny.rows() == _one_pass(journal)
+    only_west = ResumableUsage.open(tmp_path / "west.state", both, "west")
+    only_west.update()
+    assert only_west.rows() == _one_pass(west)
+    with pytest.raises(
+        UsageStoreError, match=r"no records of cluster 'east' \(it holds: tiny, west\)"
+    ):
+        ResumableUsage.open(tmp_path / "east.state", both, "east").update()
+    only_west.save(tmp_path / "west.state")
+    with pytest.raises(UsageStoreError, match="cluster 'west', not of cluster 'tiny'"):
+        ResumableUsage.open(tmp_path / "west.state", both, "tiny")

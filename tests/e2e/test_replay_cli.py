@@ -1,0 +1,129 @@
+"""`allot replay` on what it cannot replay, and what it refuses: one line, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import FIXTURES, TINY, allot, one_line_error
+
+SUBMISSIONS_CSV = FIXTURES.parent.parent / "projections" / "fixtures" / "submissions.csv"
+
+
+def _not_a_journal(kind: str, tiny_journal: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A path that is no journal, and what the error line must say about it."""
+    if kind == "scenario":
+        return TINY, f"{TINY}:1: not JSON"
+    if kind == "csv":
+        return SUBMISSIONS_CSV, f"{SUBMISSIONS_CSV}:1: not JSON"
+    if kind == "inbox":  # an embedded folder's inbox: requests, not journal records
+        data = tmp_path / "data"
+        sent = allot("budget", "set", "lab", "1", "--data", str(data), "--as", "root")
+        assert sent.returncode == 0, sent.stderr
+        inbox = data / "inbox.jsonl"
+        return inbox, f"{inbox}:1: not a journal record: a request in an embedded inbox"
+    if kind == "bad-record":  # a journal with one record that is no event, at line 6
+        lines = tiny_journal.read_bytes().splitlines(keepends=True)
+        bad = tmp_path / "bad.jsonl"
+        bad.write_bytes(b"".join(lines[:5]) + b'{"type": "workload.placed", "v": 1}\n')
+        return bad, f"{bad}:6: not a journal record: id: missing"
+    if kind == "empty":
+        empty = tmp_path / "empty.jsonl"
+        empty.write_bytes(b"")
+        return empty, f"{empty}: empty: no journal records"
+    if kind == "blank":
+        blank = tmp_path / "blank.jsonl"
+        blank.write_bytes(b"\n\n  \n")
+        return blank, f"{blank}: empty: no journal records"
+    if kind == "binary":  # no newline anywhere: no complete record
+        binary = tmp_path / "data.bin"
+        binary.write_bytes(bytes(range(256)).replace(b"\n", b""))
+        return binary, f"{binary}: no journal records"
+    if kind == "binary-lines":
+        binary = tmp_path / "lines.bin"
+        binary.write_bytes(b"\x00\xff\xfe\n\x01\x02\n")
+        return binary, f"{binary}:1: not JSON"
+    if kind == "folder":  # a folder without journal.jsonl
+        folder = tmp_path / "out"
+        folder.mkdir()
+        return folder, f"{folder}: a folder without journal.jsonl"
+    raise AssertionError(kind)
+
+
+KINDS = [
+    "scenario",
+    "csv",
+    "inbox",
+    "bad-record",
+    "empty",
+    "blank",
+    "binary",
+    "binary-lines",
+    "folder",
+]
+
+
+@pytest.mark.parametrize("mode", [["--verify"], ["--out", "what-if", "-q"]], ids=["verify", "out"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_replay_of_what_is_no_journal_names_the_file_and_the_problem(
+    kind: str, mode: list[str], tiny_journal: Path, tmp_path: Path
+) -> None:
+    path, message = _not_a_journal(kind, tiny_journal, tmp_path)
+    result = allot("replay", str(path), *mode, cwd=tmp_path)
+    one_line_error(result, message)
+    assert "reproduced" not in result.stdout
+    assert not (tmp_path / "what-if").exists()
+
+
+def test_replay_takes_a_run_folder_as_compare_does(tiny_journal: Path, tmp_path: Path) -> None:
+    run = tiny_journal.parent  # <out>/fairshare
+    verified = allot("replay", str(run), "--verify")
+    assert verified.returncode == 0, verified.stderr
+    records = len(tiny_journal.read_bytes().splitlines())
+    assert f"in {records:,} records reproduced byte for byte" in verified.stdout
+    what_if = allot("replay", str(run), "--out", str(tmp_path), "-p", "fifo", "-q")
+    assert what_if.returncode == 0, what_if.stderr
+    assert (tmp_path / "fifo" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--policy", "fifo"], ["-p", "fairshare"], ["--set", "window=2d"]],
+    ids=["policy", "same-policy", "set"],
+)
+def test_replay_verify_refuses_policy_and_set(options: list[str], tiny_journal: Path) -> None:
+    result = allot("replay", str(tiny_journal), "--verify", *options)
+    one_line_error(result, "--policy/--set have no effect with --verify")
+    assert "reproduced" not in result.stdout
+
+
+DRAINS = FIXTURES.parent.parent / "projections" / "fixtures" / "drains.yaml"
+NO_CHANGE = {"", "+0", "+0s", "+0.0", "+0.000"}
+
+
+def test_compare_of_a_run_and_its_replay_shows_no_changes(tmp_path: Path) -> None:
+    """A scenario whose cluster drains hours before its horizon, simulated, then
+    replayed under the same policy and config: the same run, measured over the same
+    24 hours (the replay used to stop measuring at the last record)."""
+    simulated = allot("simulate", str(DRAINS), "--out", str(tmp_path / "o1"), "-q", "--no-report")
+    assert simulated.returncode == 0, simulated.stderr
+    journal = tmp_path / "o1" / "fairshare" / "journal.jsonl"
+    replayed = allot("replay", str(journal), "--out", str(tmp_path / "same"), "-q")
+    assert replayed.returncode == 0, replayed.stderr
+    result = allot(
+        "compare",
+        str(tmp_path / "o1" / "fairshare"),
+        str(tmp_path / "same" / "fairshare"),
+        env={"COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in result.stdout.splitlines()
+        if line.startswith("│")
+    ]
+    occupancy = next(row for row in rows if row[0] == "occupancy")
+    assert occupancy[1] == occupancy[2] and occupancy[3] == "+0.000", result.stdout
+    changed = [row for row in rows if row[-1] not in NO_CHANGE]
+    assert not changed, result.stdout

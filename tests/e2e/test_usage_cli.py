@@ -1,0 +1,122 @@
+"""`allot usage` on a journal file: one cluster at a time, as the views read files, and a
+table that stays whole at 80 columns.
+
+`default` (one 512-GPU host; two allocations with long paths weighted 3:1):
+- big, 512 GPUs on agents/reinforcement-learning/long-horizon, 0 → 30h: charged
+  512 x 30 = 15,360 GPU-h;
+- eval, 64 GPUs on agents/reinforcement-learning/evaluation, waits 0 → 30h: demand
+  64 x 30 = 1,920 GPU-h.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from projections.usage import HOUR, JournalBuilder
+from tests.e2e.cli import allot, one_line_error
+
+LONG = "agents/reinforcement-learning/long-horizon"
+EVAL = "agents/reinforcement-learning/evaluation"
+
+
+def agents() -> JournalBuilder:
+    j = JournalBuilder(cluster="default").host("h0", gpus=512)
+    j.budget("agents", 1).budget("agents/reinforcement-learning", 1)
+    j.budget(LONG, 3).budget(EVAL, 1)
+    j.submit("big", LONG, 512).place("big", {"h0": list(range(512))})
+    j.submit("eval", EVAL, 64)
+    j.at(30 * HOUR).finish("big")
+    return j
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return agents().write(tmp_path_factory.mktemp("usage") / "agents.jsonl")
+
+
+@pytest.fixture
+def multi(tiny_journal: Path, single: Path, tmp_path: Path) -> Path:
+    """tiny.yaml's simulation (cluster `tiny`) and `default`, in one file."""
+    path = tmp_path / "multi.jsonl"
+    path.write_bytes(tiny_journal.read_bytes() + single.read_bytes())
+    return path
+
+
+def usage_json(*args: str) -> list[dict]:
+    result = allot("usage", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return orjson.loads(result.stdout)
+
+
+def test_a_file_of_several_clusters_needs_cluster_as_the_views_do(multi: Path) -> None:
+    for command in ("usage", "queue", "shares"):
+        one_line_error(
+            allot(command, "--journal", str(multi)),
+            "holds records of clusters 'tiny' and 'default'; pick one with --cluster",
+        )
+    assert not multi.with_name("multi.jsonl.usage").exists()  # nothing half-folded is kept
+    for command in ("usage", "queue"):
+        one_line_error(
+            allot(command, "--journal", str(multi), "--cluster", "nope"),
+            "no records of cluster 'nope' (it holds: default, tiny); pick one with --cluster",
+        )
+
+
+def test_cluster_picks_one_clusters_usage_from_a_file(
+    multi: Path, single: Path, tiny_journal: Path, tmp_path: Path
+) -> None:
+    picked = usage_json("--journal", str(multi), "--cluster", "default")
+    assert picked == usage_json("--journal", str(single), "--state", str(tmp_path / "a"))
+    assert {row["allocation"] for row in picked} == {LONG, EVAL}
+    tiny = usage_json("--journal", str(multi), "--cluster", "tiny")
+    assert tiny == usage_json("--journal", str(tiny_journal), "--state", str(tmp_path / "b"))
+    assert {row["allocation"] for row in tiny} == {"lab/eval", "lab/train"}
+    # each cluster's table is kept in its own state file, and resumes there
+    assert multi.with_name("multi.jsonl.default.usage").exists()
+    assert multi.with_name("multi.jsonl.tiny.usage").exists()
+    again = allot("usage", "--journal", str(multi), "--cluster", "tiny")
+    records = len(tiny_journal.read_bytes().splitlines())
+    assert f"({records:,} records, 0 new)" in again.stdout
+    # a table of one cluster is not resumed as another's, nor as the whole file's
+    state = str(multi.with_name("multi.jsonl.tiny.usage"))
+    one_line_error(
+        allot("usage", "--journal", str(multi), "--cluster", "default", "--state", state),
+        "holds the table of cluster 'tiny', not of cluster 'default'",
+    )
+    one_line_error(
+        allot("usage", "--journal", str(multi), "--state", state),
+        "holds the table of cluster 'tiny', not of the whole journal",
+    )
+
+
+@pytest.mark.parametrize("hourly", [False, True], ids=["period", "hourly"])
+def test_the_table_is_whole_at_80_columns(single: Path, tmp_path: Path, hourly: bool) -> None:
+    extra = ["--hourly"] if hourly else []
+    args = ["--journal", str(single), "--state", str(tmp_path / "s"), *extra]
+    result = allot("usage", *args, env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert "…" not in text, text
+    rows = [line.split() for line in text.splitlines()]
+    lines: dict[str, list[str]] = {}
+    for row in rows:
+        if row and row[0] in (LONG, EVAL):
+            lines.setdefault(row[0], row)  # hourly: the first hour's row
+    assert set(lines) == {LONG, EVAL}, text  # the full paths
+    header = next(row for row in rows if row and row[0] == "ALLOCATION")
+    assert header[-1] == ("ENTITLED" if hourly else "DELIVERED")
+    if hourly:  # the first hour: 512 GPU-h charged, 64 GPU-h waited for
+        assert lines[LONG][1:3] == ["2026-01-01", "00:00"]
+        assert lines[LONG][3] == "512.0" and lines[EVAL][5] == "64.0"
+        return
+    table = {row["allocation"]: row for row in usage_json(*args)}
+    for path, row in lines.items():
+        numbers = [f"{table[path][k]:,.1f}" for k in ("charged_gpu_h", "unallocated_gpu_h")]
+        numbers += [f"{table[path][k]:,.1f}" for k in ("demand_gpu_h", "owed_gpu_h")]
+        numbers += [f"{table[path]['entitled_gpu_h']:,.1f}", f"{table[path]['delivered']:.3f}"]
+        assert row[1:] == numbers, text
+    assert lines[LONG][1] == "15,360.0"  # 512 GPUs for 30 h
+    assert lines[EVAL][3] == "1,920.0" and lines[EVAL][-1] == "0.000"  # 64 GPUs waited 30 h
