@@ -527,12 +527,16 @@ def demo(
         jobs=jobs,
         quiet=quiet,
     )
+    from rich.markup import escape
+
     console.print("\nReports (open in a browser; they work offline):")
-    for policy in DEMO_POLICIES:
-        console.print(
-            f"  {out / policy / 'report.html'}   [dim](gantt: {out / policy / 'gantt.png'})[/]"
+    for policy in DEMO_POLICIES:  # soft_wrap: a path broken over two lines cannot be pasted
+        report, gantt = (
+            escape(str(out / policy / "report.html")),
+            escape(str(out / policy / "gantt.png")),
         )
-    console.print(f"  comparison table: {out / 'comparison.md'}")
+        console.print(f"  {report}   [dim](gantt: {gantt})[/]", soft_wrap=True)
+    console.print(f"  comparison table: {escape(str(out / 'comparison.md'))}", soft_wrap=True)
 
 
 # Errors that mean the user asked for something impossible: one line, exit 2. Looked up

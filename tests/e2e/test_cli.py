@@ -147,11 +147,16 @@ def test_compare_shows_changes_per_tag_and_allocation(two_policies: Path) -> Non
 
 
 def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path) -> None:
-    result = allot("demo", "--scenario", str(TINY), "--out", str(tmp_path / "demo"), "-q")
+    out = tmp_path / ("a-long-folder-name-so-that-the-paths-pass-eighty-columns" * 2) / "demo"
+    result = allot("demo", "--scenario", str(TINY), "--out", str(out), "-q")
     assert result.returncode == 0, result.stderr
-    assert "report.html" in result.stdout
-    assert (tmp_path / "demo" / "legacy-priority" / "report.html").exists()
-    assert (tmp_path / "demo" / "comparison.md").exists()
+    # each path whole on its line (a path broken over two lines cannot be pasted)
+    assert (
+        f"{out / 'fairshare' / 'report.html'}   (gantt: {out / 'fairshare' / 'gantt.png'})"
+        in (result.stdout.splitlines())[-3]
+    )
+    assert (out / "legacy-priority" / "report.html").exists()
+    assert (out / "comparison.md").exists()
 
 
 @pytest.mark.parametrize(
