@@ -370,9 +370,10 @@ class Scenario:
                 trace = self.spec.workloads[index].trace
                 assert trace is not None
                 rows = "row" if result.skipped_bad == 1 else "rows"
+                first = f"; the first: {result.bad_examples[0]}" if result.bad_examples else ""
                 lines.append(
                     f"{self.source}: workloads[{index}].trace: {trace.file}: skipped"
-                    f" {result.skipped_bad} bad {rows} of {result.rows} (skip_bad: true)"
+                    f" {result.skipped_bad} bad {rows} of {result.rows} (skip_bad: true){first}"
                 )
         return lines
 

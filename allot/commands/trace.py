@@ -114,3 +114,14 @@ def import_trace(
         f"skipped {result.skipped_bad} bad, {result.skipped_no_gpu} without GPUs; "
         f"{result.unfinished} unfinished"
     )
+    for example in result.bad_examples:
+        typer.echo(f"  skipped {example}", err=True)
+    if result.unmapped:
+        tenants = list(result.unmapped.items())
+        shown = ", ".join(f"{t} ({n} rows)" for t, n in tenants[:5])
+        more = f" and {len(tenants) - 5} more" if len(tenants) > 5 else ""
+        typer.echo(
+            f"warning: {len(tenants)} tenant(s) not in {allocation_map}, kept as "
+            f"'{allocation_prefix}<tenant>': {shown}{more}",
+            err=True,
+        )

@@ -55,7 +55,9 @@ def read_trace(
     if reader is None:
         raise TraceError(f"unknown trace format {fmt!r}; use one of: {', '.join(FORMATS)}")
     allocations = Allocations(allocation_map, allocation_prefix)
-    return reader(Path(path), allocations, skip_bad=skip_bad)
+    result = reader(Path(path), allocations, skip_bad=skip_bad)
+    result.unmapped = dict(sorted(allocations.unmapped.items(), key=lambda kv: (-kv[1], kv[0])))
+    return result
 
 
 __all__ = [

@@ -25,6 +25,7 @@ from projections.traces.common import (
     TraceResult,
     finish,
     iter_lines,
+    skip_bad_row,
     submission,
 )
 
@@ -158,11 +159,12 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
                 raise BadValue(None, f"not JSON: {exc}") from None
             sub = parse_record(raw, allocations)
         except BadValue as exc:
-            if skip_bad:
-                result.skipped_bad += 1
-                continue
             where = f" field {exc.column}:" if exc.column else ""
-            raise TraceError(f"{path}:{number}:{where} {exc.message}", row_error=True) from None
+            message = f"{path}:{number}:{where} {exc.message}"
+            if skip_bad:
+                skip_bad_row(result, message)
+                continue
+            raise TraceError(message, row_error=True) from None
         if sub is None:
             result.skipped_no_gpu += 1
         else:

@@ -57,6 +57,18 @@ class TraceResult:
     skipped_no_gpu: int = 0  # rows/pods asking for no GPU
     unfinished: int = 0  # jobs that never ended: runtime None, they run until the horizon
     rows: int = 0  # data rows (or JSON lines) read, blank lines not counted
+    bad_examples: list[str] = field(default_factory=list)  # the first few skipped, and why
+    unmapped: dict[str, int] = field(default_factory=dict)  # tenant -> rows the map missed
+
+
+MAX_BAD_EXAMPLES = 3
+
+
+def skip_bad_row(result: TraceResult, where: str) -> None:
+    """Count a malformed row skipped under skip_bad, keeping the first few reasons."""
+    result.skipped_bad += 1
+    if len(result.bad_examples) < MAX_BAD_EXAMPLES:
+        result.bad_examples.append(where)
 
 
 def submission(
@@ -95,15 +107,20 @@ def submission(
 class Allocations:
     """Source tenant (VC, app, qos) -> allocation path: the map, else `<prefix><tenant>`."""
 
-    __slots__ = ("mapping", "prefix")
+    __slots__ = ("mapping", "prefix", "unmapped")
 
     def __init__(self, mapping: dict[str, str] | None, prefix: str) -> None:
         self.mapping = mapping or {}
         self.prefix = prefix or ""
+        self.unmapped: dict[str, int] = {}  # with a map: tenants it missed, and their rows
 
     def __call__(self, tenant: str) -> str:
         mapped = self.mapping.get(tenant)
-        return mapped if mapped is not None else self.prefix + tenant
+        if mapped is not None:
+            return mapped
+        if self.mapping:
+            self.unmapped[tenant] = self.unmapped.get(tenant, 0) + 1
+        return self.prefix + tenant
 
 
 class _MapError(ValueError):
@@ -322,13 +339,12 @@ def read_csv(
                 try:
                     sub = parse_row(row)
                 except BadValue as exc:
-                    if skip_bad:
-                        result.skipped_bad += 1
-                        continue
                     where = f" column {exc.column}:" if exc.column else ""
-                    raise TraceError(
-                        f"{path}:{reader.line_num}:{where} {exc.message}", row_error=True
-                    ) from None
+                    message = f"{path}:{reader.line_num}:{where} {exc.message}"
+                    if skip_bad:
+                        skip_bad_row(result, message)
+                        continue
+                    raise TraceError(message, row_error=True) from None
                 if sub is None:
                     result.skipped_no_gpu += 1
                     continue

@@ -344,6 +344,9 @@ def test_allocation_map_and_prefix(
     mapping = load_allocation_map(FIXTURES / "allocation_map.yaml") if use_map else None
     result = read_trace(FIXTURES / fixture, fmt, allocation_map=mapping, allocation_prefix=prefix)
     assert [s["allocation"] for s in result.submissions] == expected
+    targets = set(mapping.values()) if mapping else set()
+    missed = [a.removeprefix(prefix) for a in expected if use_map and a not in targets]
+    assert result.unmapped == {t: missed.count(t) for t in missed}
     if fmt == "alibaba-openb":  # the qos stays a tag whatever the allocation
         assert [s["tags"] for s in result.submissions] == [[t] for t in OPENB_TENANTS]
 
@@ -626,6 +629,8 @@ def test_skip_bad_skips_and_counts(
         bad,
         len(lines) - (fmt != "allot-jsonl"),
     )
+    assert len(result.bad_examples) == min(bad, 3)
+    assert all(e.startswith(f"{path}:") for e in result.bad_examples)
 
 
 # ------------------------------------------------------------------ robust parsing
@@ -758,6 +763,10 @@ def test_import_prints_a_one_line_summary(tmp_path: Path) -> None:
     assert summary.startswith("6 rows read from")
     assert "5 submissions written to" in summary
     assert "skipped 0 bad, 1 without GPUs; 2 unfinished" in summary
+    assert result.stderr.strip() == (  # a tenant the map missed is named, not silently kept
+        f"warning: 1 tenant(s) not in {FIXTURES / 'allocation_map.yaml'}, kept as "
+        "'vc/<tenant>': 11d7e2 (2 rows)"
+    )
     allocations = [orjson.loads(line)["allocation"] for line in out.read_bytes().splitlines()]
     assert allocations == [
         "lab/tulu/sft",
@@ -781,6 +790,9 @@ def test_import_skip_bad_reports_the_count(tmp_path: Path) -> None:
     skipped = run(path, "--format", "philly", "--skip-bad", "--out", out)
     assert skipped.exit_code == 0, skipped.output
     assert "skipped 1 bad" in skipped.stdout
+    assert skipped.stderr.strip() == (  # which row, and why
+        f"skipped {path}:3: column timestamp: 'x' is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
+    )
     assert len(out.read_bytes().splitlines()) == 1
 
 
