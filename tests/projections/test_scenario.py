@@ -934,7 +934,9 @@ def test_trace_skip_bad(tmp_path: Path) -> None:
     assert sc.workload_count == 1
     assert sc.trace_stats[0].skipped_bad == 1
     assert sc.skipped_rows() == [
-        "lab.yaml: workloads[0].trace: t.csv: skipped 1 bad row of 2 (skip_bad: true)"
+        "lab.yaml: workloads[0].trace: t.csv: skipped 1 bad row of 2 (skip_bad: true); the "
+        f"first: {tmp_path / 't.csv'}:2: column runtime: 'x' is not a duration (use seconds "
+        "or e.g. 30s, 15m, 8h, 7d)"
     ]
     [event] = submitted(sc)
     assert (event.time, event.actor) == (sc.start + 5, "pm-olmo")
