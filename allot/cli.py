@@ -386,6 +386,11 @@ def replay(
             "--policy/--set have no effect with --verify: it re-decides with the journal's "
             "own config; drop them, or give --out DIR for a what-if under them"
         )
+    if verify and (out is not None or jobs is not None):
+        raise fail(
+            "--out/--jobs have no effect with --verify: it writes nothing and checks one "
+            "journal; drop them, or drop --verify for a what-if into --out"
+        )
     if (journal is None) == (kafka is None):
         raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT (not both)")
     if not verify and out is None:

@@ -88,14 +88,23 @@ def test_replay_takes_a_run_folder_as_compare_does(tiny_journal: Path, tmp_path:
 
 
 @pytest.mark.parametrize(
-    "options",
-    [["--policy", "fifo"], ["-p", "fairshare"], ["--set", "window=2d"]],
-    ids=["policy", "same-policy", "set"],
+    ("options", "refused"),
+    [
+        (["--policy", "fifo"], "--policy/--set"),
+        (["-p", "fairshare"], "--policy/--set"),
+        (["--set", "window=2d"], "--policy/--set"),
+        (["--out", "somewhere"], "--out/--jobs"),
+        (["--jobs", "2"], "--out/--jobs"),
+    ],
+    ids=["policy", "same-policy", "set", "out", "jobs"],
 )
-def test_replay_verify_refuses_policy_and_set(options: list[str], tiny_journal: Path) -> None:
-    result = allot("replay", str(tiny_journal), "--verify", *options)
-    one_line_error(result, "--policy/--set have no effect with --verify")
+def test_replay_verify_refuses_options_it_would_ignore(
+    options: list[str], refused: str, tiny_journal: Path, tmp_path: Path
+) -> None:
+    result = allot("replay", str(tiny_journal), "--verify", *options, cwd=tmp_path)
+    one_line_error(result, f"{refused} have no effect with --verify")
     assert "reproduced" not in result.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 DRAINS = FIXTURES.parent.parent / "projections" / "fixtures" / "drains.yaml"
