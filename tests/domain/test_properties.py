@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from domain import State, evolve
 from domain import events as ev
 from domain.config import SchedulerConfig
+from domain.decide import Cycle
 from domain.fairshare import Ranking
 from domain.policies import register_ordering
-from domain.state import Workload
+from domain.state import PENDING, Workload
 from domain.tree import ancestors
 from streams.codec import encode
 from tests.domain.builders import Cluster, fingerprint
@@ -178,6 +179,7 @@ class Runner:
             self.check_output(event, out, expect_rejection, before)
             self.model.feed(self.c.state, out)
             self.model.check(self.c.state)
+            assert_work_conserving(self.c.state)
         return self.c
 
     def make(self, operation: tuple) -> tuple[bool, Any]:
@@ -445,6 +447,22 @@ class JournalModel:
                 assert abs(got - expected) <= tolerance, (p, charged, got, expected)
                 assert 0 <= ledger.usage(p, now) <= got + 1e-9
         assert state.charged.total("z", now) == 0.0
+
+
+def assert_work_conserving(state: State) -> None:
+    """After every decision no waiting workload fits GPUs it may use right now: free,
+    healthy, not a headroom host it must keep off, not held by a reservation it could
+    delay. (Found work requeued by a preemption left waiting beside a free GPU until
+    the next input.)"""
+    cycle = Cycle.snapshot(state, state.now)
+    if state.blocked is not None:
+        cycle.reservations = dict(state.blocked.reservations)
+    for w in state.workloads.values():
+        if w.state != PENDING or w.bucket is None:
+            continue
+        single = w.gpus <= state.max_host_gpus()
+        fits = cycle.free_hosts(w, state.allocated(w), w.bucket[3], single)
+        assert fits is None, f"{w.id} ({w.gpus} GPUs) waits though {fits} are free for it"
 
 
 # ------------------------------------------------------------------------ properties

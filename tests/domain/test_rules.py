@@ -269,6 +269,25 @@ def test_unallocated_work_is_preempted_by_any_allocated_request() -> None:
     assert c.placed("paid").explain["preempted"] == ["filler"]
 
 
+def test_requeued_work_takes_a_free_gpu_elsewhere_in_the_same_decision() -> None:
+    """Regression (found by the work-conservation property): a gang preempted filler
+    that then waited beside a free GPU on another host until the next input came."""
+    c = cluster(hosts=3).tree({"lab/a": 1})
+    c.occupy("h0", 1, "paid", min_runtime="1m")
+    for i in range(7):
+        c.occupy("h0", 1, f"filler-{i}", min_runtime=0, resumable=True)
+    for i in range(7):
+        c.occupy("h1", 1, f"other-{i}", min_runtime="1h")  # h1 keeps one GPU free
+    c.submit("gang", "lab/a", gpus=12, min_runtime="1h")  # two whole hosts: h2 and h0
+    assert c.placed("gang") is None
+    out = c.after("2m").cancel("paid")
+    assert set(c.placed("gang").hosts) == {"h0", "h2"}
+    requeued = [e.workload for e in out if e.type == "workload.preempted" and e.requeued]
+    assert len(requeued) == 7
+    moved = [e for e in out if e.type == "workload.placed" and e.workload in requeued]
+    assert [(e.hosts, e.time) for e in moved] == [({"h1": (7,)}, c.now)]
+
+
 def test_unallocated_request_does_not_preempt() -> None:
     c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
     c.submit("filler", "lab/b", gpus=8, min_runtime=0)
