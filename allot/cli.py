@@ -430,24 +430,7 @@ def _replay(
     quiet: bool,
     jobs: int | None = None,
 ) -> None:
-    from projections.journal import JournalError
-
-    try:
-        _replay_journal(journal, out, policy, set_, verify, quiet, jobs)
-    except JournalError as why:  # not a journal: one line however long (no rich wrapping)
-        typer.echo(f"error: {why}", err=True)
-        raise typer.Exit(2) from None
-
-
-def _replay_journal(
-    journal: Path,
-    out: Path | None,
-    policy: list[str] | None,
-    set_: list[str] | None,
-    verify: bool,
-    quiet: bool,
-    jobs: int | None,
-) -> None:
+    """A JournalError (not a journal) reaches `main` as one error line, exit 2."""
     from projections.journal import journal_file
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
