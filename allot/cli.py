@@ -355,14 +355,16 @@ def replay(
         typer.Option(
             "--kafka",
             metavar="HOST:PORT",
-            help="Read the journal topic from this Kafka broker instead of a file.",
+            help="Read the journal topic from this Kafka broker instead of a file "
+            "(default $ALLOT_KAFKA when no JOURNAL is given).",
         ),
     ] = None,
     cluster: Annotated[
         str | None,
         typer.Option(
             "--cluster",
-            help="The cluster whose journal to replay (with --kafka; default 'default').",
+            help="The cluster whose journal to replay (with --kafka; default "
+            "$ALLOT_CLUSTER, else 'default').",
         ),
     ] = None,
     jobs: JobsOpt = None,
@@ -391,8 +393,15 @@ def replay(
             "--out/--jobs have no effect with --verify: it writes nothing and checks one "
             "journal; drop them, or drop --verify for a what-if into --out"
         )
-    if (journal is None) == (kafka is None):
-        raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT (not both)")
+    if journal is None and kafka is None:  # like the other readers: $ALLOT_KAFKA, $ALLOT_CLUSTER
+        import os
+
+        kafka = os.environ.get("ALLOT_KAFKA") or None
+        cluster = cluster or os.environ.get("ALLOT_CLUSTER") or None
+    if journal is None and kafka is None:
+        raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT")
+    if journal is not None and kafka is not None:
+        raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT, not both")
     if not verify and out is None:
         raise fail("replay needs --out DIR (or --verify)")
     if kafka is None:

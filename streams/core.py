@@ -119,9 +119,13 @@ class SchedulerCore:
     def config_due(self) -> bool:
         """Journal the wanted config before the next input? (Compared once, not per
         record: pydantic model equality is not free.)"""
-        if self._config_checked is not self.state.config:
-            self._config_checked = self.state.config
-            self._config_differs = self.wanted is not None and self.wanted != self.state.config
+        checked = self._config_checked
+        config, wanted = self.state.config, self.wanted
+        # keyed on both: a restart with new --admin/--policy/--set sets `wanted` on a core
+        # restored from a snapshot or the journal, whose cache compared the old one
+        if checked is None or checked[0] is not config or checked[1] is not wanted:
+            self._config_checked = (config, wanted)
+            self._config_differs = wanted is not None and wanted != config
         return self._config_differs
 
     def seen(self, record: InboxRecord) -> bool:

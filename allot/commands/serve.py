@@ -254,6 +254,18 @@ class JournalMetrics:
             self.server = None
 
 
+def _log_to_stderr() -> None:
+    """The worker logs readiness, recovery, take-overs, snapshots and broker trouble;
+    without a handler Python drops all of it (aiokafka's chatter only from warnings)."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s allot serve %(levelname)s %(name)s: %(message)s"
+        )
+        logging.getLogger("aiokafka").setLevel(logging.WARNING)
+
+
 def _serve_kafka(
     bootstrap: str,
     cluster: str,
@@ -265,6 +277,7 @@ def _serve_kafka(
 ) -> None:
     from aiokafka.errors import KafkaError
 
+    _log_to_stderr()
     try:
         from streams import worker
     except ImportError as why:

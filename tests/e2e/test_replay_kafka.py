@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = Path(__file__).parent / "fixtures" / "tiny.yaml"
 
 
-def allot(*args: str) -> subprocess.CompletedProcess[str]:
+def allot(*args: str, **allot_env: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    env.update(allot_env)
     return subprocess.run(
         [sys.executable, "-m", "allot.cli", *args],
         capture_output=True,
@@ -72,6 +73,10 @@ def test_replay_verify_reads_the_journal_from_kafka(
     assert ok.returncode == 0, ok.stderr
     assert "reproduced byte for byte" in ok.stdout
     assert f"in {len(simulated):,} records" in ok.stdout
+    # the same from $ALLOT_KAFKA and $ALLOT_CLUSTER, as every other reader takes them
+    from_env = allot("replay", "--verify", ALLOT_KAFKA=kafka_bootstrap, ALLOT_CLUSTER=cluster)
+    assert from_env.returncode == 0, from_env.stderr
+    assert f"in {len(simulated):,} records" in from_env.stdout
 
     # and a what-if from the same topic
     what_if = allot(

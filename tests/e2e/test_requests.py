@@ -512,7 +512,11 @@ def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
         assert [(r["id"], r["state"]) for r in rows] == [(workload, "RUNNING")], rows
     finally:
         server.send_signal(signal.SIGINT)
-        server.communicate(timeout=60)
+        _, logged = server.communicate(timeout=60)
+    # the worker says when it is ready (it used to log nothing: no handler was set up)
+    assert (
+        "allot serve INFO allot.worker: scheduler ready: 0 clusters on inbox partitions" in logged
+    )
     # this process was started without the suffix: its names are the defaults
     assert (INBOX, JOURNAL) == (BASE_INBOX, BASE_JOURNAL)
     for topic in (INBOX, JOURNAL):

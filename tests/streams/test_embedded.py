@@ -502,6 +502,17 @@ def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
     assert allot("serve", "--data", str(tmp_path), "--once").returncode == 0
     assert [r["type"] for r in journal_records(tmp_path)].count("config.set") == 1
 
+    # a restart with other flags journals them (it used to keep the first start's config:
+    # the comparison was cached by the journal's config alone, not by the flags too)
+    append_requests(tmp_path, [make_request("clock.tick", cluster="default", actor="x")])
+    result = allot(
+        "serve", "--data", str(tmp_path), "--once", "--admin", "carol", "--policy", "fifo"
+    )
+    assert result.returncode == 0, result.stderr
+    configs = [r for r in journal_records(tmp_path) if r["type"] == "config.set"]
+    assert len(configs) == 2 and configs[1]["config"]["admins"] == ["carol"]
+    assert configs[1]["config"]["ordering"] == "fifo"
+
     for flags, message in (
         (["--set", "windw=3d"], "unknown config key 'windw'"),
         (["--set", "window"], "expected KEY=VALUE"),
@@ -512,6 +523,27 @@ def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
         assert result.returncode == 2, (flags, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (flags, result.stderr)
+
+
+def test_a_core_restored_from_a_snapshot_sees_new_config_flags() -> None:
+    """The Kafka worker sets `wanted` on a core unpickled from its snapshot: the restored
+    comparison cache must not hide that the flags changed."""
+    from domain.config import SchedulerConfig
+
+    core = SchedulerCore("default", SchedulerConfig(admins=["ops"]))
+    record = InboxRecord(
+        0,
+        0,
+        1_767_225_600.0,
+        orjson.dumps(make_request("clock.tick", cluster="default", actor="x")),
+    )
+    core.process([record])
+    assert tuple(core.state.config.admins) == ("ops",) and not core.config_due()
+    restored = pickle.loads(pickle.dumps(core))
+    restored.wanted = SchedulerConfig(admins=["carol"], ordering="fifo")
+    assert restored.config_due()
+    restored.wanted = SchedulerConfig(admins=["ops"])  # equal to the journal's: nothing due
+    assert not restored.config_due()
 
 
 # ------------------------------------------------------------ snapshots
