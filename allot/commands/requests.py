@@ -204,6 +204,9 @@ def _no_scheduler_hint(target: Target) -> str:
 
         if serving_pid(target.data) is None:
             return f"; no `allot serve --data {target.data}` is running"
+        return ""
+    if target.kafka is not None:  # no way to see the workers from here: say what to check
+        return f"; is an `allot serve --kafka {target.kafka}` running for this cluster?"
     return ""
 
 

@@ -465,6 +465,19 @@ def test_submit_to_kafka_writes_an_orjson_record_keyed_by_cluster(
     )
     assert orjson.loads(record.value)["actor"] == "tester"  # type: ignore[attr-defined]
 
+    # nobody serves this cluster: a wait for the verdict says what to check
+    from streams.topics import JOURNAL
+
+    asyncio.run(_ensure_topic(kafka_bootstrap, JOURNAL))
+    result = allot(
+        "host", "register", "hy", "8", "--kafka", kafka_bootstrap, "--cluster", cluster,
+        "--wait", "2", timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert (
+        f"after 2 s; is an `allot serve --kafka {kafka_bootstrap}` running for this cluster?"
+    ) in result.stderr
+
 
 @pytest.mark.kafka
 def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
