@@ -187,6 +187,31 @@ def _reader(lines: Any, out: queue.Queue[Any]) -> None:
     out.put(_END)
 
 
+RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits between attempts while the inbox is down
+
+
+def send_retrying(
+    inbox: Any, batch: list[dict[str, Any]], stop: threading.Event, log: Any = None
+) -> bool:
+    """Send the reports, retrying while the inbox cannot take them (a broker restart):
+    the same requests again, so one that did arrive is only a duplicate id the scheduler
+    rejects. False if `stop` was set first."""
+    from streams.inbox import InboxError
+
+    attempt = 0
+    while True:
+        try:
+            inbox.send(batch)
+            return True
+        except InboxError as why:
+            wait = RETRY_S[min(attempt, len(RETRY_S) - 1)]
+            attempt += 1
+            if log:
+                log(f"cannot send {len(batch)} report(s) ({why}); retrying in {wait:g} s")
+            if stop.wait(wait):
+                return False
+
+
 def run_executor(
     target: Any,
     cluster: str,
@@ -217,7 +242,8 @@ def run_executor(
             now = clock()
             batch = launcher.due(now)
             if batch:
-                inbox.send(batch)
+                if not send_retrying(inbox, batch, stop, log):
+                    break  # stopped while the inbox was unreachable
                 sent += len(batch)
                 if log:
                     for r in batch:

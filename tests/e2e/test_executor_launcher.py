@@ -31,3 +31,37 @@ def test_a_report_is_forgotten_once_the_journal_answers_it(answer: str) -> None:
     assert launcher.sent == {}
     assert launcher.jobs == {} if answer == "accepted" else len(launcher.jobs) == 100
     assert len(launcher.rejected) == (100 if answer == "rejected" else 0)
+
+
+class FlakyInbox:
+    """An inbox that refuses the first `failures` sends, as Kafka does while restarting."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.sent: list[list[dict]] = []
+
+    def send(self, requests: list[dict]) -> None:
+        from streams.inbox import InboxError
+
+        if self.failures:
+            self.failures -= 1
+            raise InboxError("allot.inbox did not acknowledge within 15 s")
+        self.sent.append(requests)
+
+
+def test_reports_are_retried_while_the_inbox_is_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor used to exit on the first failed send, leaving the finished workload
+    RUNNING in the journal until someone restarted it."""
+    import threading
+
+    from allot.commands import executor
+
+    monkeypatch.setattr(executor, "RETRY_S", (0.01,))
+    inbox, logged = FlakyInbox(failures=3), []
+    batch = [{"id": "r1", "workload": "w1"}]
+    assert executor.send_retrying(inbox, batch, threading.Event(), logged.append)
+    assert inbox.sent == [batch]  # the same requests, once they were taken
+    assert len(logged) == 3 and "retrying in 0.01 s" in logged[0]
+    stopped = threading.Event()
+    stopped.set()
+    assert not executor.send_retrying(FlakyInbox(failures=1), batch, stopped)
