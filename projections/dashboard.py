@@ -44,7 +44,8 @@ class Snapshot:
     """One fold of the journal (or why there is none)."""
 
     view: Any = None  # projections.views.JournalView
-    usage: Any = None  # projections.summary.SummaryProjection (closed)
+    usage: Any = None  # projections.summary.SummaryProjection (closed, hourly rows)
+    chart_usage: Any = None  # the same usage in the chart's bins (`usage` if an hour)
     gantt: Any = None  # projections.gantt.GanttCollector (closed)
     delivered: dict[str, Any] = field(default_factory=dict)
     empty: str | None = None  # an empty or missing journal: the message
@@ -62,7 +63,9 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
     """Fold journal records (JSON bytes, or a callable returning them) into the views,
     usage and gantt projections."""
     from projections.gantt import GanttCollector
+    from projections.report import source_bin
     from projections.summary import fold as fold_usage
+    from projections.usage import HOUR, UsageProjection
     from projections.views import ViewError, decode_lines, fold
     from streams.sources import EmptyJournal, SourceError
 
@@ -74,8 +77,13 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
             return Snapshot(empty="the journal holds no records yet", built=time.time())
         view = fold(events)
         gantt = GanttCollector()
-        usage = fold_usage(events, sinks=[gantt])
+        # a young cluster's usage chart needs bins finer than the hourly rows
+        bin_s = source_bin(events[0].time, max(e.time for e in events))
+        fine = UsageProjection(bin_s=bin_s) if bin_s < HOUR else None
+        usage = fold_usage(events, sinks=[gantt] if fine is None else [gantt, fine])
         gantt.close()
+        if fine is not None:
+            fine.close()
     except EmptyJournal as why:
         return Snapshot(empty=str(why), built=time.time())
     except SourceError as why:
@@ -88,7 +96,12 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
     except OSError as why:
         return Snapshot(error=f"cannot read the journal: {why}", built=time.time())
     return Snapshot(
-        view=view, usage=usage, gantt=gantt, delivered=usage.delivered(), built=time.time()
+        view=view,
+        usage=usage,
+        chart_usage=fine or usage,
+        gantt=gantt,
+        delivered=usage.delivered(),
+        built=time.time(),
     )
 
 
@@ -277,12 +290,12 @@ def empty_page(snap: Snapshot, active: str, source: str) -> str:
 def _usage_chart(snap: Snapshot) -> str | None:
     from projections.report import _allocation_chart, _Timebase
 
-    usage = snap.usage
+    usage = snap.chart_usage or snap.usage
     rows = usage.hourly_rows()
     start, end = usage.period()
     if start is None or end is None or not rows:
         return None
-    tb = _Timebase(start, max(end, start + 1.0))
+    tb = _Timebase(start, max(end, start + 1.0), min_width=usage.bin_s)
     return _allocation_chart(usage, tb, rows, snap.delivered)
 
 
@@ -319,7 +332,8 @@ def allocations_page(snap: Snapshot) -> str:
         out.append(
             f"<figure>{_img(chart, 'usage vs owed per allocation')}<figcaption>Received "
             "(charged) GPUs vs owed = min(share × healthy capacity, demand), per leaf, "
-            "hour by hour. Delivered = min(1, Σ received / Σ owed) over the journal.</figcaption>"
+            "as means over time bins (a partial last bin over the time it covers). "
+            "Delivered = min(1, Σ received / Σ owed) over the journal.</figcaption>"
             "</figure>"
         )
     else:

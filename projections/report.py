@@ -90,34 +90,99 @@ def _style_axes(ax: Any) -> None:
 
 
 # ---------------------------------------------------------------------- charts
-class _Timebase:
-    """Bins for time series: hourly for short runs, coarser for long ones."""
+# chart bin widths (seconds, label), finest first; `_Timebase` takes the finest one that
+# keeps a chart at most `_MAX_BINS` bins wide
+_BIN_CHOICES = (
+    (10.0, "10 s"),
+    (30.0, "30 s"),
+    (60.0, "1 min"),
+    (300.0, "5 min"),
+    (900.0, "15 min"),
+    (HOUR, "1 h"),
+    (6 * HOUR, "6 h"),
+    (DAY, "1 d"),
+    (7 * DAY, "7 d"),
+)
+_MAX_BINS = 200
 
-    def __init__(self, t0: float, t1: float) -> None:
-        self.t0 = t0
-        hours = max(1.0, (t1 - t0) / HOUR)
-        self.bin_h = 1 if hours <= 24 * 14 else 6 if hours <= 24 * 60 else 24
-        self.width = self.bin_h * HOUR
+
+def chart_bin(t0: float, t1: float, *, min_width: float = 0.0) -> float:
+    """The bin width (seconds) of time-series charts over [t0, t1]: the finest of
+    `_BIN_CHOICES` (at least `min_width`) that needs at most `_MAX_BINS` bins."""
+    span = max(1.0, t1 - t0)
+    for width, _ in _BIN_CHOICES:
+        if width >= min_width and math.ceil(span / width) + 1 <= _MAX_BINS:
+            return width
+    return _BIN_CHOICES[-1][0]
+
+
+def source_bin(t0: float | None, t1: float | None) -> float:
+    """The row width to fold a journal with so that its charts can use `chart_bin`:
+    the chart's bin when finer than an hour (bins of an hour or more add whole hours)."""
+    if t0 is None or t1 is None:
+        return HOUR
+    return min(HOUR, chart_bin(t0, t1))
+
+
+class _Timebase:
+    """Bins for time series over the run [t0, t1]: bins aligned to multiples of their
+    width, the first and last clipped to the run, so the axis starts at 0 and a partial
+    bin's mean is over the time it covers. The width comes from the span (`chart_bin`),
+    never finer than the rows' own bins (`min_width`)."""
+
+    def __init__(self, t0: float, t1: float, *, min_width: float = 0.0) -> None:
+        t1 = max(t1, t0 + 1.0)
+        self.t0, self.t1 = t0, t1
+        self.width = chart_bin(t0, t1, min_width=min_width)
+        self.bin_label = next(
+            (label for w, label in _BIN_CHOICES if w == self.width), f"{self.width:g} s"
+        )
         self.origin = math.floor(t0 / self.width) * self.width
         self.n = max(1, math.ceil((t1 - self.origin) / self.width))
-        self.unit, self.unit_name = (DAY, "days") if t1 - t0 > 3 * DAY else (HOUR, "hours")
+        self.unit, self.unit_name = time_unit(t1 - t0)
 
-    def index(self, hour: float) -> int:
-        return min(self.n - 1, max(0, int((hour - self.origin) // self.width)))
+    def index(self, t: float) -> int:
+        return min(self.n - 1, max(0, int((t - self.origin) // self.width)))
+
+    def edges_s(self) -> np.ndarray:
+        """Bin edges in seconds since the epoch, clipped to [t0, t1]."""
+        edges = self.origin + np.arange(self.n + 1) * self.width
+        return np.clip(edges, self.t0, self.t1)
+
+    def covered(self) -> np.ndarray:
+        """Seconds of the run each bin covers (the divisor of a bin's mean)."""
+        return np.maximum(np.diff(self.edges_s()), 1e-9)
+
+    def xedges(self) -> np.ndarray:
+        """Bin edges in units since the run start (the first is 0)."""
+        return (self.edges_s() - self.t0) / self.unit
 
     def x(self) -> np.ndarray:
         """Bin starts in units since the run start."""
-        return (self.origin + np.arange(self.n) * self.width - self.t0) / self.unit
-
-    def xedges(self) -> np.ndarray:
-        return (self.origin + np.arange(self.n + 1) * self.width - self.t0) / self.unit
+        return self.xedges()[:-1]
 
     @property
     def label(self) -> str:
         return f"{self.unit_name} since start of run"
 
 
+def time_unit(span: float) -> tuple[float, str]:
+    """(seconds per unit, name) for an axis spanning `span` seconds."""
+    if span <= 120:
+        return 1.0, "seconds"
+    if span <= 3 * HOUR:
+        return 60.0, "minutes"
+    if span <= 3 * DAY:
+        return HOUR, "hours"
+    return DAY, "days"
+
+
 def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
+    return _png(cluster_figure(proj, tb))
+
+
+def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
+    """The cluster usage chart (a matplotlib Figure; the caller closes it)."""
     import matplotlib.pyplot as plt
 
     healthy = np.zeros(tb.n)
@@ -134,8 +199,10 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
     edges = tb.xedges()
     x = np.repeat(edges, 2)[1:-1]
 
+    covered = tb.covered()
+
     def steps(v: np.ndarray) -> np.ndarray:
-        return np.repeat(v / tb.width, 2)
+        return np.repeat(v / covered, 2)
 
     ax.fill_between(x, 0, steps(charged), color="#4c78a8", lw=0, label="allocated (charged)")
     ax.fill_between(
@@ -148,8 +215,8 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
         label="unallocated",
     )
     ax.plot(x, steps(healthy), color="#222222", lw=1.2, label="healthy capacity")
-    top = max(1.0, float((healthy / tb.width).max()) * 1.08)
-    frac = contended / tb.width
+    top = max(1.0, float((healthy / covered).max()) * 1.08)
+    frac = contended / covered
     ax.fill_between(
         x,
         0,
@@ -162,18 +229,25 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
     )
     ax.set_ylim(0, top)
     ax.set_xlim(edges[0], edges[-1])
-    ax.set_ylabel(f"GPUs (mean per {tb.bin_h} h)")
+    ax.set_ylabel(f"GPUs (mean per {tb.bin_label})")
     ax.set_xlabel(tb.label)
     ax.set_title("Cluster usage", loc="left", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
     _style_axes(ax)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def _allocation_chart(
     proj: SummaryProjection, tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
 ) -> str | None:
+    fig = allocation_figure(tb, rows, delivered)
+    return None if fig is None else _png(fig)
+
+
+def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict) -> Any:
+    """Usage vs owed small multiples, one panel per leaf in `rows` (a matplotlib Figure
+    the caller closes, or None without rows)."""
     import matplotlib.pyplot as plt
 
     series: dict[str, dict[str, np.ndarray]] = {}
@@ -202,9 +276,10 @@ def _allocation_chart(
     edges = tb.xedges()
     x = np.repeat(edges, 2)[1:-1]
     by_alloc = delivered.get("by_allocation") or {}
+    covered = tb.covered()
     for k, leaf in enumerate(leaves):
         ax = axes[k // ncols][k % ncols]
-        s = {key: np.repeat(v / tb.width, 2) for key, v in series[leaf].items()}
+        s = {key: np.repeat(v / covered, 2) for key, v in series[leaf].items()}
         color = rgb[k]
         ax.fill_between(x, 0, s["received"], color=color, alpha=0.35, lw=0)
         ax.plot(x, s["received"], color=color, lw=1.3, label="received (charged)")
@@ -243,13 +318,13 @@ def _allocation_chart(
                 labels.append(lab)
     fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=9)
     fig.suptitle(
-        f"Usage vs owed per allocation (mean GPUs per {tb.bin_h} h)",
+        f"Usage vs owed per allocation (mean GPUs per {tb.bin_label})",
         x=0.01,
         ha="left",
         fontsize=11,
     )
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (0.6 + 2.3 * nrows)))
-    return _png(fig)
+    return fig
 
 
 _DUR_TICKS = [
@@ -334,7 +409,7 @@ def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
         counts[reason][tb.index(hour)] += c
     fig, ax = plt.subplots(figsize=(13, 3.0))
     x = tb.x()
-    width = tb.width / tb.unit
+    width = np.diff(tb.xedges())
     bottom = np.zeros(tb.n)
     for k, r in enumerate(reasons):
         ax.bar(
@@ -349,7 +424,7 @@ def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
         )
         bottom += counts[r]
     ax.set_xlim(tb.xedges()[0], tb.xedges()[-1])
-    ax.set_ylabel(f"preemptions per {tb.bin_h} h")
+    ax.set_ylabel(f"preemptions per {tb.bin_label}")
     ax.set_xlabel(tb.label)
     ax.set_title("Preemptions over time by reason", loc="left", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
@@ -515,7 +590,7 @@ def render_html(
     p_start, p_end = proj.period()
     t0 = period.get("start", p_start) or p_start or 0.0
     t1 = period.get("end", p_end) or p_end or t0
-    tb = _Timebase(t0, max(t1, t0 + 1))
+    tb = _Timebase(t0, max(t1, t0 + 1), min_width=proj.bin_s)
     rows = proj.hourly_rows()
     delivered = summary.get("delivered") or proj.delivered(rows)
 
@@ -660,7 +735,8 @@ def write_report(
     if end is None:
         end = period.get("end")
     gantt = GanttCollector()
-    proj = fold(events_or_path, start=start, end=end, sinks=[gantt])
+    bin_s = source_bin(start, end)  # charts of a short run need rows finer than an hour
+    proj = fold(events_or_path, start=start, end=end, sinks=[gantt], bin_s=bin_s)
     gantt.close(proj.now)
     if source is None and isinstance(events_or_path, str | Path):
         source = str(events_or_path)

@@ -1,0 +1,136 @@
+"""The time-series charts of report.html and the dashboard, read from the matplotlib
+Figures they draw: bins chosen from the run's span, means over the time a bin covers,
+axes that start at the run's start, labels in the right unit."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import orjson
+import pytest
+
+from projections.dashboard import build_snapshot
+from projections.report import (
+    _Timebase,
+    allocation_figure,
+    chart_bin,
+    cluster_figure,
+    source_bin,
+)
+from projections.summary import fold
+from projections.usage import HOUR, JournalBuilder
+
+H8 = list(range(8))
+DAY = 24 * HOUR
+# a young cluster that came up 30 min 17 s after an hour: no bin edge at its start
+YOUNG = JournalBuilder.START + 1817
+
+
+def young_cluster(seconds: float = 125) -> JournalBuilder:
+    """24 GPUs, all running one allocation's work for `seconds` (two leaves known)."""
+    j = JournalBuilder(start=YOUNG)
+    j.host("h0").host("h1").host("h2")
+    j.budget("lab", 1).budget("lab/a", 3).budget("lab/b", 1)
+    j.submit("big", "lab/a", 24).place("big", {"h0": H8, "h1": H8, "h2": H8})
+    j.submit("small", "lab/b", 2)
+    j.at(seconds).tick()
+    return j
+
+
+def charts(j: JournalBuilder):
+    t0, t1 = j.events[0].time, j.events[-1].time
+    proj = fold(j.events, bin_s=source_bin(t0, t1))
+    tb = _Timebase(t0, t1, min_width=proj.bin_s)
+    return proj, tb
+
+
+@pytest.fixture
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize(
+    ("span", "width"),
+    [
+        (125, 10),  # a 2-minute-old cluster: 10 s bins, not one hour-long bin
+        (HOUR, 30),
+        (3 * HOUR, 60),
+        (12 * HOUR, 300),
+        (2 * DAY, 900),
+        (3 * DAY, HOUR),  # debug-flood: hourly, as before
+        (30 * DAY, 6 * HOUR),
+        (120 * DAY, DAY),
+    ],
+)
+def test_chart_bins_follow_the_span(span, width):
+    assert chart_bin(YOUNG, YOUNG + span) == width
+    tb = _Timebase(YOUNG, YOUNG + span)
+    assert tb.width == width
+    assert 10 <= tb.n <= 200
+    # rows are folded at the chart's bin, but never coarser than an hour
+    assert source_bin(YOUNG, YOUNG + span) == min(width, HOUR)
+
+
+def test_timebase_clips_to_the_run_and_divides_partial_bins_by_their_time():
+    tb = _Timebase(YOUNG, YOUNG + 125)
+    edges = tb.xedges()
+    assert edges[0] == 0.0 and edges[-1] == pytest.approx(125 / 60)  # minutes
+    assert np.all(np.diff(edges) > 0)
+    assert tb.covered().sum() == pytest.approx(125)
+    assert tb.covered()[0] == pytest.approx(3)  # 1817 s past the hour → bin ends at 1820
+    assert tb.label == "minutes since start of run"
+
+
+def test_young_cluster_usage_chart_shows_the_gpus_running(close_figures):
+    """24 GPUs run for 125 s: every bin (the partial first and last too) shows 24, on an
+    axis from 0 to ~2.1 minutes — not 0.8 GPUs in one hour-long bin at -0.5 h."""
+    j = young_cluster()
+    proj, tb = charts(j)
+    rows = proj.hourly_rows()
+    fig = allocation_figure(tb, rows, proj.delivered())
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title(loc="left").split()[0] for ax in panels] == ["lab/a", "lab/b"]
+    lab_a = panels[0]
+    received = next(line for line in lab_a.get_lines() if line.get_label() == "received (charged)")
+    x, y = received.get_data()
+    assert min(x) == 0.0 and max(x) == pytest.approx(125 / 60)
+    assert np.allclose(y, 24.0)
+    assert lab_a.get_xlim()[0] >= 0
+    assert len(set(np.round(x, 6))) >= 10  # 10 s bins, not one flat hour
+    assert "per 10 s" in fig._suptitle.get_text()
+    assert any(ax.get_xlabel() == "minutes since start of run" for ax in panels)
+
+    fig = cluster_figure(proj, tb)
+    ax = fig.axes[0]
+    assert ax.get_xlim()[0] == 0.0
+    assert ax.get_xlabel() == "minutes since start of run"
+    assert ax.get_ylabel() == "GPUs (mean per 10 s)"
+    capacity = next(line for line in ax.get_lines() if line.get_label() == "healthy capacity")
+    assert np.allclose(capacity.get_ydata(), 24.0)
+
+
+def test_long_run_usage_chart_keeps_hourly_bins_in_hours(close_figures):
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(30 * HOUR).finish("w")
+    j.at(72 * HOUR).tick()
+    proj, tb = charts(j)
+    assert proj.bin_s == HOUR and tb.width == HOUR
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "hours since start of run"
+    x, y = next(line for line in ax.get_lines() if line.get_label() == "owed").get_data()
+    assert min(x) == 0.0 and max(x) == pytest.approx(72)
+    assert np.allclose(y[x < 30], 8.0)  # owed its whole host while it ran
+
+
+def test_dashboard_snapshot_folds_fine_bins_for_a_young_cluster():
+    j = young_cluster()
+    lines = [orjson.dumps(d) for d in j.dicts()]
+    snap = build_snapshot(lines)
+    assert snap.ok
+    assert snap.chart_usage.bin_s == 10
+    assert snap.usage.bin_s == HOUR  # delivered stays the hourly form
+    assert snap.delivered == snap.usage.delivered()
