@@ -46,10 +46,36 @@ _BASE_COLORS = (
 _UNKNOWN_COLOR = "#9e9e9e"
 
 
-def _when(t: float) -> str:
+def _when(t: float, *, seconds: bool = False) -> str:
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    fmt = "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
+    return datetime.fromtimestamp(t, UTC).strftime(fmt)
+
+
+def time_unit(span: float) -> tuple[float, str]:
+    """(seconds per unit, name) for a time axis spanning `span` seconds."""
+    if span <= 120:
+        return 1.0, "seconds"
+    if span <= 3 * HOUR:
+        return 60.0, "minutes"
+    if span <= 3 * DAY:
+        return HOUR, "hours"
+    return DAY, "days"
+
+
+def window_title(head: str, w0: float, w1: float, t0: float, t1: float) -> str:
+    """`head — start → end (where the window lies in the run)`, e.g.
+    `GPU timeline — 2026-01-01 01:00 UTC → … (1h–1d1h of a 3d run)`."""
+    from domain.durations import format_duration as dur
+
+    seconds = w1 - w0 < HOUR or (w0 % 60 != 0)  # short or off-minute windows: to the second
+    where = (
+        f"the whole run, {dur(t1 - t0)}"
+        if w0 <= t0 and w1 >= t1
+        else f"{dur(max(0.0, w0 - t0))}–{dur(max(0.0, w1 - t0))} of a {dur(t1 - t0)} run"
+    )
+    return f"{head} — {_when(w0, seconds=seconds)} → {_when(w1, seconds=seconds)}  ({where})"
 
 
 def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
@@ -241,6 +267,22 @@ class GanttCollector:
         dpi: int = 100,
     ) -> tuple[float, float]:
         """Draw the window (default: busiest 24 h) to `out` as PNG; returns the window."""
+        import matplotlib.pyplot as plt
+
+        fig, (w0, w1) = self.figure(window=window, max_rows=max_rows, title=title, dpi=dpi)
+        fig.savefig(out, format="png", dpi=dpi)
+        plt.close(fig)
+        return w0, w1
+
+    def figure(
+        self,
+        *,
+        window: tuple[float, float] | None = None,
+        max_rows: int = 1024,
+        title: str | None = None,
+        dpi: int = 100,
+    ) -> tuple[Any, tuple[float, float]]:
+        """The matplotlib Figure of the window (the caller closes it) and the window."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -254,7 +296,7 @@ class GanttCollector:
             w1 = w0 + 1.0
         n_rows = min(self.n_rows, max_rows) if self.n_rows else 1
         span = w1 - w0
-        unit, unit_name = (DAY, "days") if span > 3 * DAY else (HOUR, "hours")
+        unit, unit_name = time_unit(span)
 
         rows_h = n_rows * (0.16 if n_rows <= 64 else 0.05 if n_rows <= 256 else 0.0135)
         height = min(18.0, max(3.2, 1.6 + rows_h))
@@ -326,11 +368,8 @@ class GanttCollector:
         ax.grid(axis="x", color="#e0e0e0", lw=0.6, zorder=0)
         ax.set_axisbelow(True)
 
-        head = title or "GPU timeline"
         ax.set_title(
-            f"{head} — {_when(w0)} → {_when(w1)}  "
-            f"({(w0 - t0) / unit:.1f}–{(w1 - t0) / unit:.1f} of "
-            f"{((self.last_time or t0) - t0) / unit:.1f} {unit_name})",
+            window_title(title or "GPU timeline", w0, w1, t0, self.last_time or t0),
             fontsize=11,
             loc="left",
         )
@@ -362,9 +401,7 @@ class GanttCollector:
         fig.tight_layout()
         if hatched[0].size:
             _hatch_overlay(fig, ax, hatched[0])
-        fig.savefig(out, format="png", dpi=dpi)
-        plt.close(fig)
-        return w0, w1
+        return fig, (w0, w1)
 
 
 def _hatch_overlay(fig: Any, ax: Any, rects: np.ndarray, period: int = 7) -> None:
@@ -497,4 +534,4 @@ def gantt_png(g: GanttCollector, **kw: Any) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["GanttCollector", "gantt_png", "write_gantt"]
+__all__ = ["GanttCollector", "gantt_png", "time_unit", "window_title", "write_gantt"]

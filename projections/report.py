@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from projections.gantt import DAY, GanttCollector, palette
+from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
 
@@ -164,17 +164,6 @@ class _Timebase:
     @property
     def label(self) -> str:
         return f"{self.unit_name} since start of run"
-
-
-def time_unit(span: float) -> tuple[float, str]:
-    """(seconds per unit, name) for an axis spanning `span` seconds."""
-    if span <= 120:
-        return 1.0, "seconds"
-    if span <= 3 * HOUR:
-        return 60.0, "minutes"
-    if span <= 3 * DAY:
-        return HOUR, "hours"
-    return DAY, "days"
 
 
 def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:

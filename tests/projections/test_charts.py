@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from projections.dashboard import build_snapshot
+from projections.gantt import GanttCollector
 from projections.report import (
     _Timebase,
     allocation_figure,
@@ -134,3 +135,48 @@ def test_dashboard_snapshot_folds_fine_bins_for_a_young_cluster():
     assert snap.chart_usage.bin_s == 10
     assert snap.usage.bin_s == HOUR  # delivered stays the hourly form
     assert snap.delivered == snap.usage.delivered()
+
+
+# ------------------------------------------------------------------ GPU timeline
+def gantt_of(j: JournalBuilder) -> GanttCollector:
+    g = GanttCollector()
+    for e in j.events:
+        g.apply(e)
+    g.close()
+    return g
+
+
+@pytest.mark.parametrize(
+    ("seconds", "unit", "where"),
+    [
+        (45, "seconds", "the whole run, 45s"),
+        (125, "minutes", "the whole run, 2m5s"),
+        (2 * HOUR, "minutes", "the whole run, 2h"),
+    ],
+)
+def test_gantt_of_a_short_run_speaks_seconds_or_minutes(close_figures, seconds, unit, where):
+    fig, (w0, w1) = gantt_of(young_cluster(seconds)).figure(title="GPU timeline (fairshare)")
+    ax = fig.axes[0]
+    assert (w0, w1) == (YOUNG, YOUNG + seconds)
+    assert ax.get_xlabel() == f"{unit} since start of run"
+    per_unit = {"seconds": 1, "minutes": 60}[unit]
+    assert ax.get_xlim() == pytest.approx((0, seconds / per_unit))
+    title = ax.get_title(loc="left")
+    assert title.startswith("GPU timeline (fairshare) — 2026-01-01 00:30:17 UTC → ")
+    assert title.endswith(f"({where})")
+    assert "0.0–0.0" not in title
+
+
+def test_gantt_window_of_a_long_run_says_where_it_lies(close_figures):
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(72 * HOUR).finish("w")
+    g = gantt_of(j)
+    fig, _ = g.figure(window=(j.start + HOUR, j.start + 25 * HOUR))
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "hours since start of run"
+    assert ax.get_xlim() == pytest.approx((1, 25))
+    assert ax.get_title(loc="left") == (
+        "GPU timeline — 2026-01-01 01:00 UTC → 2026-01-02 01:00 UTC  (1h–1d1h of a 3d run)"
+    )
