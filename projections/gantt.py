@@ -225,10 +225,12 @@ class GanttCollector:
     def busiest_window(self, length: float = DAY) -> tuple[float, float]:
         """The `length` window (starting on an hour edge) with the most busy GPU-seconds;
         the whole run if it is shorter than `length`."""
-        t0 = self.first_time or 0.0
-        t1 = self.last_time or t0
-        if t1 - t0 <= length or not len(self.start):
-            return t0, max(t1, t0 + 1.0)
+        return shared_window([self], length)
+
+    def busy_between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Busy GPU-seconds in each window [a[k], b[k]]."""
+        if not len(self.start):
+            return np.zeros(np.shape(a))
         starts = np.frombuffer(self.start, dtype=np.float64)
         ends = np.frombuffer(self.end, dtype=np.float64)
         gpus = np.frombuffer(self.row_len, dtype=np.int32).astype(np.float64)
@@ -245,13 +247,7 @@ class GanttCollector:
             val = integral[kk] + rate[kk] * (x - times[kk])
             return np.where(k < 0, 0.0, val)
 
-        first_hour = math.floor(t0 / HOUR) * HOUR
-        candidates = np.arange(first_hour, t1 - length + 1e-6, HOUR)
-        if not candidates.size:
-            candidates = np.asarray([first_hour])
-        scores = busy_until(candidates + length) - busy_until(candidates)
-        best = float(candidates[int(np.argmax(scores))])
-        return max(best, t0), best + length
+        return busy_until(np.asarray(b)) - busy_until(np.asarray(a))
 
     # ------------------------------------------------------------------ draw
     def colors(self) -> tuple[dict[str, str], np.ndarray]:
@@ -512,6 +508,33 @@ def _bars(
     return solid, hatched, outlines
 
 
+def shared_window(collectors: list[GanttCollector], length: float = DAY) -> tuple[float, float]:
+    """The `length` window (starting on an hour edge) with the most busy GPU-seconds over
+    all `collectors` together (runs of one scenario under several policies), so that
+    their timelines show the same period; all of it if shorter than `length`."""
+    firsts = [g.first_time for g in collectors if g.first_time is not None]
+    t0 = min(firsts) if firsts else 0.0
+    t1 = max([g.last_time or t0 for g in collectors], default=t0)
+    if t1 - t0 <= length or not any(len(g.start) for g in collectors):
+        return t0, max(t1, t0 + 1.0)
+    first_hour = math.floor(t0 / HOUR) * HOUR
+    candidates = np.arange(first_hour, t1 - length + 1e-6, HOUR)
+    if not candidates.size:
+        candidates = np.asarray([first_hour])
+    scores = sum(g.busy_between(candidates, candidates + length) for g in collectors)
+    best = float(candidates[int(np.argmax(scores))])
+    return max(best, t0), best + length
+
+
+def collect(events: Iterable[Any] | str | Path, end: float | None = None) -> GanttCollector:
+    """A closed `GanttCollector` of `events` (or a journal path)."""
+    g = GanttCollector()
+    for e in iter_events(events):
+        g.apply(e)
+    g.close(end)
+    return g
+
+
 def write_gantt(
     events: Iterable[Any] | str | Path,
     out_path: str | Path,
@@ -519,13 +542,11 @@ def write_gantt(
     window: tuple[float, float] | None = None,
     max_rows: int = 1024,
     end: float | None = None,
+    title: str | None = None,
 ) -> tuple[float, float]:
-    """Collect `events` (or a journal path) and draw `gantt.png`; returns the window."""
-    g = GanttCollector()
-    for e in iter_events(events):
-        g.apply(e)
-    g.close(end)
-    return g.render(out_path, window=window, max_rows=max_rows)
+    """Collect `events` (or a journal path) and draw `gantt.png` (titled `title`, e.g.
+    `GPU timeline (fairshare)`); returns the window."""
+    return collect(events, end).render(out_path, window=window, max_rows=max_rows, title=title)
 
 
 def gantt_png(g: GanttCollector, **kw: Any) -> bytes:
@@ -534,4 +555,12 @@ def gantt_png(g: GanttCollector, **kw: Any) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["GanttCollector", "gantt_png", "time_unit", "window_title", "write_gantt"]
+__all__ = [
+    "GanttCollector",
+    "collect",
+    "gantt_png",
+    "shared_window",
+    "time_unit",
+    "window_title",
+    "write_gantt",
+]

@@ -569,7 +569,10 @@ def render_html(
     *,
     gantt_window: tuple[float, float] | None = None,
     source: str | None = None,
+    gantt_png: tuple[bytes, tuple[float, float]] | None = None,
 ) -> str:
+    """The page; `gantt_png` is the timeline already drawn (PNG bytes and its window),
+    else it is drawn here."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -591,10 +594,11 @@ def render_html(
     }
     gantt_b64 = None
     window = None
-    if gantt.n_rows:
-        buf = io.BytesIO()
-        window = gantt.render(buf, window=gantt_window, title=f"GPU timeline ({policy})")
-        gantt_b64 = base64.b64encode(buf.getvalue()).decode("ascii")
+    if gantt_png is None and gantt.n_rows:
+        gantt_png = draw_gantt(gantt, policy, gantt_window)
+    if gantt_png is not None:
+        gantt_b64 = base64.b64encode(gantt_png[0]).decode("ascii")
+        window = gantt_png[1]
 
     wl = summary.get("workloads") or {}
     workload_rows = [[html.escape(k), fmt_num(v)] for k, v in wl.items()]
@@ -703,6 +707,16 @@ def render_html(
     return "\n".join(parts)
 
 
+def draw_gantt(
+    gantt: GanttCollector, policy: str, window: tuple[float, float] | None = None
+) -> tuple[bytes, tuple[float, float]]:
+    """The GPU timeline of a run of `policy` as PNG bytes, and the window drawn (default:
+    the busiest 24 h)."""
+    buf = io.BytesIO()
+    drawn = gantt.render(buf, window=window, title=f"GPU timeline ({policy})")
+    return buf.getvalue(), drawn
+
+
 def write_report(
     events_or_path: Iterable[Any] | str | Path,
     summary: dict[str, Any],
@@ -712,12 +726,15 @@ def write_report(
     start: float | None = None,
     end: float | None = None,
     source: str | None = None,
+    gantt_path: str | Path | None = None,
 ) -> Path:
     """Fold the journal (one pass) and write the self-contained `report.html`.
 
     Tables show `summary` as given (e.g. with the engine's timings); charts come from
     the events, clipped to the summary's period unless `start` / `end` say otherwise.
-    `source` is how the report names its journal (default: the path read)."""
+    `source` is how the report names its journal (default: the path read). With
+    `gantt_path`, the report's GPU timeline is also written there (`gantt.png`: the same
+    picture, titled with the policy)."""
     period = summary.get("period") or {}
     if start is None:
         start = period.get("start")
@@ -729,10 +746,22 @@ def write_report(
     gantt.close(proj.now)
     if source is None and isinstance(events_or_path, str | Path):
         source = str(events_or_path)
-    text = render_html(summary, proj, gantt, gantt_window=gantt_window, source=source)
+    drawn = None
+    if gantt.n_rows or gantt_path is not None:
+        drawn = draw_gantt(gantt, str(summary.get("policy", "?")), gantt_window)
+        if gantt_path is not None:
+            Path(gantt_path).write_bytes(drawn[0])
+    text = render_html(
+        summary,
+        proj,
+        gantt,
+        gantt_window=gantt_window,
+        source=source,
+        gantt_png=drawn if gantt.n_rows else None,
+    )
     out = Path(out_path)
     out.write_text(text, encoding="utf-8")
     return out
 
 
-__all__ = ["fmt_dur", "fmt_pct", "render_html", "write_report"]
+__all__ = ["draw_gantt", "fmt_dur", "fmt_pct", "render_html", "write_report"]

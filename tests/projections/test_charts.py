@@ -4,21 +4,26 @@ axes that start at the run's start, labels in the right unit."""
 
 from __future__ import annotations
 
+import base64
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import orjson
 import pytest
 
 from projections.dashboard import build_snapshot
-from projections.gantt import GanttCollector
+from projections.gantt import GanttCollector, collect, gantt_png
 from projections.report import (
     _Timebase,
     allocation_figure,
     chart_bin,
     cluster_figure,
+    draw_gantt,
     source_bin,
 )
-from projections.summary import fold
+from projections.simulate import shared_gantt_window, write_reports
+from projections.summary import fold, summarize
 from projections.usage import HOUR, JournalBuilder
 
 H8 = list(range(8))
@@ -180,3 +185,62 @@ def test_gantt_window_of_a_long_run_says_where_it_lies(close_figures):
     assert ax.get_title(loc="left") == (
         "GPU timeline — 2026-01-01 01:00 UTC → 2026-01-02 01:00 UTC  (1h–1d1h of a 3d run)"
     )
+
+
+# ------------------------------------------------------------------ shared window
+def busy_run(folder, busy_from: float, busy_to: float):
+    """A 72 h run whose one host is busy from `busy_from` to `busy_to` (hours)."""
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.at(busy_from * HOUR).submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(busy_to * HOUR).finish("w")
+    j.at(72 * HOUR).tick()
+    folder.mkdir()
+    j.write(folder / "journal.jsonl")
+    return j
+
+
+def embedded_images(html_text: str) -> list[bytes]:
+    return [
+        base64.b64decode(src)
+        for src in re.findall(r'<img[^>]*\bsrc="data:image/png;base64,([^"]*)"', html_text)
+    ]
+
+
+def test_runs_of_several_policies_share_one_gantt_window(tmp_path):
+    """Each run alone has its own busiest day (hours 2-26 vs 36-60); together they get
+    one window (the busiest of the runs together), the same in both reports, and each
+    gantt.png is its report's timeline (titled with the policy)."""
+    start = JournalBuilder.START
+    a = busy_run(tmp_path / "fairshare", 2, 20)
+    b = busy_run(tmp_path / "legacy-priority", 40, 60)
+    alone = [gantt_of(j).busiest_window() for j in (a, b)]
+    assert alone[0] != alone[1]
+    w0, w1 = shared_gantt_window([tmp_path / "fairshare", tmp_path / "legacy-priority"])
+    assert w1 - w0 == DAY
+    assert start + 36 * HOUR <= w0 <= start + 40 * HOUR  # all of the busier run's 20 h
+    captions = set()
+    for policy in ("fairshare", "legacy-priority"):
+        folder = tmp_path / policy
+        summary = summarize(folder / "journal.jsonl", policy=policy)
+        write_reports(folder, summary, gantt_window=(w0, w1))
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "gantt.png",
+            "journal.jsonl",
+            "report.html",
+        ]
+        text = (folder / "report.html").read_text()
+        gantt_png = (folder / "gantt.png").read_bytes()
+        assert embedded_images(text)[-1] == gantt_png
+        expected, window = draw_gantt(collect(folder / "journal.jsonl"), policy, (w0, w1))
+        assert gantt_png == expected and window == (w0, w1)
+        captions.update(re.findall(r"Window: [^<]*\.", text))
+    assert captions == {"Window: 2026-01-02 12:00 UTC → 2026-01-03 12:00 UTC."}
+
+
+def test_gantt_png_is_titled_with_the_policy(close_figures):
+    g = gantt_of(young_cluster())
+    fig, _ = g.figure(title="GPU timeline (legacy-priority)")
+    assert fig.axes[0].get_title(loc="left").startswith("GPU timeline (legacy-priority) — ")
+    png, _ = draw_gantt(g, "legacy-priority")
+    assert png == gantt_png(g, title="GPU timeline (legacy-priority)")
