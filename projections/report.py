@@ -295,8 +295,13 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         _style_axes(ax)
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel(tb.label, fontsize=9)
+    # the lowest visible panel of each column carries the x tick labels and the x label
+    # (sharex hides them on every row but the last, whose cells may be empty)
+    for col in range(ncols):
+        rows_in_col = [r for r in range(nrows) if r * ncols + col < n]
+        last = axes[rows_in_col[-1]][col]
+        last.xaxis.set_tick_params(which="both", labelbottom=True)
+        last.set_xlabel(tb.label, fontsize=9)
     for row in axes:
         row[0].set_ylabel("GPUs", fontsize=9)
     handles, labels = [], []
@@ -312,7 +317,7 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         ha="left",
         fontsize=11,
     )
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (0.6 + 2.3 * nrows)))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.1 / (0.6 + 2.3 * nrows)))
     return fig
 
 

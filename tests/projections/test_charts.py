@@ -244,3 +244,45 @@ def test_gantt_png_is_titled_with_the_policy(close_figures):
     assert fig.axes[0].get_title(loc="left").startswith("GPU timeline (legacy-priority) — ")
     png, _ = draw_gantt(g, "legacy-priority")
     assert png == gantt_png(g, title="GPU timeline (legacy-priority)")
+
+
+def four_leaves() -> JournalBuilder:
+    j = JournalBuilder()
+    j.host("h0").host("h1")
+    j.budget("lab", 1).budget("ops", 1)
+    for k, leaf in enumerate(("lab/a", "lab/b", "lab/c", "ops/x")):
+        j.budget(leaf, 1)
+        j.submit(f"w{k}", leaf, 4).place(
+            f"w{k}", {f"h{k // 2}": [4 * (k % 2) + i for i in range(4)]}
+        )
+    j.at(6 * HOUR).tick()
+    return j
+
+
+def test_small_multiples_label_the_lowest_panel_of_every_column(close_figures):
+    """4 leaves in a 3-column grid: the panels above the two empty cells keep their x
+    tick labels and x label (sharex hid them), and the legend sits close to the panels."""
+    proj, tb = charts(four_leaves())
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title(loc="left").split()[0] for ax in panels] == [
+        "lab/a",
+        "lab/b",
+        "lab/c",
+        "ops/x",
+    ]
+    for ax in panels:
+        labelled = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        if ax.get_title(loc="left").startswith("lab/a"):
+            assert not labelled and not ax.get_xlabel()  # ops/x below it has them
+        else:
+            assert labelled, ax.get_title(loc="left")
+            assert ax.get_xlabel() == "hours since start of run"
+    hidden = [ax for ax in fig.axes if not ax.get_visible()]
+    assert len(hidden) == 2 and not any(ax.get_xlabel() for ax in hidden)
+    # no wide empty band between the legend and the top row's panel titles
+    renderer = fig.canvas.get_renderer()
+    legend_bottom = fig.legends[0].get_window_extent(renderer).y0
+    titles_top = max(ax._left_title.get_window_extent(renderer).y1 for ax in panels[:3])
+    assert 0 < legend_bottom - titles_top < 40  # pixels at 100 dpi
