@@ -25,6 +25,8 @@ from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
 
+_UNALLOC_LINE = "#3d3d3d"  # the per-allocation "unallocated" line: no allocation's hue
+
 _REASON_COLORS = {
     "fair_share": "#1f77b4",
     "unallocated": "#ff7f0e",
@@ -276,7 +278,8 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         ax.plot(x, s["entitled"], color="#555555", lw=0.8, ls=":", label="share × capacity")
         ax.plot(x, s["demand"], color="#888888", lw=0.9, ls="--", label="demand (clipped)")
         if s["unalloc"].any():
-            ax.plot(x, s["unalloc"], color="#f58518", lw=0.9, label="unallocated")
+            # neutral: an allocation's own hue may be this orange (or any other colour)
+            ax.plot(x, s["unalloc"], color=_UNALLOC_LINE, lw=1.0, ls="-.", label="unallocated")
         # demand is often many times the share: keep the interesting part readable
         top = max(float(s[k].max()) for k in ("received", "owed", "entitled", "unalloc"))
         if top > 0:
@@ -304,10 +307,14 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         last.set_xlabel(tb.label, fontsize=9)
     for row in axes:
         row[0].set_ylabel("GPUs", fontsize=9)
+    from matplotlib.patches import Patch
+
     handles, labels = [], []
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             if lab not in labels:
+                if lab == "received (charged)":  # each panel's own colour: a neutral swatch
+                    h = Patch(facecolor="#9a9a9a", alpha=0.6, edgecolor="#555555", lw=1.0)
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=9)

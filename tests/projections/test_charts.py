@@ -286,3 +286,34 @@ def test_small_multiples_label_the_lowest_panel_of_every_column(close_figures):
     legend_bottom = fig.legends[0].get_window_extent(renderer).y0
     titles_top = max(ax._left_title.get_window_extent(renderer).y1 for ax in panels[:3])
     assert 0 < legend_bottom - titles_top < 40  # pixels at 100 dpi
+
+
+def test_unallocated_line_and_received_swatch_are_neutral(close_figures):
+    """lab's hue is tab10 orange, the colour the unallocated line used to have: the line
+    is now dark grey dash-dot, and the legend's 'received' swatch is grey, not the first
+    panel's hue."""
+    from matplotlib.colors import to_rgb
+
+    from projections.gantt import palette
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1).budget("ops", 1).budget("ops/x", 1)
+    j.submit("filler", "lab/a", 4, min_runtime=0).place("filler", {"h0": [0, 1, 2, 3]})
+    j.submit("train", "ops/x", 4).place("train", {"h0": [4, 5, 6, 7]})
+    j.at(2 * HOUR).tick()
+    proj, tb = charts(j)
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    _, rgb = palette(["lab/a", "ops/x"])
+    hues = [tuple(np.round(c, 3)) for c in rgb]
+    lab_a = fig.axes[0]
+    (unalloc,) = [line for line in lab_a.get_lines() if line.get_label() == "unallocated"]
+    assert np.allclose(unalloc.get_ydata()[1:-1], 4.0)
+    color = to_rgb(unalloc.get_color())
+    assert color[0] == color[1] == color[2]  # grey
+    assert tuple(np.round(color, 3)) not in hues
+    assert unalloc.get_linestyle() == "-."
+    legend = fig.legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
+    received = dict(zip(texts, legend.legend_handles, strict=True))["received (charged)"]
+    face = received.get_facecolor()[:3]
+    assert face[0] == face[1] == face[2]
