@@ -191,6 +191,11 @@ th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: le
 th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.detail { color: var(--muted); font-size: 12.5px; max-width: 420px; }
+.scroll { overflow-x: auto; max-width: 100%; margin: 6px 0; }
+.scroll > table { margin: 0; }
+td.nowrap, th.nowrap { white-space: nowrap; }
+.wname { display: block; color: var(--muted); font-size: 12px; max-width: 220px;
+         overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 a { color: var(--accent); }
 code, pre { font: 12.5px/1.5 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 pre.why { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px;
@@ -236,10 +241,21 @@ def page(title: str, body: str, *, active: str = "", source: str = "") -> str:
 
 
 def _table(head: list[tuple[str, bool]], rows: list[str], *, cls: str = "") -> str:
+    """A table in a horizontally scrolling box: wide tables scroll inside the page
+    instead of widening it on narrow screens."""
     th = "".join(f'<th class="{"num" if num else ""}">{esc(h)}</th>' for h, num in head)
     return (
-        f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def _workload_cell(r: dict[str, Any]) -> str:
+    """The id (a link to its page) and, under it, the workload's name if it has one."""
+    wid = esc(r["id"])
+    name = r.get("name")
+    under = f'<span class="wname" title="{esc(name)}">{esc(name)}</span>' if name else ""
+    return _td(f'<a href="/workload/{wid}">{wid}</a>{under}', "id", raw=True, cls="nowrap")
 
 
 def _td(value: Any, key: str, *, num: bool = False, raw: bool = False, cls: str = "") -> str:
@@ -443,7 +459,7 @@ def queue_page(snap: Snapshot) -> str:
         prow.append(
             f'<tr data-id="{wid}">'
             + _td(r["position"], "position", num=True)
-            + _td(f'<a href="/workload/{wid}">{wid}</a>', "id", raw=True)
+            + _workload_cell(r)
             + _td(r["allocation"], "allocation")
             + _td(r["user"], "user")
             + _td(r["gpus"], "gpus", num=True)
@@ -451,8 +467,8 @@ def queue_page(snap: Snapshot) -> str:
             + _td("" if r["rank"] is None else r["rank"], "rank", num=True)
             + _td("inf" if r["ratio"] is None else f"{r['ratio']:.4f}", "ratio", num=True)
             + _td(r["priority"], "priority", num=True)
-            + _td(r["submitted"], "submitted")
-            + _td(fmt_dur(r["time_s"]), "waited", num=True)
+            + _td(r["submitted"], "submitted", cls="nowrap")
+            + _td(fmt_dur(r["time_s"]), "waited", num=True, cls="nowrap")
             + _td(
                 f'<span class="badge {esc(r["reason"])}">{esc(r["reason"])}</span>',
                 "reason",
@@ -490,13 +506,13 @@ def queue_page(snap: Snapshot) -> str:
         wid = esc(r["id"])
         rrow.append(
             f'<tr data-id="{wid}">'
-            + _td(f'<a href="/workload/{wid}">{wid}</a>', "id", raw=True)
+            + _workload_cell(r)
             + _td(r["allocation"], "allocation")
             + _td(r["user"], "user")
             + _td(r["gpus"], "gpus", num=True)
-            + _td(r["started"], "started")
-            + _td(fmt_dur(r["time_s"]), "time", num=True)
-            + _td(r["nodelist"], "nodelist")
+            + _td(r["started"], "started", cls="nowrap")
+            + _td(fmt_dur(r["time_s"]), "time", num=True, cls="nowrap")
+            + _td(r["nodelist"], "nodelist", cls="nowrap")
             + _td(r["reason"], "reason")
             + _td(r["detail"], "detail", cls="detail")
             + "</tr>"
