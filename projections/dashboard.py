@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import html
+import inspect
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -432,6 +434,33 @@ def allocations_page(snap: Snapshot) -> str:
 
 
 # ------------------------------------------------------------------ queue
+# what each built-in ordering does, in a sentence (its docstring is the full chain)
+_POLICY_SUMMARIES = {
+    "fairshare": "allocated work first; among allocations, the one furthest below its fair "
+    "share of the window goes first; inside an allocation, higher priority, then earlier "
+    "submission. Work past its protected time can be preempted for an allocation that is "
+    "owed GPUs.",
+    "legacy-priority": "the old system — higher priority level first, then earlier "
+    "submission; work within its allocation's cap is never preempted, other work can be "
+    "preempted by higher levels.",
+    "fifo": "allocated work first, then earliest submission first.",
+    "largest-first": "allocated work first, then the workloads asking for the most GPUs.",
+    "longest-first": "allocated work first, then the longest expected runtime.",
+    "shortest-first": "allocated work first, then the shortest expected runtime.",
+}
+
+
+def policy_summary(policy: Any) -> str:
+    """A plain-language sentence on what the ordering policy does: the built-ins' own,
+    else the first sentence of its docstring without code markup."""
+    known = _POLICY_SUMMARIES.get(getattr(policy, "name", ""))
+    if known:
+        return known
+    doc = " ".join((policy.__doc__ or "").split()).replace("`", "")
+    first = re.split(r"(?<=[.;:])\s", doc, maxsplit=1)[0]
+    return first.rstrip(":;") + ("" if first.endswith(".") or not first else ".")
+
+
 def queue_page(snap: Snapshot) -> str:
     from projections.views import queue_rows
 
@@ -439,7 +468,6 @@ def queue_page(snap: Snapshot) -> str:
     pending = [r for r in rows if r["state"] == "PENDING"]
     running = [r for r in rows if r["state"] == "RUNNING"]
     policy = snap.view.state.ordering
-    doc = " ".join((policy.__doc__ or "").split())
     out = [_header(snap, "Queue")]
     keys = (
         " Sort key: (not allocated, allocation rank, −priority, submit time); an allocation's "
@@ -448,10 +476,18 @@ def queue_page(snap: Snapshot) -> str:
         if policy.name == "fairshare"
         else ""
     )
+    summary = policy_summary(policy)
     out.append(
-        f"<p class='hint'>Pending work in the order the scheduler considers it "
-        f"(policy <b>{esc(policy.name)}</b>{': ' + esc(doc) if doc else ''}).{esc(keys)}</p>"
+        f"<p class='hint' id='policy'>Pending work in the order the scheduler considers it. "
+        f"Policy <b>{esc(policy.name)}</b>{': ' + esc(summary) if summary else '.'}"
+        f"{esc(keys)}</p>"
     )
+    doc = inspect.cleandoc(policy.__doc__ or "")
+    if doc:
+        out.append(
+            "<details class='hint' id='policy-chain'><summary>The policy's full ordering "
+            f"and preemption rules</summary><pre class='why'>{esc(doc)}</pre></details>"
+        )
     out.append(f"<h2>Pending ({len(pending)})</h2>")
     prow = []
     for r in pending:

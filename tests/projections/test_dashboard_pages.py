@@ -56,3 +56,25 @@ def test_queue_shows_the_workloads_name_under_its_id():
     )
     running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
     assert "wname" not in running  # no name, no empty line
+
+
+def test_queue_explains_the_policy_in_a_sentence_with_the_full_chain_folded():
+    text = queue_page(snapshot(named_queue()))
+    hint = re.search(r"<p class='hint' id='policy'>(.*?)</p>", text, re.S)[1]
+    assert "Policy <b>fairshare</b>: allocated work first;" in hint
+    for raw in ("Default. Chain", "`", "Cycle.reclaim_holds", "1. allocated"):
+        assert raw not in hint
+    details = re.search(r"<details class='hint' id='policy-chain'>(.*?)</details>", text, re.S)
+    assert details and "<summary>" in details[1]
+    assert "Cycle.reclaim_holds" in details[1]  # the full chain is one click away
+
+
+def test_a_plugin_policy_is_summed_up_by_its_docstrings_first_sentence():
+    from projections.dashboard import policy_summary
+
+    class Mine:
+        """Orders by `team` size. Chain: 1. big teams; 2. `submit_time`."""
+
+        name = "mine"
+
+    assert policy_summary(Mine()) == "Orders by team size."
