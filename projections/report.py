@@ -65,6 +65,23 @@ def _fmt_value(v: Any) -> str:
     return fmt_num(v) if isinstance(v, int) or float(v).is_integer() else fmt_num(v, 2)
 
 
+# how the report names summary.json's keys (the keys themselves stay as they are)
+_LABELS = {
+    "wall_s": "wall time (s)",
+    "workloads_per_s": "workloads per second",
+    "peak_rss_mb": "peak memory (MB)",
+    "preempted": "preempted (at least once)",
+    "preempted_terminal": "preempted and not requeued",
+    "unfinished": "unfinished at the end",
+}
+
+
+def _label(key: str) -> str:
+    """A summary key or preemption reason in words: `peak_rss_mb` → `peak memory (MB)`,
+    `fair_share` → `fair share`."""
+    return _LABELS.get(key) or key.replace("_", " ")
+
+
 def _when(t: float | None) -> str:
     if t is None:
         return "?"
@@ -400,6 +417,12 @@ def _wait_chart(proj: SummaryProjection) -> str:
 
 
 def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
+    fig = preemption_figure(proj, tb)
+    return None if fig is None else _png(fig)
+
+
+def preemption_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
+    """Preemptions per bin stacked by reason (a Figure the caller closes; None if none)."""
     import matplotlib.pyplot as plt
 
     if not proj.preemptions_hourly:
@@ -420,7 +443,7 @@ def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
             bottom=bottom,
             align="edge",
             color=_REASON_COLORS.get(r, plt.get_cmap("tab10")(k % 10)),
-            label=f"{r} ({int(counts[r].sum()):,})",
+            label=f"{_label(r)} ({int(counts[r].sum()):,})",
             lw=0,
         )
         bottom += counts[r]
@@ -431,7 +454,7 @@ def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
     _style_axes(ax)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 # ---------------------------------------------------------------------- tables
@@ -568,9 +591,9 @@ def _cards(summary: dict[str, Any]) -> str:
     )
 
 
-def _figure(data: str | None, alt: str, caption: str) -> str:
+def _figure(data: str | None, alt: str, caption: str, *, empty: str | None = None) -> str:
     if data is None:
-        return f'<p class="sub">{html.escape(caption)} — nothing to show.</p>'
+        return f'<p class="sub">{html.escape(empty or "Nothing to show.")}</p>'
     return f"<figure>{_img(data, alt)}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
@@ -613,7 +636,7 @@ def render_html(
         window = gantt_png[1]
 
     wl = summary.get("workloads") or {}
-    workload_rows = [[html.escape(k), fmt_num(v)] for k, v in wl.items()]
+    workload_rows = [[html.escape(_label(k)), fmt_num(v)] for k, v in wl.items()]
     headline = [
         ["occupancy (busy / healthy GPU-s)", fmt_pct(summary.get("occupancy"), 2)],
         ["contended occupancy", fmt_pct(summary.get("occupancy_contended"), 2)],
@@ -636,7 +659,9 @@ def render_html(
         )
     by_reason = summary.get("preemptions_by_reason") or {}
     engine = summary.get("engine") or {}
-    engine_rows = [[html.escape(str(k)), html.escape(_fmt_value(v))] for k, v in engine.items()]
+    engine_rows = [
+        [html.escape(_label(str(k))), html.escape(_fmt_value(v))] for k, v in engine.items()
+    ]
     title = f"allot report — {policy}"
     span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h)"
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
@@ -696,12 +721,20 @@ def render_html(
         ),
         "</div></div>",
         "<h2>Preemptions</h2>",
-        _figure(charts["preempt"], "preemptions", "Preemptions per time bin, stacked by reason."),
-        _table(["reason", "count"], [[html.escape(k), fmt_num(v)] for k, v in by_reason.items()])
+        _figure(
+            charts["preempt"],
+            "preemptions",
+            "Preemptions per time bin, stacked by reason.",
+            empty="No preemptions in this run.",
+        ),
+        _table(
+            ["reason", "count"],
+            [[html.escape(_label(k)), fmt_num(v)] for k, v in by_reason.items()],
+        )
         if by_reason
         else "",
         "<h2>GPU timeline</h2>",
-        _figure(gantt_b64, "GPU timeline", gantt_caption),
+        _figure(gantt_b64, "GPU timeline", gantt_caption, empty="No GPUs to show."),
         "<h2>Numbers</h2>",
         '<div class="grid2"><div>',
         _table(["metric", "value"], headline),

@@ -317,3 +317,30 @@ def test_unallocated_line_and_received_swatch_are_neutral(close_figures):
     received = dict(zip(texts, legend.legend_handles, strict=True))["received (charged)"]
     face = received.get_facecolor()[:3]
     assert face[0] == face[1] == face[2]
+
+
+# ------------------------------------------------------------------ report wording
+def test_preemption_legend_names_reasons_in_words(close_figures):
+    from projections.report import preemption_figure
+
+    j = JournalBuilder().host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(600).preempt("w", "fair_share")
+    j.at(HOUR).tick()
+    proj, tb = charts(j)
+    fig = preemption_figure(proj, tb)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fair share (1)"]
+    assert ax.get_xlabel() == "minutes since start of run"
+
+
+def test_a_report_without_preemptions_says_so(tmp_path):
+    from projections.report import write_report
+
+    j = young_cluster()
+    journal = j.write(tmp_path / "journal.jsonl")
+    summary = summarize(journal, policy="fairshare")
+    text = write_report(journal, summary, tmp_path / "report.html").read_text()
+    assert '<p class="sub">No preemptions in this run.</p>' in text
+    assert "nothing to show" not in text
+    assert ">preempted and not requeued<" in text
