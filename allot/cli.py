@@ -169,6 +169,8 @@ def _run_policies(
         comparison_markdown,
         partial_folder,
         run_policy,
+        shared_gantt_window,
+        write_reports,
     )
 
     policies = list(dict.fromkeys(policies))  # a policy named twice runs once
@@ -177,30 +179,45 @@ def _run_policies(
         import_policy(policy, "ordering")
     check_output_folder(out, policies)
     window = _gantt_window(gantt_window, spec.start)
+    # several policies without --gantt-window: their timelines show one shared window,
+    # chosen once all runs are done, so the reports are written after the runs
+    shared = reports and window is None and len(policies) > 1
     for policy in policies:  # an earlier interrupted run's partial outputs
         shutil.rmtree(partial_folder(out, policy), ignore_errors=True)
     jobs = min(jobs, len(policies))
     summaries: dict[str, dict[str, Any]] = {}
+    each_reports = reports and not shared
     try:
         if jobs > 1 and can_run_in_parallel():
             with sims_progress(
                 policies, spec.start, spec.horizon_end, quiet=quiet, console=console.real
             ) as update:
                 summaries = run_policies_in_parallel(
-                    spec, policies, out, jobs=jobs, reports=reports, gantt_window=window,
+                    spec, policies, out, jobs=jobs, reports=each_reports, gantt_window=window,
                     on_time=update,
                 )  # fmt: skip
-            for policy, summary in summaries.items():
-                _say_done(policy, summary, out, quiet)
+            if not shared:
+                for policy, summary in summaries.items():
+                    _say_done(policy, summary, out, quiet)
         else:
             for policy in policies:
                 with sim_progress(
                     policy, spec.start, spec.horizon_end, quiet=quiet, console=console.real
                 ) as tick:
                     summaries[policy] = run_policy(
-                        spec, policy, out, progress=tick, reports=reports, gantt_window=window
-                    )
-                _say_done(policy, summaries[policy], out, quiet)
+                        spec, policy, out, progress=tick, reports=each_reports,
+                        gantt_window=window,
+                    )  # fmt: skip
+                if not shared:
+                    _say_done(policy, summaries[policy], out, quiet)
+        if shared:
+            together = shared_gantt_window([out / policy for policy in summaries])
+            for policy, summary in summaries.items():
+                folder = out / policy
+                write_reports(
+                    folder, summary, gantt_window=together, source=folder / "journal.jsonl"
+                )
+                _say_done(policy, summary, out, quiet)
     except KeyboardInterrupt as stop:
         finished = stop.finished if isinstance(stop, Interrupted) else list(summaries)
         typer.echo(_interrupted(out, policies, finished), err=True)

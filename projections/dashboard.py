@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import html
+import inspect
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,7 +46,8 @@ class Snapshot:
     """One fold of the journal (or why there is none)."""
 
     view: Any = None  # projections.views.JournalView
-    usage: Any = None  # projections.summary.SummaryProjection (closed)
+    usage: Any = None  # projections.summary.SummaryProjection (closed, hourly rows)
+    chart_usage: Any = None  # the same usage in the chart's bins (`usage` if an hour)
     gantt: Any = None  # projections.gantt.GanttCollector (closed)
     delivered: dict[str, Any] = field(default_factory=dict)
     empty: str | None = None  # an empty or missing journal: the message
@@ -62,7 +65,9 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
     """Fold journal records (JSON bytes, or a callable returning them) into the views,
     usage and gantt projections."""
     from projections.gantt import GanttCollector
+    from projections.report import source_bin
     from projections.summary import fold as fold_usage
+    from projections.usage import HOUR, UsageProjection
     from projections.views import ViewError, decode_lines, fold
     from streams.sources import EmptyJournal, SourceError
 
@@ -74,8 +79,13 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
             return Snapshot(empty="the journal holds no records yet", built=time.time())
         view = fold(events)
         gantt = GanttCollector()
-        usage = fold_usage(events, sinks=[gantt])
+        # a young cluster's usage chart needs bins finer than the hourly rows
+        bin_s = source_bin(events[0].time, max(e.time for e in events))
+        fine = UsageProjection(bin_s=bin_s) if bin_s < HOUR else None
+        usage = fold_usage(events, sinks=[gantt] if fine is None else [gantt, fine])
         gantt.close()
+        if fine is not None:
+            fine.close()
     except EmptyJournal as why:
         return Snapshot(empty=str(why), built=time.time())
     except SourceError as why:
@@ -88,7 +98,12 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
     except OSError as why:
         return Snapshot(error=f"cannot read the journal: {why}", built=time.time())
     return Snapshot(
-        view=view, usage=usage, gantt=gantt, delivered=usage.delivered(), built=time.time()
+        view=view,
+        usage=usage,
+        chart_usage=fine or usage,
+        gantt=gantt,
+        delivered=usage.delivered(),
+        built=time.time(),
     )
 
 
@@ -178,6 +193,11 @@ th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: le
 th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.detail { color: var(--muted); font-size: 12.5px; max-width: 420px; }
+.scroll { overflow-x: auto; max-width: 100%; margin: 6px 0; }
+.scroll > table { margin: 0; }
+td.nowrap, th.nowrap { white-space: nowrap; }
+.wname { display: block; color: var(--muted); font-size: 12px; max-width: 220px;
+         overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
 a { color: var(--accent); }
 code, pre { font: 12.5px/1.5 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 pre.why { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 12px 14px;
@@ -223,10 +243,21 @@ def page(title: str, body: str, *, active: str = "", source: str = "") -> str:
 
 
 def _table(head: list[tuple[str, bool]], rows: list[str], *, cls: str = "") -> str:
+    """A table in a horizontally scrolling box: wide tables scroll inside the page
+    instead of widening it on narrow screens."""
     th = "".join(f'<th class="{"num" if num else ""}">{esc(h)}</th>' for h, num in head)
     return (
-        f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+        f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def _workload_cell(r: dict[str, Any]) -> str:
+    """The id (a link to its page) and, under it, the workload's name if it has one."""
+    wid = esc(r["id"])
+    name = r.get("name")
+    under = f'<span class="wname" title="{esc(name)}">{esc(name)}</span>' if name else ""
+    return _td(f'<a href="/workload/{wid}">{wid}</a>{under}', "id", raw=True, cls="nowrap")
 
 
 def _td(value: Any, key: str, *, num: bool = False, raw: bool = False, cls: str = "") -> str:
@@ -277,12 +308,12 @@ def empty_page(snap: Snapshot, active: str, source: str) -> str:
 def _usage_chart(snap: Snapshot) -> str | None:
     from projections.report import _allocation_chart, _Timebase
 
-    usage = snap.usage
+    usage = snap.chart_usage or snap.usage
     rows = usage.hourly_rows()
     start, end = usage.period()
     if start is None or end is None or not rows:
         return None
-    tb = _Timebase(start, max(end, start + 1.0))
+    tb = _Timebase(start, max(end, start + 1.0), min_width=usage.bin_s)
     return _allocation_chart(usage, tb, rows, snap.delivered)
 
 
@@ -319,7 +350,8 @@ def allocations_page(snap: Snapshot) -> str:
         out.append(
             f"<figure>{_img(chart, 'usage vs owed per allocation')}<figcaption>Received "
             "(charged) GPUs vs owed = min(share × healthy capacity, demand), per leaf, "
-            "hour by hour. Delivered = min(1, Σ received / Σ owed) over the journal.</figcaption>"
+            "as means over time bins (a partial last bin over the time it covers). "
+            "Delivered = min(1, Σ received / Σ owed) over the journal.</figcaption>"
             "</figure>"
         )
     else:
@@ -402,6 +434,33 @@ def allocations_page(snap: Snapshot) -> str:
 
 
 # ------------------------------------------------------------------ queue
+# what each built-in ordering does, in a sentence (its docstring is the full chain)
+_POLICY_SUMMARIES = {
+    "fairshare": "allocated work first; among allocations, the one furthest below its fair "
+    "share of the window goes first; inside an allocation, higher priority, then earlier "
+    "submission. Work past its protected time can be preempted for an allocation that is "
+    "owed GPUs.",
+    "legacy-priority": "the old system — higher priority level first, then earlier "
+    "submission; work within its allocation's cap is never preempted, other work can be "
+    "preempted by higher levels.",
+    "fifo": "allocated work first, then earliest submission first.",
+    "largest-first": "allocated work first, then the workloads asking for the most GPUs.",
+    "longest-first": "allocated work first, then the longest expected runtime.",
+    "shortest-first": "allocated work first, then the shortest expected runtime.",
+}
+
+
+def policy_summary(policy: Any) -> str:
+    """A plain-language sentence on what the ordering policy does: the built-ins' own,
+    else the first sentence of its docstring without code markup."""
+    known = _POLICY_SUMMARIES.get(getattr(policy, "name", ""))
+    if known:
+        return known
+    doc = " ".join((policy.__doc__ or "").split()).replace("`", "")
+    first = re.split(r"(?<=[.;:])\s", doc, maxsplit=1)[0]
+    return first.rstrip(":;") + ("" if first.endswith(".") or not first else ".")
+
+
 def queue_page(snap: Snapshot) -> str:
     from projections.views import queue_rows
 
@@ -409,7 +468,6 @@ def queue_page(snap: Snapshot) -> str:
     pending = [r for r in rows if r["state"] == "PENDING"]
     running = [r for r in rows if r["state"] == "RUNNING"]
     policy = snap.view.state.ordering
-    doc = " ".join((policy.__doc__ or "").split())
     out = [_header(snap, "Queue")]
     keys = (
         " Sort key: (not allocated, allocation rank, −priority, submit time); an allocation's "
@@ -418,10 +476,18 @@ def queue_page(snap: Snapshot) -> str:
         if policy.name == "fairshare"
         else ""
     )
+    summary = policy_summary(policy)
     out.append(
-        f"<p class='hint'>Pending work in the order the scheduler considers it "
-        f"(policy <b>{esc(policy.name)}</b>{': ' + esc(doc) if doc else ''}).{esc(keys)}</p>"
+        f"<p class='hint' id='policy'>Pending work in the order the scheduler considers it. "
+        f"Policy <b>{esc(policy.name)}</b>{': ' + esc(summary) if summary else '.'}"
+        f"{esc(keys)}</p>"
     )
+    doc = inspect.cleandoc(policy.__doc__ or "")
+    if doc:
+        out.append(
+            "<details class='hint' id='policy-chain'><summary>The policy's full ordering "
+            f"and preemption rules</summary><pre class='why'>{esc(doc)}</pre></details>"
+        )
     out.append(f"<h2>Pending ({len(pending)})</h2>")
     prow = []
     for r in pending:
@@ -429,7 +495,7 @@ def queue_page(snap: Snapshot) -> str:
         prow.append(
             f'<tr data-id="{wid}">'
             + _td(r["position"], "position", num=True)
-            + _td(f'<a href="/workload/{wid}">{wid}</a>', "id", raw=True)
+            + _workload_cell(r)
             + _td(r["allocation"], "allocation")
             + _td(r["user"], "user")
             + _td(r["gpus"], "gpus", num=True)
@@ -437,8 +503,8 @@ def queue_page(snap: Snapshot) -> str:
             + _td("" if r["rank"] is None else r["rank"], "rank", num=True)
             + _td("inf" if r["ratio"] is None else f"{r['ratio']:.4f}", "ratio", num=True)
             + _td(r["priority"], "priority", num=True)
-            + _td(r["submitted"], "submitted")
-            + _td(fmt_dur(r["time_s"]), "waited", num=True)
+            + _td(r["submitted"], "submitted", cls="nowrap")
+            + _td(fmt_dur(r["time_s"]), "waited", num=True, cls="nowrap")
             + _td(
                 f'<span class="badge {esc(r["reason"])}">{esc(r["reason"])}</span>',
                 "reason",
@@ -476,13 +542,13 @@ def queue_page(snap: Snapshot) -> str:
         wid = esc(r["id"])
         rrow.append(
             f'<tr data-id="{wid}">'
-            + _td(f'<a href="/workload/{wid}">{wid}</a>', "id", raw=True)
+            + _workload_cell(r)
             + _td(r["allocation"], "allocation")
             + _td(r["user"], "user")
             + _td(r["gpus"], "gpus", num=True)
-            + _td(r["started"], "started")
-            + _td(fmt_dur(r["time_s"]), "time", num=True)
-            + _td(r["nodelist"], "nodelist")
+            + _td(r["started"], "started", cls="nowrap")
+            + _td(fmt_dur(r["time_s"]), "time", num=True, cls="nowrap")
+            + _td(r["nodelist"], "nodelist", cls="nowrap")
             + _td(r["reason"], "reason")
             + _td(r["detail"], "detail", cls="detail")
             + "</tr>"

@@ -46,10 +46,36 @@ _BASE_COLORS = (
 _UNKNOWN_COLOR = "#9e9e9e"
 
 
-def _when(t: float) -> str:
+def _when(t: float, *, seconds: bool = False) -> str:
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    fmt = "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
+    return datetime.fromtimestamp(t, UTC).strftime(fmt)
+
+
+def time_unit(span: float) -> tuple[float, str]:
+    """(seconds per unit, name) for a time axis spanning `span` seconds."""
+    if span <= 120:
+        return 1.0, "seconds"
+    if span <= 3 * HOUR:
+        return 60.0, "minutes"
+    if span <= 3 * DAY:
+        return HOUR, "hours"
+    return DAY, "days"
+
+
+def window_title(head: str, w0: float, w1: float, t0: float, t1: float) -> str:
+    """`head — start → end (where the window lies in the run)`, e.g.
+    `GPU timeline — 2026-01-01 01:00 UTC → … (1h–1d1h of a 3d run)`."""
+    from domain.durations import format_duration as dur
+
+    seconds = w1 - w0 < HOUR or (w0 % 60 != 0)  # short or off-minute windows: to the second
+    where = (
+        f"the whole run, {dur(t1 - t0)}"
+        if w0 <= t0 and w1 >= t1
+        else f"{dur(max(0.0, w0 - t0))}–{dur(max(0.0, w1 - t0))} of a {dur(t1 - t0)} run"
+    )
+    return f"{head} — {_when(w0, seconds=seconds)} → {_when(w1, seconds=seconds)}  ({where})"
 
 
 def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
@@ -199,10 +225,12 @@ class GanttCollector:
     def busiest_window(self, length: float = DAY) -> tuple[float, float]:
         """The `length` window (starting on an hour edge) with the most busy GPU-seconds;
         the whole run if it is shorter than `length`."""
-        t0 = self.first_time or 0.0
-        t1 = self.last_time or t0
-        if t1 - t0 <= length or not len(self.start):
-            return t0, max(t1, t0 + 1.0)
+        return shared_window([self], length)
+
+    def busy_between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Busy GPU-seconds in each window [a[k], b[k]]."""
+        if not len(self.start):
+            return np.zeros(np.shape(a))
         starts = np.frombuffer(self.start, dtype=np.float64)
         ends = np.frombuffer(self.end, dtype=np.float64)
         gpus = np.frombuffer(self.row_len, dtype=np.int32).astype(np.float64)
@@ -219,13 +247,7 @@ class GanttCollector:
             val = integral[kk] + rate[kk] * (x - times[kk])
             return np.where(k < 0, 0.0, val)
 
-        first_hour = math.floor(t0 / HOUR) * HOUR
-        candidates = np.arange(first_hour, t1 - length + 1e-6, HOUR)
-        if not candidates.size:
-            candidates = np.asarray([first_hour])
-        scores = busy_until(candidates + length) - busy_until(candidates)
-        best = float(candidates[int(np.argmax(scores))])
-        return max(best, t0), best + length
+        return busy_until(np.asarray(b)) - busy_until(np.asarray(a))
 
     # ------------------------------------------------------------------ draw
     def colors(self) -> tuple[dict[str, str], np.ndarray]:
@@ -241,6 +263,22 @@ class GanttCollector:
         dpi: int = 100,
     ) -> tuple[float, float]:
         """Draw the window (default: busiest 24 h) to `out` as PNG; returns the window."""
+        import matplotlib.pyplot as plt
+
+        fig, (w0, w1) = self.figure(window=window, max_rows=max_rows, title=title, dpi=dpi)
+        fig.savefig(out, format="png", dpi=dpi)
+        plt.close(fig)
+        return w0, w1
+
+    def figure(
+        self,
+        *,
+        window: tuple[float, float] | None = None,
+        max_rows: int = 1024,
+        title: str | None = None,
+        dpi: int = 100,
+    ) -> tuple[Any, tuple[float, float]]:
+        """The matplotlib Figure of the window (the caller closes it) and the window."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -254,7 +292,7 @@ class GanttCollector:
             w1 = w0 + 1.0
         n_rows = min(self.n_rows, max_rows) if self.n_rows else 1
         span = w1 - w0
-        unit, unit_name = (DAY, "days") if span > 3 * DAY else (HOUR, "hours")
+        unit, unit_name = time_unit(span)
 
         rows_h = n_rows * (0.16 if n_rows <= 64 else 0.05 if n_rows <= 256 else 0.0135)
         height = min(18.0, max(3.2, 1.6 + rows_h))
@@ -326,11 +364,8 @@ class GanttCollector:
         ax.grid(axis="x", color="#e0e0e0", lw=0.6, zorder=0)
         ax.set_axisbelow(True)
 
-        head = title or "GPU timeline"
         ax.set_title(
-            f"{head} — {_when(w0)} → {_when(w1)}  "
-            f"({(w0 - t0) / unit:.1f}–{(w1 - t0) / unit:.1f} of "
-            f"{((self.last_time or t0) - t0) / unit:.1f} {unit_name})",
+            window_title(title or "GPU timeline", w0, w1, t0, self.last_time or t0),
             fontsize=11,
             loc="left",
         )
@@ -362,9 +397,7 @@ class GanttCollector:
         fig.tight_layout()
         if hatched[0].size:
             _hatch_overlay(fig, ax, hatched[0])
-        fig.savefig(out, format="png", dpi=dpi)
-        plt.close(fig)
-        return w0, w1
+        return fig, (w0, w1)
 
 
 def _hatch_overlay(fig: Any, ax: Any, rects: np.ndarray, period: int = 7) -> None:
@@ -475,6 +508,33 @@ def _bars(
     return solid, hatched, outlines
 
 
+def shared_window(collectors: list[GanttCollector], length: float = DAY) -> tuple[float, float]:
+    """The `length` window (starting on an hour edge) with the most busy GPU-seconds over
+    all `collectors` together (runs of one scenario under several policies), so that
+    their timelines show the same period; all of it if shorter than `length`."""
+    firsts = [g.first_time for g in collectors if g.first_time is not None]
+    t0 = min(firsts) if firsts else 0.0
+    t1 = max([g.last_time or t0 for g in collectors], default=t0)
+    if t1 - t0 <= length or not any(len(g.start) for g in collectors):
+        return t0, max(t1, t0 + 1.0)
+    first_hour = math.floor(t0 / HOUR) * HOUR
+    candidates = np.arange(first_hour, t1 - length + 1e-6, HOUR)
+    if not candidates.size:
+        candidates = np.asarray([first_hour])
+    scores = sum(g.busy_between(candidates, candidates + length) for g in collectors)
+    best = float(candidates[int(np.argmax(scores))])
+    return max(best, t0), best + length
+
+
+def collect(events: Iterable[Any] | str | Path, end: float | None = None) -> GanttCollector:
+    """A closed `GanttCollector` of `events` (or a journal path)."""
+    g = GanttCollector()
+    for e in iter_events(events):
+        g.apply(e)
+    g.close(end)
+    return g
+
+
 def write_gantt(
     events: Iterable[Any] | str | Path,
     out_path: str | Path,
@@ -482,13 +542,11 @@ def write_gantt(
     window: tuple[float, float] | None = None,
     max_rows: int = 1024,
     end: float | None = None,
+    title: str | None = None,
 ) -> tuple[float, float]:
-    """Collect `events` (or a journal path) and draw `gantt.png`; returns the window."""
-    g = GanttCollector()
-    for e in iter_events(events):
-        g.apply(e)
-    g.close(end)
-    return g.render(out_path, window=window, max_rows=max_rows)
+    """Collect `events` (or a journal path) and draw `gantt.png` (titled `title`, e.g.
+    `GPU timeline (fairshare)`); returns the window."""
+    return collect(events, end).render(out_path, window=window, max_rows=max_rows, title=title)
 
 
 def gantt_png(g: GanttCollector, **kw: Any) -> bytes:
@@ -497,4 +555,12 @@ def gantt_png(g: GanttCollector, **kw: Any) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["GanttCollector", "gantt_png", "write_gantt"]
+__all__ = [
+    "GanttCollector",
+    "collect",
+    "gantt_png",
+    "shared_window",
+    "time_unit",
+    "window_title",
+    "write_gantt",
+]

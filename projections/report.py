@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from projections.gantt import DAY, GanttCollector, palette
+from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
+
+_UNALLOC_LINE = "#3d3d3d"  # the per-allocation "unallocated" line: no allocation's hue
 
 _REASON_COLORS = {
     "fair_share": "#1f77b4",
@@ -63,6 +65,23 @@ def _fmt_value(v: Any) -> str:
     return fmt_num(v) if isinstance(v, int) or float(v).is_integer() else fmt_num(v, 2)
 
 
+# how the report names summary.json's keys (the keys themselves stay as they are)
+_LABELS = {
+    "wall_s": "wall time (s)",
+    "workloads_per_s": "workloads per second",
+    "peak_rss_mb": "peak memory (MB)",
+    "preempted": "preempted (at least once)",
+    "preempted_terminal": "preempted and not requeued",
+    "unfinished": "unfinished at the end",
+}
+
+
+def _label(key: str) -> str:
+    """A summary key or preemption reason in words: `peak_rss_mb` → `peak memory (MB)`,
+    `fair_share` → `fair share`."""
+    return _LABELS.get(key) or key.replace("_", " ")
+
+
 def _when(t: float | None) -> str:
     if t is None:
         return "?"
@@ -90,27 +109,76 @@ def _style_axes(ax: Any) -> None:
 
 
 # ---------------------------------------------------------------------- charts
-class _Timebase:
-    """Bins for time series: hourly for short runs, coarser for long ones."""
+# chart bin widths (seconds, label), finest first; `_Timebase` takes the finest one that
+# keeps a chart at most `_MAX_BINS` bins wide
+_BIN_CHOICES = (
+    (10.0, "10 s"),
+    (30.0, "30 s"),
+    (60.0, "1 min"),
+    (300.0, "5 min"),
+    (900.0, "15 min"),
+    (HOUR, "1 h"),
+    (6 * HOUR, "6 h"),
+    (DAY, "1 d"),
+    (7 * DAY, "7 d"),
+)
+_MAX_BINS = 200
 
-    def __init__(self, t0: float, t1: float) -> None:
-        self.t0 = t0
-        hours = max(1.0, (t1 - t0) / HOUR)
-        self.bin_h = 1 if hours <= 24 * 14 else 6 if hours <= 24 * 60 else 24
-        self.width = self.bin_h * HOUR
+
+def chart_bin(t0: float, t1: float, *, min_width: float = 0.0) -> float:
+    """The bin width (seconds) of time-series charts over [t0, t1]: the finest of
+    `_BIN_CHOICES` (at least `min_width`) that needs at most `_MAX_BINS` bins."""
+    span = max(1.0, t1 - t0)
+    for width, _ in _BIN_CHOICES:
+        if width >= min_width and math.ceil(span / width) + 1 <= _MAX_BINS:
+            return width
+    return _BIN_CHOICES[-1][0]
+
+
+def source_bin(t0: float | None, t1: float | None) -> float:
+    """The row width to fold a journal with so that its charts can use `chart_bin`:
+    the chart's bin when finer than an hour (bins of an hour or more add whole hours)."""
+    if t0 is None or t1 is None:
+        return HOUR
+    return min(HOUR, chart_bin(t0, t1))
+
+
+class _Timebase:
+    """Bins for time series over the run [t0, t1]: bins aligned to multiples of their
+    width, the first and last clipped to the run, so the axis starts at 0 and a partial
+    bin's mean is over the time it covers. The width comes from the span (`chart_bin`),
+    never finer than the rows' own bins (`min_width`)."""
+
+    def __init__(self, t0: float, t1: float, *, min_width: float = 0.0) -> None:
+        t1 = max(t1, t0 + 1.0)
+        self.t0, self.t1 = t0, t1
+        self.width = chart_bin(t0, t1, min_width=min_width)
+        self.bin_label = next(
+            (label for w, label in _BIN_CHOICES if w == self.width), f"{self.width:g} s"
+        )
         self.origin = math.floor(t0 / self.width) * self.width
         self.n = max(1, math.ceil((t1 - self.origin) / self.width))
-        self.unit, self.unit_name = (DAY, "days") if t1 - t0 > 3 * DAY else (HOUR, "hours")
+        self.unit, self.unit_name = time_unit(t1 - t0)
 
-    def index(self, hour: float) -> int:
-        return min(self.n - 1, max(0, int((hour - self.origin) // self.width)))
+    def index(self, t: float) -> int:
+        return min(self.n - 1, max(0, int((t - self.origin) // self.width)))
+
+    def edges_s(self) -> np.ndarray:
+        """Bin edges in seconds since the epoch, clipped to [t0, t1]."""
+        edges = self.origin + np.arange(self.n + 1) * self.width
+        return np.clip(edges, self.t0, self.t1)
+
+    def covered(self) -> np.ndarray:
+        """Seconds of the run each bin covers (the divisor of a bin's mean)."""
+        return np.maximum(np.diff(self.edges_s()), 1e-9)
+
+    def xedges(self) -> np.ndarray:
+        """Bin edges in units since the run start (the first is 0)."""
+        return (self.edges_s() - self.t0) / self.unit
 
     def x(self) -> np.ndarray:
         """Bin starts in units since the run start."""
-        return (self.origin + np.arange(self.n) * self.width - self.t0) / self.unit
-
-    def xedges(self) -> np.ndarray:
-        return (self.origin + np.arange(self.n + 1) * self.width - self.t0) / self.unit
+        return self.xedges()[:-1]
 
     @property
     def label(self) -> str:
@@ -118,6 +186,11 @@ class _Timebase:
 
 
 def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
+    return _png(cluster_figure(proj, tb))
+
+
+def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
+    """The cluster usage chart (a matplotlib Figure; the caller closes it)."""
     import matplotlib.pyplot as plt
 
     healthy = np.zeros(tb.n)
@@ -134,8 +207,10 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
     edges = tb.xedges()
     x = np.repeat(edges, 2)[1:-1]
 
+    covered = tb.covered()
+
     def steps(v: np.ndarray) -> np.ndarray:
-        return np.repeat(v / tb.width, 2)
+        return np.repeat(v / covered, 2)
 
     ax.fill_between(x, 0, steps(charged), color="#4c78a8", lw=0, label="allocated (charged)")
     ax.fill_between(
@@ -148,8 +223,8 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
         label="unallocated",
     )
     ax.plot(x, steps(healthy), color="#222222", lw=1.2, label="healthy capacity")
-    top = max(1.0, float((healthy / tb.width).max()) * 1.08)
-    frac = contended / tb.width
+    top = max(1.0, float((healthy / covered).max()) * 1.08)
+    frac = contended / covered
     ax.fill_between(
         x,
         0,
@@ -162,18 +237,25 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
     )
     ax.set_ylim(0, top)
     ax.set_xlim(edges[0], edges[-1])
-    ax.set_ylabel(f"GPUs (mean per {tb.bin_h} h)")
+    ax.set_ylabel(f"GPUs (mean per {tb.bin_label})")
     ax.set_xlabel(tb.label)
     ax.set_title("Cluster usage", loc="left", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
     _style_axes(ax)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def _allocation_chart(
     proj: SummaryProjection, tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
 ) -> str | None:
+    fig = allocation_figure(tb, rows, delivered)
+    return None if fig is None else _png(fig)
+
+
+def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict) -> Any:
+    """Usage vs owed small multiples, one panel per leaf in `rows` (a matplotlib Figure
+    the caller closes, or None without rows)."""
     import matplotlib.pyplot as plt
 
     series: dict[str, dict[str, np.ndarray]] = {}
@@ -202,9 +284,10 @@ def _allocation_chart(
     edges = tb.xedges()
     x = np.repeat(edges, 2)[1:-1]
     by_alloc = delivered.get("by_allocation") or {}
+    covered = tb.covered()
     for k, leaf in enumerate(leaves):
         ax = axes[k // ncols][k % ncols]
-        s = {key: np.repeat(v / tb.width, 2) for key, v in series[leaf].items()}
+        s = {key: np.repeat(v / covered, 2) for key, v in series[leaf].items()}
         color = rgb[k]
         ax.fill_between(x, 0, s["received"], color=color, alpha=0.35, lw=0)
         ax.plot(x, s["received"], color=color, lw=1.3, label="received (charged)")
@@ -212,7 +295,8 @@ def _allocation_chart(
         ax.plot(x, s["entitled"], color="#555555", lw=0.8, ls=":", label="share × capacity")
         ax.plot(x, s["demand"], color="#888888", lw=0.9, ls="--", label="demand (clipped)")
         if s["unalloc"].any():
-            ax.plot(x, s["unalloc"], color="#f58518", lw=0.9, label="unallocated")
+            # neutral: an allocation's own hue may be this orange (or any other colour)
+            ax.plot(x, s["unalloc"], color=_UNALLOC_LINE, lw=1.0, ls="-.", label="unallocated")
         # demand is often many times the share: keep the interesting part readable
         top = max(float(s[k].max()) for k in ("received", "owed", "entitled", "unalloc"))
         if top > 0:
@@ -231,25 +315,34 @@ def _allocation_chart(
         _style_axes(ax)
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
-    for ax in axes[-1]:
-        ax.set_xlabel(tb.label, fontsize=9)
+    # the lowest visible panel of each column carries the x tick labels and the x label
+    # (sharex hides them on every row but the last, whose cells may be empty)
+    for col in range(ncols):
+        rows_in_col = [r for r in range(nrows) if r * ncols + col < n]
+        last = axes[rows_in_col[-1]][col]
+        last.xaxis.set_tick_params(which="both", labelbottom=True)
+        last.set_xlabel(tb.label, fontsize=9)
     for row in axes:
         row[0].set_ylabel("GPUs", fontsize=9)
+    from matplotlib.patches import Patch
+
     handles, labels = [], []
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             if lab not in labels:
+                if lab == "received (charged)":  # each panel's own colour: a neutral swatch
+                    h = Patch(facecolor="#9a9a9a", alpha=0.6, edgecolor="#555555", lw=1.0)
                 handles.append(h)
                 labels.append(lab)
     fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=9)
     fig.suptitle(
-        f"Usage vs owed per allocation (mean GPUs per {tb.bin_h} h)",
+        f"Usage vs owed per allocation (mean GPUs per {tb.bin_label})",
         x=0.01,
         ha="left",
         fontsize=11,
     )
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (0.6 + 2.3 * nrows)))
-    return _png(fig)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.1 / (0.6 + 2.3 * nrows)))
+    return fig
 
 
 _DUR_TICKS = [
@@ -324,6 +417,12 @@ def _wait_chart(proj: SummaryProjection) -> str:
 
 
 def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
+    fig = preemption_figure(proj, tb)
+    return None if fig is None else _png(fig)
+
+
+def preemption_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
+    """Preemptions per bin stacked by reason (a Figure the caller closes; None if none)."""
     import matplotlib.pyplot as plt
 
     if not proj.preemptions_hourly:
@@ -334,7 +433,7 @@ def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
         counts[reason][tb.index(hour)] += c
     fig, ax = plt.subplots(figsize=(13, 3.0))
     x = tb.x()
-    width = tb.width / tb.unit
+    width = np.diff(tb.xedges())
     bottom = np.zeros(tb.n)
     for k, r in enumerate(reasons):
         ax.bar(
@@ -344,18 +443,18 @@ def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:
             bottom=bottom,
             align="edge",
             color=_REASON_COLORS.get(r, plt.get_cmap("tab10")(k % 10)),
-            label=f"{r} ({int(counts[r].sum()):,})",
+            label=f"{_label(r)} ({int(counts[r].sum()):,})",
             lw=0,
         )
         bottom += counts[r]
     ax.set_xlim(tb.xedges()[0], tb.xedges()[-1])
-    ax.set_ylabel(f"preemptions per {tb.bin_h} h")
+    ax.set_ylabel(f"preemptions per {tb.bin_label}")
     ax.set_xlabel(tb.label)
     ax.set_title("Preemptions over time by reason", loc="left", fontsize=11)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
     _style_axes(ax)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 # ---------------------------------------------------------------------- tables
@@ -492,9 +591,9 @@ def _cards(summary: dict[str, Any]) -> str:
     )
 
 
-def _figure(data: str | None, alt: str, caption: str) -> str:
+def _figure(data: str | None, alt: str, caption: str, *, empty: str | None = None) -> str:
     if data is None:
-        return f'<p class="sub">{html.escape(caption)} — nothing to show.</p>'
+        return f'<p class="sub">{html.escape(empty or "Nothing to show.")}</p>'
     return f"<figure>{_img(data, alt)}<figcaption>{html.escape(caption)}</figcaption></figure>"
 
 
@@ -505,7 +604,10 @@ def render_html(
     *,
     gantt_window: tuple[float, float] | None = None,
     source: str | None = None,
+    gantt_png: tuple[bytes, tuple[float, float]] | None = None,
 ) -> str:
+    """The page; `gantt_png` is the timeline already drawn (PNG bytes and its window),
+    else it is drawn here."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -515,7 +617,7 @@ def render_html(
     p_start, p_end = proj.period()
     t0 = period.get("start", p_start) or p_start or 0.0
     t1 = period.get("end", p_end) or p_end or t0
-    tb = _Timebase(t0, max(t1, t0 + 1))
+    tb = _Timebase(t0, max(t1, t0 + 1), min_width=proj.bin_s)
     rows = proj.hourly_rows()
     delivered = summary.get("delivered") or proj.delivered(rows)
 
@@ -527,13 +629,14 @@ def render_html(
     }
     gantt_b64 = None
     window = None
-    if gantt.n_rows:
-        buf = io.BytesIO()
-        window = gantt.render(buf, window=gantt_window, title=f"GPU timeline ({policy})")
-        gantt_b64 = base64.b64encode(buf.getvalue()).decode("ascii")
+    if gantt_png is None and gantt.n_rows:
+        gantt_png = draw_gantt(gantt, policy, gantt_window)
+    if gantt_png is not None:
+        gantt_b64 = base64.b64encode(gantt_png[0]).decode("ascii")
+        window = gantt_png[1]
 
     wl = summary.get("workloads") or {}
-    workload_rows = [[html.escape(k), fmt_num(v)] for k, v in wl.items()]
+    workload_rows = [[html.escape(_label(k)), fmt_num(v)] for k, v in wl.items()]
     headline = [
         ["occupancy (busy / healthy GPU-s)", fmt_pct(summary.get("occupancy"), 2)],
         ["contended occupancy", fmt_pct(summary.get("occupancy_contended"), 2)],
@@ -556,7 +659,9 @@ def render_html(
         )
     by_reason = summary.get("preemptions_by_reason") or {}
     engine = summary.get("engine") or {}
-    engine_rows = [[html.escape(str(k)), html.escape(_fmt_value(v))] for k, v in engine.items()]
+    engine_rows = [
+        [html.escape(_label(str(k))), html.escape(_fmt_value(v))] for k, v in engine.items()
+    ]
     title = f"allot report — {policy}"
     span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h)"
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
@@ -616,12 +721,20 @@ def render_html(
         ),
         "</div></div>",
         "<h2>Preemptions</h2>",
-        _figure(charts["preempt"], "preemptions", "Preemptions per time bin, stacked by reason."),
-        _table(["reason", "count"], [[html.escape(k), fmt_num(v)] for k, v in by_reason.items()])
+        _figure(
+            charts["preempt"],
+            "preemptions",
+            "Preemptions per time bin, stacked by reason.",
+            empty="No preemptions in this run.",
+        ),
+        _table(
+            ["reason", "count"],
+            [[html.escape(_label(k)), fmt_num(v)] for k, v in by_reason.items()],
+        )
         if by_reason
         else "",
         "<h2>GPU timeline</h2>",
-        _figure(gantt_b64, "GPU timeline", gantt_caption),
+        _figure(gantt_b64, "GPU timeline", gantt_caption, empty="No GPUs to show."),
         "<h2>Numbers</h2>",
         '<div class="grid2"><div>',
         _table(["metric", "value"], headline),
@@ -639,6 +752,16 @@ def render_html(
     return "\n".join(parts)
 
 
+def draw_gantt(
+    gantt: GanttCollector, policy: str, window: tuple[float, float] | None = None
+) -> tuple[bytes, tuple[float, float]]:
+    """The GPU timeline of a run of `policy` as PNG bytes, and the window drawn (default:
+    the busiest 24 h)."""
+    buf = io.BytesIO()
+    drawn = gantt.render(buf, window=window, title=f"GPU timeline ({policy})")
+    return buf.getvalue(), drawn
+
+
 def write_report(
     events_or_path: Iterable[Any] | str | Path,
     summary: dict[str, Any],
@@ -648,26 +771,42 @@ def write_report(
     start: float | None = None,
     end: float | None = None,
     source: str | None = None,
+    gantt_path: str | Path | None = None,
 ) -> Path:
     """Fold the journal (one pass) and write the self-contained `report.html`.
 
     Tables show `summary` as given (e.g. with the engine's timings); charts come from
     the events, clipped to the summary's period unless `start` / `end` say otherwise.
-    `source` is how the report names its journal (default: the path read)."""
+    `source` is how the report names its journal (default: the path read). With
+    `gantt_path`, the report's GPU timeline is also written there (`gantt.png`: the same
+    picture, titled with the policy)."""
     period = summary.get("period") or {}
     if start is None:
         start = period.get("start")
     if end is None:
         end = period.get("end")
     gantt = GanttCollector()
-    proj = fold(events_or_path, start=start, end=end, sinks=[gantt])
+    bin_s = source_bin(start, end)  # charts of a short run need rows finer than an hour
+    proj = fold(events_or_path, start=start, end=end, sinks=[gantt], bin_s=bin_s)
     gantt.close(proj.now)
     if source is None and isinstance(events_or_path, str | Path):
         source = str(events_or_path)
-    text = render_html(summary, proj, gantt, gantt_window=gantt_window, source=source)
+    drawn = None
+    if gantt.n_rows or gantt_path is not None:
+        drawn = draw_gantt(gantt, str(summary.get("policy", "?")), gantt_window)
+        if gantt_path is not None:
+            Path(gantt_path).write_bytes(drawn[0])
+    text = render_html(
+        summary,
+        proj,
+        gantt,
+        gantt_window=gantt_window,
+        source=source,
+        gantt_png=drawn if gantt.n_rows else None,
+    )
     out = Path(out_path)
     out.write_text(text, encoding="utf-8")
     return out
 
 
-__all__ = ["fmt_dur", "fmt_pct", "render_html", "write_report"]
+__all__ = ["draw_gantt", "fmt_dur", "fmt_pct", "render_html", "write_report"]

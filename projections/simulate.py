@@ -175,15 +175,45 @@ def run_policy(
     }
     (work / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if reports:
-        from projections.gantt import write_gantt
-        from projections.report import write_report
-
-        write_gantt(journal_path, work / "gantt.png", window=gantt_window)
-        write_report(
-            journal_path, summary, work / "report.html", source=str(target / "journal.jsonl")
-        )
+        write_reports(work, summary, gantt_window=gantt_window, source=target / "journal.jsonl")
     _swap_in(work, target)
     return summary
+
+
+def write_reports(
+    folder: Path,
+    summary: dict[str, Any],
+    *,
+    gantt_window: tuple[float, float] | None = None,
+    source: Path | None = None,
+) -> None:
+    """`gantt.png` and `report.html` of the run in `folder` (from its journal.jsonl); the
+    two show the same GPU timeline, titled with the policy. Each file is written beside
+    and renamed into place, so a reader never sees half of one."""
+    from projections.report import write_report
+
+    journal_path = folder / "journal.jsonl"
+    gantt_tmp = folder / ".gantt.png.partial"
+    report_tmp = folder / ".report.html.partial"
+    write_report(
+        journal_path,
+        summary,
+        report_tmp,
+        gantt_window=gantt_window,
+        source=str(source or journal_path),
+        gantt_path=gantt_tmp,
+    )
+    gantt_tmp.replace(folder / "gantt.png")
+    report_tmp.replace(folder / "report.html")
+
+
+def shared_gantt_window(folders: list[Path]) -> tuple[float, float]:
+    """One GPU-timeline window for runs of one scenario under several policies (their
+    folders): the busiest 24 h of the runs together, so side-by-side timelines show the
+    same period."""
+    from projections.gantt import collect, shared_window
+
+    return shared_window([collect(folder / "journal.jsonl") for folder in folders])
 
 
 def partial_folder(out_dir: Path, policy: str) -> Path:

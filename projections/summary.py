@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from projections.usage import HOUR, UsageProjection, _Workload, hour_of, iter_events
+from projections.usage import HOUR, UsageProjection, _Workload, iter_events
 
 PERCENTILES = (50, 90, 99)
 
@@ -111,7 +111,7 @@ class SummaryProjection(UsageProjection):
         self.preemptions = 0
         self.preemptions_by_reason: dict[str, int] = {}
         self.rejected_by_reason: dict[str, int] = {}  # first seen first, for ties
-        # (hour, reason) -> count, for charts
+        # (bin start, reason) -> count, for charts (bins of `bin_s`, an hour by default)
         self.preemptions_hourly: dict[tuple[float, str], int] = {}
         self.waits = _Waits()
         self.requeue_waits = _Waits()
@@ -147,7 +147,8 @@ class SummaryProjection(UsageProjection):
         self.preemptions += 1
         reason = str(d.get("reason") or "unknown")
         self.preemptions_by_reason[reason] = self.preemptions_by_reason.get(reason, 0) + 1
-        key = (hour_of(self.now or 0.0), reason)
+        width = self.bin_s
+        key = (math.floor((self.now or 0.0) / width) * width, reason)
         self.preemptions_hourly[key] = self.preemptions_hourly.get(key, 0) + 1
         if first:
             self.counts["preempted"] += 1
@@ -299,10 +300,12 @@ def fold(
     start: float | None = None,
     end: float | None = None,
     sinks: Iterable[Any] = (),
+    bin_s: float = HOUR,
 ) -> SummaryProjection:
-    """One pass over `events` (or a journal path) into a closed `SummaryProjection`;
-    each of `sinks` (objects with `.apply(event)`) sees the same events."""
-    proj = SummaryProjection(start=start, end=end)
+    """One pass over `events` (or a journal path) into a closed `SummaryProjection`
+    (rows in bins of `bin_s`); each of `sinks` (objects with `.apply(event)`) sees the
+    same events."""
+    proj = SummaryProjection(start=start, end=end, bin_s=bin_s)
     sinks = list(sinks)
     for e in iter_events(events):
         t = e["time"] if type(e) is dict else e.time

@@ -141,9 +141,14 @@ _HEALTHY, _BUSY, _CHARGED, _UNALLOC, _CONT_S, _CONT_HEALTHY, _CONT_BUSY = range(
 
 
 class UsageProjection:
+    bin_s = HOUR  # class default: projections pickled before `bin_s` existed are hourly
+
     """Folds journal events into hourly per-leaf usage rows (see module doc).
 
     `start` / `end` clip what is integrated (state is still folded outside them).
+    `bin_s` (default an hour) is the width of the rows' time bins, aligned to multiples
+    of it since the epoch; charts of short journals fold with finer bins (a minute), while
+    `delivered`'s hourly form is defined on hourly rows.
     `on_spell(workload, state, start, end)` is called for every finished spell
     (`pending`, `running_protected`, `running_preemptible`); `close()` ends open ones.
     """
@@ -154,7 +159,11 @@ class UsageProjection:
         start: float | None = None,
         end: float | None = None,
         on_spell: SpellCallback | None = None,
+        bin_s: float = HOUR,
     ) -> None:
+        if not bin_s > 0:
+            raise ValueError(f"bin_s must be positive, got {bin_s!r}")
+        self.bin_s = float(bin_s)
         self.start = start
         self.end = end
         self.on_spell = on_spell
@@ -263,7 +272,8 @@ class UsageProjection:
         if b <= a:  # type: ignore[operator]
             return
         row = self._hour_row
-        if row is not None and a >= self._hour_start and b <= self._hour_start + HOUR:
+        width = self.bin_s
+        if row is not None and a >= self._hour_start and b <= self._hour_start + width:
             # fast path: the step stays inside the current hour
             dt = b - a  # type: ignore[operator]
             row[_HEALTHY] += self.capacity * dt
@@ -285,8 +295,8 @@ class UsageProjection:
             self._idle_while_contended(b - a)  # type: ignore[operator]
         cluster = self._cluster
         while a < b:
-            h = hour_of(a)
-            seg_end = min(b, h + HOUR)
+            h = math.floor(a / width) * width
+            seg_end = min(b, h + width)
             dt = seg_end - a
             row = cluster.get(h)
             if row is None:
@@ -336,9 +346,10 @@ class UsageProjection:
     def _integrate(self, path: str, leaf: _Leaf, a: float, b: float) -> None:
         a, b = self._clip(a, b)
         rows = self._rows
+        width = self.bin_s
         while a < b:
-            h = hour_of(a)
-            seg_end = min(b, h + HOUR)
+            h = math.floor(a / width) * width
+            seg_end = min(b, h + width)
             dt = seg_end - a
             row = rows.get((path, h))
             if row is None:
@@ -626,7 +637,7 @@ class UsageProjection:
         return out
 
     def _hour_bounds(self, h: float) -> tuple[float, float]:
-        a, b = self._clip(h, h + HOUR)
+        a, b = self._clip(h, h + self.bin_s)
         if self.first_time is not None:
             a = max(a, self.first_time)
         if self.now is not None:

@@ -62,6 +62,22 @@ def test_simulate_writes_every_output_per_policy(two_policies: Path) -> None:
     assert "wait p90 (debug)" in table
 
 
+def test_gantt_png_is_the_reports_timeline_with_one_window_for_all_policies(
+    two_policies: Path,
+) -> None:
+    """gantt.png is the picture report.html embeds (titled with the policy), and with
+    several policies every report's timeline shows the same window."""
+    import base64
+
+    windows = set()
+    for policy in ("fairshare", "legacy-priority"):
+        text = (two_policies / policy / "report.html").read_text()
+        images = re.findall(r'<img[^>]*\bsrc="data:image/png;base64,([^"]*)"', text)
+        assert base64.b64decode(images[-1]) == (two_policies / policy / "gantt.png").read_bytes()
+        windows.update(re.findall(r"Window: [^<]*\.", text))
+    assert len(windows) == 1
+
+
 def test_journal_follows_the_event_contract(two_policies: Path) -> None:
     from streams.codec import decode_event
 

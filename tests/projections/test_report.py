@@ -90,7 +90,9 @@ def test_report_shows_the_summary_numbers(report):
     for needle in ("lab/a", "lab/b", "ops/x", "debug", "filler", "train", "drain", "unallocated"):
         assert f">{needle}<" in text
     # engine figures are passed through
-    assert "peak_rss_mb" in text and ">99<" in text
+    assert ">peak memory (MB)<" in text and ">99<" in text
+    assert ">wall time (s)<" in text and ">peak_rss_mb<" not in text
+    assert ">preempted and not requeued<" in text and ">preempted_terminal<" not in text
     # d1 waited only while all 24 GPUs were busy: no idle time to explain
     assert summary["contended_idle"] == {"gpu_hours": 0.0, "by_smallest_waiting_gpus": {}}
     assert '<td class="">idle while work waited (GPU-h)</td><td class="num">0.0</td>' in text

@@ -1,0 +1,346 @@
+"""The time-series charts of report.html and the dashboard, read from the matplotlib
+Figures they draw: bins chosen from the run's span, means over the time a bin covers,
+axes that start at the run's start, labels in the right unit."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import matplotlib.pyplot as plt
+import numpy as np
+import orjson
+import pytest
+
+from projections.dashboard import build_snapshot
+from projections.gantt import GanttCollector, collect, gantt_png
+from projections.report import (
+    _Timebase,
+    allocation_figure,
+    chart_bin,
+    cluster_figure,
+    draw_gantt,
+    source_bin,
+)
+from projections.simulate import shared_gantt_window, write_reports
+from projections.summary import fold, summarize
+from projections.usage import HOUR, JournalBuilder
+
+H8 = list(range(8))
+DAY = 24 * HOUR
+# a young cluster that came up 30 min 17 s after an hour: no bin edge at its start
+YOUNG = JournalBuilder.START + 1817
+
+
+def young_cluster(seconds: float = 125) -> JournalBuilder:
+    """24 GPUs, all running one allocation's work for `seconds` (two leaves known)."""
+    j = JournalBuilder(start=YOUNG)
+    j.host("h0").host("h1").host("h2")
+    j.budget("lab", 1).budget("lab/a", 3).budget("lab/b", 1)
+    j.submit("big", "lab/a", 24).place("big", {"h0": H8, "h1": H8, "h2": H8})
+    j.submit("small", "lab/b", 2)
+    j.at(seconds).tick()
+    return j
+
+
+def charts(j: JournalBuilder):
+    t0, t1 = j.events[0].time, j.events[-1].time
+    proj = fold(j.events, bin_s=source_bin(t0, t1))
+    tb = _Timebase(t0, t1, min_width=proj.bin_s)
+    return proj, tb
+
+
+@pytest.fixture
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.mark.parametrize(
+    ("span", "width"),
+    [
+        (125, 10),  # a 2-minute-old cluster: 10 s bins, not one hour-long bin
+        (HOUR, 30),
+        (3 * HOUR, 60),
+        (12 * HOUR, 300),
+        (2 * DAY, 900),
+        (3 * DAY, HOUR),  # debug-flood: hourly, as before
+        (30 * DAY, 6 * HOUR),
+        (120 * DAY, DAY),
+    ],
+)
+def test_chart_bins_follow_the_span(span, width):
+    assert chart_bin(YOUNG, YOUNG + span) == width
+    tb = _Timebase(YOUNG, YOUNG + span)
+    assert tb.width == width
+    assert 10 <= tb.n <= 200
+    # rows are folded at the chart's bin, but never coarser than an hour
+    assert source_bin(YOUNG, YOUNG + span) == min(width, HOUR)
+
+
+def test_timebase_clips_to_the_run_and_divides_partial_bins_by_their_time():
+    tb = _Timebase(YOUNG, YOUNG + 125)
+    edges = tb.xedges()
+    assert edges[0] == 0.0 and edges[-1] == pytest.approx(125 / 60)  # minutes
+    assert np.all(np.diff(edges) > 0)
+    assert tb.covered().sum() == pytest.approx(125)
+    assert tb.covered()[0] == pytest.approx(3)  # 1817 s past the hour → bin ends at 1820
+    assert tb.label == "minutes since start of run"
+
+
+def test_young_cluster_usage_chart_shows_the_gpus_running(close_figures):
+    """24 GPUs run for 125 s: every bin (the partial first and last too) shows 24, on an
+    axis from 0 to ~2.1 minutes — not 0.8 GPUs in one hour-long bin at -0.5 h."""
+    j = young_cluster()
+    proj, tb = charts(j)
+    rows = proj.hourly_rows()
+    fig = allocation_figure(tb, rows, proj.delivered())
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title(loc="left").split()[0] for ax in panels] == ["lab/a", "lab/b"]
+    lab_a = panels[0]
+    received = next(line for line in lab_a.get_lines() if line.get_label() == "received (charged)")
+    x, y = received.get_data()
+    assert min(x) == 0.0 and max(x) == pytest.approx(125 / 60)
+    assert np.allclose(y, 24.0)
+    assert lab_a.get_xlim()[0] >= 0
+    assert len(set(np.round(x, 6))) >= 10  # 10 s bins, not one flat hour
+    assert "per 10 s" in fig._suptitle.get_text()
+    assert any(ax.get_xlabel() == "minutes since start of run" for ax in panels)
+
+    fig = cluster_figure(proj, tb)
+    ax = fig.axes[0]
+    assert ax.get_xlim()[0] == 0.0
+    assert ax.get_xlabel() == "minutes since start of run"
+    assert ax.get_ylabel() == "GPUs (mean per 10 s)"
+    capacity = next(line for line in ax.get_lines() if line.get_label() == "healthy capacity")
+    assert np.allclose(capacity.get_ydata(), 24.0)
+
+
+def test_long_run_usage_chart_keeps_hourly_bins_in_hours(close_figures):
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(30 * HOUR).finish("w")
+    j.at(72 * HOUR).tick()
+    proj, tb = charts(j)
+    assert proj.bin_s == HOUR and tb.width == HOUR
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "hours since start of run"
+    x, y = next(line for line in ax.get_lines() if line.get_label() == "owed").get_data()
+    assert min(x) == 0.0 and max(x) == pytest.approx(72)
+    assert np.allclose(y[x < 30], 8.0)  # owed its whole host while it ran
+
+
+def test_dashboard_snapshot_folds_fine_bins_for_a_young_cluster():
+    j = young_cluster()
+    lines = [orjson.dumps(d) for d in j.dicts()]
+    snap = build_snapshot(lines)
+    assert snap.ok
+    assert snap.chart_usage.bin_s == 10
+    assert snap.usage.bin_s == HOUR  # delivered stays the hourly form
+    assert snap.delivered == snap.usage.delivered()
+
+
+# ------------------------------------------------------------------ GPU timeline
+def gantt_of(j: JournalBuilder) -> GanttCollector:
+    g = GanttCollector()
+    for e in j.events:
+        g.apply(e)
+    g.close()
+    return g
+
+
+@pytest.mark.parametrize(
+    ("seconds", "unit", "where"),
+    [
+        (45, "seconds", "the whole run, 45s"),
+        (125, "minutes", "the whole run, 2m5s"),
+        (2 * HOUR, "minutes", "the whole run, 2h"),
+    ],
+)
+def test_gantt_of_a_short_run_speaks_seconds_or_minutes(close_figures, seconds, unit, where):
+    fig, (w0, w1) = gantt_of(young_cluster(seconds)).figure(title="GPU timeline (fairshare)")
+    ax = fig.axes[0]
+    assert (w0, w1) == (YOUNG, YOUNG + seconds)
+    assert ax.get_xlabel() == f"{unit} since start of run"
+    per_unit = {"seconds": 1, "minutes": 60}[unit]
+    assert ax.get_xlim() == pytest.approx((0, seconds / per_unit))
+    title = ax.get_title(loc="left")
+    assert title.startswith("GPU timeline (fairshare) — 2026-01-01 00:30:17 UTC → ")
+    assert title.endswith(f"({where})")
+    assert "0.0–0.0" not in title
+
+
+def test_gantt_window_of_a_long_run_says_where_it_lies(close_figures):
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(72 * HOUR).finish("w")
+    g = gantt_of(j)
+    fig, _ = g.figure(window=(j.start + HOUR, j.start + 25 * HOUR))
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "hours since start of run"
+    assert ax.get_xlim() == pytest.approx((1, 25))
+    assert ax.get_title(loc="left") == (
+        "GPU timeline — 2026-01-01 01:00 UTC → 2026-01-02 01:00 UTC  (1h–1d1h of a 3d run)"
+    )
+
+
+# ------------------------------------------------------------------ shared window
+def busy_run(folder, busy_from: float, busy_to: float):
+    """A 72 h run whose one host is busy from `busy_from` to `busy_to` (hours)."""
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.at(busy_from * HOUR).submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(busy_to * HOUR).finish("w")
+    j.at(72 * HOUR).tick()
+    folder.mkdir()
+    j.write(folder / "journal.jsonl")
+    return j
+
+
+def embedded_images(html_text: str) -> list[bytes]:
+    return [
+        base64.b64decode(src)
+        for src in re.findall(r'<img[^>]*\bsrc="data:image/png;base64,([^"]*)"', html_text)
+    ]
+
+
+def test_runs_of_several_policies_share_one_gantt_window(tmp_path):
+    """Each run alone has its own busiest day (hours 2-26 vs 36-60); together they get
+    one window (the busiest of the runs together), the same in both reports, and each
+    gantt.png is its report's timeline (titled with the policy)."""
+    start = JournalBuilder.START
+    a = busy_run(tmp_path / "fairshare", 2, 20)
+    b = busy_run(tmp_path / "legacy-priority", 40, 60)
+    alone = [gantt_of(j).busiest_window() for j in (a, b)]
+    assert alone[0] != alone[1]
+    w0, w1 = shared_gantt_window([tmp_path / "fairshare", tmp_path / "legacy-priority"])
+    assert w1 - w0 == DAY
+    assert start + 36 * HOUR <= w0 <= start + 40 * HOUR  # all of the busier run's 20 h
+    captions = set()
+    for policy in ("fairshare", "legacy-priority"):
+        folder = tmp_path / policy
+        summary = summarize(folder / "journal.jsonl", policy=policy)
+        write_reports(folder, summary, gantt_window=(w0, w1))
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "gantt.png",
+            "journal.jsonl",
+            "report.html",
+        ]
+        text = (folder / "report.html").read_text()
+        gantt_png = (folder / "gantt.png").read_bytes()
+        assert embedded_images(text)[-1] == gantt_png
+        expected, window = draw_gantt(collect(folder / "journal.jsonl"), policy, (w0, w1))
+        assert gantt_png == expected and window == (w0, w1)
+        captions.update(re.findall(r"Window: [^<]*\.", text))
+    assert captions == {"Window: 2026-01-02 12:00 UTC → 2026-01-03 12:00 UTC."}
+
+
+def test_gantt_png_is_titled_with_the_policy(close_figures):
+    g = gantt_of(young_cluster())
+    fig, _ = g.figure(title="GPU timeline (legacy-priority)")
+    assert fig.axes[0].get_title(loc="left").startswith("GPU timeline (legacy-priority) — ")
+    png, _ = draw_gantt(g, "legacy-priority")
+    assert png == gantt_png(g, title="GPU timeline (legacy-priority)")
+
+
+def four_leaves() -> JournalBuilder:
+    j = JournalBuilder()
+    j.host("h0").host("h1")
+    j.budget("lab", 1).budget("ops", 1)
+    for k, leaf in enumerate(("lab/a", "lab/b", "lab/c", "ops/x")):
+        j.budget(leaf, 1)
+        j.submit(f"w{k}", leaf, 4).place(
+            f"w{k}", {f"h{k // 2}": [4 * (k % 2) + i for i in range(4)]}
+        )
+    j.at(6 * HOUR).tick()
+    return j
+
+
+def test_small_multiples_label_the_lowest_panel_of_every_column(close_figures):
+    """4 leaves in a 3-column grid: the panels above the two empty cells keep their x
+    tick labels and x label (sharex hid them), and the legend sits close to the panels."""
+    proj, tb = charts(four_leaves())
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title(loc="left").split()[0] for ax in panels] == [
+        "lab/a",
+        "lab/b",
+        "lab/c",
+        "ops/x",
+    ]
+    for ax in panels:
+        labelled = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        if ax.get_title(loc="left").startswith("lab/a"):
+            assert not labelled and not ax.get_xlabel()  # ops/x below it has them
+        else:
+            assert labelled, ax.get_title(loc="left")
+            assert ax.get_xlabel() == "hours since start of run"
+    hidden = [ax for ax in fig.axes if not ax.get_visible()]
+    assert len(hidden) == 2 and not any(ax.get_xlabel() for ax in hidden)
+    # no wide empty band between the legend and the top row's panel titles
+    renderer = fig.canvas.get_renderer()
+    legend_bottom = fig.legends[0].get_window_extent(renderer).y0
+    titles_top = max(ax._left_title.get_window_extent(renderer).y1 for ax in panels[:3])
+    assert 0 < legend_bottom - titles_top < 40  # pixels at 100 dpi
+
+
+def test_unallocated_line_and_received_swatch_are_neutral(close_figures):
+    """lab's hue is tab10 orange, the colour the unallocated line used to have: the line
+    is now dark grey dash-dot, and the legend's 'received' swatch is grey, not the first
+    panel's hue."""
+    from matplotlib.colors import to_rgb
+
+    from projections.gantt import palette
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1).budget("ops", 1).budget("ops/x", 1)
+    j.submit("filler", "lab/a", 4, min_runtime=0).place("filler", {"h0": [0, 1, 2, 3]})
+    j.submit("train", "ops/x", 4).place("train", {"h0": [4, 5, 6, 7]})
+    j.at(2 * HOUR).tick()
+    proj, tb = charts(j)
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    _, rgb = palette(["lab/a", "ops/x"])
+    hues = [tuple(np.round(c, 3)) for c in rgb]
+    lab_a = fig.axes[0]
+    (unalloc,) = [line for line in lab_a.get_lines() if line.get_label() == "unallocated"]
+    assert np.allclose(unalloc.get_ydata()[1:-1], 4.0)
+    color = to_rgb(unalloc.get_color())
+    assert color[0] == color[1] == color[2]  # grey
+    assert tuple(np.round(color, 3)) not in hues
+    assert unalloc.get_linestyle() == "-."
+    legend = fig.legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
+    received = dict(zip(texts, legend.legend_handles, strict=True))["received (charged)"]
+    face = received.get_facecolor()[:3]
+    assert face[0] == face[1] == face[2]
+
+
+# ------------------------------------------------------------------ report wording
+def test_preemption_legend_names_reasons_in_words(close_figures):
+    from projections.report import preemption_figure
+
+    j = JournalBuilder().host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(600).preempt("w", "fair_share")
+    j.at(HOUR).tick()
+    proj, tb = charts(j)
+    fig = preemption_figure(proj, tb)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["fair share (1)"]
+    assert ax.get_xlabel() == "minutes since start of run"
+
+
+def test_a_report_without_preemptions_says_so(tmp_path):
+    from projections.report import write_report
+
+    j = young_cluster()
+    journal = j.write(tmp_path / "journal.jsonl")
+    summary = summarize(journal, policy="fairshare")
+    text = write_report(journal, summary, tmp_path / "report.html").read_text()
+    assert '<p class="sub">No preemptions in this run.</p>' in text
+    assert "nothing to show" not in text
+    assert ">preempted and not requeued<" in text

@@ -1,0 +1,80 @@
+"""The dashboard's pages as HTML, from a hand-made journal (no server: the e2e test in
+tests/e2e/test_dashboard.py drives the real one in Chromium)."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from projections.dashboard import build_snapshot, queue_page
+from projections.usage import JournalBuilder
+
+H8 = list(range(8))
+
+
+def snapshot(j: JournalBuilder):
+    snap = build_snapshot([orjson.dumps(d) for d in j.dicts()])
+    assert snap.ok, snap.error or snap.empty
+    return snap
+
+
+def named_queue() -> JournalBuilder:
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("run1", "lab/a", 8).place("run1", {"h0": H8})
+    j.at(60).add(
+        "workload.submitted",
+        actor="alice",
+        workload="wait1",
+        allocation="lab/a",
+        gpus=4,
+        min_runtime=3600.0,
+        name="bert-finetune-lr3e-4",
+    )
+    j.at(120).tick()
+    return j
+
+
+def test_queue_tables_scroll_sideways_and_keep_times_and_hosts_on_one_line():
+    text = queue_page(snapshot(named_queue()))
+    for table in ("pending", "running"):
+        assert f'<div class="scroll"><table class="{table}">' in text
+    pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
+    assert re.search(r'<td class="nowrap" data-k="submitted">2026-01-01 00:01:00', pending)
+    running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
+    assert '<td class="nowrap" data-k="nodelist">h0</td>' in running
+    assert '<td class="nowrap" data-k="started">' in running
+
+
+def test_queue_shows_the_workloads_name_under_its_id():
+    text = queue_page(snapshot(named_queue()))
+    pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
+    assert (
+        '<a href="/workload/wait1">wait1</a><span class="wname" title="bert-finetune-lr3e-4">'
+        "bert-finetune-lr3e-4</span>" in pending
+    )
+    running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
+    assert "wname" not in running  # no name, no empty line
+
+
+def test_queue_explains_the_policy_in_a_sentence_with_the_full_chain_folded():
+    text = queue_page(snapshot(named_queue()))
+    hint = re.search(r"<p class='hint' id='policy'>(.*?)</p>", text, re.S)[1]
+    assert "Policy <b>fairshare</b>: allocated work first;" in hint
+    for raw in ("Default. Chain", "`", "Cycle.reclaim_holds", "1. allocated"):
+        assert raw not in hint
+    details = re.search(r"<details class='hint' id='policy-chain'>(.*?)</details>", text, re.S)
+    assert details and "<summary>" in details[1]
+    assert "Cycle.reclaim_holds" in details[1]  # the full chain is one click away
+
+
+def test_a_plugin_policy_is_summed_up_by_its_docstrings_first_sentence():
+    from projections.dashboard import policy_summary
+
+    class Mine:
+        """Orders by `team` size. Chain: 1. big teams; 2. `submit_time`."""
+
+        name = "mine"
+
+    assert policy_summary(Mine()) == "Orders by team size."
