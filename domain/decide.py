@@ -51,8 +51,9 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     6. Reserve: each of the first MAX_RESERVATIONS allocated workloads that fit neither
        way reserves the hosts that free soonest for it (protection ends, declared
        runtimes); later work backfills them only if it cannot delay that start.
-    7. Follow up: work a preemption requeued was not in this cycle's order; while GPUs
-       are free, a light cycle at the same moment places waiting work on them (no
+    7. Follow up: after a preemption (it may requeue work the order has passed, or free
+       more GPUs than its beneficiary took after work that needed them failed), while
+       GPUs are free a light cycle at the same moment places waiting work on them (no
        preemption: that is for the next cycle, on the hosts this one changed).
     A workload that cannot be placed ends its bucket's turn, and every later bucket of
     the same group needing at least as many GPUs is skipped: such work cannot fit
@@ -75,13 +76,14 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     out = cycle.out
     if (
         state.with_free
-        and any(e.type == "workload.preempted" and e.requeued for e in out)
+        and any(e.type == "workload.preempted" for e in out)
         and cycle.can_be_light()
     ):
-        # work a preemption requeued was not in this cycle's order: while GPUs are free,
-        # a light cycle with no host marked changed tries it (and all waiting work, in
-        # order) on free GPUs only, at once rather than at the next input, which may be
-        # hours away; what changed stays for the next cycle's victim search
+        # a preemption may requeue work this cycle's order has passed, or free more GPUs
+        # than its beneficiary took (a gang's hosts) after work that needed them failed:
+        # while GPUs are free, a light cycle with no host marked changed tries all waiting
+        # work, in order, on free GPUs only, at once rather than at the next input, which
+        # may be hours away; what changed stays for the next cycle's victim search
         changed, state.changed_hosts = state.changed_hosts, {}
         follow = Cycle(state, now, cause)
         follow.schedule(light=True)

@@ -498,8 +498,49 @@ RECLAIM_BELOW_ENTITLEMENT = {
 }
 
 
+# found by the work-conservation invariant: a 1-GPU job preempted a 16-GPU gang that
+# does not requeue; the 8-GPU job that had failed earlier in the cycle waited beside a
+# whole free host
+GANG_LEFT_A_HOST_FREE = {
+    "hosts": 2,
+    "small_host": False,
+    "config": {
+        "ordering": "fairshare",
+        "placement": "pack",
+        "hysteresis": 0.05,
+        "window": "7d",
+        "bucket": "1h",
+        "headroom_hosts": 0,
+    },
+    "weights": {"p1": 3, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
+    "ops": [
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 12, 60, True, 0, None)),
+        (600, ("submit", "p1/a", 4, 60, False, 0, None)),
+        (0, ("submit", "p2/a", 1, 60, False, 0, 600)),
+        (0, ("tick",)),
+        (0, ("budget", "p2", 2)),
+        (14400, ("submit", "p1/a", 1, 60, False, 0, None)),
+        (0, ("finish", 0, False)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (600, ("finish", 0, False)),
+        (0, ("submit", "p2/a", 2, 60, False, 0, None)),
+        (0, ("submit", "p2/a", 8, 60, True, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, True, 0, None)),
+        (3600, ("tick",)),
+        (600, ("finish", 1, False)),
+        (900, ("submit", "p1/a", 12, 60, False, 0, None)),
+        (600, ("tick",)),
+        (900, ("cancel", 0)),
+        (3600, ("submit", "p1/b", 1, 60, False, 0, None)),
+    ],
+}
+
+
 @PROPERTY_SETTINGS
 @example(RECLAIM_BELOW_ENTITLEMENT)
+@example(GANG_LEFT_A_HOST_FREE)
 @given(scenarios())
 def test_invariants_hold_after_every_step(scenario: dict[str, Any]) -> None:
     """No GPU given twice, capacity never exceeded, protected work never preempted for
