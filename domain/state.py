@@ -60,7 +60,8 @@ def id_order(wid: str) -> tuple[str, int, str]:
     """The queue's last tie-break: the workload id, but array tasks (`BASE_N`) by index,
     as Slurm runs them (`BASE_4` before `BASE_10`); other ids by their text."""
     base, sep, index = wid.rpartition("_")
-    if sep and index.isascii() and index.isdigit():
+    # bounded: int() of thousands of digits is slow, and refused past 4,300
+    if sep and index.isascii() and index.isdigit() and len(index) <= 18:
         return (base, int(index), wid)
     return (wid, -1, wid)
 

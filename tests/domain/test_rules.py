@@ -157,8 +157,9 @@ def test_pending_order(jobs: list[tuple[str, str, dict, float]], expected: list[
         (["j_02", "j_2", "j_1"], ["j_1", "j_02", "j_2"]),  # same index: the text decides
         (["a_9", "b_1", "a_10"], ["a_9", "a_10", "b_1"]),  # the base first
         (["j_\u0662", "j_1"], ["j_1", "j_\u0662"]),  # a non-ASCII digit is not an index
+        (["j_" + "9" * 5000, "j_1"], ["j_1", "j_" + "9" * 5000]),  # no int() of 5,000 digits
     ],
-    ids=["by-index", "plain-ids", "leading-zeros", "base-first", "non-ascii-digit"],
+    ids=["by-index", "plain-ids", "leading-zeros", "base-first", "non-ascii-digit", "huge"],
 )
 def test_id_order_is_total_and_natural(ids: list[str], expected: list[str]) -> None:
     assert sorted(ids, key=id_order) == expected
