@@ -380,11 +380,17 @@ class GanttCollector:
                     handles.append(Patch(facecolor=rgb[i], label="   " + leaf[len(top) + 1 :]))
         if any(not leaf for leaf in self.leaves):
             handles.append(Patch(facecolor=_UNKNOWN_COLOR, label="(no allocation)"))
-        handles.append(
-            Patch(facecolor="#9e9e9e", hatch="////", edgecolor="white", label="preemptible")
-        )
-        handles.append(Patch(facecolor="none", edgecolor="#d62728", label="ended by preemption"))
-        handles.append(Patch(facecolor=(0.85, 0.15, 0.15, 0.13), label="host unhealthy"))
+        # the style keys only for what the window shows (a key for nothing reads as a bug)
+        if hatched[0].size:
+            handles.append(
+                Patch(facecolor="#9e9e9e", hatch="////", edgecolor="white", label="preemptible")
+            )
+        if outlines.size:
+            handles.append(
+                Patch(facecolor="none", edgecolor="#d62728", label="ended by preemption")
+            )
+        if bands:
+            handles.append(Patch(facecolor=(0.85, 0.15, 0.15, 0.13), label="host unhealthy"))
         ax.legend(
             handles=handles,
             loc="upper left",

@@ -344,3 +344,27 @@ def test_a_report_without_preemptions_says_so(tmp_path):
     assert '<p class="sub">No preemptions in this run.</p>' in text
     assert "nothing to show" not in text
     assert ">preempted and not requeued<" in text
+
+
+def legend_labels(j: JournalBuilder) -> list[str]:
+    fig, _ = gantt_of(j).figure(title="GPU timeline")
+    return [t.get_text().strip() for t in fig.axes[0].get_legend().get_texts()]
+
+
+STYLE_KEYS = ["preemptible", "ended by preemption", "host unhealthy"]
+
+
+def test_gantt_legend_keys_only_what_the_window_shows(close_figures):
+    """A key for something the picture does not show reads as a bug ("where are the
+    red outlines?"); each style key appears exactly when its marks do."""
+    quiet = legend_labels(young_cluster(HOUR))  # protected all along (min runtime 1 h)
+    assert quiet == ["lab", "a"]  # the allocation that ran; no style key at all
+    later = legend_labels(young_cluster(2 * HOUR))  # past its protection for the 2nd hour
+    assert [k for k in STYLE_KEYS if k in later] == ["preemptible"]
+
+    j = JournalBuilder(start=YOUNG)
+    j.host("h0").host("h1").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8}, protected_until=YOUNG + 2 * HOUR)
+    j.at(600).health("h1", False).at(900).preempt("w").at(1200).tick()
+    busy = legend_labels(j)
+    assert [k for k in STYLE_KEYS if k in busy] == ["ended by preemption", "host unhealthy"]
