@@ -107,13 +107,13 @@ def check_output_folder(out: Path, policies: Iterable[str] = ()) -> None:
     DIR is a folder or can be made one, and files can be created there. Creates nothing
     (a probe folder is made and removed), so it can run before anything else."""
     where = f"--out {out}"
+    base = out  # the nearest existing part of the path, once found
     try:
         if out.exists() and not out.is_dir():
             raise SimulationError(f"{where}: is a file, not a folder")
         for policy in policies:
             if (out / policy).exists() and not (out / policy).is_dir():
                 raise SimulationError(f"{where}: {out / policy} is a file, not a folder")
-        base = out
         while not base.exists() and base.parent != base:
             base = base.parent  # the nearest part of the path that exists
         if not base.is_dir():
