@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import islice
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -55,10 +56,24 @@ class Snapshot:
     built: float = 0.0
     charts: dict[Any, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # the records `view` folded, read again: for the forecast (`projections.forecast`)
+    journal: Callable[[], Iterable[Any]] | None = None
+    _forecast: Any = None
 
     @property
     def ok(self) -> bool:
         return self.view is not None
+
+    def forecast(self) -> Any:
+        """The queue's forecast (`allot queue --start`), made once per snapshot when a
+        page first asks for it: it plays the scheduler forward, seconds on a big queue."""
+        from projections.forecast import forecast
+
+        with self.lock:
+            if self._forecast is None:
+                records = self.journal() if self.journal is not None else None
+                self._forecast = forecast(self.view, journal=records)
+            return self._forecast
 
 
 def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
@@ -72,6 +87,7 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
     from streams.sources import EmptyJournal, SourceError
 
     try:
+        source = lines
         if callable(lines):
             lines = lines()
         events = list(decode_lines(lines))
@@ -104,7 +120,18 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
         gantt=gantt,
         delivered=usage.delivered(),
         built=time.time(),
+        journal=_rereader(source, events, view.records),
     )
+
+
+def _rereader(source: Any, events: list[Any], folded: int) -> Callable[[], Iterable[Any]]:
+    """The folded records again: a source that can be read again is (only the first
+    `folded`: a live journal may have grown since); a one-shot iterable's are kept."""
+    from projections.views import decode_lines
+
+    if callable(source):
+        return lambda: islice(decode_lines(source()), folded)
+    return lambda: iter(events)
 
 
 class Dashboard:
@@ -462,9 +489,12 @@ def policy_summary(policy: Any) -> str:
 
 
 def queue_page(snap: Snapshot) -> str:
+    from projections.forecast import annotate, footnote
     from projections.views import queue_rows
 
     rows = queue_rows(snap.view)
+    fc = snap.forecast()
+    annotate(rows, fc)
     pending = [r for r in rows if r["state"] == "PENDING"]
     running = [r for r in rows if r["state"] == "RUNNING"]
     policy = snap.view.state.ordering
@@ -505,6 +535,7 @@ def queue_page(snap: Snapshot) -> str:
             + _td(r["priority"], "priority", num=True)
             + _td(r["submitted"], "submitted", cls="nowrap")
             + _td(fmt_dur(r["time_s"]), "waited", num=True, cls="nowrap")
+            + _td(r["expected_start"] or "N/A", "expected_start", cls="nowrap")
             + _td(
                 f'<span class="badge {esc(r["reason"])}">{esc(r["reason"])}</span>',
                 "reason",
@@ -527,12 +558,14 @@ def queue_page(snap: Snapshot) -> str:
                 ("priority", True),
                 ("submitted (UTC)", False),
                 ("waited", True),
+                ("expected start (UTC)", False),
                 ("reason", False),
                 ("detail", False),
             ],
             prow,
             cls="pending",
         )
+        + f"<p class='hint' id='forecast'>{esc(footnote(fc, 'Expected start'))}</p>"
         if prow
         else "<p class='hint' id='no-pending'>Nothing is waiting.</p>"
     )
@@ -549,6 +582,7 @@ def queue_page(snap: Snapshot) -> str:
             + _td(r["started"], "started", cls="nowrap")
             + _td(fmt_dur(r["time_s"]), "time", num=True, cls="nowrap")
             + _td(r["nodelist"], "nodelist", cls="nowrap")
+            + _td(_expected_end(r), "expected_end", cls="nowrap")
             + _td(r["reason"], "reason")
             + _td(r["detail"], "detail", cls="detail")
             + "</tr>"
@@ -563,6 +597,7 @@ def queue_page(snap: Snapshot) -> str:
                 ("started (UTC)", False),
                 ("running for", True),
                 ("hosts", False),
+                ("expected end (UTC)", False),
                 ("state", False),
                 ("detail", False),
             ],
@@ -573,6 +608,15 @@ def queue_page(snap: Snapshot) -> str:
         else "<p class='hint'>Nothing is running.</p>"
     )
     return "".join(out)
+
+
+def _expected_end(r: dict[str, Any]) -> str:
+    if r["expected_end"] is None:
+        return "N/A"
+    if r["expected_end_how"] == "completes":
+        return f"{r['expected_end']} (completes)"
+    by = f" for {r['expected_end_by']}" if r["expected_end_by"] else ""
+    return f"{r['expected_end']} (preempted{by})"
 
 
 # ------------------------------------------------------------------ timeline

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from domain import State, handle, next_wakeup
 from domain import events as ev
 from domain.config import SchedulerConfig
+from domain.state import RUNNING
 
 EXECUTOR = "executor"
 SIMULATOR = "simulator"
@@ -28,6 +29,9 @@ SIMULATOR = "simulator"
 class EngineOptions:
     checkpoint_loss: float = 0.0  # seconds of progress a preempted resumable workload loses
     horizon_end: float | None = None  # absolute time to stop at
+    # prefix of the ids of the engine's own inputs (reports, ticks): a run that goes on
+    # from a journal's state needs ids that journal has not used (they are deduplicated)
+    id_prefix: str = "sim"
 
 
 @dataclass(slots=True)
@@ -67,9 +71,15 @@ class Engine:
         yield from self._handle(config_event)
         for event in setup:
             yield from self._handle(event)
+        yield from self.play(inputs)
+
+    def play(self, inputs: Iterable[Any]) -> Iterator[Any]:
+        """Go on from the current state: the time-sorted `inputs`, the executor's reports
+        and the wakeups, up to the horizon (or until nothing can change)."""
         source = iter(inputs)
         pending_input = next(source, None)
         horizon = self.options.horizon_end
+        prefix = self.options.id_prefix
         ticks = 0
         while True:
             t_done = self._next_completion()
@@ -83,7 +93,7 @@ class Engine:
                 _, _, wid, attempt = heapq.heappop(self.completions)
                 self._seq += 1
                 event: Any = ev.WorkloadFinished(
-                    id=f"sim-done-{self._seq}",
+                    id=f"{prefix}-done-{self._seq}",
                     time=t,
                     cluster=self.cluster,
                     actor=EXECUTOR,
@@ -97,7 +107,7 @@ class Engine:
             else:
                 ticks += 1
                 event = ev.ClockTick(
-                    id=f"sim-tick-{ticks}", time=t, cluster=self.cluster, actor=SIMULATOR
+                    id=f"{prefix}-tick-{ticks}", time=t, cluster=self.cluster, actor=SIMULATOR
                 )
             yield from self._handle(event)
             if self.on_time is not None:
@@ -109,12 +119,31 @@ class Engine:
             ticks += 1
             yield from self._handle(
                 ev.ClockTick(
-                    id=f"sim-tick-{ticks}", time=horizon, cluster=self.cluster, actor=SIMULATOR
+                    id=f"{prefix}-tick-{ticks}", time=horizon, cluster=self.cluster, actor=SIMULATOR
                 )
             )
             if self.on_time is not None:
                 self.on_time(horizon)
         self.end_time = horizon if horizon is not None else self.state.now
+
+    def resume(
+        self, state: State, work: Mapping[str, float | None], done: Mapping[str, float]
+    ) -> None:
+        """Take over `state` (not copied: the caller gives it up) to play on from its
+        `now`: each live workload needs `work[id]` seconds of work (None or missing: it
+        runs until the horizon) less `done[id]`, kept from earlier attempts. Running
+        work whose remaining time is already spent ends at once."""
+        self.state = state
+        for w in state.workloads.values():
+            run = self.runs[w.id] = _Run(work.get(w.id), done.get(w.id, 0.0))
+            if w.state != RUNNING:
+                continue
+            run.start = w.start
+            run.attempt = w.attempt
+            if run.runtime is not None:
+                finish = max(state.now, w.start + max(0.0, run.runtime - run.done))
+                self._seq += 1
+                heapq.heappush(self.completions, (finish, self._seq, w.id, w.attempt))
 
     def _next_completion(self) -> float:
         heap = self.completions

@@ -823,6 +823,7 @@ class JournalBuilder:
         tags: tuple[str, ...] = (),
         resumable: bool = True,
         actor: str = "alice",
+        expected_runtime: float | None = None,
     ) -> JournalBuilder:
         self._subs[wid] = {"allocation": allocation, "gpus": gpus, "min_runtime": min_runtime}
         return self.add(
@@ -834,6 +835,7 @@ class JournalBuilder:
             min_runtime=min_runtime,
             resumable=resumable,
             tags=list(tags),
+            expected_runtime=expected_runtime,
         )
 
     def place(

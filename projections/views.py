@@ -40,6 +40,7 @@ from domain import events as ev
 from domain.durations import format_duration
 from domain.fairshare import fair_tree
 from domain.fairshare import ratio as fair_ratio
+from domain.rederive import is_cause
 from domain.state import PENDING, RUNNING, Workload, id_order
 from domain.upcasting import upcast
 from projections.timeline import timeline
@@ -144,6 +145,11 @@ class JournalView:
         self.rejections: dict[str, Rejection] = {}  # by ref (the rejected input's id)
         self.records = 0
         self.first_time: float | None = None
+        # index of the first input in the latest usage bucket that has one (and that
+        # bucket's end): from there the scheduler ran a full cycle, so re-deriving the
+        # journal from there rebuilds what its cycles remember (`projections.forecast`)
+        self.tail_start: int | None = None
+        self.tail_edge: float | None = None
 
     @property
     def now(self) -> float:
@@ -179,6 +185,10 @@ class JournalView:
         evolve(state, event)
         seq = self.records
         self.records += 1
+        if is_cause(event):
+            edge = state.charged.next_edge(event.time)
+            if edge != self.tail_edge:
+                self.tail_start, self.tail_edge = seq, edge
         kind = event.type
         if kind == "workload.submitted":
             h = self.history(event.workload)
@@ -570,7 +580,15 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     "min_runtime": ("l", "MIN_RUNTIME", lambda r: format_duration(r["min_runtime"])),
     "tags": ("K", "TAGS", lambda r: ",".join(r["tags"])),
     "detail": ("d", "DETAIL", lambda r: r["detail"]),
+    # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
+    "start": (
+        "S",
+        "START_TIME",
+        lambda r: "" if r["state"] != "PENDING" else (r["expected_start"] or "N/A")[:16],
+    ),
+    "schednodes": ("Y", "SCHEDNODES", lambda r: r.get("expected_nodes") or ""),
 }
+FORECAST_COLUMNS = {"start", "schednodes"}
 DEFAULT_COLUMNS = ["id", "allocation", "user", "state", "gpus", "time", "reason", "nodelist"]
 LONG_COLUMNS = [
     "position",
@@ -590,6 +608,7 @@ LONG_COLUMNS = [
     "nodelist",
     "detail",
 ]
+START_COLUMNS = ["id", "allocation", "user", "gpus", "start", "schednodes", "reason"]
 _BY_LETTER = {letter: name for name, (letter, _, _) in QUEUE_COLUMNS.items()}
 
 

@@ -69,6 +69,8 @@ def _answer(fn: Any) -> Any:
 
     try:
         return fn()
+    except BrokenPipeError:
+        raise  # stdout closed (`| head`): click ends quietly, as other tools do
     except OSError as why:
         raise _fail(f"cannot read: {why}") from None
     except Exception as why:

@@ -8,6 +8,7 @@ journal's latest event time.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,9 +35,31 @@ FORMAT_HELP = (
     "'id,allocation,user,state,gpus,time,reason'. Fields: %i id, %j name, %a allocation, "
     "%u user, %T state, %t st (PD/R), %g gpus, %M time (pending: waited; running: run "
     "time), %r reason, %N nodelist, %R nodelist or (reason), %p position, %k rank, "
-    "%f ratio, %Q priority, %V submitted, %l min_runtime, %K tags, %d detail. "
+    "%f ratio, %Q priority, %V submitted, %l min_runtime, %K tags, %d detail, "
+    "%S start_time and %Y schednodes (expected, as with --start). "
     "Prints plain aligned text (no table borders) for scripts."
 )
+
+HorizonOpt = Annotated[
+    str,
+    typer.Option(
+        "--horizon",
+        metavar="DURATION",
+        help="How far ahead the forecast looks (e.g. 6h, 2d); later starts read N/A.",
+    ),
+]
+
+
+def _horizon_s(text: str) -> float:
+    from domain.durations import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as why:
+        raise TargetError(f"--horizon {text!r}: {why}") from None
+    if not seconds > 0 or seconds > 366 * 86400:
+        raise TargetError(f"--horizon {text!r}: give a duration above 0 and at most 366d")
+    return seconds
 
 
 def _fail(message: str) -> typer.Exit:
@@ -75,15 +98,16 @@ def _column(table: Table, header: str, justify: str = "left") -> None:
     )
 
 
-def load_view(
+def journal_reader(
     kafka: str | None, data: Path | None, journal: Path | None, cluster: str | None
-) -> Any:
-    """Fold the journal named by the options into a `projections.views.JournalView`.
+) -> Callable[[], Iterator[Any]]:
+    """The journal named by the options, as a function that reads its records (models)
+    from the start each time it is called.
 
     Files are filtered by `cluster` only when one is given (a simulation's journal holds
     one cluster); Kafka and the embedded journal default to cluster `default`."""
     from allot.commands.common import resolve_target
-    from projections.views import decode_lines, fold
+    from projections.views import decode_lines
     from streams.sources import journal_lines
 
     if kafka is None and data is None and journal is None:
@@ -94,16 +118,42 @@ def load_view(
     target = resolve_target(kafka, data, journal, writable=False)
     if target.kafka and cluster is None:
         cluster = "default"
-    lines = journal_lines(
-        kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster
-    )
-    return fold(decode_lines(lines))
+
+    def read() -> Iterator[Any]:
+        return decode_lines(
+            journal_lines(
+                kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster
+            )
+        )
+
+    return read
+
+
+def load_view(
+    kafka: str | None, data: Path | None, journal: Path | None, cluster: str | None
+) -> Any:
+    """Fold the journal named by the options into a `projections.views.JournalView`."""
+    from projections.views import fold
+
+    return fold(journal_reader(kafka, data, journal, cluster)())
+
+
+def forecast_view(view: Any, read: Callable[[], Iterator[Any]], horizon_s: float) -> Any:
+    """`projections.forecast.forecast` of `view`, re-reading only the records it folded
+    (a live journal may have grown since)."""
+    from itertools import islice
+
+    from projections.forecast import forecast
+
+    return forecast(view, horizon_s, journal=islice(read(), view.records))
 
 
 def _answer(fn: Any) -> Any:
     """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
     try:
         return fn()
+    except BrokenPipeError:
+        raise  # stdout closed (`| head`): click ends quietly, as other tools do
     except OSError as why:
         raise _fail(f"cannot read the journal: {why}") from None
     except Exception as why:
@@ -184,6 +234,15 @@ def register(app: typer.Typer) -> None:
                 help="Also the sort keys (position, rank, ratio, priority, submit time) and details.",
             ),
         ] = False,
+        start: Annotated[
+            bool,
+            typer.Option(
+                "--start",
+                help="Expected start times of pending work, like squeue --start: the "
+                "scheduler's own core plays the queue forward (see below).",
+            ),
+        ] = False,
+        horizon: HorizonOpt = "2d",
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
@@ -200,12 +259,24 @@ def register(app: typer.Typer) -> None:
         free for it), Headroom (only the hosts kept for short jobs have room); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
         journal's: 'now' is its latest event.
+
+        --start lists pending work with START_TIME, when it is expected to start, and
+        SCHEDNODES, where (N/A: not within --horizon). The scheduler's core plays the
+        queue forward from now on a copy of its state: running work ends after its
+        runtime (--runtime, else --expected-runtime; with neither it runs until
+        preempted), nothing new is submitted, budgets and hosts stay as they are. New
+        work from a higher-ranked allocation or a job ending early moves the answer,
+        as with squeue --start. --json adds expected_start, expected_nodes,
+        expected_preempts and expected_end to each row.
         """
         from rich.text import Text
 
         from projections.views import (
             DEFAULT_COLUMNS,
+            FORECAST_COLUMNS,
             LONG_COLUMNS,
+            START_COLUMNS,
+            fold,
             iso,
             parse_format,
             queue_cells,
@@ -214,30 +285,47 @@ def register(app: typer.Typer) -> None:
 
         def run() -> None:
             columns = parse_format(format_) if format_ else None
-            view = load_view(kafka, data, journal, cluster)
+            horizon_s = _horizon_s(horizon)
+            read = journal_reader(kafka, data, journal, cluster)
+            view = fold(read())
             ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
             rows = queue_rows(view, user=user, allocation=allocation, ids=ids)
+            fc = None
+            if start or (columns is not None and FORECAST_COLUMNS & set(columns)):
+                from projections.forecast import annotate
+
+                fc = forecast_view(view, read, horizon_s)
+                annotate(rows, fc)
+            if start:
+                rows = [r for r in rows if r["state"] == "PENDING"]
             if json_:
-                _emit_json(
-                    {
-                        "cluster": view.cluster,
-                        "now": iso(view.now),
-                        "time": view.now,
-                        "policy": view.state.ordering.name,
-                        "workloads": rows,
-                    }
-                )
+                payload = {
+                    "cluster": view.cluster,
+                    "now": iso(view.now),
+                    "time": view.now,
+                    "policy": view.state.ordering.name,
+                }
+                if fc is not None:
+                    from projections.forecast import header
+
+                    payload["forecast"] = header(fc)
+                _emit_json({**payload, "workloads": rows})
                 return
             if columns is not None:
                 typer.echo(_plain(*queue_cells(rows, columns)))
                 return
-            columns = LONG_COLUMNS if long else DEFAULT_COLUMNS
+            columns = START_COLUMNS if start else LONG_COLUMNS if long else DEFAULT_COLUMNS
             headers, cells = queue_cells(rows, columns)
             pending = sum(1 for r in rows if r["state"] == "PENDING")
             title = (
                 f"cluster {view.cluster} · as of {iso(view.now)} UTC · policy "
                 f"{view.state.ordering.name} · {pending} pending, {len(rows) - pending} running"
             )
+            if start:
+                title = (
+                    f"cluster {view.cluster} · as of {iso(view.now)} UTC · policy "
+                    f"{view.state.ordering.name} · {pending} pending"
+                )
             table = _table()
             for h in headers:
                 right = h in ("GPUS", "WAIT/TIME", "POS", "RANK", "RATIO", "PRIO")
@@ -248,9 +336,13 @@ def register(app: typer.Typer) -> None:
             print_table(title, table)
             if not rows:
                 typer.echo(
-                    "no workloads pending or running"
+                    ("no workloads pending" if start else "no workloads pending or running")
                     + (" for that filter" if user or allocation or jobs else "")
                 )
+            elif fc is not None:
+                from projections.forecast import footnote
+
+                typer.echo(footnote(fc))
 
         _answer(run)
 
@@ -341,6 +433,7 @@ def register(app: typer.Typer) -> None:
                 show_default=False,
             ),
         ] = None,
+        horizon: HorizonOpt = "2d",
         json_: JsonOpt = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
@@ -355,7 +448,9 @@ def register(app: typer.Typer) -> None:
         preemption (reason, beneficiary, the numbers compared: ratios and hysteresis
         for rule 'ratio', running vs entitled GPUs for rule 'reclaim'); rejected
         requests about it; and now: running, ended, or pending with its position and
-        reason. Then its history, one line per event: submitted, placed (hosts, GPUs,
+        reason; for live work, when it is expected to start and end (the forecast of
+        `allot queue --start`, within --horizon). Then its history, one line per
+        event: submitted, placed (hosts, GPUs,
         protected until), preempted (by whom, reason and numbers), requeued,
         finished or cancelled, rejected requests.
 
@@ -372,7 +467,9 @@ def register(app: typer.Typer) -> None:
             if audit is not None and not journal_given:
                 answer = _why_from_audit(audit, workload)
             else:
-                answer = _why_from_journal(kafka, data, journal, cluster, workload, audit)
+                answer = _why_from_journal(
+                    kafka, data, journal, cluster, workload, audit, _horizon_s(horizon)
+                )
             if json_:
                 _emit_json(answer)
                 return
@@ -485,15 +582,24 @@ def _why_from_journal(
     cluster: str | None,
     workload: str,
     db: Path | None,
+    horizon_s: float,
 ) -> dict[str, Any]:
     """The answer from the journal; the history from it, or from `db` when given."""
+    from projections.views import fold
     from projections.views import why as explain
 
-    view = load_view(kafka, data, journal, cluster)
+    read = journal_reader(kafka, data, journal, cluster)
+    view = fold(read())
     answer = explain(view, workload)
     if "workload" not in answer:
         return answer  # a rejected request's id
     answer["history_source"] = {"kind": "journal"}
+    if answer["current"]["state"] in ("PENDING", "RUNNING"):
+        from projections.forecast import expectation, header, sentences
+
+        fc = forecast_view(view, read, horizon_s)
+        answer["forecast"] = {**header(fc), **expectation(fc, answer["workload"])}
+        answer["text"].extend(sentences(fc, answer["workload"], view.now))
     if db is None:
         return answer
     from projections.audit import AuditError, connect, workload_records

@@ -144,7 +144,11 @@ def test_why_preempted_workload(journal: Path, records: list[dict[str, Any]]) ->
     assert q["beneficiary"] in result.stdout
     lines = result.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("history, "))
-    assert lines[at - 1].startswith("now: ")  # the answer, then its history under it
+    # the answer (now, and for live work what is expected), then its history under it
+    now_at = max(i for i, line in enumerate(lines[:at]) if line.startswith("now: "))
+    assert all(
+        line.startswith(("expected", "  (a forecast")) for line in lines[now_at + 1 : at]
+    )
     assert any(f"preempted #{q['attempt']}" in line for line in lines[at + 1 :])
     as_json = allot("why", q["workload"], "--journal", str(journal), "--json")
     payload = orjson.loads(as_json.stdout)
@@ -556,4 +560,74 @@ def test_executor_once_reports_to_the_kafka_inbox(kafka_bootstrap: str) -> None:
         "w1",
         1,
         "executor",
+    )
+
+
+# ------------------------------------------------------------------ forecast
+
+
+def _after_the_last_input(records: list[dict[str, Any]]) -> int:
+    """Index of the first cause after the last input from outside the simulator (a
+    submission or a host change): from there on only executor reports and ticks come."""
+    outside = max(
+        i
+        for i, r in enumerate(records)
+        if r["type"] in ("workload.submitted", "host.health", "budget.set")
+    )
+    return next(
+        i
+        for i, r in enumerate(records)
+        if i > outside and r["type"] in ("workload.finished", "clock.tick")
+    )
+
+
+def test_queue_start_foresees_the_rest_of_a_run_with_no_new_input(
+    records: list[dict[str, Any]], journal: Path, tmp_path: Path
+) -> None:
+    cut = _after_the_last_input(records)
+    lines = journal.read_bytes().splitlines()[:cut]
+    head = tmp_path / "head.jsonl"
+    head.write_bytes(b"\n".join(lines) + b"\n")
+    now, end = records[cut - 1]["time"], records[-1]["time"]
+    first_placed: dict[str, str] = {}
+    for r in records[cut:]:
+        if r["type"] == "workload.placed":
+            first_placed.setdefault(r["workload"], v.iso(r["time"]))
+    horizon = f"{int(end - now)}s"
+    result = allot("queue", "--journal", str(head), "--start", "--json", "--horizon", horizon)
+    assert result.returncode == 0, result.stderr
+    rows = orjson.loads(result.stdout)["workloads"]
+    assert rows and {r["state"] for r in rows} == {"PENDING"}
+    foreseen = {r["id"]: r["expected_start"] for r in rows if r["expected_start"]}
+    assert len(foreseen) >= 3
+    assert foreseen == {wid: first_placed[wid] for wid in foreseen}
+    assert {r["id"] for r in rows if not r["expected_start"]} == {
+        r["id"] for r in rows if r["id"] not in first_placed
+    }
+    table = allot("queue", "--journal", str(head), "--start", "--horizon", horizon)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1].split() == [
+        "ID",
+        "ALLOCATION",
+        "USER",
+        "GPUS",
+        "START_TIME",
+        "SCHEDNODES",
+        "REASON",
+    ]
+    wid, when = next(iter(foreseen.items()))
+    line = next(x for x in table.stdout.splitlines() if x.startswith(wid + " "))
+    assert when[:16] in line
+    assert "START_TIME: expected" in table.stdout
+    why = allot("why", wid, "--journal", str(head), "--horizon", horizon, "--json")
+    assert why.returncode == 0, why.stderr
+    assert orjson.loads(why.stdout)["forecast"]["expected_start"] == when
+    text = allot("why", wid, "--journal", str(head), "--horizon", horizon)
+    assert f"expected start: {when}" in text.stdout
+
+
+@pytest.mark.parametrize("horizon", ["0s", "-1h", "soon", "400d"], ids=str)
+def test_a_bad_horizon_is_one_line(journal: Path, horizon: str) -> None:
+    one_line_error(
+        allot("queue", "--journal", str(journal), "--start", "--horizon", horizon), "--horizon"
     )

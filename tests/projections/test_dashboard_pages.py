@@ -78,3 +78,25 @@ def test_a_plugin_policy_is_summed_up_by_its_docstrings_first_sentence():
         name = "mine"
 
     assert policy_summary(Mine()) == "Orders by team size."
+
+
+def test_queue_shows_when_waiting_work_is_expected_to_start_and_running_work_to_end():
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("run1", "lab/a", 8, min_runtime=900.0, expected_runtime=1800.0)
+    j.place("run1", {"h0": H8})
+    j.at(60).submit("wait1", "lab/a", 4)
+    j.at(120).tick()
+    text = queue_page(snapshot(j))
+    pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
+    assert '<td class="nowrap" data-k="expected_start">2026-01-01 00:30:00</td>' in pending
+    running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
+    assert "2026-01-01 00:30:00 (completes)" in running
+    assert "Expected start: expected, if no new work arrives" in text
+
+
+def test_queue_says_when_waiting_work_will_not_start_within_the_forecast():
+    text = queue_page(snapshot(named_queue()))  # run1 gave no runtime: it runs on
+    pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
+    assert '<td class="nowrap" data-k="expected_start">N/A</td>' in pending
+    assert "gave no runtime" in text
