@@ -14,7 +14,7 @@ as `squeue --start`'s does.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -52,8 +52,9 @@ class Forecast:
     starts: dict[str, ExpectedStart] = field(default_factory=dict)  # pending now
     ends: dict[str, ExpectedEnd] = field(default_factory=dict)  # live now
     unknown_runtime: int = 0  # live workloads with neither runtime nor expected_runtime
-    pending: frozenset[str] = frozenset()  # the workloads pending at `now`
+    pending: frozenset[str] = frozenset()  # the workloads pending at `now` (and arrivals)
     live: frozenset[str] = frozenset()
+    rejected: dict[str, str] = field(default_factory=dict)  # arrival -> the scheduler's error
 
 
 def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
@@ -109,10 +110,16 @@ def scheduler_state(view: Any, journal: Iterable[Any] | None) -> State:
 
 
 def forecast(
-    view: Any, horizon_s: float = DEFAULT_HORIZON_S, journal: Iterable[Any] | None = None
+    view: Any,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    journal: Iterable[Any] | None = None,
+    arrivals: Sequence[Any] = (),
 ) -> Forecast:
     """Play the view's state forward for `horizon_s` seconds; the view is not changed.
-    `journal`: the records the view folded, read again (see `scheduler_state`)."""
+    `journal`: the records the view folded, read again (see `scheduler_state`).
+    `arrivals`: submissions to add at the view's `now` (`allot submit --test-only`);
+    they go through admission like any request, so `rejected` says why one would be
+    refused, and their work is their `runtime`, else their `expected_runtime`."""
     if not horizon_s > 0:
         raise ValueError(f"the forecast horizon must be > 0 seconds, got {horizon_s}")
     state = view.require()
@@ -120,10 +127,20 @@ def forecast(
     result = Forecast(now=now, horizon_end=now + horizon_s)
     work, done = work_needed(view)
     result.unknown_runtime = sum(1 for wid in state.workloads if work.get(wid) is None)
-    pending = result.pending = frozenset(
-        wid for wid, w in state.workloads.items() if w.state != RUNNING
+    arrivals = [
+        a.model_copy(
+            update={
+                "time": now,
+                "runtime": a.runtime if a.runtime is not None else a.expected_runtime,
+            }
+        )
+        for a in arrivals
+    ]
+    arriving = frozenset(a.workload for a in arrivals)
+    pending = result.pending = (
+        frozenset(wid for wid, w in state.workloads.items() if w.state != RUNNING) | arriving
     )
-    live = result.live = frozenset(state.workloads)
+    live = result.live = frozenset(state.workloads) | arriving
     if not live:
         return result
     # a copy: the view (e.g. the dashboard's, folded on as the journal grows) stays as is
@@ -133,9 +150,9 @@ def forecast(
     options = EngineOptions(horizon_end=now + horizon_s, id_prefix=f"forecast-{now:.3f}")
     engine = Engine(cluster=state.cluster, config=state.config, options=options)
     engine.resume(future, work, done)
-    starts, ends = result.starts, result.ends
+    starts, ends, rejected = result.starts, result.ends, result.rejected
     victims: dict[str, list[str]] = {}  # beneficiary -> victims preempted for it so far
-    for record in engine.play(()):
+    for record in engine.play(arrivals):
         kind = record.type
         wid = getattr(record, "workload", None)
         if kind == "workload.preempted":
@@ -152,7 +169,9 @@ def forecast(
                 )
         elif kind == "workload.finished" and wid in live and wid not in ends:
             ends[wid] = ExpectedEnd(record.time, "completes")
-        if len(starts) == len(pending) and len(ends) == len(live):
+        elif kind == "workload.rejected" and wid in arriving:
+            rejected[wid] = record.error
+        if len(starts) + len(rejected) == len(pending) and len(ends) + len(rejected) == len(live):
             break  # every question answered
     return result
 

@@ -45,10 +45,30 @@ AsOpt = Annotated[
     str | None,
     typer.Option("--as", help="Act as this principal (default $USER).", show_default=False),
 ]
+HorizonOpt = Annotated[
+    str,
+    typer.Option(
+        "--horizon",
+        metavar="DURATION",
+        help="How far ahead the forecast looks (e.g. 6h, 2d); later starts read N/A.",
+    ),
+]
 
 
 class TargetError(ValueError):
     """A missing or conflicting --kafka/--data/--journal: one line for the user."""
+
+
+def horizon_seconds(text: str) -> float:
+    from domain.durations import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as why:
+        raise TargetError(f"--horizon {text!r}: {why}") from None
+    if not seconds > 0 or seconds > 366 * 86400:
+        raise TargetError(f"--horizon {text!r}: give a duration above 0 and at most 366d")
+    return seconds
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,11 @@ from allot.commands.common import (
     AsOpt,
     ClusterOpt,
     DataOpt,
+    HorizonOpt,
     KafkaOpt,
     Target,
     TargetError,
+    horizon_seconds,
     resolve_target,
     whoami,
 )
@@ -290,13 +292,30 @@ def submit(
             "0-15:4), ids BASE_<index>; `allot cancel 'BASE_[SPEC]'` cancels them.",
         ),
     ] = None,
+    test_only: Annotated[
+        bool,
+        typer.Option(
+            "--test-only",
+            help="Send nothing: say whether the scheduler would accept it and when and "
+            "where it would start (as sbatch --test-only), from the forecast of "
+            "`allot queue --start` with this submission added now.",
+        ),
+    ] = False,
+    horizon: HorizonOpt = "2d",
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
     """Submit a workload (or a job array). Prints `Submitted workload <id>`; the
-    scheduler decides later."""
+    scheduler decides later.
+
+    With --test-only nothing is sent: the journal is read (--data or --kafka) and the
+    scheduler's own core plays the queue forward with this submission added at the
+    journal's latest moment. It prints the verdict (rejected, and why) or when and on
+    which hosts it would start and whom it would preempt, under the assumptions of
+    `allot queue --start` (no other new work, running work ending after its runtime).
+    Exit 1 if it would be rejected."""
     from streams.inbox import make_request, new_ulid, outcome_of
 
     with one_line_errors():
@@ -312,6 +331,9 @@ def submit(
         if tasks is not None and wait is not None:
             raise RequestError("--wait works for one workload; follow an array with `allot queue`")
         target = resolve_target(kafka, data)
+        if test_only and wait is not None:
+            raise RequestError("--test-only sends nothing, so there is no verdict to --wait for")
+        horizon_s = horizon_seconds(horizon) if test_only else 0.0
         workload = new_ulid()
         ids = [workload] if tasks is None else [f"{workload}_{i}" for i in tasks]
         actor = whoami(as_)
@@ -333,6 +355,9 @@ def submit(
             )
             for wid in ids
         ]
+        if test_only:
+            _test_only(target, cluster, requests, horizon_s, parsable)
+            return
         writer = _open_inbox(target)
         try:
             if wait is None:
@@ -359,6 +384,91 @@ def submit(
         raise typer.Exit(1)
     typer.echo(describe_outcome(outcome), err=parsable)
     if outcome.get("type") != "workload.placed":
+        raise typer.Exit(1)
+
+
+def _test_only(
+    target: Target,
+    cluster: str,
+    requests: list[dict[str, Any]],
+    horizon_s: float,
+    parsable: bool,
+) -> None:
+    """`allot submit --test-only`: the forecast with `requests` added; nothing is sent."""
+    from pydantic import ValidationError
+
+    from allot.commands.views import forecast_view, journal_reader
+    from domain.durations import format_duration
+    from domain.events import parse_event
+    from domain.upcasting import upcast
+    from projections.journal import JournalError
+    from projections.views import ViewError, fold, iso, nodelist
+    from streams.sources import SourceError
+
+    try:
+        arrivals = [parse_event(upcast(dict(r))) for r in requests]
+    except ValidationError as why:
+        first = why.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise RequestError(f"the scheduler would reject it: {where}: {first['msg']}") from None
+    read = journal_reader(target.kafka, target.data, None, cluster)
+    try:
+        view = fold(read())
+        fc = forecast_view(view, read, horizon_s, arrivals)
+    except (ViewError, SourceError, JournalError) as why:
+        raise RequestError(f"cannot forecast from {target.label}: {why}") from None
+    ids = [a.workload for a in arrivals]
+    now = view.now
+    span = format_duration(horizon_s)
+    if parsable:
+        for wid in ids:
+            start = fc.starts.get(wid)
+            typer.echo("rejected" if wid in fc.rejected else iso(start.time) if start else "N/A")
+    elif len(ids) == 1:
+        wid = ids[0]
+        start = fc.starts.get(wid)
+        if wid in fc.rejected:
+            typer.echo(f"Workload would be rejected: {fc.rejected[wid]}")
+        elif start is None:
+            typer.echo(
+                f"Workload would not start within {span} (the forecast's --horizon), as of "
+                f"{iso(now)} UTC"
+            )
+        else:
+            wait = start.time - now
+            text = (
+                f"Workload would start at {iso(start.time)} UTC "
+                f"({'at once' if wait < 1 else 'in ' + format_duration(wait)}) on "
+                f"{nodelist(start.hosts)}"
+            )
+            if start.preempts:
+                text += f", preempting {', '.join(start.preempts)}"
+            typer.echo(text)
+    else:
+        starts = sorted(fc.starts[w].time for w in ids if w in fc.starts)
+        refused = [w for w in ids if w in fc.rejected]
+        if refused:
+            typer.echo(
+                f"{len(refused)} of {len(ids)} workloads would be rejected: "
+                f"{fc.rejected[refused[0]]}"
+            )
+        if starts:
+            when = (
+                f"at {iso(starts[0])} UTC"
+                if starts[0] == starts[-1]
+                else f"between {iso(starts[0])} and {iso(starts[-1])} UTC"
+            )
+            typer.echo(f"{len(starts)} of {len(ids)} workloads would start {when}")
+        late = len(ids) - len(starts) - len(refused)
+        if late:
+            typer.echo(f"{late} of {len(ids)} workloads would not start within {span}")
+    if not parsable:
+        typer.echo(
+            "Nothing was submitted (--test-only). A forecast: no other new work, budgets and "
+            "hosts as they are, running work ending after its runtime.",
+            err=True,
+        )
+    if any(w in fc.rejected for w in ids):
         raise typer.Exit(1)
 
 

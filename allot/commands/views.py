@@ -17,10 +17,12 @@ import typer
 from allot.commands.common import (
     ClusterOpt,
     DataOpt,
+    HorizonOpt,
     JournalOpt,
     KafkaOpt,
     SubtreeOpt,
     TargetError,
+    horizon_seconds,
 )
 
 if TYPE_CHECKING:
@@ -39,27 +41,6 @@ FORMAT_HELP = (
     "%S start_time and %Y schednodes (expected, as with --start). "
     "Prints plain aligned text (no table borders) for scripts."
 )
-
-HorizonOpt = Annotated[
-    str,
-    typer.Option(
-        "--horizon",
-        metavar="DURATION",
-        help="How far ahead the forecast looks (e.g. 6h, 2d); later starts read N/A.",
-    ),
-]
-
-
-def _horizon_s(text: str) -> float:
-    from domain.durations import parse_duration
-
-    try:
-        seconds = parse_duration(text)
-    except ValueError as why:
-        raise TargetError(f"--horizon {text!r}: {why}") from None
-    if not seconds > 0 or seconds > 366 * 86400:
-        raise TargetError(f"--horizon {text!r}: give a duration above 0 and at most 366d")
-    return seconds
 
 
 def _fail(message: str) -> typer.Exit:
@@ -138,14 +119,16 @@ def load_view(
     return fold(journal_reader(kafka, data, journal, cluster)())
 
 
-def forecast_view(view: Any, read: Callable[[], Iterator[Any]], horizon_s: float) -> Any:
+def forecast_view(
+    view: Any, read: Callable[[], Iterator[Any]], horizon_s: float, arrivals: Any = ()
+) -> Any:
     """`projections.forecast.forecast` of `view`, re-reading only the records it folded
     (a live journal may have grown since)."""
     from itertools import islice
 
     from projections.forecast import forecast
 
-    return forecast(view, horizon_s, journal=islice(read(), view.records))
+    return forecast(view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals)
 
 
 def _answer(fn: Any) -> Any:
@@ -285,7 +268,7 @@ def register(app: typer.Typer) -> None:
 
         def run() -> None:
             columns = parse_format(format_) if format_ else None
-            horizon_s = _horizon_s(horizon)
+            horizon_s = horizon_seconds(horizon)
             read = journal_reader(kafka, data, journal, cluster)
             view = fold(read())
             ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
@@ -468,7 +451,7 @@ def register(app: typer.Typer) -> None:
                 answer = _why_from_audit(audit, workload)
             else:
                 answer = _why_from_journal(
-                    kafka, data, journal, cluster, workload, audit, _horizon_s(horizon)
+                    kafka, data, journal, cluster, workload, audit, horizon_seconds(horizon)
                 )
             if json_:
                 _emit_json(answer)

@@ -629,3 +629,65 @@ def test_a_bad_horizon_is_one_line(journal: Path, horizon: str) -> None:
     one_line_error(
         allot("queue", "--journal", str(journal), "--start", "--horizon", horizon), "--horizon"
     )
+
+
+@pytest.fixture
+def data_dir(records: list[dict[str, Any]], journal: Path, tmp_path: Path) -> Path:
+    """An embedded folder whose journal is the tiny run up to after its last input."""
+    cut = _after_the_last_input(records)
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    (folder / "journal.jsonl").write_bytes(
+        b"\n".join(journal.read_bytes().splitlines()[:cut]) + b"\n"
+    )
+    (folder / "inbox.jsonl").write_bytes(b"")
+    return folder
+
+
+def _test_only(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return allot("submit", "--data", str(data_dir), "--cluster", "tiny", "--test-only", *args)
+
+
+def test_submit_test_only_forecasts_and_sends_nothing(data_dir: Path) -> None:
+    now = v.fold(v.decode_lines(journal_lines(journal=data_dir / "journal.jsonl"))).now
+    args = ["-A", "lab/eval", "-G", "1", "--min-runtime", "15m", "--as", "bob"]
+    result = _test_only(data_dir, *args, "--runtime", "10m")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Workload would start at "), result.stdout
+    assert "Nothing was submitted (--test-only)" in result.stderr
+    parsable = _test_only(data_dir, *args, "--runtime", "10m", "--parsable")
+    assert parsable.returncode == 0, parsable.stderr
+    start = parsable.stdout.strip()
+    assert start >= v.iso(now) and start in result.stdout
+    array = _test_only(data_dir, *args, "--array", "0-3")
+    assert array.returncode == 0, array.stderr
+    assert "of 4 workloads would start" in array.stdout
+    assert (data_dir / "inbox.jsonl").read_bytes() == b""  # nothing was sent
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["-A", "lab/eval", "-G", "1", "--min-runtime", "15m", "--as", "mallory"], "not a member"),
+        (
+            ["-A", "lab/nope", "-G", "1", "--min-runtime", "15m", "--as", "bob"],
+            "unknown allocation",
+        ),
+    ],
+    ids=["not-a-member", "unknown-allocation"],
+)
+def test_submit_test_only_says_why_the_scheduler_would_refuse(
+    data_dir: Path, args: list[str], needle: str
+) -> None:
+    result = _test_only(data_dir, *args)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert result.stdout.startswith("Workload would be rejected: ") and needle in result.stdout
+    assert (data_dir / "inbox.jsonl").read_bytes() == b""
+
+
+def test_submit_test_only_refuses_wait(data_dir: Path) -> None:
+    one_line_error(
+        _test_only(data_dir, "-A", "lab/eval", "-G", "1", "--min-runtime", "15m", "--wait", "5"),
+        "--test-only",
+        "--wait",
+    )

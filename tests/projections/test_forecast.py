@@ -156,3 +156,67 @@ def test_a_horizon_must_be_positive(horizon: float) -> None:
     view = fold(_run(seed=1, hosts=2, count=5)[:10])
     with pytest.raises(ValueError, match="horizon"):
         forecast(view, horizon)
+
+
+def _probe(time: float, **fields: object) -> ev.WorkloadSubmitted:
+    spec = {"allocation": "lab/b", "gpus": 4, "min_runtime": 900.0, "runtime": 2 * HOUR}
+    spec.update(fields)
+    return ev.WorkloadSubmitted(
+        id="probe-request", time=time, cluster="c", actor="u1", workload="probe", **spec
+    )
+
+
+@pytest.mark.parametrize(
+    ("seed", "hosts", "count", "probe"),
+    [
+        (1, 2, 30, {}),
+        (2, 3, 40, {"gpus": 16, "resumable": True}),
+        (4, 4, 60, {"gpus": 1, "min_runtime": 0.0}),
+        (3, 2, 25, {"allocation": "lab/a", "gpus": 8}),
+    ],
+    ids=["4-gpus", "16-gpu-gang", "1-gpu-unallocated", "8-gpus-heavy-allocation"],
+)
+def test_a_test_only_submission_starts_where_and_when_a_real_one_would(
+    seed: int, hosts: int, count: int, probe: dict
+) -> None:
+    """`allot submit --test-only`: the forecast with one more submission equals a run in
+    which that submission really arrives at that moment (and nothing after it).
+
+    A live submission lands after everything the journal holds; in the simulator an
+    input at the same moment as a tick or another input can land before some of them,
+    so only cuts where the real run journals the same records before it are compared."""
+    records = _run(seed, hosts, count)
+    submitted_by = max(i for i, r in enumerate(records) if r.type == "workload.submitted")
+    cuts = [i for i, r in enumerate(records) if i > submitted_by and is_cause(r)]
+    compared = 0
+    for cut in cuts:
+        view = fold(records[:cut])
+        arrival = _probe(view.state.now, **probe)
+        engine = Engine("c", SchedulerConfig(), EngineOptions())
+        real = list(engine.run(_setup(hosts), [*_submissions(seed, count), arrival], T0))
+        if real[:cut] != records[:cut]:
+            continue  # it would have arrived among records the journal already holds
+        fc = forecast(view, 30 * 24 * HOUR, journal=records[:cut], arrivals=[arrival])
+        placed = next(r for r in real if r.type == "workload.placed" and r.workload == "probe")
+        start = fc.starts["probe"]
+        assert (start.time, start.hosts) == (placed.time, dict(placed.hosts))
+        compared += 1
+    assert compared >= 5
+
+
+@pytest.mark.parametrize(
+    ("probe", "error"),
+    [
+        ({"allocation": "lab/nope"}, "unknown allocation"),
+        ({"gpus": 64}, "GPUs"),
+    ],
+    ids=["unknown-allocation", "more-gpus-than-the-cluster"],
+)
+def test_a_test_only_submission_the_scheduler_would_refuse_says_why(
+    probe: dict, error: str
+) -> None:
+    records = _run(seed=1, hosts=2, count=10)
+    view = fold(records[:30])
+    fc = forecast(view, journal=records[:30], arrivals=[_probe(view.state.now, **probe)])
+    assert error in fc.rejected["probe"]
+    assert "probe" not in fc.starts
