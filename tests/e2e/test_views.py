@@ -534,6 +534,31 @@ def test_views_read_the_kafka_journal(
 
 
 @pytest.mark.kafka
+def test_queue_start_reads_the_kafka_journal_like_a_file(
+    kafka_bootstrap: str, records: list[dict[str, Any]], data_dir: Path
+) -> None:
+    cluster = f"start-{uuid.uuid4().hex[:8]}"
+    head = records[: _after_the_last_input(records)]
+    asyncio.run(
+        _produce(
+            kafka_bootstrap, "allot.journal", [{**r, "cluster": cluster} for r in head], cluster
+        )
+    )
+    live = allot("queue", "--start", "--json", "--cluster", cluster, "--kafka", kafka_bootstrap)
+    assert live.returncode == 0, live.stderr
+    local = allot("queue", "--start", "--json", "--data", str(data_dir), "--cluster", "tiny")
+    assert local.returncode == 0, local.stderr
+    starts = [
+        [
+            (r["id"], r["expected_start"], r["expected_nodes"])
+            for r in orjson.loads(out)["workloads"]
+        ]
+        for out in (live.stdout, local.stdout)
+    ]
+    assert starts[0] == starts[1] and any(start for _, start, _ in starts[0])
+
+
+@pytest.mark.kafka
 def test_executor_once_reports_to_the_kafka_inbox(kafka_bootstrap: str) -> None:
     cluster = f"exec-{uuid.uuid4().hex[:8]}"
     now = time.time()
