@@ -59,6 +59,8 @@ class Snapshot:
     # the records `view` folded, read again: for the forecast (`projections.forecast`)
     journal: Callable[[], Iterable[Any]] | None = None
     _forecast: Any = None
+    # its own lock: a forecast takes seconds, charts must not wait for it
+    _forecast_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def ok(self) -> bool:
@@ -69,7 +71,7 @@ class Snapshot:
         page first asks for it: it plays the scheduler forward, seconds on a big queue."""
         from projections.forecast import forecast
 
-        with self.lock:
+        with self._forecast_lock:
             if self._forecast is None:
                 records = self.journal() if self.journal is not None else None
                 self._forecast = forecast(self.view, journal=records)
@@ -565,7 +567,7 @@ def queue_page(snap: Snapshot) -> str:
             prow,
             cls="pending",
         )
-        + f"<p class='hint' id='forecast'>{esc(footnote(fc, 'Expected start'))}</p>"
+        + f"<p class='hint' id='forecast'>{esc(footnote(fc, 'The expected start'))}</p>"
         if prow
         else "<p class='hint' id='no-pending'>Nothing is waiting.</p>"
     )
@@ -613,8 +615,8 @@ def queue_page(snap: Snapshot) -> str:
 def _expected_end(r: dict[str, Any]) -> str:
     if r["expected_end"] is None:
         return "N/A"
-    if r["expected_end_how"] == "completes":
-        return f"{r['expected_end']} (completes)"
+    if r["expected_end_how"] == "finished":
+        return f"{r['expected_end']} (finishes)"
     by = f" for {r['expected_end_by']}" if r["expected_end_by"] else ""
     return f"{r['expected_end']} (preempted{by})"
 

@@ -23,7 +23,7 @@ from domain import State, evolve
 from domain.durations import format_duration
 from domain.events import event_to_dict
 from domain.rederive import is_cause, rederive
-from domain.state import RUNNING
+from domain.state import RUNNING, id_order
 from projections.engine import Engine, EngineOptions
 from projections.views import iso, nodelist
 
@@ -40,7 +40,7 @@ class ExpectedStart:
 @dataclass(frozen=True, slots=True)
 class ExpectedEnd:
     time: float
-    how: str  # "completes" or "preempted"
+    how: str  # "finished" or "preempted"
     by: str | None = None  # preempted: the workload it makes room for
     requeued: bool = False
 
@@ -55,6 +55,8 @@ class Forecast:
     pending: frozenset[str] = frozenset()  # the workloads pending at `now` (and arrivals)
     live: frozenset[str] = frozenset()
     rejected: dict[str, str] = field(default_factory=dict)  # arrival -> the scheduler's error
+    unhealthy: tuple[str, ...] = ()  # hosts down now: assumed to stay down
+    running: frozenset[str] = frozenset()  # the workloads running at `now`
 
 
 def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
@@ -141,6 +143,10 @@ def forecast(
         frozenset(wid for wid, w in state.workloads.items() if w.state != RUNNING) | arriving
     )
     live = result.live = frozenset(state.workloads) | arriving
+    result.running = frozenset(state.workloads) - pending
+    result.unhealthy = tuple(
+        sorted((name for name, h in state.hosts.items() if not h.healthy), key=id_order)
+    )
     if not live:
         return result
     # a copy: the view (e.g. the dashboard's, folded on as the journal grows) stays as is
@@ -168,7 +174,7 @@ def forecast(
                     record.time, dict(record.hosts), tuple(victims.pop(wid, ()))
                 )
         elif kind == "workload.finished" and wid in live and wid not in ends:
-            ends[wid] = ExpectedEnd(record.time, "completes")
+            ends[wid] = ExpectedEnd(record.time, "finished")
         elif kind == "workload.rejected" and wid in arriving:
             rejected[wid] = record.error
         if len(starts) + len(rejected) == len(pending) and len(ends) + len(rejected) == len(live):
@@ -183,8 +189,9 @@ def annotate(rows: list[dict[str, Any]], fc: Forecast) -> None:
     for row in rows:
         expected = expectation(fc, row["id"])
         if row["state"] != "PENDING":
-            for key in ("expected_start", "expected_nodes", "expected_preempts"):
-                del expected[key]
+            for key in list(expected):
+                if not key.startswith("expected_end"):
+                    del expected[key]
         row.update(expected)
 
 
@@ -192,27 +199,42 @@ def header(fc: Forecast) -> dict[str, Any]:
     """The forecast's terms, for JSON answers."""
     return {
         "from": iso(fc.now),
+        "from_time": fc.now,
         "horizon_end": iso(fc.horizon_end),
+        "horizon_end_time": fc.horizon_end,
         "live_without_runtime": fc.unknown_runtime,
+        "unhealthy_hosts": list(fc.unhealthy),
         "assumes": "running work ends after its runtime (else expected_runtime; with "
-        "neither it runs until preempted); no new submissions, budget or host changes",
+        "neither it runs until preempted); no new submissions, budget or host changes "
+        "(unhealthy hosts stay down)",
     }
+
+
+def assumptions(fc: Forecast) -> list[str]:
+    """What a reader must know to judge the forecast: work with no runtime, hosts down."""
+    notes = []
+    if fc.unknown_runtime:
+        n = fc.unknown_runtime
+        notes.append(
+            f"{n} live workload{'s' if n != 1 else ''} gave neither --runtime nor "
+            f"--expected-runtime and {'are' if n != 1 else 'is'} taken to run until preempted."
+        )
+    if fc.unhealthy:
+        notes.append(
+            f"Unhealthy host{'s' if len(fc.unhealthy) != 1 else ''} {nodelist(fc.unhealthy)} "
+            "taken to stay down."
+        )
+    return notes
 
 
 def footnote(fc: Forecast, label: str = "START_TIME") -> str:
     """One line under a table of expected starts (column `label`): what it assumes."""
     span = format_duration(fc.horizon_end - fc.now)
     text = (
-        f"{label}: expected, if no new work arrives, budgets and hosts stay as they are "
-        f"and running work ends after its runtime; N/A = not within {span}."
+        f"{label} is a forecast: it assumes no new work arrives, budgets and hosts stay as "
+        f"they are and running work ends after its runtime; N/A = not within {span}."
     )
-    if fc.unknown_runtime:
-        n = fc.unknown_runtime
-        text += (
-            f" {n} workload{'s' if n != 1 else ''} gave no runtime (--expected-runtime) and "
-            f"{'are' if n != 1 else 'is'} taken to run until preempted."
-        )
-    return text
+    return " ".join([text, *assumptions(fc)])
 
 
 def expectation(fc: Forecast, wid: str) -> dict[str, Any]:
@@ -222,12 +244,24 @@ def expectation(fc: Forecast, wid: str) -> dict[str, Any]:
     end = fc.ends.get(wid)
     return {
         "expected_start": iso(start.time) if start else None,
+        "expected_start_time": start.time if start else None,
         "expected_nodes": nodelist(start.hosts) if start else "",
+        "expected_hosts": {h: list(g) for h, g in start.hosts.items()} if start else {},
         "expected_preempts": list(start.preempts) if start else [],
         "expected_end": iso(end.time) if end else None,
+        "expected_end_time": end.time if end else None,
         "expected_end_how": end.how if end else None,
         "expected_end_by": end.by if end else None,
     }
+
+
+def victims_text(fc: Forecast, start: ExpectedStart) -> str:
+    """`a, b (b: pending now, running by then)`: whom a start would preempt."""
+    later = [v for v in start.preempts if v not in fc.running]
+    text = ", ".join(start.preempts)
+    if later:
+        text += f" ({', '.join(later)}: pending now, running by then)"
+    return text
 
 
 def sentences(fc: Forecast, wid: str, now: float) -> list[str]:
@@ -242,12 +276,12 @@ def sentences(fc: Forecast, wid: str, now: float) -> list[str]:
             f"on {nodelist(start.hosts)}"
         )
         if start.preempts:
-            text += f", preempting {', '.join(start.preempts)}"
+            text += f", preempting {victims_text(fc, start)}"
         lines.append(text)
     elif wid in fc.pending:
         lines.append(f"expected start: not within {span}")
     if end is not None:
-        if end.how == "completes":
+        if end.how == "finished":
             what = "expected to finish"
         else:
             what = (
@@ -263,6 +297,7 @@ def sentences(fc: Forecast, wid: str, now: float) -> list[str]:
             "  (a forecast: no new work, budgets and hosts as they are, running work ending "
             "after its runtime)"
         )
+        lines.extend("  " + note for note in assumptions(fc))
     return lines
 
 
@@ -272,9 +307,11 @@ __all__ = [
     "ExpectedStart",
     "Forecast",
     "annotate",
+    "assumptions",
     "expectation",
     "footnote",
     "forecast",
     "header",
     "sentences",
+    "victims_text",
 ]

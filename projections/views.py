@@ -374,8 +374,10 @@ class _Reasons:
         held = self.holders.get(w.id)
         if held is not None:
             hosts, start = held
-            when = "now" if start <= now else f"from {clock(start, now)}"
-            return "Reserved", f"holds {nodelist(hosts)} for it, expected to start {when}"
+            # when the hosts' current work may end or be preempted, judged on today's
+            # ranking: a lower bound (`queue --start` plays the ranking forward)
+            when = "now" if start <= now else f"from {clock(start, now)} at the earliest"
+            return "Reserved", f"holds {nodelist(hosts)} for it, free {when}"
         if w.gpus > s.healthy_capacity:
             return "Resources", (
                 f"needs {w.gpus} GPUs; the cluster has {s.healthy_capacity} healthy GPUs"
@@ -581,10 +583,15 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     "tags": ("K", "TAGS", lambda r: ",".join(r["tags"])),
     "detail": ("d", "DETAIL", lambda r: r["detail"]),
     # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
+    # as squeue's %S: the expected start of pending work, the actual one of running work
     "start": (
         "S",
         "START_TIME",
-        lambda r: "" if r["state"] != "PENDING" else (r["expected_start"] or "N/A")[:16],
+        lambda r: (
+            (r.get("expected_start") or "N/A")[:16]
+            if r["state"] == "PENDING"
+            else (r.get("started") or "")[:16]
+        ),
     ),
     "schednodes": ("Y", "SCHEDNODES", lambda r: r.get("expected_nodes") or ""),
 }

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt, TargetError
+from allot.commands.common import (
+    ClusterOpt,
+    DataOpt,
+    JournalOpt,
+    KafkaOpt,
+    TargetError,
+    quiet_on_closed_pipe,
+)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 DbOpt = Annotated[
@@ -68,9 +75,8 @@ def _answer(fn: Any) -> Any:
     import sys
 
     try:
-        return fn()
-    except BrokenPipeError:
-        raise  # stdout closed (`| head`): click ends quietly, as other tools do
+        with quiet_on_closed_pipe():
+            return fn()
     except OSError as why:
         raise _fail(f"cannot read: {why}") from None
     except Exception as why:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import getpass
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -45,12 +48,14 @@ AsOpt = Annotated[
     str | None,
     typer.Option("--as", help="Act as this principal (default $USER).", show_default=False),
 ]
+HORIZON_DEFAULT = "2d"
 HorizonOpt = Annotated[
     str,
     typer.Option(
         "--horizon",
         metavar="DURATION",
-        help="How far ahead the forecast looks (e.g. 6h, 2d); later starts read N/A.",
+        help="How far ahead the forecast looks (e.g. 6h, 2d; default 2d); later starts read N/A.",
+        show_default=False,
     ),
 ]
 
@@ -60,6 +65,7 @@ class TargetError(ValueError):
 
 
 def horizon_seconds(text: str) -> float:
+    """--horizon in seconds; a bad value is one line for the user (TargetError)."""
     from domain.durations import parse_duration
 
     try:
@@ -105,3 +111,19 @@ def whoami(explicit: str | None) -> str:
     if explicit:
         return explicit
     return os.environ.get("USER") or getpass.getuser()
+
+
+# the shell's status for a process ended by SIGPIPE: `allot ... | head -1` under
+# `set -o pipefail` reads as the closed pipe it is, not as a verdict (exit 1) or an error
+CLOSED_PIPE_EXIT = 141
+
+
+@contextmanager
+def quiet_on_closed_pipe() -> Iterator[None]:
+    """Stdout closed early (`| head`): stop quietly with CLOSED_PIPE_EXIT."""
+    try:
+        yield
+    except BrokenPipeError:
+        # later flushes (at exit) must not fail again on the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(CLOSED_PIPE_EXIT) from None

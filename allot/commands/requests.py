@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from allot.commands.common import (
+    HORIZON_DEFAULT,
     AsOpt,
     ClusterOpt,
     DataOpt,
@@ -27,6 +28,7 @@ from allot.commands.common import (
     Target,
     TargetError,
     horizon_seconds,
+    quiet_on_closed_pipe,
     resolve_target,
     whoami,
 )
@@ -264,14 +266,23 @@ def submit(
     name: Annotated[str | None, typer.Option("--name", help="A human-readable name.")] = None,
     runtime: Annotated[
         str | None,
-        typer.Option("--runtime", help="Work it needs (read only by simulated executors)."),
+        typer.Option(
+            "--runtime",
+            help="Work it needs: simulated executors run it this long, and forecasts "
+            "(queue --start, --test-only) use it before --expected-runtime.",
+        ),
     ] = None,
     expected_runtime: Annotated[
         str | None,
         typer.Option("--expected-runtime", help="Your estimate; some policies order by it."),
     ] = None,
     parsable: Annotated[
-        bool, typer.Option("--parsable", help="Print only the workload id.")
+        bool,
+        typer.Option(
+            "--parsable",
+            help="Print only the workload id (one per task of an array); with --test-only, "
+            "the expected start instead (ISO 8601 UTC, N/A, or rejected).",
+        ),
     ] = False,
     wait: Annotated[
         float | None,
@@ -301,7 +312,7 @@ def submit(
             "`allot queue --start` with this submission added now.",
         ),
     ] = False,
-    horizon: HorizonOpt = "2d",
+    horizon: HorizonOpt = HORIZON_DEFAULT,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
@@ -333,6 +344,8 @@ def submit(
         target = resolve_target(kafka, data)
         if test_only and wait is not None:
             raise RequestError("--test-only sends nothing, so there is no verdict to --wait for")
+        if not test_only and horizon != HORIZON_DEFAULT:
+            raise RequestError("--horizon is for --test-only (how far ahead it looks)")
         horizon_s = horizon_seconds(horizon) if test_only else 0.0
         workload = new_ulid()
         ids = [workload] if tasks is None else [f"{workload}_{i}" for i in tasks]
@@ -398,11 +411,10 @@ def _test_only(
     from pydantic import ValidationError
 
     from allot.commands.views import forecast_view, journal_reader
-    from domain.durations import format_duration
     from domain.events import parse_event
     from domain.upcasting import upcast
     from projections.journal import JournalError
-    from projections.views import ViewError, fold, iso, nodelist
+    from projections.views import ViewError, fold
     from streams.sources import SourceError
 
     try:
@@ -417,13 +429,23 @@ def _test_only(
         fc = forecast_view(view, read, horizon_s, arrivals)
     except (ViewError, SourceError, JournalError) as why:
         raise RequestError(f"cannot forecast from {target.label}: {why}") from None
-    ids = [a.workload for a in arrivals]
-    now = view.now
+    with quiet_on_closed_pipe():
+        _print_test_only(fc, [a.workload for a in arrivals], view.now, horizon_s, parsable)
+    if any(a.workload in fc.rejected for a in arrivals):
+        raise typer.Exit(1)
+
+
+def _print_test_only(fc: Any, ids: list[str], now: float, horizon_s: float, parsable: bool) -> None:
+    from domain.durations import format_duration
+    from projections.forecast import assumptions, victims_text
+    from projections.views import iso, nodelist
+
     span = format_duration(horizon_s)
     if parsable:
         for wid in ids:
             start = fc.starts.get(wid)
-            typer.echo("rejected" if wid in fc.rejected else iso(start.time) if start else "N/A")
+            answer = "N/A" if start is None else str(iso(start.time)).replace(" ", "T")
+            typer.echo("rejected" if wid in fc.rejected else answer)
     elif len(ids) == 1:
         wid = ids[0]
         start = fc.starts.get(wid)
@@ -442,7 +464,7 @@ def _test_only(
                 f"{nodelist(start.hosts)}"
             )
             if start.preempts:
-                text += f", preempting {', '.join(start.preempts)}"
+                text += f", preempting {victims_text(fc, start)}"
             typer.echo(text)
     else:
         starts = sorted(fc.starts[w].time for w in ids if w in fc.starts)
@@ -464,12 +486,15 @@ def _test_only(
             typer.echo(f"{late} of {len(ids)} workloads would not start within {span}")
     if not parsable:
         typer.echo(
-            "Nothing was submitted (--test-only). A forecast: no other new work, budgets and "
-            "hosts as they are, running work ending after its runtime.",
+            " ".join(
+                [
+                    "Nothing was submitted (--test-only). A forecast: no other new work, "
+                    "budgets and hosts as they are, running work ending after its runtime.",
+                    *assumptions(fc),
+                ]
+            ),
             err=True,
         )
-    if any(w in fc.rejected for w in ids):
-        raise typer.Exit(1)
 
 
 def cancel(

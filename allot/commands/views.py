@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from allot.commands.common import (
+    HORIZON_DEFAULT,
     ClusterOpt,
     DataOpt,
     HorizonOpt,
@@ -23,6 +24,7 @@ from allot.commands.common import (
     SubtreeOpt,
     TargetError,
     horizon_seconds,
+    quiet_on_closed_pipe,
 )
 
 if TYPE_CHECKING:
@@ -134,9 +136,8 @@ def forecast_view(
 def _answer(fn: Any) -> Any:
     """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
     try:
-        return fn()
-    except BrokenPipeError:
-        raise  # stdout closed (`| head`): click ends quietly, as other tools do
+        with quiet_on_closed_pipe():
+            return fn()
     except OSError as why:
         raise _fail(f"cannot read the journal: {why}") from None
     except Exception as why:
@@ -244,13 +245,14 @@ def register(app: typer.Typer) -> None:
         journal's: 'now' is its latest event.
 
         --start lists pending work with START_TIME, when it is expected to start, and
-        SCHEDNODES, where (N/A: not within --horizon). The scheduler's core plays the
-        queue forward from now on a copy of its state: running work ends after its
-        runtime (--runtime, else --expected-runtime; with neither it runs until
-        preempted), nothing new is submitted, budgets and hosts stay as they are. New
-        work from a higher-ranked allocation or a job ending early moves the answer,
-        as with squeue --start. --json adds expected_start, expected_nodes,
-        expected_preempts and expected_end to each row.
+        SCHEDNODES, where (N/A: not within --horizon), soonest first. The scheduler's
+        core plays the queue forward from now on a copy of its state: running work
+        ends after its runtime (--runtime, else --expected-runtime; with neither it
+        runs until preempted), nothing new is submitted, budgets and hosts stay as
+        they are (unhealthy hosts stay down). New work from a higher-ranked allocation
+        or a job ending early moves the answer, as with squeue --start. With --start
+        (or the %S/%Y fields), --json adds expected_start (and _time, epoch seconds),
+        expected_nodes, expected_hosts, expected_preempts and expected_end to each row.
         """
         from rich.text import Text
 
@@ -268,19 +270,27 @@ def register(app: typer.Typer) -> None:
 
         def run() -> None:
             columns = parse_format(format_) if format_ else None
+            wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
+            if horizon != HORIZON_DEFAULT and not wants_forecast:
+                raise TargetError("--horizon is for --start (how far ahead it looks)")
             horizon_s = horizon_seconds(horizon)
             read = journal_reader(kafka, data, journal, cluster)
             view = fold(read())
             ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
             rows = queue_rows(view, user=user, allocation=allocation, ids=ids)
             fc = None
-            if start or (columns is not None and FORECAST_COLUMNS & set(columns)):
+            if wants_forecast and rows:
                 from projections.forecast import annotate
 
+                # reads the journal again rather than keep it: it is kept forever
                 fc = forecast_view(view, read, horizon_s)
                 annotate(rows, fc)
             if start:
-                rows = [r for r in rows if r["state"] == "PENDING"]
+                # as squeue --start: pending work by expected start, N/A last
+                rows = sorted(
+                    (r for r in rows if r["state"] == "PENDING"),
+                    key=lambda r: (r["expected_start_time"] is None, r["expected_start_time"] or 0),
+                )
             if json_:
                 payload = {
                     "cluster": view.cluster,
@@ -297,7 +307,12 @@ def register(app: typer.Typer) -> None:
             if columns is not None:
                 typer.echo(_plain(*queue_cells(rows, columns)))
                 return
-            columns = START_COLUMNS if start else LONG_COLUMNS if long else DEFAULT_COLUMNS
+            if start:
+                columns = START_COLUMNS + (
+                    [c for c in LONG_COLUMNS if c not in START_COLUMNS] if long else []
+                )
+            else:
+                columns = LONG_COLUMNS if long else DEFAULT_COLUMNS
             headers, cells = queue_cells(rows, columns)
             pending = sum(1 for r in rows if r["state"] == "PENDING")
             title = (

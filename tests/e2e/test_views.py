@@ -641,7 +641,7 @@ def test_queue_start_foresees_the_rest_of_a_run_with_no_new_input(
     wid, when = next(iter(foreseen.items()))
     line = next(x for x in table.stdout.splitlines() if x.startswith(wid + " "))
     assert when[:16] in line
-    assert "START_TIME: expected" in table.stdout
+    assert "START_TIME is a forecast" in table.stdout
     why = allot("why", wid, "--journal", str(head), "--horizon", horizon, "--json")
     assert why.returncode == 0, why.stderr
     assert orjson.loads(why.stdout)["forecast"]["expected_start"] == when
@@ -654,6 +654,95 @@ def test_a_bad_horizon_is_one_line(journal: Path, horizon: str) -> None:
     one_line_error(
         allot("queue", "--journal", str(journal), "--start", "--horizon", horizon), "--horizon"
     )
+
+
+def test_a_horizon_without_a_forecast_is_refused(journal: Path, data_dir: Path) -> None:
+    one_line_error(allot("queue", "--journal", str(journal), "--horizon", "3d"), "--start")
+    submit = allot(
+        "submit",
+        "--data",
+        str(data_dir),
+        "-A",
+        "lab/eval",
+        "-G",
+        "1",
+        "--min-runtime",
+        "15m",
+        "--horizon",
+        "3d",
+    )
+    one_line_error(submit, "--test-only")
+    assert (data_dir / "inbox.jsonl").read_bytes() == b""
+
+
+def test_queue_start_lists_soonest_first_and_pct_s_shows_running_starts(
+    data_dir: Path,
+) -> None:
+    result = allot("queue", "--data", str(data_dir), "--cluster", "tiny", "--start", "--json")
+    rows = orjson.loads(result.stdout)["workloads"]
+    starts = [r["expected_start_time"] for r in rows]
+    known = [t for t in starts if t is not None]
+    assert known and known == sorted(known) and starts[: len(known)] == known  # N/A last
+    plain = allot("queue", "--data", str(data_dir), "--cluster", "tiny", "-o", "%i %t %S", "--json")
+    running = [r for r in orjson.loads(plain.stdout)["workloads"] if r["state"] == "RUNNING"]
+    table = allot("queue", "--data", str(data_dir), "--cluster", "tiny", "-o", "%i %t %S")
+    assert running and all(
+        f"{r['id']}  " in table.stdout and r["started"][:16] in table.stdout for r in running
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["why", "{wid}"],
+        [
+            "submit",
+            "-A",
+            "lab/eval",
+            "-G",
+            "1",
+            "--min-runtime",
+            "15m",
+            "--as",
+            "bob",
+            "--test-only",
+            "--array",
+            "0-300",
+            "--parsable",
+        ],
+    ],
+    ids=["why", "submit-test-only"],
+)
+def test_a_closed_pipe_ends_quietly_with_the_shells_sigpipe_status(
+    data_dir: Path, records: list[dict[str, Any]], command: list[str]
+) -> None:
+    """`| head -1` under pipefail: 141 (SIGPIPE), not 1 (a rejection) or an error line.
+    The pipe's reading end is closed before the command writes, so every write fails."""
+    wid = next(r["workload"] for r in records if r["type"] == "workload.preempted")
+    args = [c.format(wid=wid) for c in command]
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "allot.cli",
+                *args,
+                "--data",
+                str(data_dir),
+                "--cluster",
+                "tiny",
+            ],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert run.returncode == 141, run.stderr
+    assert "error" not in run.stderr and "Traceback" not in run.stderr
 
 
 @pytest.fixture
@@ -683,7 +772,7 @@ def test_submit_test_only_forecasts_and_sends_nothing(data_dir: Path) -> None:
     parsable = _test_only(data_dir, *args, "--runtime", "10m", "--parsable")
     assert parsable.returncode == 0, parsable.stderr
     start = parsable.stdout.strip()
-    assert start >= v.iso(now) and start in result.stdout
+    assert start >= v.iso(now).replace(" ", "T") and start.replace("T", " ") in result.stdout
     array = _test_only(data_dir, *args, "--array", "0-3")
     assert array.returncode == 0, array.stderr
     assert "of 4 workloads would start" in array.stdout

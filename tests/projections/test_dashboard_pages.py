@@ -91,12 +91,12 @@ def test_queue_shows_when_waiting_work_is_expected_to_start_and_running_work_to_
     pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
     assert '<td class="nowrap" data-k="expected_start">2026-01-01 00:30:00</td>' in pending
     running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
-    assert "2026-01-01 00:30:00 (completes)" in running
-    assert "Expected start: expected, if no new work arrives" in text
+    assert "2026-01-01 00:30:00 (finishes)" in running
+    assert "The expected start is a forecast: it assumes no new work arrives" in text
 
 
 def test_queue_says_when_waiting_work_will_not_start_within_the_forecast():
     text = queue_page(snapshot(named_queue()))  # run1 gave no runtime: it runs on
     pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
     assert '<td class="nowrap" data-k="expected_start">N/A</td>' in pending
-    assert "gave no runtime" in text
+    assert "gave neither --runtime nor --expected-runtime" in text

@@ -68,7 +68,7 @@ def _future(records: list, cut: int) -> tuple[dict, dict]:
         if r.type == "workload.placed":
             starts.setdefault(r.workload, (r.time, dict(r.hosts)))
         elif r.type == "workload.finished":
-            ends.setdefault(r.workload, (r.time, "completes"))
+            ends.setdefault(r.workload, (r.time, "finished"))
         elif r.type == "workload.preempted":
             ends.setdefault(r.workload, (r.time, "preempted"))
     return starts, ends
