@@ -64,6 +64,51 @@ def print_table(title: str, table: Table) -> None:
     console.print(table)
 
 
+def aligned_lines(
+    headers: list[str], cells: list[list[str]], right: frozenset[str] = frozenset()
+) -> list[str]:
+    """The header and rows padded to their columns' widths (terminal cells, so wide
+    characters line up), two spaces apart; columns named in `right` right-aligned."""
+    from rich.cells import cell_len
+
+    widths = [cell_len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, cell_len(c)) for w, c in zip(widths, row, strict=True)]
+    aligned = [h in right for h in headers]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(
+            " " * (w - cell_len(c)) + c if r else c + " " * (w - cell_len(c))
+            for c, w, r in zip(row, widths, aligned, strict=True)
+        ).rstrip()
+
+    return [line(row) for row in [headers, *cells]]
+
+
+def print_rows(
+    title: str,
+    headers: list[str],
+    cells: list[list[str]],
+    *,
+    right: frozenset[str] = frozenset(),
+    dim: list[bool] | None = None,
+) -> None:
+    """A table at its natural width, as `print_table` prints it, for tables of
+    thousands of rows (a queue): rich measures every cell several times, which took
+    longer than reading the journal; this pads each cell once. Bold header and dim
+    rows only on a terminal (and not with NO_COLOR)."""
+    import os
+    import sys
+
+    styled = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    bold = (lambda t: f"\x1b[1m{t}\x1b[0m") if styled else (lambda t: t)
+    faint = (lambda t: f"\x1b[2m{t}\x1b[0m") if styled else (lambda t: t)
+    header, *lines = aligned_lines(headers, cells, right)
+    out = [bold(title), bold(header)]
+    out += [faint(text) if dim and dim[i] else text for i, text in enumerate(lines)]
+    typer.echo("\n".join(out))
+
+
 def _table() -> Table:
     from rich.table import Table
 
@@ -178,16 +223,6 @@ def _emit_json(payload: Any) -> None:
     typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
 
 
-def _plain(headers: list[str], cells: list[list[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in cells:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = []
-    for row in [headers, *cells]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return "\n".join(lines)
-
-
 def register(app: typer.Typer) -> None:
     """Add `queue`, `shares` and `why` to the `allot` app."""
 
@@ -254,7 +289,6 @@ def register(app: typer.Typer) -> None:
         (or the %S/%Y fields), --json adds expected_start (and _time, epoch seconds),
         expected_nodes, expected_hosts, expected_preempts and expected_end to each row.
         """
-        from rich.text import Text
 
         from projections.views import (
             DEFAULT_COLUMNS,
@@ -305,7 +339,7 @@ def register(app: typer.Typer) -> None:
                 _emit_json({**payload, "workloads": rows})
                 return
             if columns is not None:
-                typer.echo(_plain(*queue_cells(rows, columns)))
+                typer.echo("\n".join(aligned_lines(*queue_cells(rows, columns))))
                 return
             if start:
                 columns = START_COLUMNS + (
@@ -324,14 +358,13 @@ def register(app: typer.Typer) -> None:
                     f"cluster {view.cluster} · as of {iso(view.now)} UTC · policy "
                     f"{view.state.ordering.name} · {pending} pending"
                 )
-            table = _table()
-            for h in headers:
-                right = h in ("GPUS", "WAIT/TIME", "POS", "RANK", "RATIO", "PRIO")
-                _column(table, h, "right" if right else "left")
-            for row, cell in zip(rows, cells, strict=True):
-                style = "dim" if row["state"] == "RUNNING" else None
-                table.add_row(*(Text(c) for c in cell), style=style)
-            print_table(title, table)
+            print_rows(
+                title,
+                headers,
+                cells,
+                right=frozenset({"GPUS", "WAIT/TIME", "POS", "RANK", "RATIO", "PRIO"}),
+                dim=[row["state"] == "RUNNING" for row in rows],
+            )
             if not rows:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
