@@ -159,19 +159,8 @@ def _run_policies(
     """Run every policy into OUT/<policy>/ (each swapped in when complete; see
     `run_policy`); with several, OUT/comparison.md too, else an old one is removed.
     Ctrl-C: one line on what is where, exit 130."""
-    import shutil
-
-    from allot.parallel_runs import Interrupted, can_run_in_parallel, run_policies_in_parallel
     from allot.plugins import import_policy
-    from allot.progress import sim_progress, sims_progress
-    from projections.simulate import (
-        check_output_folder,
-        comparison_markdown,
-        partial_folder,
-        run_policy,
-        shared_gantt_window,
-        write_reports,
-    )
+    from projections.simulate import check_output_folder, output_lock
 
     policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     import_policy(spec.config.placement, "placement")
@@ -179,6 +168,34 @@ def _run_policies(
         import_policy(policy, "ordering")
     check_output_folder(out, policies)
     window = _gantt_window(gantt_window, spec.start)
+    with output_lock(out):
+        return _run_policies_locked(
+            spec, policies, out, window, quiet=quiet, reports=reports, jobs=jobs
+        )
+
+
+def _run_policies_locked(
+    spec: Any,
+    policies: list[str],
+    out: Path,
+    window: tuple[float, float] | None,
+    *,
+    quiet: bool,
+    reports: bool,
+    jobs: int,
+) -> dict[str, dict[str, Any]]:
+    import shutil
+
+    from allot.parallel_runs import Interrupted, can_run_in_parallel, run_policies_in_parallel
+    from allot.progress import sim_progress, sims_progress
+    from projections.simulate import (
+        comparison_markdown,
+        partial_folder,
+        run_policy,
+        shared_gantt_window,
+        write_reports,
+    )
+
     # several policies without --gantt-window: their timelines show one shared window,
     # chosen once all runs are done, so the reports are written after the runs
     shared = reports and window is None and len(policies) > 1

@@ -3,6 +3,7 @@ per-policy outputs: journal.jsonl, summary.json, report.html, gantt.png."""
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import resource
@@ -125,6 +126,27 @@ def check_output_folder(out: Path, policies: Iterable[str] = ()) -> None:
             reason = f"cannot create it in {base}: {reason}"
         raise SimulationError(f"{where}: {reason}") from None
     os.rmdir(probe)
+
+
+@contextmanager
+def output_lock(out: Path) -> Iterator[None]:
+    """Hold a lock on folder DIR while runs write it: a second `simulate`/`replay`/`demo`
+    into the same folder is refused (SimulationError) instead of both swapping each
+    other's .partial folders away mid-run. An flock on the folder itself: no lock file
+    is left behind, and it is released when the process ends, however it ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SimulationError(
+                f"--out {out}: another allot run is writing there; wait for it to finish "
+                "or pick another folder"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def run_policy(

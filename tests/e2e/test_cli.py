@@ -357,6 +357,26 @@ def test_an_unusable_out_is_one_error_line_before_any_run(
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
 
+def test_a_second_run_into_a_folder_being_written_is_refused(tmp_path: Path) -> None:
+    """Two runs into one --out used to swap each other's .partial folders away (a
+    FileNotFoundError traceback): the second is refused while the first holds the lock."""
+    import fcntl
+
+    out = tmp_path / "runs"
+    out.mkdir()
+    held = os.open(out, os.O_RDONLY)  # as a first run holds it
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused = allot("simulate", str(TINY), "--out", str(out), "-q", "--no-report")
+        one_line_error(refused, f"--out {out}: another allot run is writing there")
+        assert list(out.iterdir()) == []
+    finally:
+        os.close(held)
+    ran = allot("simulate", str(TINY), "--out", str(out), "-q", "--no-report")
+    assert ran.returncode == 0, ran.stderr
+    assert (out / "fairshare" / "journal.jsonl").is_file()
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (hidden ones too), by relative path."""
     return {
