@@ -74,7 +74,8 @@ class Snapshot:
         with self._forecast_lock:
             if self._forecast is None:
                 records = self.journal() if self.journal is not None else None
-                self._forecast = forecast(self.view, journal=records)
+                # to the horizon, records kept: the timeline page draws them
+                self._forecast = forecast(self.view, journal=records, keep_records=True)
             return self._forecast
 
 
@@ -709,7 +710,7 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     with snap.lock, _DRAW:
         if key not in snap.charts:
             if len(snap.charts) > 32:  # bounded: drop the oldest ranges
-                for old in [k for k in snap.charts if k != "usage"][:16]:
+                for old in [k for k in snap.charts if k not in ("usage", "forecast")][:16]:
                     del snap.charts[old]
             snap.charts[key] = base64.b64encode(gantt_png(g, window=(w0, w1))).decode("ascii")
         chart = snap.charts[key]
@@ -719,7 +720,30 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
         "preemptible (unallocated, or past its protected time); red outline where the run "
         "ended by preemption; light red bands where a host was unhealthy.</figcaption></figure>"
     )
+    out.append(_forecast_figure(snap))
     return status, "".join(out)
+
+
+def _forecast_figure(snap: Snapshot) -> str:
+    """The next --horizon as the scheduler expects it (`allot queue --start`'s forecast)."""
+    from domain.durations import format_duration
+    from projections.forecast import footnote, timeline
+    from projections.gantt import gantt_png
+
+    fc = snap.forecast()
+    span = format_duration(fc.horizon_end - fc.now)
+    with snap.lock, _DRAW:
+        if "forecast" not in snap.charts:
+            g = timeline(snap.view, fc)
+            png = gantt_png(g, window=(fc.now, fc.horizon_end), title="Expected")
+            snap.charts["forecast"] = base64.b64encode(png).decode("ascii")
+        chart = snap.charts["forecast"]
+    return (
+        f"<h2 id='forecast-timeline'>The next {esc(span)}, as the scheduler expects it</h2>"
+        f"<figure>{_img(chart, 'expected GPU timeline')}<figcaption>The same picture played "
+        f"forward from the journal's latest moment. {esc(footnote(fc, 'It'))}"
+        "</figcaption></figure>"
+    )
 
 
 # ------------------------------------------------------------------ workload

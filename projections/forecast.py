@@ -57,6 +57,9 @@ class Forecast:
     rejected: dict[str, str] = field(default_factory=dict)  # arrival -> the scheduler's error
     unhealthy: tuple[str, ...] = ()  # hosts down now: assumed to stay down
     running: frozenset[str] = frozenset()  # the workloads running at `now`
+    # the future as journal records, up to the horizon or until every live workload's
+    # start and end are known (all of it with `forecast(..., keep_records=True)`)
+    records: list[Any] = field(default_factory=list)
 
 
 def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
@@ -116,12 +119,14 @@ def forecast(
     horizon_s: float = DEFAULT_HORIZON_S,
     journal: Iterable[Any] | None = None,
     arrivals: Sequence[Any] = (),
+    keep_records: bool = False,
 ) -> Forecast:
     """Play the view's state forward for `horizon_s` seconds; the view is not changed.
     `journal`: the records the view folded, read again (see `scheduler_state`).
     `arrivals`: submissions to add at the view's `now` (`allot submit --test-only`);
     they go through admission like any request, so `rejected` says why one would be
-    refused, and their work is their `runtime`, else their `expected_runtime`."""
+    refused, and their work is their `runtime`, else their `expected_runtime`.
+    `keep_records`: play on to the horizon and keep the records (for `timeline`)."""
     if not horizon_s > 0:
         raise ValueError(f"the forecast horizon must be > 0 seconds, got {horizon_s}")
     state = view.require()
@@ -159,6 +164,8 @@ def forecast(
     starts, ends, rejected = result.starts, result.ends, result.rejected
     victims: dict[str, list[str]] = {}  # beneficiary -> victims preempted for it so far
     for record in engine.play(arrivals):
+        if keep_records:
+            result.records.append(record)
         kind = record.type
         wid = getattr(record, "workload", None)
         if kind == "workload.preempted":
@@ -177,9 +184,50 @@ def forecast(
             ends[wid] = ExpectedEnd(record.time, "finished")
         elif kind == "workload.rejected" and wid in arriving:
             rejected[wid] = record.error
-        if len(starts) + len(rejected) == len(pending) and len(ends) + len(rejected) == len(live):
+        answered = len(starts) + len(rejected) == len(pending)
+        if answered and len(ends) + len(rejected) == len(live) and not keep_records:
             break  # every question answered
     return result
+
+
+def timeline(view: Any, fc: Forecast) -> Any:
+    """The forecast (made with `keep_records`) as a closed `projections.gantt.
+    GanttCollector` from `now` to the horizon: the hosts, the work running now, then
+    the forecast's own records."""
+    from projections.gantt import GanttCollector
+
+    state = view.require()
+    now = fc.now
+    g = GanttCollector()
+    g.kind = "forecast"
+    for name, host in sorted(state.hosts.items(), key=lambda item: item[1].index):
+        g.apply({"type": "host.registered", "time": now, "host": name, "gpus": host.gpus})
+        if not host.healthy:
+            g.apply({"type": "host.health", "time": now, "host": name, "healthy": False})
+    for w in state.workloads.values():
+        g.apply(
+            {
+                "type": "workload.submitted",
+                "time": now,
+                "workload": w.id,
+                "allocation": w.allocation,
+            }
+        )
+        if w.state == RUNNING:  # placed before `now`: drawn from the window's left edge
+            g.apply(
+                {
+                    "type": "workload.placed",
+                    "time": w.start,
+                    "workload": w.id,
+                    "hosts": {h: list(gpus) for h, gpus in w.hosts.items()},
+                    "charged": w.charged,
+                    "protected_until": w.protected_until if w.charged else None,
+                }
+            )
+    for record in fc.records:
+        g.apply(record)
+    g.close(fc.horizon_end)
+    return g
 
 
 def annotate(rows: list[dict[str, Any]], fc: Forecast) -> None:
@@ -313,5 +361,6 @@ __all__ = [
     "forecast",
     "header",
     "sentences",
+    "timeline",
     "victims_text",
 ]

@@ -64,16 +64,17 @@ def time_unit(span: float) -> tuple[float, str]:
     return DAY, "days"
 
 
-def window_title(head: str, w0: float, w1: float, t0: float, t1: float) -> str:
+def window_title(head: str, w0: float, w1: float, t0: float, t1: float, kind: str = "run") -> str:
     """`head — start → end (where the window lies in the run)`, e.g.
-    `GPU timeline — 2026-01-01 01:00 UTC → … (1h–1d1h of a 3d run)`."""
+    `GPU timeline — 2026-01-01 01:00 UTC → … (1h–1d1h of a 3d run)`; `kind` names what
+    the timeline is of (a forecast's: `forecast`)."""
     from domain.durations import format_duration as dur
 
     seconds = w1 - w0 < HOUR or (w0 % 60 != 0)  # short or off-minute windows: to the second
     where = (
-        f"the whole run, {dur(t1 - t0)}"
+        f"the whole {kind}, {dur(t1 - t0)}"
         if w0 <= t0 and w1 >= t1
-        else f"{dur(max(0.0, w0 - t0))}–{dur(max(0.0, w1 - t0))} of a {dur(t1 - t0)} run"
+        else f"{dur(max(0.0, w0 - t0))}–{dur(max(0.0, w1 - t0))} of a {dur(t1 - t0)} {kind}"
     )
     return f"{head} — {_when(w0, seconds=seconds)} → {_when(w1, seconds=seconds)}  ({where})"
 
@@ -129,6 +130,8 @@ class GanttCollector:
         self.rows = array("i")
         self._unhealthy_since: dict[str, float] = {}
         self.unhealthy: list[tuple[str, float, float]] = []
+        # what the timeline is of, for its title and x axis ("forecast": from now on)
+        self.kind = "run"
 
     # ------------------------------------------------------------------ fold
     def apply(self, event: Any) -> None:
@@ -353,7 +356,11 @@ class GanttCollector:
         )
         ax.set_yticklabels(ticks, fontsize=8 if len(ticks) > 16 else 9)
         ax.tick_params(axis="y", length=0)
-        ax.set_xlabel(f"{unit_name} since start of run")
+        ax.set_xlabel(
+            f"{unit_name} from now"
+            if self.kind == "forecast"
+            else f"{unit_name} since start of run"
+        )
         ax.set_ylabel(
             f"GPUs by host ({self.n_rows} GPUs)"
             if n_rows == self.n_rows
@@ -365,7 +372,7 @@ class GanttCollector:
         ax.set_axisbelow(True)
 
         ax.set_title(
-            window_title(title or "GPU timeline", w0, w1, t0, self.last_time or t0),
+            window_title(title or "GPU timeline", w0, w1, t0, self.last_time or t0, self.kind),
             fontsize=11,
             loc="left",
         )

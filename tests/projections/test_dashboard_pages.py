@@ -100,3 +100,25 @@ def test_queue_says_when_waiting_work_will_not_start_within_the_forecast():
     pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
     assert '<td class="nowrap" data-k="expected_start">N/A</td>' in pending
     assert "gave neither --runtime nor --expected-runtime" in text
+
+
+def test_the_timeline_page_draws_the_next_two_days_as_expected():
+    from projections.dashboard import timeline_page
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("run1", "lab/a", 8, min_runtime=900.0, expected_runtime=1800.0)
+    j.place("run1", {"h0": H8})
+    j.at(60).submit("wait1", "lab/a", 4)
+    j.at(120).tick()
+    snap = snapshot(j)
+    status, text = timeline_page(snap, {})
+    assert status == 200
+    section = text[text.index("id='forecast-timeline'") :]
+    assert "The next 2d, as the scheduler expects it" in section
+    assert re.search(r'<img[^>]+src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', section)
+    assert "It is a forecast: it assumes no new work arrives" in section
+    # the picture is the forecast's: wait1 runs on h0 from 00:30 on
+    assert any(
+        r.type == "workload.placed" and r.workload == "wait1" for r in snap.forecast().records
+    )

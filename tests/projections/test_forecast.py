@@ -17,7 +17,7 @@ from domain import events as ev
 from domain.config import SchedulerConfig
 from domain.rederive import is_cause
 from projections.engine import Engine, EngineOptions
-from projections.forecast import annotate, forecast, sentences
+from projections.forecast import annotate, forecast, sentences, timeline
 from projections.views import fold, queue_rows
 
 T0 = 1_767_225_600.0
@@ -220,3 +220,33 @@ def test_a_test_only_submission_the_scheduler_would_refuse_says_why(
     fc = forecast(view, journal=records[:30], arrivals=[_probe(view.state.now, **probe)])
     assert error in fc.rejected["probe"]
     assert "probe" not in fc.starts
+
+
+def _intervals(g: object, w0: float, w1: float) -> set[tuple]:
+    """A GanttCollector's run intervals clipped to [w0, w1]: (from, to, GPU rows, preempted)."""
+    out = set()
+    for i in range(len(g.start)):
+        a, b = g.start[i], g.end[i]
+        if b > w0 and a < w1 and b > a:
+            rows = tuple(g.rows[g.row_off[i] : g.row_off[i] + g.row_len[i]])
+            out.add((max(a, w0), min(b, w1), rows, g.preempted[i]))
+    return out
+
+
+@pytest.mark.parametrize(("seed", "hosts", "count"), [(2, 3, 40), (4, 4, 60)], ids=str)
+def test_the_forecast_timeline_is_the_runs_own_from_the_cut_on(
+    seed: int, hosts: int, count: int
+) -> None:
+    from projections.gantt import collect
+
+    records = _run(seed, hosts, count)
+    submitted_by = max(i for i, r in enumerate(records) if r.type == "workload.submitted")
+    cut = next(i for i, r in enumerate(records) if i > submitted_by + 20 and is_cause(r))
+    view = fold(records[:cut])
+    now, end = view.state.now, records[-1].time
+    fc = forecast(view, end - now, journal=records[:cut], keep_records=True)
+    expected = timeline(view, fc)
+    assert expected.kind == "forecast" and expected.first_time == now
+    actual = collect(records, end)
+    shown = _intervals(expected, now, end)
+    assert len(shown) > 10 and shown == _intervals(actual, now, end)
