@@ -224,7 +224,7 @@ def _emit_json(payload: Any) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add `queue`, `shares` and `why` to the `allot` app."""
+    """Add `queue`, `acct`, `shares` and `why` to the `allot` app."""
 
     @app.command("queue")
     def queue(
@@ -374,6 +374,132 @@ def register(app: typer.Typer) -> None:
                 from projections.forecast import footnote
 
                 typer.echo(footnote(fc))
+
+        _answer(run)
+
+    @app.command("acct")
+    def acct(
+        json_: JsonOpt = False,
+        user: Annotated[
+            str | None, typer.Option("--user", "-u", help="Only this user's workloads.")
+        ] = None,
+        allocation: SubtreeOpt = None,
+        jobs: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--jobs",
+                "-j",
+                metavar="ID[,ID...]",
+                help="Only these workloads; a job array's base id matches all its tasks.",
+            ),
+        ] = None,
+        state: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--state",
+                "-s",
+                metavar="STATE[,STATE...]",
+                help="Only these states: pending, running, completed, failed, lost, "
+                "cancelled, preempted (ended by it), rejected.",
+            ),
+        ] = None,
+        since: Annotated[
+            str | None,
+            typer.Option(
+                "--since",
+                "-S",
+                help="Workloads alive from then on: an ISO date/time (UTC), e.g. 2026-01-01, "
+                "or a duration before the journal's latest event, e.g. 1d.",
+                show_default=False,
+            ),
+        ] = None,
+        until: Annotated[
+            str | None,
+            typer.Option(
+                "--until",
+                "-E",
+                help="Workloads submitted until then (same forms as --since).",
+                show_default=False,
+            ),
+        ] = None,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: ClusterOpt = None,  # type: ignore[assignment]
+    ) -> None:
+        """Every workload's record, finished or not, like sacct.
+
+        One row per workload (and per refused submission), by submit time: STATE
+        (PENDING, RUNNING, COMPLETED, FAILED, LOST, CANCELLED, PREEMPTED: ended by a
+        preemption, not resumable; REJECTED: the submission was refused), when it was
+        SUBMITTED, first STARTed and ENDed (UTC), how long it waited before its first
+        start (WAIT) and ran over all attempts (RUN), the GPU-hours it ran (GPU_H),
+        how many times it was placed (N) and why it ended. A last line adds them up.
+        """
+        from domain.durations import format_duration
+        from projections.acct import STATES, acct_rows, totals
+        from projections.audit import parse_time
+        from projections.views import iso
+
+        def run() -> None:
+            wanted = None
+            if state:
+                wanted = {x.strip().upper() for s in state for x in s.split(",") if x.strip()}
+                unknown = sorted(wanted - set(STATES))
+                if unknown:
+                    raise TargetError(
+                        f"--state {', '.join(unknown).lower()}: unknown; use "
+                        f"{', '.join(s.lower() for s in STATES)}"
+                    )
+            view = load_view(kafka, data, journal, cluster)
+            lo = parse_time(since, view.now) if since else None
+            hi = parse_time(until, view.now) if until else None
+            ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
+            rows = acct_rows(
+                view, user=user, allocation=allocation, ids=ids, states=wanted, since=lo, until=hi
+            )
+            total = totals(rows)
+            if json_:
+                _emit_json(
+                    {
+                        "cluster": view.cluster,
+                        "now": iso(view.now),
+                        "totals": total,
+                        "workloads": rows,
+                    }
+                )
+                return
+            headers = ["ID", "ALLOCATION", "USER", "STATE", "GPUS", "SUBMITTED", "START",
+                       "END", "WAIT", "RUN", "GPU_H", "N", "REASON"]  # fmt: skip
+            cells = [
+                [
+                    r["id"],
+                    r["allocation"],
+                    r["user"],
+                    r["state"],
+                    str(r["gpus"]),
+                    r["submitted"][:16],
+                    (r["start"] or "")[:16],
+                    (r["end"] or "")[:16],
+                    format_duration(r["wait_s"]),
+                    format_duration(r["run_s"]),
+                    f"{r['gpu_hours']:.1f}",
+                    str(r["attempts"]),
+                    r["reason"],
+                ]
+                for r in rows
+            ]
+            print_rows(
+                f"cluster {view.cluster} · as of {iso(view.now)} UTC · {len(rows)} workloads",
+                headers,
+                cells,
+                right=frozenset({"GPUS", "WAIT", "RUN", "GPU_H", "N"}),
+            )
+            states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
+            typer.echo(
+                f"{total['workloads']} workloads, {total['gpu_hours']:,.1f} GPU-hours run"
+                + (f" ({states})" if states else "")
+            )
 
         _answer(run)
 

@@ -115,6 +115,35 @@ def test_queue_options(journal: Path, args: list[str], check: Any) -> None:
     assert check(result.stdout), result.stdout
 
 
+# ------------------------------------------------------------------ acct
+
+
+def test_acct_lists_every_workload_like_sacct(journal: Path, folded: v.JournalView) -> None:
+    from projections.acct import acct_rows
+
+    result = allot("acct", "--journal", str(journal), "--json")
+    assert result.returncode == 0, result.stderr
+    payload = orjson.loads(result.stdout)
+    assert payload["workloads"] == orjson.loads(orjson.dumps(acct_rows(folded)))
+    assert payload["totals"]["workloads"] == len(payload["workloads"]) == 80
+    table = allot("acct", "--journal", str(journal), "-u", "bob", "-s", "completed,preempted")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[1].split()[:4] == ["ID", "ALLOCATION", "USER", "STATE"]
+    assert all(line.split()[2] == "bob" for line in lines[2:-1])
+    assert {line.split()[3] for line in lines[2:-1]} <= {"COMPLETED", "PREEMPTED"}
+    assert lines[-1].startswith(f"{len(lines) - 3} workloads, ")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [(["-s", "done"], "--state done: unknown"), (["--since", "yesterdayish"], "not a time")],
+    ids=["unknown-state", "bad-since"],
+)
+def test_acct_errors_are_one_line(journal: Path, args: list[str], needle: str) -> None:
+    one_line_error(allot("acct", "--journal", str(journal), *args), needle)
+
+
 # ------------------------------------------------------------------ shares
 
 

@@ -1,0 +1,157 @@
+"""`allot acct`: every workload's record, finished or not, as `sacct` lists jobs.
+
+One row per submitted workload (and per rejected submission), from a folded journal
+(`projections.views.JournalView`): its state, when it was submitted, first started and
+ended, how long it waited and ran (all attempts), the GPU-hours it ran, and how often
+it was placed and preempted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from typing import Any
+
+from domain.state import RUNNING
+from projections.views import History, JournalView, iso
+
+# sacct's names where they mean the same; PREEMPTED is a workload ended by preemption
+# (not resumable), a requeued one is PENDING or RUNNING again
+STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "LOST", "CANCELLED", "PREEMPTED", "REJECTED")
+
+AcctRow = dict[str, Any]
+
+
+def _state(view: JournalView, h: History) -> str:
+    w = view.require().workloads.get(h.workload)
+    if w is not None:
+        return "RUNNING" if w.state == RUNNING else "PENDING"
+    if h.submitted is None:
+        return "REJECTED"
+    ended = h.ended or {}
+    how = ended.get("how")
+    if how == "finished":
+        return {"completed": "COMPLETED", "failed": "FAILED", "lost": "LOST"}.get(
+            ended.get("outcome", "completed"), "COMPLETED"
+        )
+    if how == "cancelled":
+        return "CANCELLED"
+    if how == "preempted":
+        return "PREEMPTED"
+    return "PENDING"  # the journal lost track (it began mid-history): say what is known
+
+
+def _ran(h: History, now: float, running: bool) -> float:
+    """Seconds it ran over all attempts (the current one up to `now`)."""
+    stops = {q.attempt: q.time for q in h.preemptions}
+    total = 0.0
+    for i, p in enumerate(h.placements):
+        stop = stops.get(p.attempt)
+        if stop is None and i == len(h.placements) - 1:
+            stop = now if running else (h.ended or {}).get("time")
+        if stop is not None:
+            total += max(0.0, stop - p.time)
+    return total
+
+
+def acct_rows(
+    view: JournalView,
+    *,
+    user: str | None = None,
+    allocation: str | None = None,
+    ids: Collection[str] | None = None,
+    states: Collection[str] | None = None,
+    since: float | None = None,
+    until: float | None = None,
+) -> list[AcctRow]:
+    """Rows by submit time (ties in journal order). `allocation` matches the path and what is under it; `ids` a
+    workload id or a job array's base id; `states` the STATES names; [since, until]
+    keeps workloads whose life (submit to end, or to now) overlaps it."""
+    state = view.require()
+    now = state.now
+    rows: list[AcctRow] = []
+    order: list[int] = []  # journal position of each row's submission
+    for wid, h in view.histories.items():
+        s = h.submitted
+        rejection = None
+        if s is None:  # a submission the scheduler refused (not a refused cancel of it)
+            rejection = next(
+                (r for r in h.rejections if r.input_type == "workload.submitted"), None
+            )
+        if s is None and rejection is None:
+            continue  # only mentioned (e.g. a beneficiary from before the journal began)
+        who = s.actor if s is not None else rejection.actor
+        path = s.allocation if s is not None else ""
+        if user is not None and who != user:
+            continue
+        if allocation is not None and not (path == allocation or path.startswith(allocation + "/")):
+            continue
+        if ids is not None and wid not in ids and wid.rsplit("_", 1)[0] not in ids:
+            continue
+        name = _state(view, h)
+        if states is not None and name not in states:
+            continue
+        submitted = s.time if s is not None else rejection.time
+        running = name == "RUNNING"
+        first = h.placements[0].time if h.placements else None
+        ended = None if name in ("PENDING", "RUNNING") else (h.ended or {}).get("time", submitted)
+        last = now if ended is None else ended
+        if (since is not None and last < since) or (until is not None and submitted > until):
+            continue
+        ran = _ran(h, now, running)
+        gpus = s.gpus if s is not None else 0
+        rows.append(
+            {
+                "id": wid,
+                "name": s.name if s is not None else None,
+                "allocation": path,
+                "user": who,
+                "state": name,
+                "gpus": gpus,
+                "submitted": iso(submitted),
+                "submit_time": submitted,
+                "start": iso(first),
+                "start_time": first,
+                "end": iso(ended),
+                "end_time": ended,
+                "wait_s": round((first if first is not None else last) - submitted, 3),
+                "run_s": round(ran, 3),
+                "gpu_hours": round(gpus * ran / 3600, 4),
+                "attempts": len(h.placements),
+                "preemptions": len(h.preemptions),
+                "tags": list(s.tags) if s is not None else [],
+                "reason": _reason(h, name),
+            }
+        )
+        order.append(h.submitted_seq if s is not None else rejection.seq)
+    # by submit time, then in the journal's order (as submitted)
+    ranked = sorted(range(len(rows)), key=lambda i: (rows[i]["submit_time"], order[i]))
+    return [rows[i] for i in ranked]
+
+
+def _reason(h: History, state: str) -> str:
+    """Why it ended (or is where it is), in a few words."""
+    if state == "REJECTED":
+        return next(r.error for r in h.rejections if r.input_type == "workload.submitted")
+    if state == "CANCELLED":
+        return f"by {(h.ended or {}).get('actor')}"
+    if state == "PREEMPTED" and h.preemptions:
+        q = h.preemptions[-1]
+        return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
+    if h.preemptions and state in ("PENDING", "RUNNING", "COMPLETED"):
+        n = sum(1 for q in h.preemptions if q.requeued)
+        return f"requeued {n}x" if n else ""
+    return ""
+
+
+def totals(rows: list[AcctRow]) -> dict[str, Any]:
+    """What the rows add up to: workloads, GPU-hours run, workloads per state."""
+    by_state = Counter(r["state"] for r in rows)
+    return {
+        "workloads": len(rows),
+        "gpu_hours": round(sum(r["gpu_hours"] for r in rows), 3),
+        "by_state": {s: by_state[s] for s in STATES if by_state[s]},
+    }
+
+
+__all__ = ["STATES", "acct_rows", "totals"]

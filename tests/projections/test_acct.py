@@ -1,0 +1,110 @@
+"""`allot acct` (sacct): one row per workload, its state, times and GPU-hours."""
+
+from __future__ import annotations
+
+import pytest
+
+from projections.acct import acct_rows, totals
+from projections.gantt import collect
+from projections.usage import JournalBuilder
+from projections.views import fold
+from tests.projections.test_forecast import _run
+
+H8 = list(range(8))
+H4 = [0, 1, 2, 3]
+
+
+def lives() -> JournalBuilder:
+    """Each way a workload's life can go, on two 8-GPU hosts, times in minutes."""
+    j = JournalBuilder().host("h0").host("h1")
+    j.budget("lab", 1).budget("lab/a", 1).budget("lab/b", 1)
+    j.submit("done", "lab/a", 8).place("done", {"h0": H8})
+    j.submit("requeued", "lab/b", 4).place("requeued", {"h1": H4})
+    j.submit("failed", "lab/b", 4).place("failed", {"h1": [4, 5, 6, 7]})
+    j.submit("ended", "lab/a", 4, resumable=False)
+    j.submit("gone", "lab/a", 1)
+    j.reject("refused")
+    j.at(600).preempt("requeued", beneficiary="done")  # 10 min in
+    j.at(900).place("requeued", {"h1": H4})  # waits 5 min, runs again
+    j.at(1200).finish("done").finish("failed", outcome="failed")
+    j.place("ended", {"h0": H4})
+    j.at(1500).preempt("ended", requeued=False, beneficiary="requeued")
+    j.at(1800).cancel("gone")
+    j.at(3600).tick()
+    return j
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict[str, dict]:
+    return {r["id"]: r for r in acct_rows(fold(lives().events))}
+
+
+@pytest.mark.parametrize(
+    ("wid", "state", "start", "end", "run_s", "gpu_hours", "attempts", "reason"),
+    [
+        ("done", "COMPLETED", 0, 1200, 1200, 8 * 1200 / 3600, 1, ""),
+        ("requeued", "RUNNING", 0, None, 600 + 2700, 4 * 3300 / 3600, 2, "requeued 1x"),
+        ("failed", "FAILED", 0, 1200, 1200, 4 * 1200 / 3600, 1, ""),
+        ("ended", "PREEMPTED", 1200, 1500, 300, 4 * 300 / 3600, 1, "fair_share for requeued"),
+        ("gone", "CANCELLED", None, 1800, 0, 0, 0, "by alice"),
+        ("refused", "REJECTED", None, 0, 0, 0, 0, "min_runtime above the cap"),
+    ],
+    ids=[
+        "completed",
+        "requeued-and-running",
+        "failed",
+        "ended-by-preemption",
+        "cancelled-waiting",
+        "rejected",
+    ],
+)
+def test_each_life_reads_as_sacct_would(
+    rows: dict[str, dict],
+    wid: str,
+    state: str,
+    start: float | None,
+    end: float | None,
+    run_s: float,
+    gpu_hours: float,
+    attempts: int,
+    reason: str,
+) -> None:
+    t0 = lives().start
+    r = rows[wid]
+    assert r["state"] == state
+    assert r["start_time"] == (None if start is None else t0 + start)
+    assert r["end_time"] == (None if end is None else t0 + end)
+    assert r["run_s"] == run_s
+    assert r["gpu_hours"] == pytest.approx(gpu_hours, abs=1e-3)
+    assert r["attempts"] == attempts
+    assert r["reason"] == reason
+
+
+def test_filters_and_totals(rows: dict[str, dict]) -> None:
+    view = fold(lives().events)
+    t0 = lives().start
+    assert [r["id"] for r in acct_rows(view, states={"FAILED", "PREEMPTED"})] == ["failed", "ended"]
+    assert {r["id"] for r in acct_rows(view, allocation="lab/b")} == {"requeued", "failed"}
+    # alive at 25 min or later: not what ended before
+    late = {r["id"] for r in acct_rows(view, since=t0 + 1500)}
+    assert late == {"requeued", "ended", "gone"}
+    assert {r["id"] for r in acct_rows(view, until=t0 - 1)} == set()
+    total = totals(list(rows.values()))
+    assert total["workloads"] == 6
+    assert total["by_state"] == {
+        "RUNNING": 1, "COMPLETED": 1, "FAILED": 1, "CANCELLED": 1, "PREEMPTED": 1, "REJECTED": 1
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4], ids=str)
+def test_a_runs_gpu_hours_add_up_to_its_timeline(seed: int) -> None:
+    """Summed over workloads, the GPU-hours run equal the GPU timeline's busy time (two
+    independent folds of the same simulated journal), and ended workloads are all there."""
+    records = _run(seed, hosts=3, count=40)
+    rows = acct_rows(fold(records))
+    g = collect(records)
+    busy = sum((g.end[i] - g.start[i]) * g.row_len[i] for i in range(len(g.start))) / 3600
+    assert sum(r["gpu_hours"] for r in rows) == pytest.approx(busy, rel=1e-6)
+    assert len(rows) == 40
+    finished = {r.workload for r in records if r.type == "workload.finished"}
+    assert {r["id"] for r in rows if r["state"] == "COMPLETED"} == finished
