@@ -8,7 +8,7 @@ from projections.acct import acct_rows, totals
 from projections.gantt import collect
 from projections.usage import JournalBuilder
 from projections.views import fold
-from tests.projections.test_forecast import _run
+from tests.projections.runs import simulated_run
 
 H8 = list(range(8))
 H4 = [0, 1, 2, 3]
@@ -100,7 +100,7 @@ def test_filters_and_totals(rows: dict[str, dict]) -> None:
 def test_a_runs_gpu_hours_add_up_to_its_timeline(seed: int) -> None:
     """Summed over workloads, the GPU-hours run equal the GPU timeline's busy time (two
     independent folds of the same simulated journal), and ended workloads are all there."""
-    records = _run(seed, hosts=3, count=40)
+    records = simulated_run(seed, hosts=3, count=40)
     rows = acct_rows(fold(records))
     g = collect(records)
     busy = sum((g.end[i] - g.start[i]) * g.row_len[i] for i in range(len(g.start))) / 3600

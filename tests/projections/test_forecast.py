@@ -7,7 +7,6 @@ starts and ends the rest of the run holds, since nothing it assumes away happens
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,45 +18,9 @@ from domain.rederive import is_cause
 from projections.engine import Engine, EngineOptions
 from projections.forecast import annotate, forecast, sentences, timeline
 from projections.views import fold, queue_rows
+from tests.projections.runs import T0, cluster_setup, simulated_run, submissions
 
-T0 = 1_767_225_600.0
 HOUR = 3600.0
-
-
-def _setup(hosts: int) -> list:
-    events: list = [
-        ev.HostRegistered(id=f"h{i}", time=T0, cluster="c", host=f"h{i}", gpus=8)
-        for i in range(hosts)
-    ]
-    for path, weight in (("lab", 1), ("lab/a", 3), ("lab/b", 1), ("lab/c", 1)):
-        events.append(ev.BudgetSet(id=path, time=T0, cluster="c", allocation=path, weight=weight))
-    return events
-
-
-def _submissions(seed: int, count: int) -> list:
-    rng = random.Random(seed)
-    out = []
-    for i in range(count):
-        out.append(
-            ev.WorkloadSubmitted(
-                id=f"s{i}",
-                time=T0 + i,
-                cluster="c",
-                actor=f"u{i % 3}",
-                workload=f"w{i:02d}",
-                allocation=rng.choice(["lab/a", "lab/b", "lab/c"]),
-                gpus=rng.choice([1, 1, 2, 4, 8, 16]),
-                min_runtime=rng.choice([0.0, 900.0, 1800.0]),
-                resumable=rng.random() < 0.5,
-                runtime=rng.uniform(0.2, 5.0) * HOUR,
-            )
-        )
-    return out
-
-
-def _run(seed: int, hosts: int, count: int) -> list:
-    engine = Engine("c", SchedulerConfig(), EngineOptions())
-    return list(engine.run(_setup(hosts), _submissions(seed, count), T0))
 
 
 def _future(records: list, cut: int) -> tuple[dict, dict]:
@@ -103,7 +66,7 @@ def _check_every_cut(records: list) -> tuple[int, int]:
 def test_with_no_new_input_the_forecast_is_what_happens(seed: int, hosts: int, count: int) -> None:
     # 4-hosts-many needs the re-derived tail: a cold copy of the state would decide its
     # first cycle otherwise than the scheduler did at one of the cuts
-    starts, ends = _check_every_cut(_run(seed, hosts, count))
+    starts, ends = _check_every_cut(simulated_run(seed, hosts, count))
     assert starts > 20 and ends > 20  # the run went on long enough to be worth it
 
 
@@ -116,11 +79,11 @@ def test_with_no_new_input_the_forecast_is_what_happens(seed: int, hosts: int, c
 def test_the_forecast_is_exact_for_any_run_with_no_new_input(
     seed: int, hosts: int, count: int
 ) -> None:
-    _check_every_cut(_run(seed, hosts, count))
+    _check_every_cut(simulated_run(seed, hosts, count))
 
 
 def test_the_view_is_left_as_it_was() -> None:
-    records = _run(seed=5, hosts=2, count=30)
+    records = simulated_run(seed=5, hosts=2, count=30)
     cut = next(i for i, r in enumerate(records) if i > 40 and is_cause(r))
     view = fold(records[:cut])
     before = (
@@ -136,7 +99,7 @@ def test_the_view_is_left_as_it_was() -> None:
 
 
 def test_a_short_horizon_leaves_late_starts_unknown() -> None:
-    records = _run(seed=2, hosts=2, count=30)
+    records = simulated_run(seed=2, hosts=2, count=30)
     cut = next(i for i, r in enumerate(records) if i > 60 and is_cause(r))
     view = fold(records[:cut])
     far = forecast(view, horizon_s=30 * 24 * HOUR)
@@ -153,7 +116,7 @@ def test_a_short_horizon_leaves_late_starts_unknown() -> None:
 
 @pytest.mark.parametrize("horizon", [0.0, -1.0], ids=["zero", "negative"])
 def test_a_horizon_must_be_positive(horizon: float) -> None:
-    view = fold(_run(seed=1, hosts=2, count=5)[:10])
+    view = fold(simulated_run(seed=1, hosts=2, count=5)[:10])
     with pytest.raises(ValueError, match="horizon"):
         forecast(view, horizon)
 
@@ -185,7 +148,7 @@ def test_a_test_only_submission_starts_where_and_when_a_real_one_would(
     A live submission lands after everything the journal holds; in the simulator an
     input at the same moment as a tick or another input can land before some of them,
     so only cuts where the real run journals the same records before it are compared."""
-    records = _run(seed, hosts, count)
+    records = simulated_run(seed, hosts, count)
     submitted_by = max(i for i, r in enumerate(records) if r.type == "workload.submitted")
     cuts = [i for i, r in enumerate(records) if i > submitted_by and is_cause(r)]
     compared = 0
@@ -193,7 +156,7 @@ def test_a_test_only_submission_starts_where_and_when_a_real_one_would(
         view = fold(records[:cut])
         arrival = _probe(view.state.now, **probe)
         engine = Engine("c", SchedulerConfig(), EngineOptions())
-        real = list(engine.run(_setup(hosts), [*_submissions(seed, count), arrival], T0))
+        real = list(engine.run(cluster_setup(hosts), [*submissions(seed, count), arrival], T0))
         if real[:cut] != records[:cut]:
             continue  # it would have arrived among records the journal already holds
         fc = forecast(view, 30 * 24 * HOUR, journal=records[:cut], arrivals=[arrival])
@@ -215,7 +178,7 @@ def test_a_test_only_submission_starts_where_and_when_a_real_one_would(
 def test_a_test_only_submission_the_scheduler_would_refuse_says_why(
     probe: dict, error: str
 ) -> None:
-    records = _run(seed=1, hosts=2, count=10)
+    records = simulated_run(seed=1, hosts=2, count=10)
     view = fold(records[:30])
     fc = forecast(view, journal=records[:30], arrivals=[_probe(view.state.now, **probe)])
     assert error in fc.rejected["probe"]
@@ -239,7 +202,7 @@ def test_the_forecast_timeline_is_the_runs_own_from_the_cut_on(
 ) -> None:
     from projections.gantt import collect
 
-    records = _run(seed, hosts, count)
+    records = simulated_run(seed, hosts, count)
     submitted_by = max(i for i, r in enumerate(records) if r.type == "workload.submitted")
     cut = next(i for i, r in enumerate(records) if i > submitted_by + 20 and is_cause(r))
     view = fold(records[:cut])
