@@ -33,6 +33,22 @@ if TYPE_CHECKING:
 # rich and orjson are imported where they are used (start-up time, issue 5)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="Only this user's workloads.")]
+JobsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--jobs",
+        "-j",
+        metavar="ID[,ID...]",
+        help="Only these workloads; a job array's base id matches all its tasks.",
+    ),
+]
+
+
+def _job_ids(jobs: list[str] | None) -> set[str] | None:
+    """--jobs a,b --jobs c: {a, b, c}; None when not given."""
+    return None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
+
 
 FORMAT_HELP = (
     "Columns, squeue-like: letters such as '%i %a %u %T %g %M %r' or names such as "
@@ -232,19 +248,9 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option("--format", "-o", help=FORMAT_HELP, show_default=False)
         ] = None,
         json_: JsonOpt = False,
-        user: Annotated[
-            str | None, typer.Option("--user", "-u", help="Only this user's workloads.")
-        ] = None,
+        user: UserOpt = None,
         allocation: SubtreeOpt = None,
-        jobs: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--jobs",
-                "-j",
-                metavar="ID[,ID...]",
-                help="Only these workloads; a job array's base id matches all its tasks.",
-            ),
-        ] = None,
+        jobs: JobsOpt = None,
         long: Annotated[
             bool,
             typer.Option(
@@ -310,7 +316,7 @@ def register(app: typer.Typer) -> None:
             horizon_s = horizon_seconds(horizon)
             read = journal_reader(kafka, data, journal, cluster)
             view = fold(read())
-            ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
+            ids = _job_ids(jobs)
             rows = queue_rows(view, user=user, allocation=allocation, ids=ids)
             fc = None
             if wants_forecast and rows:
@@ -380,19 +386,9 @@ def register(app: typer.Typer) -> None:
     @app.command("acct")
     def acct(
         json_: JsonOpt = False,
-        user: Annotated[
-            str | None, typer.Option("--user", "-u", help="Only this user's workloads.")
-        ] = None,
+        user: UserOpt = None,
         allocation: SubtreeOpt = None,
-        jobs: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--jobs",
-                "-j",
-                metavar="ID[,ID...]",
-                help="Only these workloads; a job array's base id matches all its tasks.",
-            ),
-        ] = None,
+        jobs: JobsOpt = None,
         state: Annotated[
             list[str] | None,
             typer.Option(
@@ -454,7 +450,7 @@ def register(app: typer.Typer) -> None:
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since else None
             hi = parse_time(until, view.now) if until else None
-            ids = None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
+            ids = _job_ids(jobs)
             rows = acct_rows(
                 view, user=user, allocation=allocation, ids=ids, states=wanted, since=lo, until=hi
             )

@@ -80,14 +80,19 @@ def test_a_plugin_policy_is_summed_up_by_its_docstrings_first_sentence():
     assert policy_summary(Mine()) == "Orders by team size."
 
 
-def test_queue_shows_when_waiting_work_is_expected_to_start_and_running_work_to_end():
+def half_hour_left() -> JournalBuilder:
+    """run1 fills h0 and expects to run 30 minutes; wait1 waits for it."""
     j = JournalBuilder().host("h0")
     j.budget("lab", 1).budget("lab/a", 1)
     j.submit("run1", "lab/a", 8, min_runtime=900.0, expected_runtime=1800.0)
     j.place("run1", {"h0": H8})
     j.at(60).submit("wait1", "lab/a", 4)
     j.at(120).tick()
-    text = queue_page(snapshot(j))
+    return j
+
+
+def test_queue_shows_when_waiting_work_is_expected_to_start_and_running_work_to_end():
+    text = queue_page(snapshot(half_hour_left()))
     pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
     assert '<td class="nowrap" data-k="expected_start">2026-01-01 00:30:00</td>' in pending
     running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
@@ -105,13 +110,7 @@ def test_queue_says_when_waiting_work_will_not_start_within_the_forecast():
 def test_the_timeline_page_draws_the_next_two_days_as_expected():
     from projections.dashboard import timeline_page
 
-    j = JournalBuilder().host("h0")
-    j.budget("lab", 1).budget("lab/a", 1)
-    j.submit("run1", "lab/a", 8, min_runtime=900.0, expected_runtime=1800.0)
-    j.place("run1", {"h0": H8})
-    j.at(60).submit("wait1", "lab/a", 4)
-    j.at(120).tick()
-    snap = snapshot(j)
+    snap = snapshot(half_hour_left())
     status, text = timeline_page(snap, {})
     assert status == 200
     section = text[text.index("id='forecast-timeline'") :]
