@@ -8,12 +8,13 @@ it was placed and preempted.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection
 from typing import Any
 
 from domain.state import RUNNING
-from projections.views import History, JournalView, iso
+from projections.views import History, JournalView, iso, matches_allocation, queue_rows
 
 # sacct's names where they mean the same; PREEMPTED is a workload ended by preemption
 # (not resumable), a requeued one is PENDING or RUNNING again
@@ -41,17 +42,17 @@ def _state(view: JournalView, h: History) -> str:
     return "PENDING"  # the journal lost track (it began mid-history): say what is known
 
 
-def _ran(h: History, now: float, running: bool) -> float:
-    """Seconds it ran over all attempts (the current one up to `now`)."""
+def _runs(h: History, now: float, running: bool) -> list[tuple[float, float]]:
+    """Its run intervals over all attempts (the current one up to `now`)."""
     stops = {q.attempt: q.time for q in h.preemptions}
-    total = 0.0
+    out = []
     for i, p in enumerate(h.placements):
         stop = stops.get(p.attempt)
         if stop is None and i == len(h.placements) - 1:
             stop = now if running else (h.ended or {}).get("time")
-        if stop is not None:
-            total += max(0.0, stop - p.time)
-    return total
+        if stop is not None and stop > p.time:
+            out.append((p.time, stop))
+    return out
 
 
 def acct_rows(
@@ -64,11 +65,14 @@ def acct_rows(
     since: float | None = None,
     until: float | None = None,
 ) -> list[AcctRow]:
-    """Rows by submit time (ties in journal order). `allocation` matches the path and what is under it; `ids` a
-    workload id or a job array's base id; `states` the STATES names; [since, until]
-    keeps workloads whose life (submit to end, or to now) overlaps it."""
+    """Rows by submit time (ties in journal order). `allocation` matches the path and
+    what is under it; `ids` a workload id or a job array's base id; `states` the STATES
+    names, as of now; [since, until] keeps workloads whose life (submit to end, or to
+    now) overlaps it, and each row's `window_gpu_hours` counts only the runs inside."""
     state = view.require()
     now = state.now
+    # live work's reason as `allot queue` gives it (Priority, Resources, protected ...)
+    live_reason = {r["id"]: r["reason"] for r in queue_rows(view)} if state.workloads else {}
     rows: list[AcctRow] = []
     order: list[int] = []  # journal position of each row's submission
     for wid, h in view.histories.items():
@@ -81,10 +85,10 @@ def acct_rows(
         if s is None and rejection is None:
             continue  # only mentioned (e.g. a beneficiary from before the journal began)
         who = s.actor if s is not None else rejection.actor
-        path = s.allocation if s is not None else ""
+        path = s.allocation if s is not None else rejection.allocation
         if user is not None and who != user:
             continue
-        if allocation is not None and not (path == allocation or path.startswith(allocation + "/")):
+        if allocation is not None and not (path and matches_allocation(path, allocation)):
             continue
         if ids is not None and wid not in ids and wid.rsplit("_", 1)[0] not in ids:
             continue
@@ -98,7 +102,11 @@ def acct_rows(
         last = now if ended is None else ended
         if (since is not None and last < since) or (until is not None and submitted > until):
             continue
-        ran = _ran(h, now, running)
+        runs = _runs(h, now, running)
+        ran = sum(b - a for a, b in runs)
+        lo = -math.inf if since is None else since
+        hi = math.inf if until is None else until
+        inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs)
         gpus = s.gpus if s is not None else 0
         rows.append(
             {
@@ -117,10 +125,11 @@ def acct_rows(
                 "wait_s": round((first if first is not None else last) - submitted, 3),
                 "run_s": round(ran, 3),
                 "gpu_hours": round(gpus * ran / 3600, 4),
+                "window_gpu_hours": round(gpus * inside / 3600, 4),
                 "attempts": len(h.placements),
                 "preemptions": len(h.preemptions),
                 "tags": list(s.tags) if s is not None else [],
-                "reason": _reason(h, name),
+                "reason": live_reason.get(wid) or _reason(h, name),
             }
         )
         order.append(h.submitted_seq if s is not None else rejection.seq)
@@ -137,6 +146,8 @@ def _reason(h: History, state: str) -> str:
         return f"by {(h.ended or {}).get('actor')}"
     if state == "PREEMPTED" and h.preemptions:
         q = h.preemptions[-1]
+        if q.reason == "drain":
+            return f"drain (host {q.explain.get('host')} unhealthy)"
         return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
     if h.preemptions and state in ("PENDING", "RUNNING", "COMPLETED"):
         n = sum(1 for q in h.preemptions if q.requeued)
@@ -145,11 +156,13 @@ def _reason(h: History, state: str) -> str:
 
 
 def totals(rows: list[AcctRow]) -> dict[str, Any]:
-    """What the rows add up to: workloads, GPU-hours run, workloads per state."""
+    """What the rows add up to: workloads, GPU-hours run (in all, and inside the
+    window the rows were chosen by), workloads per state (now)."""
     by_state = Counter(r["state"] for r in rows)
     return {
         "workloads": len(rows),
         "gpu_hours": round(sum(r["gpu_hours"] for r in rows), 3),
+        "window_gpu_hours": round(sum(r["window_gpu_hours"] for r in rows), 3),
         "by_state": {s: by_state[s] for s in STATES if by_state[s]},
     }
 

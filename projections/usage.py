@@ -887,12 +887,15 @@ class JournalBuilder:
     def cancel(self, wid: str) -> JournalBuilder:
         return self.add("workload.cancelled", actor="alice", workload=wid)
 
-    def reject(self, wid: str, error: str = "min_runtime above the cap") -> JournalBuilder:
+    def reject(
+        self, wid: str, error: str = "min_runtime above the cap", allocation: str | None = None
+    ) -> JournalBuilder:
         return self.add(
             "workload.rejected",
             ref=f"in-{wid}",
             error=error,
             workload=wid,
+            allocation=allocation,
             input_type="workload.submitted",
         )
 

@@ -118,6 +118,7 @@ class Rejection:
     workload: str | None
     input_type: str | None
     seq: int = -1
+    allocation: str | None = None  # the refused input's, when it named one
 
 
 @dataclass(slots=True)
@@ -182,7 +183,13 @@ class JournalView:
             )
         wid = getattr(event, "workload", None)
         was_live = wid is not None and wid in state.workloads
-        evolve(state, event)
+        try:
+            evolve(state, event)
+        except KeyError as why:  # a host or workload no earlier record introduced
+            raise ViewError(
+                f"record {self.records + 1} ({event.type} {event.id}) refers to {why} that "
+                "no earlier record introduces: the journal must be read from its beginning"
+            ) from None
         seq = self.records
         self.records += 1
         if is_cause(event):
@@ -239,6 +246,7 @@ class JournalView:
                 event.workload,
                 event.input_type,
                 seq,
+                event.allocation,
             )
             self.rejections[r.ref] = r
             if r.workload:
@@ -427,7 +435,8 @@ def _key_json(key: tuple[Any, ...]) -> list[Any]:
     return out
 
 
-def _matches_allocation(path: str, wanted: str | None) -> bool:
+def matches_allocation(path: str, wanted: str | None) -> bool:
+    """`wanted` is the path or one above it (a trailing / is ignored; empty: any)."""
     if not wanted:
         return True
     wanted = wanted.rstrip("/")
@@ -518,7 +527,7 @@ def _wanted(
 ) -> bool:
     return (
         (user is None or w.actor == user)
-        and _matches_allocation(w.allocation, allocation)
+        and matches_allocation(w.allocation, allocation)
         and (ids is None or w.id in ids or w.id.rsplit("_", 1)[0] in ids)
     )
 

@@ -46,8 +46,21 @@ JobsOpt = Annotated[
 
 
 def _job_ids(jobs: list[str] | None) -> set[str] | None:
-    """--jobs a,b --jobs c: {a, b, c}; None when not given."""
-    return None if not jobs else {i.strip() for j in jobs for i in j.split(",") if i.strip()}
+    """--jobs a,b --jobs 'BASE_[0-3,7]': the ids (array tasks expanded, as `allot
+    cancel` reads them); None when not given."""
+    if jobs is None:
+        return None
+    import re
+
+    from allot.commands.requests import RequestError, expand_ids
+
+    given = [i.strip() for j in jobs for i in re.split(r",(?![^\[]*\])", j) if i.strip()]
+    if not given:
+        raise TargetError("--jobs: give workload ids (ID[,ID...], or BASE_[SPEC] for tasks)")
+    try:
+        return set(expand_ids(given))
+    except RequestError as why:
+        raise TargetError(f"--jobs: {why}") from None
 
 
 FORMAT_HELP = (
@@ -395,8 +408,9 @@ def register(app: typer.Typer) -> None:
                 "--state",
                 "-s",
                 metavar="STATE[,STATE...]",
-                help="Only these states: pending, running, completed, failed, lost, "
-                "cancelled, preempted (ended by it), rejected.",
+                help="Only workloads in these states now (at the journal's latest event): "
+                "pending, running, completed, failed, lost, cancelled, preempted (ended by "
+                "it), rejected.",
             ),
         ] = None,
         since: Annotated[
@@ -404,8 +418,10 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--since",
                 "-S",
-                help="Workloads alive from then on: an ISO date/time (UTC), e.g. 2026-01-01, "
-                "or a duration before the journal's latest event, e.g. 1d.",
+                help="Workloads alive at or after then (submitted before it and ended after "
+                "it count): an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
+                "journal's latest event, e.g. 1d. The totals line then counts only the "
+                "GPU-hours run inside the window.",
                 show_default=False,
             ),
         ] = None,
@@ -439,8 +455,10 @@ def register(app: typer.Typer) -> None:
 
         def run() -> None:
             wanted = None
-            if state:
+            if state is not None:
                 wanted = {x.strip().upper() for s in state for x in s.split(",") if x.strip()}
+                if not wanted:
+                    raise TargetError(f"--state: give states ({', '.join(STATES).lower()})")
                 unknown = sorted(wanted - set(STATES))
                 if unknown:
                     raise TargetError(
@@ -448,8 +466,10 @@ def register(app: typer.Typer) -> None:
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
             view = load_view(kafka, data, journal, cluster)
-            lo = parse_time(since, view.now) if since else None
-            hi = parse_time(until, view.now) if until else None
+            lo = parse_time(since, view.now) if since is not None else None
+            hi = parse_time(until, view.now) if until is not None else None
+            if lo is not None and hi is not None and hi < lo:
+                raise TargetError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
             ids = _job_ids(jobs)
             rows = acct_rows(
                 view, user=user, allocation=allocation, ids=ids, states=wanted, since=lo, until=hi
@@ -460,9 +480,20 @@ def register(app: typer.Typer) -> None:
                     {
                         "cluster": view.cluster,
                         "now": iso(view.now),
+                        "time": view.now,
+                        "policy": view.state.ordering.name,
+                        "since": iso(lo),
+                        "until": iso(hi),
                         "totals": total,
                         "workloads": rows,
                     }
+                )
+                return
+            if not rows:
+                typer.echo(
+                    "no workloads"
+                    + (" for that filter" if user or allocation or jobs or state else "")
+                    + (" in that window" if lo is not None or hi is not None else "")
                 )
                 return
             headers = ["ID", "ALLOCATION", "USER", "STATE", "GPUS", "SUBMITTED", "START",
@@ -474,9 +505,9 @@ def register(app: typer.Typer) -> None:
                     r["user"],
                     r["state"],
                     str(r["gpus"]),
-                    r["submitted"][:16],
-                    (r["start"] or "")[:16],
-                    (r["end"] or "")[:16],
+                    r["submitted"],
+                    r["start"] or "",
+                    r["end"] or "",
                     format_duration(r["wait_s"]),
                     format_duration(r["run_s"]),
                     f"{r['gpu_hours']:.1f}",
@@ -492,9 +523,14 @@ def register(app: typer.Typer) -> None:
                 right=frozenset({"GPUS", "WAIT", "RUN", "GPU_H", "N"}),
             )
             states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
+            ran = (
+                f"{total['window_gpu_hours']:,.1f} GPU-hours run in the window "
+                f"({total['gpu_hours']:,.1f} over their whole lives)"
+                if lo is not None or hi is not None
+                else f"{total['gpu_hours']:,.1f} GPU-hours run"
+            )
             typer.echo(
-                f"{total['workloads']} workloads, {total['gpu_hours']:,.1f} GPU-hours run"
-                + (f" ({states})" if states else "")
+                f"{total['workloads']} workloads, {ran}" + (f"; now {states}" if states else "")
             )
 
         _answer(run)

@@ -137,8 +137,15 @@ def test_acct_lists_every_workload_like_sacct(journal: Path, folded: v.JournalVi
 
 @pytest.mark.parametrize(
     ("args", "needle"),
-    [(["-s", "done"], "--state done: unknown"), (["--since", "yesterdayish"], "not a time")],
-    ids=["unknown-state", "bad-since"],
+    [
+        (["-s", "done"], "--state done: unknown"),
+        (["-s", ""], "--state: give states"),
+        (["--since", "yesterdayish"], "not a time"),
+        (["-S", "1h", "-E", "2h"], "is before --since"),
+        (["-j", ""], "--jobs: give workload ids"),
+        (["-j", "x_[0-2"], "BASE_[SPEC]"),
+    ],
+    ids=["unknown-state", "no-state", "bad-since", "until-before-since", "no-jobs", "bad-array"],
 )
 def test_acct_errors_are_one_line(journal: Path, args: list[str], needle: str) -> None:
     one_line_error(allot("acct", "--journal", str(journal), *args), needle)

@@ -7,7 +7,7 @@ import pytest
 from projections.acct import acct_rows, totals
 from projections.gantt import collect
 from projections.usage import JournalBuilder
-from projections.views import fold
+from projections.views import fold, queue_rows
 from tests.projections.runs import simulated_run
 
 H8 = list(range(8))
@@ -23,7 +23,7 @@ def lives() -> JournalBuilder:
     j.submit("failed", "lab/b", 4).place("failed", {"h1": [4, 5, 6, 7]})
     j.submit("ended", "lab/a", 4, resumable=False)
     j.submit("gone", "lab/a", 1)
-    j.reject("refused")
+    j.reject("refused", allocation="lab/c")
     j.at(600).preempt("requeued", beneficiary="done")  # 10 min in
     j.at(900).place("requeued", {"h1": H4})  # waits 5 min, runs again
     j.at(1200).finish("done").finish("failed", outcome="failed")
@@ -43,7 +43,7 @@ def rows() -> dict[str, dict]:
     ("wid", "state", "start", "end", "run_s", "gpu_hours", "attempts", "reason"),
     [
         ("done", "COMPLETED", 0, 1200, 1200, 8 * 1200 / 3600, 1, ""),
-        ("requeued", "RUNNING", 0, None, 600 + 2700, 4 * 3300 / 3600, 2, "requeued 1x"),
+        ("requeued", "RUNNING", 0, None, 600 + 2700, 4 * 3300 / 3600, 2, "as allot queue says"),
         ("failed", "FAILED", 0, 1200, 1200, 4 * 1200 / 3600, 1, ""),
         ("ended", "PREEMPTED", 1200, 1500, 300, 4 * 300 / 3600, 1, "fair_share for requeued"),
         ("gone", "CANCELLED", None, 1800, 0, 0, 0, "by alice"),
@@ -77,6 +77,8 @@ def test_each_life_reads_as_sacct_would(
     assert r["run_s"] == run_s
     assert r["gpu_hours"] == pytest.approx(gpu_hours, abs=1e-3)
     assert r["attempts"] == attempts
+    if reason == "as allot queue says":  # live work: Priority, Resources, protected until ...
+        reason = next(q["reason"] for q in queue_rows(fold(lives().events)) if q["id"] == wid)
     assert r["reason"] == reason
 
 
@@ -85,9 +87,14 @@ def test_filters_and_totals(rows: dict[str, dict]) -> None:
     t0 = lives().start
     assert [r["id"] for r in acct_rows(view, states={"FAILED", "PREEMPTED"})] == ["failed", "ended"]
     assert {r["id"] for r in acct_rows(view, allocation="lab/b")} == {"requeued", "failed"}
-    # alive at 25 min or later: not what ended before
-    late = {r["id"] for r in acct_rows(view, since=t0 + 1500)}
-    assert late == {"requeued", "ended", "gone"}
+    # alive at 25 min or later: not what ended before; GPU-hours only inside the window
+    late = {r["id"]: r for r in acct_rows(view, since=t0 + 1500)}
+    assert set(late) == {"requeued", "ended", "gone"}
+    assert late["requeued"]["window_gpu_hours"] == pytest.approx(4 * 2100 / 3600, abs=1e-3)
+    assert late["ended"]["window_gpu_hours"] == 0  # preempted at 25 min: nothing after
+    assert totals(list(late.values()))["window_gpu_hours"] == pytest.approx(2.333, abs=1e-3)
+    # a refused submission keeps the allocation it named
+    assert [r["id"] for r in acct_rows(view, allocation="lab/c/")] == ["refused"]
     assert {r["id"] for r in acct_rows(view, until=t0 - 1)} == set()
     total = totals(list(rows.values()))
     assert total["workloads"] == 6

@@ -534,3 +534,13 @@ def test_rows_are_json_ready() -> None:
         for r in v.share_rows(view)
         for x in r.values()
     )
+
+
+def test_a_journal_read_from_its_middle_is_one_clear_error() -> None:
+    from tests.projections.runs import simulated_run
+
+    records = simulated_run(seed=1, hosts=2, count=20)
+    # from the first submission on: the hosts it is placed on were registered before
+    middle = next(i for i, r in enumerate(records) if r.type == "workload.submitted")
+    with pytest.raises(v.ViewError, match=r"refers to .* read from its beginning"):
+        v.fold(records[middle:])
