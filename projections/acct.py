@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from domain.state import RUNNING
@@ -167,4 +167,64 @@ def totals(rows: list[AcctRow]) -> dict[str, Any]:
     }
 
 
-__all__ = ["STATES", "acct_rows", "totals"]
+def _dur(seconds: float) -> str:
+    from domain.durations import format_duration
+
+    return format_duration(seconds)
+
+
+# name -> (header, cell); the names are --format's (sacct's --format, allot's field names)
+ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
+    "id": ("ID", lambda r: r["id"]),
+    "name": ("NAME", lambda r: r["name"] or ""),
+    "allocation": ("ALLOCATION", lambda r: r["allocation"] or ""),
+    "user": ("USER", lambda r: r["user"]),
+    "state": ("STATE", lambda r: r["state"]),
+    "gpus": ("GPUS", lambda r: str(r["gpus"])),
+    "submitted": ("SUBMITTED", lambda r: r["submitted"] or ""),
+    "start": ("START", lambda r: r["start"] or ""),
+    "end": ("END", lambda r: r["end"] or ""),
+    "wait": ("WAIT", lambda r: _dur(r["wait_s"])),
+    "run": ("RUN", lambda r: _dur(r["run_s"])),
+    "gpu_hours": ("GPU_H", lambda r: f"{r['gpu_hours']:.1f}"),
+    "window_gpu_hours": ("WINDOW_GPU_H", lambda r: f"{r['window_gpu_hours']:.1f}"),
+    "attempts": ("N", lambda r: str(r["attempts"])),
+    "preemptions": ("PREEMPTIONS", lambda r: str(r["preemptions"])),
+    "tags": ("TAGS", lambda r: ",".join(r["tags"])),
+    "reason": ("REASON", lambda r: r["reason"]),
+}
+DEFAULT_ACCT_COLUMNS = [
+    "id", "allocation", "user", "state", "gpus", "submitted", "start", "end", "wait", "run",
+    "gpu_hours", "attempts", "reason",
+]  # fmt: skip
+RIGHT_ALIGNED = frozenset({"GPUS", "WAIT", "RUN", "GPU_H", "WINDOW_GPU_H", "N", "PREEMPTIONS"})
+
+
+def parse_acct_format(spec: str) -> list[str]:
+    """`id,state,gpu_hours` (or space-separated, any case) -> column names; ValueError
+    naming the unknown ones and listing the known."""
+    names = [n.strip().lower() for n in spec.replace(",", " ").split() if n.strip()]
+    unknown = [n for n in names if n not in ACCT_COLUMNS]
+    if unknown or not names:
+        raise ValueError(
+            f"--format {spec!r}: {'unknown field ' + ', '.join(unknown) if unknown else 'no fields'}"
+            f"; fields: {', '.join(ACCT_COLUMNS)}"
+        )
+    return names
+
+
+def acct_cells(rows: list[AcctRow], columns: list[str]) -> tuple[list[str], list[list[str]]]:
+    headers = [ACCT_COLUMNS[c][0] for c in columns]
+    return headers, [[ACCT_COLUMNS[c][1](r) for c in columns] for r in rows]
+
+
+__all__ = [
+    "ACCT_COLUMNS",
+    "DEFAULT_ACCT_COLUMNS",
+    "RIGHT_ALIGNED",
+    "STATES",
+    "acct_cells",
+    "acct_rows",
+    "parse_acct_format",
+    "totals",
+]

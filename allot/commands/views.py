@@ -398,6 +398,26 @@ def register(app: typer.Typer) -> None:
 
     @app.command("acct")
     def acct(
+        format_: Annotated[
+            str | None,
+            typer.Option(
+                "--format",
+                "-o",
+                metavar="FIELD[,FIELD...]",
+                help="Columns, as sacct --format: id, name, allocation, user, state, gpus, "
+                "submitted, start, end, wait, run, gpu_hours, window_gpu_hours, attempts, "
+                "preemptions, tags, reason.",
+                show_default=False,
+            ),
+        ] = None,
+        parsable: Annotated[
+            bool,
+            typer.Option(
+                "--parsable",
+                "-p",
+                help="For scripts, as sacct -p: fields split by |, a header line, no totals.",
+            ),
+        ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
         allocation: SubtreeOpt = None,
@@ -448,8 +468,15 @@ def register(app: typer.Typer) -> None:
         start (WAIT) and ran over all attempts (RUN), the GPU-hours it ran (GPU_H),
         how many times it was placed (N) and why it ended. A last line adds them up.
         """
-        from domain.durations import format_duration
-        from projections.acct import STATES, acct_rows, totals
+        from projections.acct import (
+            DEFAULT_ACCT_COLUMNS,
+            RIGHT_ALIGNED,
+            STATES,
+            acct_cells,
+            acct_rows,
+            parse_acct_format,
+            totals,
+        )
         from projections.audit import parse_time
         from projections.views import iso
 
@@ -465,6 +492,12 @@ def register(app: typer.Typer) -> None:
                         f"--state {', '.join(unknown).lower()}: unknown; use "
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
+            try:
+                columns = (
+                    parse_acct_format(format_) if format_ is not None else DEFAULT_ACCT_COLUMNS
+                )
+            except ValueError as why:
+                raise TargetError(str(why)) from None
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since is not None else None
             hi = parse_time(until, view.now) if until is not None else None
@@ -489,38 +522,22 @@ def register(app: typer.Typer) -> None:
                     }
                 )
                 return
-            if not rows:
+            if not rows and not parsable:
                 typer.echo(
                     "no workloads"
                     + (" for that filter" if user or allocation or jobs or state else "")
                     + (" in that window" if lo is not None or hi is not None else "")
                 )
                 return
-            headers = ["ID", "ALLOCATION", "USER", "STATE", "GPUS", "SUBMITTED", "START",
-                       "END", "WAIT", "RUN", "GPU_H", "N", "REASON"]  # fmt: skip
-            cells = [
-                [
-                    r["id"],
-                    r["allocation"],
-                    r["user"],
-                    r["state"],
-                    str(r["gpus"]),
-                    r["submitted"],
-                    r["start"] or "",
-                    r["end"] or "",
-                    format_duration(r["wait_s"]),
-                    format_duration(r["run_s"]),
-                    f"{r['gpu_hours']:.1f}",
-                    str(r["attempts"]),
-                    r["reason"],
-                ]
-                for r in rows
-            ]
+            headers, cells = acct_cells(rows, columns)
+            if parsable:  # sacct -p: one line each, fields split by |, no padding
+                typer.echo("\n".join("|".join(line) for line in [headers, *cells]))
+                return
             print_rows(
                 f"cluster {view.cluster} · as of {iso(view.now)} UTC · {len(rows)} workloads",
                 headers,
                 cells,
-                right=frozenset({"GPUS", "WAIT", "RUN", "GPU_H", "N"}),
+                right=RIGHT_ALIGNED,
             )
             states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
             ran = (

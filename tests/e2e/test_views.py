@@ -135,9 +135,26 @@ def test_acct_lists_every_workload_like_sacct(journal: Path, folded: v.JournalVi
     assert lines[-1].startswith(f"{len(lines) - 3} workloads, ")
 
 
+def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.JournalView) -> None:
+    from projections.acct import acct_rows
+
+    rows = acct_rows(folded)
+    result = allot("acct", "--journal", str(journal), "-p", "-o", "id,state,gpus,tags")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "ID|STATE|GPUS|TAGS"
+    assert lines[1:] == [f"{r['id']}|{r['state']}|{r['gpus']}|{','.join(r['tags'])}" for r in rows]
+    nothing = allot("acct", "--journal", str(journal), "-p", "-u", "nobody")
+    assert nothing.stdout.splitlines() == [  # the header alone: a script sees no rows
+        "ID|ALLOCATION|USER|STATE|GPUS|SUBMITTED|START|END|WAIT|RUN|GPU_H|N|REASON"
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
+        (["-o", "id,bogus"], "unknown field bogus"),
+        (["-o", ""], "no fields"),
         (["-s", "done"], "--state done: unknown"),
         (["-s", ""], "--state: give states"),
         (["--since", "yesterdayish"], "not a time"),
@@ -145,7 +162,16 @@ def test_acct_lists_every_workload_like_sacct(journal: Path, folded: v.JournalVi
         (["-j", ""], "--jobs: give workload ids"),
         (["-j", "x_[0-2"], "BASE_[SPEC]"),
     ],
-    ids=["unknown-state", "no-state", "bad-since", "until-before-since", "no-jobs", "bad-array"],
+    ids=[
+        "unknown-field",
+        "no-fields",
+        "unknown-state",
+        "no-state",
+        "bad-since",
+        "until-before-since",
+        "no-jobs",
+        "bad-array",
+    ],
 )
 def test_acct_errors_are_one_line(journal: Path, args: list[str], needle: str) -> None:
     one_line_error(allot("acct", "--journal", str(journal), *args), needle)
