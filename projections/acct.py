@@ -66,9 +66,11 @@ def acct_rows(
     until: float | None = None,
 ) -> list[AcctRow]:
     """Rows by submit time (ties in journal order). `allocation` matches the path and
-    what is under it; `ids` a workload id or a job array's base id; `states` the STATES
-    names, as of now; [since, until] keeps workloads whose life (submit to end, or to
-    now) overlaps it, and each row's `window_gpu_hours` counts only the runs inside."""
+    what is under it; `ids` a workload id or a job array's base id; [since, until]
+    keeps workloads whose life (submit to end, or to now) overlaps it, and each row's
+    `window_gpu_hours` counts only the runs inside. `states` (STATES names): without a
+    window, the state now; with one, as sacct -s with -S/-E, a state it was in during
+    the window (pending or running then, or ended that way inside it)."""
     state = view.require()
     now = state.now
     # live work's reason as `allot queue` gives it (Priority, Resources, protected ...)
@@ -93,7 +95,8 @@ def acct_rows(
         if ids is not None and wid not in ids and wid.rsplit("_", 1)[0] not in ids:
             continue
         name = _state(view, h)
-        if states is not None and name not in states:
+        windowed = since is not None or until is not None
+        if states is not None and not windowed and name not in states:
             continue
         submitted = s.time if s is not None else rejection.time
         running = name == "RUNNING"
@@ -106,6 +109,10 @@ def acct_rows(
         ran = sum(b - a for a, b in runs)
         lo = -math.inf if since is None else since
         hi = math.inf if until is None else until
+        if states is not None and windowed:
+            during = _states_during(h, name, submitted, runs, ended, now, lo, hi)
+            if not during & set(states):
+                continue
         inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs)
         gpus = s.gpus if s is not None else 0
         rows.append(
@@ -136,6 +143,33 @@ def acct_rows(
     # by submit time, then in the journal's order (as submitted)
     ranked = sorted(range(len(rows)), key=lambda i: (rows[i]["submit_time"], order[i]))
     return [rows[i] for i in ranked]
+
+
+def _states_during(
+    h: History,
+    final: str,
+    submitted: float,
+    runs: list[tuple[float, float]],
+    ended: float | None,
+    now: float,
+    lo: float,
+    hi: float,
+) -> set[str]:
+    """The states a workload was in at some moment of [lo, hi]."""
+    out = set()
+    if any(a <= hi and b >= lo for a, b in runs):
+        out.add("RUNNING")
+    # pending from submission, and from each requeue, to the next start (or its end)
+    starts = sorted(a for a, _ in runs)
+    waits_from = [submitted] + [q.time for q in h.preemptions if q.requeued]
+    last = now if ended is None else ended
+    for t in waits_from:
+        until = next((a for a in starts if a >= t), last)
+        if t <= hi and until >= lo and until > t:
+            out.add("PENDING")
+    if ended is not None and lo <= ended <= hi:  # it ended that way inside the window
+        out.add(final)
+    return out
 
 
 def _reason(h: History, state: str) -> str:

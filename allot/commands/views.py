@@ -428,9 +428,10 @@ def register(app: typer.Typer) -> None:
                 "--state",
                 "-s",
                 metavar="STATE[,STATE...]",
-                help="Only workloads in these states now (at the journal's latest event): "
-                "pending, running, completed, failed, lost, cancelled, preempted (ended by "
-                "it), rejected.",
+                help="Only workloads in these states: pending, running, completed, failed, "
+                "lost, cancelled, preempted (ended by it), rejected. Now, or with -S/-E (as "
+                "sacct) at some moment of the window: pending or running then, or ended "
+                "that way inside it.",
             ),
         ] = None,
         since: Annotated[

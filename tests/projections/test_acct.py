@@ -93,6 +93,13 @@ def test_filters_and_totals(rows: dict[str, dict]) -> None:
     assert late["requeued"]["window_gpu_hours"] == pytest.approx(4 * 2100 / 3600, abs=1e-3)
     assert late["ended"]["window_gpu_hours"] == 0  # preempted at 25 min: nothing after
     assert totals(list(late.values()))["window_gpu_hours"] == pytest.approx(2.333, abs=1e-3)
+    # with a window, -s means a state it was in then (as sacct -s with -S/-E)
+    during = acct_rows(view, states={"PENDING"}, since=t0 + 700, until=t0 + 800)
+    assert {r["id"] for r in during} == {"requeued", "ended", "gone"}  # requeued waits 10-15 min
+    ended_then = acct_rows(view, states={"COMPLETED", "FAILED"}, until=t0 + 1199)
+    assert ended_then == []  # they end at 20 min
+    ran_then = acct_rows(view, states={"RUNNING"}, since=t0 + 1300, until=t0 + 1400)
+    assert {r["id"] for r in ran_then} == {"requeued", "ended"}
     # a refused submission keeps the allocation it named
     assert [r["id"] for r in acct_rows(view, allocation="lab/c/")] == ["refused"]
     assert {r["id"] for r in acct_rows(view, until=t0 - 1)} == set()
