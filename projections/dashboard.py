@@ -539,6 +539,7 @@ def queue_page(snap: Snapshot) -> str:
             + _td(r["submitted"], "submitted", cls="nowrap")
             + _td(fmt_dur(r["time_s"]), "waited", num=True, cls="nowrap")
             + _td(r["expected_start"] or "N/A", "expected_start", cls="nowrap")
+            + _td(r["expected_nodes"], "expected_nodes", cls="nowrap")
             + _td(
                 f'<span class="badge {esc(r["reason"])}">{esc(r["reason"])}</span>',
                 "reason",
@@ -562,6 +563,7 @@ def queue_page(snap: Snapshot) -> str:
                 ("submitted (UTC)", False),
                 ("waited", True),
                 ("expected start (UTC)", False),
+                ("expected hosts", False),
                 ("reason", False),
                 ("detail", False),
             ],

@@ -95,6 +95,7 @@ def test_queue_shows_when_waiting_work_is_expected_to_start_and_running_work_to_
     text = queue_page(snapshot(half_hour_left()))
     pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', text, re.S)[1]
     assert '<td class="nowrap" data-k="expected_start">2026-01-01 00:30:00</td>' in pending
+    assert '<td class="nowrap" data-k="expected_nodes">h0</td>' in pending
     running = re.search(r'<tr data-id="run1">(.*?)</tr>', text, re.S)[1]
     assert "2026-01-01 00:30:00 (finishes)" in running
     assert "The expected start is a forecast: it assumes no new work arrives" in text
