@@ -44,7 +44,8 @@ app = typer.Typer(
     name="allot",
     help=(
         "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
-        "Run it live (serve; submit, cancel, budget, host; queue, acct, shares, why; executor), "
+        "Run it live (serve; submit, cancel, hold, release, budget, host; queue, acct, shares, why; "
+        "executor), "
         "watch it (metrics, dashboard, audit, history, preemptions), and simulate policies "
         "before rollout (simulate, replay, compare, demo, trace import). Every command has "
         "--help."

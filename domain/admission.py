@@ -194,6 +194,33 @@ def _check_cancelled(state: State, e: ev.WorkloadCancelled) -> None:
         )
 
 
+def _check_held(state: State, e: ev.WorkloadHeld) -> None:
+    w = _live(state, e.workload)
+    if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
+        raise Rejected(
+            f"{e.actor!r} may not hold {e.workload!r}: only its submitter {w.actor!r}, "
+            "managers of its allocation or an admin may"
+        )
+    if w.state == RUNNING:
+        raise Rejected(
+            f"workload {e.workload!r} is running; only pending work can be held (cancel it, "
+            "or submit it again later)"
+        )
+    if w.held:
+        raise Rejected(f"workload {e.workload!r} is held already; `allot release` lets it run")
+
+
+def _check_released(state: State, e: ev.WorkloadReleased) -> None:
+    w = _live(state, e.workload)
+    if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
+        raise Rejected(
+            f"{e.actor!r} may not release {e.workload!r}: only its submitter {w.actor!r}, "
+            "managers of its allocation or an admin may"
+        )
+    if not w.held:
+        raise Rejected(f"workload {e.workload!r} is not held; nothing to release")
+
+
 def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
     w = _live(state, e.workload)
     if w.state != RUNNING:
@@ -296,6 +323,8 @@ def _check_config(state: State, e: ev.ConfigSet) -> None:
 _CHECKS = {
     "workload.submitted": _check_submitted,
     "workload.cancelled": _check_cancelled,
+    "workload.held": _check_held,
+    "workload.released": _check_released,
     "workload.finished": _check_finished,
     "budget.set": _check_budget_set,
     "budget.removed": _check_budget_removed,

@@ -55,6 +55,20 @@ class WorkloadCancelled(Envelope):
     workload: str
 
 
+class WorkloadHeld(Envelope):
+    """Pending work kept out of scheduling until released (scontrol hold)."""
+
+    type: Literal["workload.held"] = "workload.held"
+    workload: str
+
+
+class WorkloadReleased(Envelope):
+    """Held work back in the queue, with its original submit time (scontrol release)."""
+
+    type: Literal["workload.released"] = "workload.released"
+    workload: str
+
+
 class WorkloadFinished(Envelope):
     type: Literal["workload.finished"] = "workload.finished"
     workload: str
@@ -167,6 +181,8 @@ class InputRejected(_Rejected):
 Input = (
     WorkloadSubmitted
     | WorkloadCancelled
+    | WorkloadHeld
+    | WorkloadReleased
     | WorkloadFinished
     | BudgetSet
     | BudgetRemoved

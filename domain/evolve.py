@@ -40,6 +40,9 @@ def evolve(state: State, event: Any) -> State:
 
 _SHAPE_CHANGES = frozenset(
     {
+        # a full cycle: a held holder's reservation goes, released work may preempt
+        "workload.held",
+        "workload.released",
         "workload.preempted",
         "budget.set",
         "budget.removed",
@@ -104,6 +107,18 @@ def _cancelled(state: State, e: ev.WorkloadCancelled) -> None:
         _end(state, w)
     if unblocks:
         state.version += 1
+
+
+def _held(state: State, e: ev.WorkloadHeld) -> None:
+    w = state.workloads[e.workload]
+    w.held = True
+    state.dequeue(w)  # out of every bucket: no cycle sees it, no reservation is kept
+
+
+def _released(state: State, e: ev.WorkloadReleased) -> None:
+    w = state.workloads[e.workload]
+    w.held = False
+    state.enqueue(w)  # its queue key keeps the submit time
 
 
 def _inert_cancel(state: State, w: Workload) -> bool:
@@ -234,6 +249,8 @@ def _config_set(state: State, e: ev.ConfigSet) -> None:
 _FOLDS = {
     "workload.submitted": _submitted,
     "workload.cancelled": _cancelled,
+    "workload.held": _held,
+    "workload.released": _released,
     "workload.finished": _finished,
     "workload.placed": _placed,
     "workload.preempted": _preempted,

@@ -50,6 +50,7 @@ class Workload:
     first_placed: float | None = None
     queue_key: tuple[Any, ...] = ()
     bucket: BucketKey | None = None
+    held: bool = False  # pending but out of the queue until released
 
     @property
     def wants_allocation(self) -> bool:

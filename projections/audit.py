@@ -618,7 +618,8 @@ def workload_records(con: duckdb.DuckDBPyConnection, wid: str) -> list[dict[str,
         """
         SELECT record FROM records
         WHERE workload = ? AND (type IN ('workload.submitted', 'workload.placed',
-            'workload.preempted', 'workload.finished', 'workload.cancelled')
+            'workload.preempted', 'workload.finished', 'workload.cancelled',
+            'workload.held', 'workload.released')
             OR type LIKE '%.rejected')
         ORDER BY seq
         """,

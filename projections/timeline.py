@@ -37,7 +37,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-TYPES = ("workload.submitted", "workload.placed", "workload.preempted")
+TYPES = (
+    "workload.submitted",
+    "workload.placed",
+    "workload.preempted",
+    "workload.held",
+    "workload.released",
+)
 ENDS = ("workload.finished", "workload.cancelled")
 
 
@@ -146,8 +152,8 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "outcome": r.get("outcome") or "completed",
                 }
             )
-        elif kind == "workload.cancelled":
-            out.append({**head, "event": "cancelled", "actor": r.get("actor")})
+        elif kind in ("workload.cancelled", "workload.held", "workload.released"):
+            out.append({**head, "event": kind.split(".", 1)[1], "actor": r.get("actor")})
         else:
             out.append(
                 {
@@ -171,8 +177,10 @@ def last_state(entries: list[dict[str, Any]]) -> dict[str, Any]:
     if last is None:
         return {"state": "REJECTED" if entries else "UNKNOWN", "text": "never accepted"}
     event, when = last["event"], last["time"]
-    if event in ("submitted", "requeued"):
+    if event in ("submitted", "requeued", "released"):
         return {"state": "PENDING", "text": f"pending since {when}"}
+    if event == "held":
+        return {"state": "PENDING", "text": f"held by {last['actor']} since {when}"}
     if event == "placed":
         terms = (
             f"protected until {last['protected_until']}"
@@ -267,8 +275,10 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
             lines.append(f"{head}waits again with its original submit time")
         elif event == "finished":
             lines.append(f"{head}{e['outcome']} (reported by {e['actor']})")
-        elif event == "cancelled":
+        elif event in ("cancelled", "held"):
             lines.append(f"{head}by {e['actor']}")
+        elif event == "released":
+            lines.append(f"{head}by {e['actor']}: waits again with its original submit time")
         else:
             what = e["input_type"] or e["type"]
             lines.append(f"{head}{what} request {e['ref']} from {e['actor']}: {e['error']}")

@@ -133,6 +133,8 @@ class History:
     rejections: list[Rejection] = field(default_factory=list)
     ended: dict[str, Any] | None = None  # time, how (finished/cancelled/preempted), ...
     pending_since: float | None = None
+    held: tuple[str, float] | None = None  # (who, when) while it is held
+    holds: list[tuple[int, str, str, float]] = field(default_factory=list)  # seq, type, who, t
     submitted_seq: int = -1
     ended_seq: int = -1
 
@@ -217,6 +219,10 @@ class JournalView:
                 )
             )
             h.pending_since = None
+        elif kind in ("workload.held", "workload.released"):
+            h = self.history(event.workload)
+            h.held = (event.actor, event.time) if kind == "workload.held" else None
+            h.holds.append((seq, kind, event.actor, event.time))
         elif kind == "workload.preempted":
             p = Preemption(
                 event.id,
@@ -468,9 +474,12 @@ def queue_rows(
     policy = state.ordering
     pending: list[tuple[Any, Workload, bool]] = []
     running: list[Workload] = []
+    held: list[Workload] = []  # out of the scheduler's order until released
     for w in state.workloads.values():
         if w.state == RUNNING:
             running.append(w)
+        elif w.held:
+            held.append(w)
         else:
             allocated = state.allocated(w)
             pending.append((policy.sort_key(ranking, w, allocated), w, allocated))
@@ -490,6 +499,16 @@ def queue_rows(
             row.update(position=position, allocated=allocated, sort_key=_key_json(key))
             rows.append(row)
         ahead.append(w)
+    for w in sorted(held, key=lambda w: (w.submit_time, id_order(w.id))):
+        if not _wanted(w, user, allocation, ids):
+            continue
+        h = view.histories.get(w.id)
+        who, when = h.held if h and h.held else ("?", now)
+        detail = f"held by {who} since {clock(when, now)}; `allot release {w.id}` queues it again"
+        since = h.pending_since if h and h.pending_since is not None else w.submit_time
+        row = _row(view, w, "PENDING", now - since, "Held", detail, ranking)
+        row.update(position=None, allocated=state.allocated(w), sort_key=None)
+        rows.append(row)
     for w in running:
         if not _wanted(w, user, allocation, ids):
             continue
@@ -800,6 +819,8 @@ def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
             "input_type": r.input_type,
         }
         items.append((r.seq, record))
+    for seq, kind, actor, t in h.holds:
+        items.append((seq, {"type": kind, "time": t, "workload": wid, "actor": actor}))
     e = h.ended
     if e is not None and e["how"] in ("finished", "cancelled"):
         record = {
@@ -1128,11 +1149,14 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
         if row:
             text += f" — {row['detail']}"
         return {"state": "RUNNING", "text": text, "row": row}
-    pending = sum(1 for x in state.workloads.values() if x.state == PENDING)
-    text = (
-        f"pending for {format_duration(row['time_s'])}, position {row['position']} of "
-        f"{pending} — {row['reason']}: {row['detail']}"
-        if row
-        else "pending"
-    )
+    pending = sum(1 for x in state.workloads.values() if x.state == PENDING and not x.held)
+    if row is None:
+        text = "pending"
+    elif w.held:
+        text = f"held, pending for {format_duration(row['time_s'])} — {row['detail']}"
+    else:
+        text = (
+            f"pending for {format_duration(row['time_s'])}, position {row['position']} of "
+            f"{pending} — {row['reason']}: {row['detail']}"
+        )
     return {"state": "PENDING", "text": text, "row": row}

@@ -33,8 +33,9 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 # pickled state or decide's caches change shape, so older snapshots are not restored
 # (they are only a shortcut: the journal rebuilds the state). 2: failure groups,
 # dedup order without times; 3: changed hosts (protection ends run light cycles);
-# 4: queue keys end with `id_order` (array tasks by index), not the bare id.
-SNAPSHOT_FORMAT = 4
+# 4: queue keys end with `id_order` (array tasks by index), not the bare id; 5: held
+# work (`Workload.held`).
+SNAPSHOT_FORMAT = 5
 
 
 @dataclass(frozen=True, slots=True)

@@ -497,22 +497,27 @@ def _print_test_only(fc: Any, ids: list[str], now: float, horizon_s: float, pars
         )
 
 
-def cancel(
-    workloads: Annotated[
-        list[str],
-        typer.Argument(
-            metavar="ID...",
-            help="Workload ids (as `allot submit` printed); 'BASE_[SPEC]' names tasks of a "
-            "job array, e.g. 'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
-        ),
-    ],
-    wait: WaitOpt = None,
-    kafka: KafkaOpt = None,
-    data: DataOpt = None,
-    cluster: ClusterOpt = "default",
-    as_: AsOpt = None,
+IdsArg = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="ID...",
+        help="Workload ids (as `allot submit` printed); 'BASE_[SPEC]' names tasks of a "
+        "job array, e.g. 'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
+    ),
+]
+
+
+def _about_workloads(
+    kind: str,
+    verb: str,
+    done: str,
+    workloads: list[str],
+    wait: float | None,
+    target_options: tuple[str | None, Path | None],
+    cluster: str,
+    as_: str | None,
 ) -> None:
-    """Cancel workloads (their submitter, their allocation's managers or an admin may)."""
+    """Send one `kind` request per workload (cancel, hold, release) and report."""
     from streams.inbox import make_request
 
     with one_line_errors():
@@ -520,21 +525,67 @@ def cancel(
         ids = expand_ids(workloads)
         if wait is not None and len(ids) > 1:
             raise RequestError("--wait works for one workload; follow several with `allot queue`")
-        target = resolve_target(kafka, data)
+        target = resolve_target(*target_options)
         actor = whoami(as_)
-        requests = [
-            make_request("workload.cancelled", cluster=cluster, actor=actor, workload=wid)
-            for wid in ids
-        ]
+        requests = [make_request(kind, cluster=cluster, actor=actor, workload=wid) for wid in ids]
         verdict = _send_all(target, requests, wait)
     if len(requests) == 1:
-        _sent(f"Cancel of workload {ids[0]} sent", target, requests[0])
+        _sent(f"{verb} of workload {ids[0]} sent", target, requests[0])
     else:
         typer.echo(
-            f"Cancel of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.label})"
+            f"{verb} of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.label})"
         )
     _report_verdict(
-        f"the cancel of workload {ids[0]}", f"Workload {ids[0]} cancelled", target, wait, verdict
+        f"the {verb.lower()} of workload {ids[0]}",
+        f"Workload {ids[0]} {done}",
+        target,
+        wait,
+        verdict,
+    )
+
+
+def cancel(
+    workloads: IdsArg,
+    wait: WaitOpt = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Cancel workloads (their submitter, their allocation's managers or an admin may)."""
+    _about_workloads(
+        "workload.cancelled", "Cancel", "cancelled", workloads, wait, (kafka, data), cluster, as_
+    )
+
+
+def hold(
+    workloads: IdsArg,
+    wait: WaitOpt = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Keep pending workloads from starting until released, like scontrol hold.
+
+    Held work keeps its place in the sense that matters: `allot release` puts it back
+    with its original submit time. Only pending work can be held; its submitter, its
+    allocation's managers or an admin may. `allot queue` shows it with reason Held."""
+    _about_workloads("workload.held", "Hold", "held", workloads, wait, (kafka, data), cluster, as_)
+
+
+def release(
+    workloads: IdsArg,
+    wait: WaitOpt = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Let held workloads be scheduled again, with their original submit time, like
+    scontrol release (their submitter, their allocation's managers or an admin may)."""
+    _about_workloads(
+        "workload.released", "Release", "released", workloads, wait, (kafka, data), cluster, as_
     )
 
 
@@ -673,7 +724,12 @@ def host_health(
     )
 
 
-COMMANDS: dict[str, Callable[..., None]] = {"submit": submit, "cancel": cancel}
+COMMANDS: dict[str, Callable[..., None]] = {
+    "submit": submit,
+    "cancel": cancel,
+    "hold": hold,
+    "release": release,
+}
 
 
 def register(app: typer.Typer) -> None:

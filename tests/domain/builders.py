@@ -183,6 +183,12 @@ class Cluster:
     def cancel(self, wid: str, **env: Any) -> list[Any]:
         return self.input(ev.WorkloadCancelled, workload=wid, **env)
 
+    def hold(self, wid: str, **env: Any) -> list[Any]:
+        return self.input(ev.WorkloadHeld, workload=wid, **env)
+
+    def release(self, wid: str, **env: Any) -> list[Any]:
+        return self.input(ev.WorkloadReleased, workload=wid, **env)
+
     def health(self, host: str, healthy: bool, reason: str = "", **env: Any) -> list[Any]:
         return self.input(ev.HostHealth, host=host, healthy=healthy, reason=reason, **env)
 

@@ -109,6 +109,8 @@ OPERATIONS = {
     "tick": (3, st.tuples(st.just("tick"))),
     "finish": (2, st.tuples(st.just("finish"), st.integers(0, 30), st.booleans())),
     "cancel": (1, st.tuples(st.just("cancel"), st.integers(0, 30))),
+    "hold": (1, st.tuples(st.just("hold"), st.integers(0, 30))),
+    "release": (1, st.tuples(st.just("release"), st.integers(0, 30))),
     "health": (1, st.tuples(st.just("health"), st.integers(0, 7), st.booleans())),
     "budget": (
         1,
@@ -209,6 +211,14 @@ class Runner:
             return False, ev.WorkloadCancelled(
                 **c.envelope(), workload=live[operation[1] % len(live)]
             )
+        held = [wid for wid in pending if c.state.workloads[wid].held]
+        waiting = [wid for wid in pending if not c.state.workloads[wid].held]
+        if kind == "hold" and waiting:
+            wid = waiting[operation[1] % len(waiting)]
+            return False, ev.WorkloadHeld(**c.envelope(), workload=wid)
+        if kind == "release" and held:
+            wid = held[operation[1] % len(held)]
+            return False, ev.WorkloadReleased(**c.envelope(), workload=wid)
         if kind == "health":
             names = sorted(c.state.hosts)
             host = names[operation[1] % len(names)]
@@ -428,8 +438,9 @@ class JournalModel:
                 w = state.workloads[wid]
                 assert w.charged and w.protected_until > now, f"{wid} left on {host.name}"
             assert host.drained == (not host.workloads), host
-        pending = sum(1 for w in state.workloads.values() if w.state != "running")
+        pending = sum(1 for w in state.workloads.values() if w.state != "running" and not w.held)
         assert state.pending_count == pending
+        assert all(w.bucket is None for w in state.workloads.values() if w.held)
         # conservation: ledger totals equal the journal's gpus x run time
         for charged, ledger in ((True, state.charged), (False, state.unallocated)):
             open_gpus: dict[str, float] = defaultdict(float)

@@ -642,6 +642,77 @@ def test_a_started_holder_no_longer_keeps_allocated_work_off_its_hosts() -> None
     assert "backfill" not in late.explain  # nothing is reserved for a running workload
 
 
+# Hold and release (scontrol hold / release)
+
+
+def test_held_work_waits_beside_free_gpus_until_released_then_keeps_its_turn() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.submit("run", "lab/a", gpus=8, min_runtime="15m")
+    c.after(1).submit("first", "lab/a", gpus=8)
+    c.after(1).submit("second", "lab/a", gpus=8)
+    c.after(1).hold("first")
+    assert c.state.workloads["first"].held and c.state.pending_count == 1
+    c.at("1h").finish("run")
+    assert c.running() == {"second"} and c.pending() == {"first"}  # passed over while held
+    c.at("2h").finish("second")
+    assert c.running() == set()  # held: free GPUs do not start it
+    c.at("3h").release("first")
+    assert c.running() == {"first"}
+    c.at("4h").submit("late", "lab/a", gpus=8)
+    c.after(1).hold("late")
+    c.at("5h").release("late")  # the queue key keeps its submit time
+    assert c.state.workloads["late"].queue_key[-3:] == ("late", -1, "late")
+
+
+def test_holding_the_reservation_holder_frees_its_hosts_for_others() -> None:
+    c = _fragmented(True)
+    assert c.state.blocked.reservations  # h0..h2 kept for "big"
+    c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
+    assert c.placed("late") is None  # it would delay the big job
+    c.at("3m").hold("big")
+    assert set(c.placed("late").hosts) == {"h2"}
+    assert not any(wid == "big" for wid, _ in c.state.blocked.reservations.values())
+
+
+def test_cancelling_held_work_ends_it_and_keeps_the_count() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.submit("run", "lab/a", gpus=8)
+    c.after(1).submit("wait", "lab/a", gpus=8)
+    c.after(1).hold("wait")
+    c.after(1).cancel("wait")
+    assert "wait" not in c.state.workloads and c.state.pending_count == 0
+    assert c.of_type("workload.cancelled", "wait")
+
+
+HOLD_REFUSALS = [
+    # (what, who, error)
+    ("hold", "run", "alice", "is running; only pending work can be held"),
+    ("hold", "wait", "mallory", "may not hold"),
+    ("release", "wait", "alice", "is not held; nothing to release"),
+    ("hold", "nope", "alice", "nope"),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "wid", "who", "error"),
+    HOLD_REFUSALS,
+    ids=["running", "not-its-submitter", "not-held", "unknown"],
+)
+def test_hold_and_release_refusals_name_the_reason(
+    what: str, wid: str, who: str, error: str
+) -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.budget("lab/a", 1, members=("alice",))
+    c.budget("lab", 1, managers=("pm",))  # claimed: others may not act on its work
+    c.submit("run", "lab/a", gpus=8, actor="alice")
+    c.after(1).submit("wait", "lab/a", gpus=8, actor="alice")
+    records = getattr(c, what)(wid, actor=who)
+    rejected = c.rejections(records)
+    assert len(rejected) == 1 and error in rejected[0].error
+    assert rejected[0].input_type == {"hold": "workload.held", "release": "workload.released"}[what]
+    assert not c.state.workloads["wait"].held
+
+
 def test_large_job_gets_the_hosts_that_free_soonest() -> None:
     c = _fragmented(True)
     c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")

@@ -674,3 +674,48 @@ def test_array_with_wait_is_one_clear_line(cluster: Path) -> None:
     assert "--wait works for one workload" in one_line_error(result)
     result = allot("submit", *common, "--min-runtime", "0", "--array", "0-3%2")
     assert "'%N' (tasks at once) is not supported" in one_line_error(result)
+
+
+def test_hold_keeps_pending_work_off_free_gpus_until_release(tmp_path: Path) -> None:
+    """scontrol hold / release: held work waits beside free GPUs; released, it starts."""
+    data = tmp_path / "data"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--data", str(data), "--admin", ADMIN],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        for args in (
+            ("host", "register", "h1", "8"),
+            ("budget", "set", "lab", "1"),
+            ("budget", "set", "lab/olmo", "1", "--member", "alice"),
+        ):
+            assert allot(*args, "--as", ADMIN, "--data", str(data), "--wait", "20").returncode == 0
+        common = ["-A", "lab/olmo", "-G", "8", "--min-runtime", "15m", "--as", "alice"]
+        run = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
+        wait = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
+        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == run)
+        held = allot("hold", wait, "--as", "alice", "--data", str(data), "--wait", "20")
+        assert held.returncode == 0 and held.stdout.splitlines()[-1] == f"Workload {wait} held"
+        again = allot("hold", wait, "--as", "alice", "--data", str(data), "--wait", "20")
+        assert again.returncode == 1 and "is held already" in again.stdout
+        cancel = allot("cancel", run, "--as", "alice", "--data", str(data), "--wait", "20")
+        assert cancel.returncode == 0, cancel.stderr
+        rows = orjson.loads(allot("queue", "--data", str(data), "--json").stdout)["workloads"]
+        assert [(r["id"], r["state"], r["reason"]) for r in rows] == [(wait, "PENDING", "Held")]
+        assert not any(
+            r["type"] == "workload.placed" and r["workload"] == wait for r in journal(data)
+        )
+        released = allot("release", wait, "--as", "alice", "--data", str(data), "--wait", "20")
+        assert released.returncode == 0 and released.stdout.splitlines()[-1] == (
+            f"Workload {wait} released"
+        )
+        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == wait)
+        why = allot("why", wait, "--data", str(data)).stdout
+        assert "held           by alice" in why and "released       by alice" in why
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
