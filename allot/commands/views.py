@@ -801,7 +801,12 @@ def _why_from_journal(
     if "workload" not in answer:
         return answer  # a rejected request's id
     answer["history_source"] = {"kind": "journal"}
-    if answer["current"]["state"] in ("PENDING", "RUNNING"):
+    live = view.state.workloads.get(answer["workload"])
+    if live is not None and live.held:  # nothing to forecast: it starts only once released
+        answer["text"].append(
+            f"expected start: none while held; `allot release {live.id}` queues it again"
+        )
+    elif answer["current"]["state"] in ("PENDING", "RUNNING"):
         from projections.forecast import expectation, header, sentences
 
         fc = forecast_view(view, read, horizon_s)

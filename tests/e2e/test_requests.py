@@ -706,6 +706,7 @@ def test_hold_keeps_pending_work_off_free_gpus_until_release(tmp_path: Path) -> 
         assert cancel.returncode == 0, cancel.stderr
         rows = orjson.loads(allot("queue", "--data", str(data), "--json").stdout)["workloads"]
         assert [(r["id"], r["state"], r["reason"]) for r in rows] == [(wait, "PENDING", "Held")]
+        assert "expected start: none while held" in allot("why", wait, "--data", str(data)).stdout
         assert not any(
             r["type"] == "workload.placed" and r["workload"] == wait for r in journal(data)
         )
