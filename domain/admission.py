@@ -15,7 +15,7 @@ from domain import events as ev
 from domain.config import ConfigError, parse_config
 from domain.durations import format_duration
 from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
-from domain.state import RUNNING, State
+from domain.state import RUNNING, State, Workload
 from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
@@ -185,22 +185,24 @@ def _live(state: State, workload_id: str) -> Any:
     return w
 
 
-def _check_cancelled(state: State, e: ev.WorkloadCancelled) -> None:
+def _owned(state: State, e: Any, verb: str) -> Workload:
+    """The live workload `e` is about, if its actor may `verb` it: its submitter, the
+    managers of its allocation (or above) and admins may."""
     w = _live(state, e.workload)
     if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
         raise Rejected(
-            f"{e.actor!r} may not cancel {e.workload!r}: only its submitter {w.actor!r}, "
+            f"{e.actor!r} may not {verb} {e.workload!r}: only its submitter {w.actor!r}, "
             "managers of its allocation or an admin may"
         )
+    return w
+
+
+def _check_cancelled(state: State, e: ev.WorkloadCancelled) -> None:
+    _owned(state, e, "cancel")
 
 
 def _check_held(state: State, e: ev.WorkloadHeld) -> None:
-    w = _live(state, e.workload)
-    if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
-        raise Rejected(
-            f"{e.actor!r} may not hold {e.workload!r}: only its submitter {w.actor!r}, "
-            "managers of its allocation or an admin may"
-        )
+    w = _owned(state, e, "hold")
     if w.state == RUNNING:
         raise Rejected(
             f"workload {e.workload!r} is running; only pending work can be held (cancel it, "
@@ -211,12 +213,7 @@ def _check_held(state: State, e: ev.WorkloadHeld) -> None:
 
 
 def _check_released(state: State, e: ev.WorkloadReleased) -> None:
-    w = _live(state, e.workload)
-    if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
-        raise Rejected(
-            f"{e.actor!r} may not release {e.workload!r}: only its submitter {w.actor!r}, "
-            "managers of its allocation or an admin may"
-        )
+    w = _owned(state, e, "release")
     if not w.held:
         raise Rejected(f"workload {e.workload!r} is not held; nothing to release")
 

@@ -321,12 +321,13 @@ def submit(
     """Submit a workload (or a job array). Prints `Submitted workload <id>`; the
     scheduler decides later.
 
-    With --test-only nothing is sent: the journal is read (--data or --kafka) and the
-    scheduler's own core plays the queue forward with this submission added at the
-    journal's latest moment. It prints the verdict (rejected, and why) or when and on
-    which hosts it would start and whom it would preempt, under the assumptions of
-    `allot queue --start` (no other new work, running work ending after its runtime).
-    Exit 1 if it would be rejected."""
+    With --test-only nothing is sent: the journal is read (--data or
+    --kafka) and the scheduler's own core plays the queue forward with this
+    submission added at the journal's latest moment. It prints the verdict
+    (rejected, and why) or when and on which hosts it would start and whom
+    it would preempt, under the assumptions of `allot queue --start` (no
+    other new work, running work ending after its runtime). Exit 1 if it
+    would be rejected."""
     from streams.inbox import make_request, new_ulid, outcome_of
 
     with one_line_errors():
@@ -544,49 +545,50 @@ def _about_workloads(
     )
 
 
-def cancel(
-    workloads: IdsArg,
-    wait: WaitOpt = None,
-    kafka: KafkaOpt = None,
-    data: DataOpt = None,
-    cluster: ClusterOpt = "default",
-    as_: AsOpt = None,
-) -> None:
-    """Cancel workloads (their submitter, their allocation's managers or an admin may)."""
-    _about_workloads(
-        "workload.cancelled", "Cancel", "cancelled", workloads, wait, (kafka, data), cluster, as_
-    )
+def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[..., None]:
+    """A command that sends one `kind` request per workload id (cancel, hold, release)."""
+
+    def command(
+        workloads: IdsArg,
+        wait: WaitOpt = None,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        cluster: ClusterOpt = "default",
+        as_: AsOpt = None,
+    ) -> None:
+        _about_workloads(kind, verb, done, workloads, wait, (kafka, data), cluster, as_)
+
+    command.__doc__ = doc
+    command.__name__ = verb.lower()
+    return command
 
 
-def hold(
-    workloads: IdsArg,
-    wait: WaitOpt = None,
-    kafka: KafkaOpt = None,
-    data: DataOpt = None,
-    cluster: ClusterOpt = "default",
-    as_: AsOpt = None,
-) -> None:
+cancel = _workload_command(
+    "workload.cancelled",
+    "Cancel",
+    "cancelled",
+    "Cancel workloads (their submitter, their allocation's managers or an admin may).",
+)
+hold = _workload_command(
+    "workload.held",
+    "Hold",
+    "held",
     """Keep pending workloads from starting until released, like scontrol hold.
 
-    Held work keeps its place in the sense that matters: `allot release` puts it back
-    with its original submit time. Only pending work can be held; its submitter, its
-    allocation's managers or an admin may. `allot queue` shows it with reason Held."""
-    _about_workloads("workload.held", "Hold", "held", workloads, wait, (kafka, data), cluster, as_)
+    `allot release` puts held work back in the queue with its original
+    submit time. Only pending work can be held; its submitter, its
+    allocation's managers or an admin may. `allot queue` shows it with
+    reason Held.""",
+)
+release = _workload_command(
+    "workload.released",
+    "Release",
+    "released",
+    """Let held workloads be scheduled again, like scontrol release.
 
-
-def release(
-    workloads: IdsArg,
-    wait: WaitOpt = None,
-    kafka: KafkaOpt = None,
-    data: DataOpt = None,
-    cluster: ClusterOpt = "default",
-    as_: AsOpt = None,
-) -> None:
-    """Let held workloads be scheduled again, with their original submit time, like
-    scontrol release (their submitter, their allocation's managers or an admin may)."""
-    _about_workloads(
-        "workload.released", "Release", "released", workloads, wait, (kafka, data), cluster, as_
-    )
+    They keep their original submit time. Their submitter, their
+    allocation's managers or an admin may release them.""",
+)
 
 
 budget_app = typer.Typer(

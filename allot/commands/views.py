@@ -650,16 +650,15 @@ def register(app: typer.Typer) -> None:
         """Why a workload is where it is, and its whole history.
 
         First the answer from the journal: when and by whom it was submitted and with
-        which contract; each placement (hosts, charged or not, protected until when, its
-        allocation's rank, fair-share ratio and share, whom it preempted); each
+        which contract; each placement (hosts, charged or not, protected until when,
+        its allocation's rank, fair-share ratio and share, whom it preempted); each
         preemption (reason, beneficiary, the numbers compared: ratios and hysteresis
         for rule 'ratio', running vs entitled GPUs for rule 'reclaim'); rejected
         requests about it; and now: running, ended, or pending with its position and
         reason; for live work, when it is expected to start and end (the forecast of
         `allot queue --start`, within --horizon). Then its history, one line per
-        event: submitted, placed (hosts, GPUs,
-        protected until), preempted (by whom, reason and numbers), requeued,
-        finished or cancelled, rejected requests.
+        event: submitted, placed (hosts, GPUs, protected until), preempted (by whom,
+        reason and numbers), requeued, finished or cancelled, rejected requests.
 
         The history comes from the journal the command reads, or with --audit DB
         from the audit database (the same lines for the same journal). With --audit

@@ -67,30 +67,24 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A running `allot serve --data DIR --admin ops` with two hosts and a budget tree:
-    lab (managed by pm) -> lab/olmo (members alice, bob), lab/vision (member carol)."""
-    data = tmp_path_factory.mktemp("cluster") / "data"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "allot.cli",
-            "serve",
-            "--data",
-            str(data),
-            "--admin",
-            ADMIN,
-            "--tick",
-            "1h",
-        ],
+def serve(data: Path, *args: str) -> subprocess.Popen[str]:
+    """`allot serve --data DATA --admin ops ARGS` in the background."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--data", str(data), "--admin", ADMIN, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env(),
         stdin=subprocess.DEVNULL,
     )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A running `allot serve --data DIR --admin ops` with two hosts and a budget tree:
+    lab (managed by pm) -> lab/olmo (members alice, bob), lab/vision (member carol)."""
+    data = tmp_path_factory.mktemp("cluster") / "data"
+    server = serve(data, "--tick", "1h")
     try:
         setup = [
             ("host", "register", "h1", "8", "--as", ADMIN),
@@ -679,14 +673,7 @@ def test_array_with_wait_is_one_clear_line(cluster: Path) -> None:
 def test_hold_keeps_pending_work_off_free_gpus_until_release(tmp_path: Path) -> None:
     """scontrol hold / release: held work waits beside free GPUs; released, it starts."""
     data = tmp_path / "data"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "allot.cli", "serve", "--data", str(data), "--admin", ADMIN],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-    )
+    server = serve(data)
     try:
         for args in (
             ("host", "register", "h1", "8"),
