@@ -208,13 +208,13 @@ def _check_held(state: State, e: ev.WorkloadHeld) -> None:
             f"workload {e.workload!r} is running; only pending work can be held (cancel it, "
             "or submit it again later)"
         )
-    if w.held:
+    if w.on_hold:
         raise Rejected(f"workload {e.workload!r} is held already; `allot release` lets it run")
 
 
 def _check_released(state: State, e: ev.WorkloadReleased) -> None:
     w = _owned(state, e, "release")
-    if not w.held:
+    if not w.on_hold:
         raise Rejected(f"workload {e.workload!r} is not held; nothing to release")
 
 

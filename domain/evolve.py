@@ -111,13 +111,13 @@ def _cancelled(state: State, e: ev.WorkloadCancelled) -> None:
 
 def _held(state: State, e: ev.WorkloadHeld) -> None:
     w = state.workloads[e.workload]
-    w.held = True
+    w.on_hold = True
     state.dequeue(w)  # out of every bucket: no cycle sees it, no reservation is kept
 
 
 def _released(state: State, e: ev.WorkloadReleased) -> None:
     w = state.workloads[e.workload]
-    w.held = False
+    w.on_hold = False
     state.enqueue(w)  # its queue key keeps the submit time
 
 

@@ -50,7 +50,7 @@ class Workload:
     first_placed: float | None = None
     queue_key: tuple[Any, ...] = ()
     bucket: BucketKey | None = None
-    held: bool = False  # pending but out of the queue until released
+    on_hold: bool = False  # pending but out of the queue until released (allot hold)
 
     @property
     def wants_allocation(self) -> bool:

@@ -478,7 +478,7 @@ def queue_rows(
     for w in state.workloads.values():
         if w.state == RUNNING:
             running.append(w)
-        elif w.held:
+        elif w.on_hold:
             held.append(w)
         else:
             allocated = state.allocated(w)
@@ -1149,10 +1149,10 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
         if row:
             text += f" — {row['detail']}"
         return {"state": "RUNNING", "text": text, "row": row}
-    pending = sum(1 for x in state.workloads.values() if x.state == PENDING and not x.held)
+    pending = sum(1 for x in state.workloads.values() if x.state == PENDING and not x.on_hold)
     if row is None:
         text = "pending"
-    elif w.held:
+    elif w.on_hold:
         text = f"held, pending for {format_duration(row['time_s'])} — {row['detail']}"
     else:
         text = (

@@ -801,7 +801,7 @@ def _why_from_journal(
         return answer  # a rejected request's id
     answer["history_source"] = {"kind": "journal"}
     live = view.state.workloads.get(answer["workload"])
-    if live is not None and live.held:  # nothing to forecast: it starts only once released
+    if live is not None and live.on_hold:  # nothing to forecast: it starts only once released
         answer["text"].append(
             f"expected start: none while held; `allot release {live.id}` queues it again"
         )

@@ -15,6 +15,7 @@ import os
 from collections import defaultdict
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -211,8 +212,8 @@ class Runner:
             return False, ev.WorkloadCancelled(
                 **c.envelope(), workload=live[operation[1] % len(live)]
             )
-        held = [wid for wid in pending if c.state.workloads[wid].held]
-        waiting = [wid for wid in pending if not c.state.workloads[wid].held]
+        held = [wid for wid in pending if c.state.workloads[wid].on_hold]
+        waiting = [wid for wid in pending if not c.state.workloads[wid].on_hold]
         if kind == "hold" and waiting:
             wid = waiting[operation[1] % len(waiting)]
             return False, ev.WorkloadHeld(**c.envelope(), workload=wid)
@@ -438,9 +439,9 @@ class JournalModel:
                 w = state.workloads[wid]
                 assert w.charged and w.protected_until > now, f"{wid} left on {host.name}"
             assert host.drained == (not host.workloads), host
-        pending = sum(1 for w in state.workloads.values() if w.state != "running" and not w.held)
+        pending = sum(1 for w in state.workloads.values() if w.state != "running" and not w.on_hold)
         assert state.pending_count == pending
-        assert all(w.bucket is None for w in state.workloads.values() if w.held)
+        assert all(w.bucket is None for w in state.workloads.values() if w.on_hold)
         # conservation: ledger totals equal the journal's gpus x run time
         for charged, ledger in ((True, state.charged), (False, state.unallocated)):
             open_gpus: dict[str, float] = defaultdict(float)
@@ -628,3 +629,54 @@ def test_folding_the_journal_alone_rebuilds_the_live_state(scenario: dict[str, A
         evolve(folded, record)
     assert _live(folded) == _live(c.state)
     assert sorted(folded.seen_ids) == sorted(c.state.seen_ids)
+
+
+# Found by a 2,000-example run (2026-11-30), already present before that day's changes:
+# at t=120 a requeued 1-GPU job preempts a 12-GPU gang and is packed onto h0 with the
+# unallocated fillers, then the waiting 1-GPU jobs of p1/b (min runtime 1 h and 8 h) stay
+# pending beside the whole free host h1 until the next input. Left for a later session:
+# pinned here so the fix shows (strict: this starts failing once the gap is closed).
+WAITS_BESIDE_A_FREE_HOST = {
+    "hosts": 2,
+    "small_host": False,
+    "config": {
+        "ordering": "fairshare",
+        "placement": "pack",
+        "hysteresis": 0.0,
+        "window": "7d",
+        "bucket": "1h",
+        "headroom_hosts": 0,
+    },
+    "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
+    "ops": [
+        (0, ("tick",)),
+        (0, ("tick",)),
+        (0, ("ordering", "fairshare")),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 60, True, 0, 7200)),
+        (60, ("tick",)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/b", 12, 60, False, 0, None)),
+        (0, ("submit", "p1/b", 1, 28800, False, 0, None)),
+        (0, ("tick",)),
+        (0, ("tick",)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 12, 60, False, 0, None)),
+        (0, ("submit", "p1/b", 1, 3600, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (0, ("submit", "p1/a", 1, 0, False, 0, None)),
+        (60, ("submit", "p1/a", 1, 0, False, 0, None)),
+    ],
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known gap: allocated 1-GPU work waits beside a free host after a gang preemption",
+)
+def test_known_gap_small_work_waits_beside_a_host_a_preempted_gang_left_free() -> None:
+    Runner(WAITS_BESIDE_A_FREE_HOST).run()

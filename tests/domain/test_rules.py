@@ -651,7 +651,7 @@ def test_held_work_waits_beside_free_gpus_until_released_then_keeps_its_turn() -
     c.after(1).submit("first", "lab/a", gpus=8)
     c.after(1).submit("second", "lab/a", gpus=8)
     c.after(1).hold("first")
-    assert c.state.workloads["first"].held and c.state.pending_count == 1
+    assert c.state.workloads["first"].on_hold and c.state.pending_count == 1
     c.at("1h").finish("run")
     assert c.running() == {"second"} and c.pending() == {"first"}  # passed over while held
     c.at("2h").finish("second")
@@ -689,6 +689,7 @@ HOLD_REFUSALS = [
     ("hold", "run", "alice", "is running; only pending work can be held"),
     ("hold", "wait", "mallory", "may not hold"),
     ("release", "wait", "alice", "is not held; nothing to release"),
+    ("release", "run", "alice", "is not held; nothing to release"),  # running: GPUs held
     ("hold", "nope", "alice", "nope"),
 ]
 
@@ -696,7 +697,7 @@ HOLD_REFUSALS = [
 @pytest.mark.parametrize(
     ("what", "wid", "who", "error"),
     HOLD_REFUSALS,
-    ids=["running", "not-its-submitter", "not-held", "unknown"],
+    ids=["running", "not-its-submitter", "not-held", "running-not-held", "unknown"],
 )
 def test_hold_and_release_refusals_name_the_reason(
     what: str, wid: str, who: str, error: str
@@ -710,7 +711,7 @@ def test_hold_and_release_refusals_name_the_reason(
     rejected = c.rejections(records)
     assert len(rejected) == 1 and error in rejected[0].error
     assert rejected[0].input_type == {"hold": "workload.held", "release": "workload.released"}[what]
-    assert not c.state.workloads["wait"].held
+    assert not c.state.workloads["wait"].on_hold
 
 
 def test_large_job_gets_the_hosts_that_free_soonest() -> None:
