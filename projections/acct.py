@@ -39,7 +39,9 @@ def _state(view: JournalView, h: History) -> str:
         return "CANCELLED"
     if how == "preempted":
         return "PREEMPTED"
-    return "PENDING"  # the journal lost track (it began mid-history): say what is known
+    # not live and no end recorded: the view records every end it folds, so only a
+    # future ending record of another kind lands here; say it still waits
+    return "PENDING"
 
 
 def _runs(h: History, now: float, running: bool) -> list[tuple[float, float]]:
@@ -183,7 +185,7 @@ def _reason(h: History, state: str) -> str:
         if q.reason == "drain":
             return f"drain (host {q.explain.get('host')} unhealthy)"
         return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
-    if h.preemptions and state in ("PENDING", "RUNNING", "COMPLETED"):
+    if h.preemptions and state == "COMPLETED":  # live work takes `allot queue`'s reason
         n = sum(1 for q in h.preemptions if q.requeued)
         return f"requeued {n}x" if n else ""
     return ""

@@ -368,15 +368,11 @@ def register(app: typer.Typer) -> None:
                 columns = LONG_COLUMNS if long else DEFAULT_COLUMNS
             headers, cells = queue_cells(rows, columns)
             pending = sum(1 for r in rows if r["state"] == "PENDING")
+            counts = f"{pending} pending" + ("" if start else f", {len(rows) - pending} running")
             title = (
                 f"cluster {view.cluster} · as of {iso(view.now)} UTC · policy "
-                f"{view.state.ordering.name} · {pending} pending, {len(rows) - pending} running"
+                f"{view.state.ordering.name} · {counts}"
             )
-            if start:
-                title = (
-                    f"cluster {view.cluster} · as of {iso(view.now)} UTC · policy "
-                    f"{view.state.ordering.name} · {pending} pending"
-                )
             print_rows(
                 title,
                 headers,
