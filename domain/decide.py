@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, replace
+from itertools import islice
 from typing import Any
 
 from domain import events as ev
@@ -57,10 +58,14 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
        preemption: that is for the next cycle, on the hosts this one changed).
     A workload that cannot be placed ends its bucket's turn, and every later bucket of
     the same group needing at least as many GPUs is skipped: such work cannot fit
-    either. A group is the class (allocated, short) plus, for work that may preempt,
-    what its preemption rights depend on (`preemption_scope`: the allocation under fair
-    share) — another allocation's work may reclaim where this one could not. That
-    keeps a cycle's cost independent of the number of pending workloads.
+    either — unless only a reservation kept it off GPUs (its minimum runtime would
+    overrun the holder's start): work of the group whose minimum runtime is short
+    enough may still backfill, so it is still tried, in later buckets and among the
+    next BACKFILL_DEPTH workloads behind the head in its own bucket. A group is the
+    class (allocated, short) plus, for work that may preempt, what its preemption
+    rights depend on (`preemption_scope`: the allocation under fair share) — another
+    allocation's work may reclaim where this one could not. That keeps a cycle's cost
+    independent of the number of pending workloads.
 
     Quick cycles: when nothing that could unblock waiting work happened since the last
     full cycle (no GPUs freed, no protection ended, no budget, host or config change,
@@ -121,6 +126,10 @@ def next_wakeup(state: State) -> float | None:
 # reserves for several; one lets small allocations starve behind one big job's hold)
 MAX_RESERVATIONS = 1
 
+# how far behind a bucket head refused only by a reservation a cycle looks for work
+# short enough to backfill (Slurm's bf_max_job_test bounds its backfill scan the same way)
+BACKFILL_DEPTH = 32
+
 
 @dataclass(slots=True)
 class Blocked:
@@ -131,10 +140,58 @@ class Blocked:
     edge: float
     ranking: Ranking
     exposures: int  # the state's count of protection ends at the time
-    failed: dict[tuple[Any, ...], list[tuple[Any, int]]]  # group -> (sort key, GPUs)
+    # group -> (sort key, GPUs, room): work later in the order needing at least as many
+    # GPUs and a minimum runtime over `room` cannot fit (room -inf: whatever its runtime)
+    failed: dict[tuple[Any, ...], list[tuple[Any, int, float]]]
     reservations: dict[str, tuple[str, float]]
     holders: int
     last_holder_key: Any
+
+
+class Failures:
+    """What failed so far in one cycle, per group (see `decide`): the fewest GPUs that
+    failed whatever their minimum runtime (`hard`), and, for failures only a
+    reservation caused, (GPUs, room) pairs: work needing at least as many GPUs fits
+    only if its minimum runtime is at most `room` (the frontier is kept)."""
+
+    __slots__ = ("exhausted", "fewest", "hard", "soft")
+
+    def __init__(self, fewest: dict[Any, int]) -> None:
+        self.hard: dict[tuple[Any, ...], int] = {}
+        self.soft: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
+        # groups whose every bucket is skipped from now on (failed hard at or below the
+        # fewest GPUs any of its buckets needs): the cycle is over once all are
+        self.fewest = fewest
+        self.exhausted = 0
+
+    def room(self, group: tuple[Any, ...], gpus: int) -> float:
+        """The longest minimum runtime `gpus`-GPU work of `group` may have and still
+        fit (-inf: none fits, inf: nothing bounds it)."""
+        if gpus >= self.hard.get(group, math.inf):
+            return -math.inf
+        room = math.inf
+        for g, r in self.soft.get(group, ()):
+            if g <= gpus and r < room:
+                room = r
+        return room
+
+    def covers(self, group: tuple[Any, ...], gpus: int, runtime: float) -> bool:
+        return runtime > self.room(group, gpus)
+
+    def add(self, group: tuple[Any, ...], gpus: int, room: float) -> None:
+        """A `gpus`-GPU workload of `group` failed; a reservation alone refused it
+        unless `room` is -inf."""
+        if room == -math.inf:
+            before = self.hard.get(group, math.inf)
+            if gpus < before:
+                self.hard[group] = gpus
+                least = self.fewest.get(group, 0)  # 0: a group first seen mid-cycle
+                if gpus <= least < before:
+                    self.exhausted += 1
+            return
+        soft = self.soft.setdefault(group, [])
+        soft[:] = [(g, r) for g, r in soft if g < gpus or r < room]
+        soft.append((gpus, room))
 
 
 class Cycle:
@@ -152,6 +209,7 @@ class Cycle:
         "out",
         "position",
         "ranking",
+        "refused_room",
         "reservations",
         "state",
         "victim_cache",
@@ -170,6 +228,9 @@ class Cycle:
         self.force_full = False  # a quick attempt found work that needs a full cycle
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
+        # the longest minimum runtime a reservation refused in the current attempt would
+        # have let backfill (-inf: no reservation refused it; see may_backfill)
+        self.refused_room = -math.inf
         # (allocation, priority, GPUs, everywhere) -> host -> victims; see victim_map
         self.victim_cache: dict[tuple[str, int, int, bool], Any] = {}
         self.victim_keys = state.victim_keys  # see State._init_caches
@@ -244,14 +305,16 @@ class Cycle:
             group = (allocated, short, preemption_scope(policy, w, allocated))
             failures = last.failed.setdefault(group, [])
             gpus = w.gpus
+            runtime = w.min_runtime
             covered = False
-            for fk, fg in failures:
-                if fg <= gpus and fk < key:
+            for fk, fg, fr in failures:
+                if fg <= gpus and runtime > fr and fk < key:
                     covered = True
                     break
             if covered:
-                continue  # work ahead of it with no more GPUs could not fit
+                continue  # work ahead of it with no more GPUs (and no shorter) could not fit
             self.position = 1
+            self.refused_room = -math.inf
             before = len(self.out)
             if self.try_place(w, allocated, short):
                 if any(e.type == "workload.preempted" for e in self.out[before:]):
@@ -259,10 +322,13 @@ class Cycle:
                     return False
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
+            room = self.refused_room
             # keep only the frontier: a failure ahead of this one needing no more GPUs
-            # already covers whatever this one would (so the list stays tiny)
-            failures[:] = [(fk, fg) for fk, fg in failures if fk < key or fg < w.gpus]
-            failures.append((key, w.gpus))
+            # (nor room) already covers whatever this one would (so the list stays tiny)
+            failures[:] = [
+                (fk, fg, fr) for fk, fg, fr in failures if fk < key or fg < gpus or fr < room
+            ]
+            failures.append((key, gpus, room))
             if allocated and (
                 last.holders < MAX_RESERVATIONS
                 or last.last_holder_key is None
@@ -289,18 +355,19 @@ class Cycle:
             self.ranking if self.ranking.ranks else self.state.ordering.rank(self.state, self.now)
         )
         self.reservations, self.holders = {}, 0
-        failed: dict[tuple[Any, ...], int] = {}
+        failed = Failures({})
         fitting: set[str] = set()
         policy = self.state.ordering
         for _, w, allocated in pending:
             short = self.state.short_small(w)
             group = (allocated, short, preemption_scope(policy, w, allocated))
-            if w.gpus >= failed.get(group, math.inf):
+            if failed.covers(group, w.gpus, w.min_runtime):
                 continue
+            self.refused_room = -math.inf
             if self.fits(w, allocated, short):
                 fitting.add(w.id)
                 continue
-            failed[group] = min(w.gpus, failed.get(group, math.inf))
+            failed.add(group, w.gpus, self.refused_room)
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 self.reserve(w, short)
@@ -361,7 +428,7 @@ class Cycle:
             self.light_hosts = None
             last_holder_key = None
             edge = s.charged.next_edge(self.now)
-        failures: dict[tuple[Any, ...], list[tuple[Any, int]]] = {}
+        failures: dict[tuple[Any, ...], list[tuple[Any, int, float]]] = {}
         # the bucket heads in order; a placed head's successor is inserted among the
         # entries still ahead (keys are unique: this pops exactly as a heap would)
         order, fewest = self.heap(ranking)
@@ -369,22 +436,30 @@ class Cycle:
         at = 0
         queues = s.queues
         inf = math.inf
-        failed: dict[tuple[Any, ...], int] = {}  # group -> fewest GPUs that failed in it
-        # groups whose every bucket is skipped from now on (failed at or below their
-        # fewest GPUs): the cycle is over once all are
-        exhausted = 0
+        failed = Failures(fewest)
+        hard, soft = failed.hard, failed.soft
         while at < len(order):
             sort_key, key, allocated, group = order[at]
             at += 1
+            gpus = key[1]
             # a bucket's GPUs and group are in its entry: skip before looking at its head
-            if key[1] >= failed.get(group, inf):
+            if gpus >= hard.get(group, inf):
                 continue
             queue = queues.get(key)
             if not queue:
                 continue
             w = s.workloads[head(queue)[1]]
-            self.position += 1
             short = key[3]
+            if group in soft:
+                room = failed.room(group, gpus)
+                if w.min_runtime > room:
+                    # a reservation refused work of this group: only shorter work may fit
+                    self.backfill_behind(key, room, allocated, short, group, failed)
+                    if failed.exhausted == len(fewest):
+                        break
+                    continue
+            self.position += 1
+            self.refused_room = -inf
             if self.try_place(w, allocated, short):
                 queue = queues.get(key)
                 if queue:
@@ -394,18 +469,16 @@ class Cycle:
                         at = 0
                     bisect.insort(order, self.entry(ranking, nxt, key, allocated), at)
                 continue
-            before = failed.get(group, inf)
-            if w.gpus < before:
-                failed[group] = w.gpus
-                least = fewest.get(group, 0)  # 0: a group first seen mid-cycle
-                if w.gpus <= least < before:
-                    exhausted += 1
-            failures.setdefault(group, []).append((sort_key, w.gpus))
+            refused = self.refused_room
+            failed.add(group, gpus, refused)
+            failures.setdefault(group, []).append((sort_key, gpus, refused))
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 last_holder_key = sort_key
                 self.reserve(w, short)
-            if exhausted == len(fewest):
+            if refused > -inf:
+                self.backfill_behind(key, refused, allocated, short, group, failed)
+            if failed.exhausted == len(fewest):
                 break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
         s.blocked = Blocked(
@@ -419,6 +492,39 @@ class Cycle:
             holders=self.holders,
             last_holder_key=last_holder_key,
         )
+
+    def backfill_behind(
+        self,
+        key: Any,
+        room: float,
+        allocated: bool,
+        short: bool,
+        group: tuple[Any, ...],
+        failed: Failures,
+    ) -> None:
+        """Try the next BACKFILL_DEPTH workloads behind the head of bucket `key` whose
+        minimum runtime is at most `room` (the longest a reservation would let
+        backfill), in queue order, until one fails whatever its runtime."""
+        queue = self.state.queues.get(key)
+        if not queue:
+            return
+        workloads = self.state.workloads
+        gpus = key[1]
+        # listed first: each placement takes its workload out of the queue
+        behind = [wid for _, wid in islice(queue, 1, 1 + BACKFILL_DEPTH)]
+        for wid in behind:
+            w = workloads[wid]
+            if w.min_runtime > room:
+                continue
+            self.position += 1
+            self.refused_room = -math.inf
+            if self.try_place(w, allocated, short):
+                continue
+            refused = self.refused_room
+            failed.add(group, gpus, refused)
+            if refused == -math.inf:
+                return  # nothing of its size fits, whatever its runtime
+            room = min(room, refused)
 
     def entry(self, ranking: Ranking, w: Workload, key: Any, allocated: bool) -> tuple[Any, ...]:
         """A bucket head's place in the order: (sort key, bucket, allocated, group)."""
@@ -496,6 +602,9 @@ class Cycle:
         if holder is None or holder.state != PENDING:
             return True  # cancelled or started since: its hosts are held for no one
         if self.now + w.min_runtime > start:
+            room = start - self.now
+            if room > self.refused_room:
+                self.refused_room = room
             return False
         as_victim = replace(w, charged=True, protected_until=self.now + w.min_runtime)
         s = self.state

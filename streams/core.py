@@ -34,8 +34,9 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 # (they are only a shortcut: the journal rebuilds the state). 2: failure groups,
 # dedup order without times; 3: changed hosts (protection ends run light cycles);
 # 4: queue keys end with `id_order` (array tasks by index), not the bare id; 5: held
-# work (`Workload.held`).
-SNAPSHOT_FORMAT = 5
+# work (`Workload.on_hold`); 6: a cycle's failures carry the room a reservation left
+# (backfill behind a refused bucket head).
+SNAPSHOT_FORMAT = 6
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Any
 
@@ -14,6 +15,9 @@ from domain.policies import ORDERING, register_ordering
 from domain.policies.ordering import Fifo
 from domain.state import State, Workload, id_order
 from tests.domain.builders import Cluster, cluster, seconds
+
+# the module, not the `decide` function the package exports under the same name
+decide_module = importlib.import_module("domain.decide")
 
 H = 3600.0
 
@@ -594,11 +598,81 @@ def test_reservation_blocks_backfill_that_would_delay(
             assert got.explain["backfill"]["reserved_for"] == "big"
 
 
+def test_short_work_behind_a_long_bucket_head_backfills_the_reservation() -> None:
+    """Same bucket (lab/a, 4 GPUs, not short): the head "late" would overrun the big
+    job's start on h2, "late-short" behind it ends before: it backfills at once rather
+    than wait for the head (Slurm's backfill tests every job, not only the first)."""
+    c = _fragmented(True)
+    c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
+    c.after(1).submit("late-short", "lab/a", gpus=4, min_runtime="20m")
+    assert c.placed("late") is None
+    assert c.placed("late-short").explain["backfill"]["reserved_for"] == "big"
+    # and so does a full cycle (a protection end re-ranks): the head still waits
+    c.at("31m")
+    assert c.pending() == {"big", "late"}
+
+
+def _held_for_big(*waiting: tuple[str, int, str]) -> Cluster:
+    """No GPU free; "big" (lab/b, 16 GPUs) holds h1 and h2 from 1h; then `waiting`
+    (id, GPUs, min runtime) of lab/a queue up, and at 5m h2 frees (a light cycle)."""
+    c = cluster(hosts=3).tree({"lab/a": 1, "lab/b": 1})
+    c.occupy("h0", 8, "a-2h", min_runtime="2h")
+    c.occupy("h1", 8, "a-1h", min_runtime="1h")
+    c.occupy("h2", 8, "a-10m", min_runtime="10m")
+    c.at("1m").submit("big", "lab/b", gpus=16, min_runtime="1h")
+    for wid, gpus, runtime in waiting:
+        c.after(1).submit(wid, "lab/a", gpus=gpus, min_runtime=runtime)
+    assert c.pending() == {"big", *(wid for wid, _, _ in waiting)}  # nothing is free
+    c.at("5m").finish("a-10m")
+    return c
+
+
+BEHIND_A_REFUSED_HEAD = [
+    # (waiting: id, GPUs, min runtime; placed when h2 frees)
+    ([("long", 4, "2h"), ("short", 4, "20m")], {"short"}),  # same bucket, behind the head
+    ([("long", 4, "2h"), ("short", 5, "20m")], {"short"}),  # a later bucket of its group
+    ([("long", 4, "2h"), ("longer", 5, "3h")], set()),  # overruns the reservation too
+    ([("long", 4, "2h"), ("short", 4, "20m"), ("short-2", 4, "30m")], {"short", "short-2"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("waiting", "placed"),
+    BEHIND_A_REFUSED_HEAD,
+    ids=["same-bucket", "later-bucket", "longer-waits", "fills-the-host"],
+)
+def test_a_head_refused_by_a_reservation_does_not_stop_shorter_work_of_its_group(
+    waiting: list[tuple[str, int, str]], placed: set[str]
+) -> None:
+    """Only its minimum runtime kept the head off h2 (it would overrun big's start);
+    work of its group that ends in time still backfills, in queue order."""
+    c = _held_for_big(*waiting)
+    assert c.running() - {"a-2h", "a-1h"} == placed
+    for wid in placed:
+        assert c.placed(wid).explain["backfill"]["reserved_for"] == "big"
+
+
+@pytest.mark.parametrize(
+    ("depth", "placed"),
+    [(1, False), (2, True)],
+    ids=["beyond-the-scan", "within-the-scan"],
+)
+def test_the_backfill_scan_behind_a_bucket_head_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, depth: int, placed: bool
+) -> None:
+    """A cycle looks at most BACKFILL_DEPTH workloads behind a head that a reservation
+    refused, so its cost does not grow with the queue."""
+    monkeypatch.setattr(decide_module, "BACKFILL_DEPTH", depth)
+    c = _held_for_big(("late-1", 4, "2h"), ("late-2", 4, "3h"), ("late-short", 4, "20m"))
+    assert (c.placed("late-short") is not None) == placed
+    assert c.pending() >= {"big", "late-1", "late-2"}
+
+
 CANCEL_CASES = [
     # (cancelled, placed right away, does the cancel re-run the cycle?)
-    ("big", {"late", "late-short"}, True),  # the reservation holder: h2 is free for all
-    ("late", {"late-short"}, True),  # a head: its successor may backfill what it could not
-    ("late-short", set(), False),  # neither: nothing it leaves can unblock anyone
+    ("big", {"late", "late-long"}, True),  # the reservation holder: h2 is free for all
+    ("late", set(), True),  # a head: work behind it may now be scanned for backfill
+    ("late-long", set(), False),  # neither: nothing it leaves can unblock anyone
 ]
 
 
@@ -611,18 +685,18 @@ def test_cancelling_waiting_work_reruns_the_cycle_only_when_it_can_unblock(
     cancelled: str, placed: set[str], reruns: bool
 ) -> None:
     c = _fragmented(True)
-    # same bucket (lab/a, 4 GPUs, not short): "late" is its head, "late-short" could
-    # backfill the big job's hosts (it ends before their start) but waits behind it
+    # same bucket (lab/a, 4 GPUs, not short): "late" is its head, neither it nor
+    # "late-long" behind it may backfill the big job's hosts (both would overrun)
     c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
-    c.after(1).submit("late-short", "lab/a", gpus=4, min_runtime="20m")
-    assert c.pending() >= {"big", "late", "late-short"}
+    c.after(1).submit("late-long", "lab/a", gpus=4, min_runtime="3h")
+    assert c.pending() >= {"big", "late", "late-long"}
     blocked, version = c.state.blocked, c.state.version
     c.cancel(cancelled)
     assert (c.state.version != version) == reruns
     assert (c.state.blocked is not blocked) == reruns
     for wid in placed:
         assert set(c.placed(wid).hosts) == {"h2"}
-    assert c.pending() == {"big", "late", "late-short"} - {cancelled} - placed
+    assert c.pending() == {"big", "late", "late-long"} - {cancelled} - placed
 
 
 def test_a_started_holder_no_longer_keeps_allocated_work_off_its_hosts() -> None:
