@@ -64,6 +64,7 @@ def admit(state: State, event: Any) -> Any:
             workload=getattr(event, "workload", None),
             allocation=getattr(event, "allocation", None),
             host=getattr(event, "host", None),
+            gpus=getattr(event, "gpus", None),
         )
     return event if event.time == now else event.model_copy(update={"time": now})
 

@@ -152,6 +152,7 @@ class _Rejected(Envelope):
     allocation: str | None = None
     host: str | None = None
     input_type: str | None = None
+    gpus: int | None = None  # a refused submission's (or host registration's) GPUs
 
 
 class WorkloadRejected(_Rejected):

@@ -116,7 +116,7 @@ def acct_rows(
             if not during & set(states):
                 continue
         inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs)
-        gpus = s.gpus if s is not None else 0
+        gpus = s.gpus if s is not None else (rejection.gpus or 0)
         rows.append(
             {
                 "id": wid,

@@ -119,6 +119,7 @@ class Rejection:
     input_type: str | None
     seq: int = -1
     allocation: str | None = None  # the refused input's, when it named one
+    gpus: int | None = None  # the refused input's, when it asked for some
 
 
 @dataclass(slots=True)
@@ -253,6 +254,7 @@ class JournalView:
                 event.input_type,
                 seq,
                 event.allocation,
+                event.gpus,
             )
             self.rejections[r.ref] = r
             if r.workload:

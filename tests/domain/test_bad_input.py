@@ -341,12 +341,13 @@ def test_cancelling_a_job_arrays_base_id_says_how_to_name_its_tasks(first: int) 
 
 def test_rejection_copies_what_was_rejected() -> None:
     c = _cluster()
-    (r,) = c.send(submit(workload="x", allocation="lab/zzz", actor="alice")(c))
-    assert (r.workload, r.allocation, r.actor, r.input_type) == (
+    (r,) = c.send(submit(workload="x", allocation="lab/zzz", actor="alice", gpus=3)(c))
+    assert (r.workload, r.allocation, r.actor, r.input_type, r.gpus) == (
         "x",
         "lab/zzz",
         "alice",
         "workload.submitted",
+        3,
     )
 
 

@@ -23,7 +23,7 @@ def lives() -> JournalBuilder:
     j.submit("failed", "lab/b", 4).place("failed", {"h1": [4, 5, 6, 7]})
     j.submit("ended", "lab/a", 4, resumable=False)
     j.submit("gone", "lab/a", 1)
-    j.reject("refused", allocation="lab/c")
+    j.reject("refused", allocation="lab/c", gpus=2)
     j.at(600).preempt("requeued", beneficiary="done")  # 10 min in
     j.at(900).place("requeued", {"h1": H4})  # waits 5 min, runs again
     j.at(1200).finish("done").finish("failed", outcome="failed")
@@ -40,14 +40,15 @@ def rows() -> dict[str, dict]:
 
 
 @pytest.mark.parametrize(
-    ("wid", "state", "start", "end", "run_s", "gpu_hours", "attempts", "reason"),
+    ("wid", "state", "gpus", "start", "end", "run_s", "gpu_hours", "attempts", "reason"),
     [
-        ("done", "COMPLETED", 0, 1200, 1200, 8 * 1200 / 3600, 1, ""),
-        ("requeued", "RUNNING", 0, None, 600 + 2700, 4 * 3300 / 3600, 2, "as allot queue says"),
-        ("failed", "FAILED", 0, 1200, 1200, 4 * 1200 / 3600, 1, ""),
-        ("ended", "PREEMPTED", 1200, 1500, 300, 4 * 300 / 3600, 1, "fair_share for requeued"),
-        ("gone", "CANCELLED", None, 1800, 0, 0, 0, "by alice"),
-        ("refused", "REJECTED", None, 0, 0, 0, 0, "min_runtime above the cap"),
+        ("done", "COMPLETED", 8, 0, 1200, 1200, 8 * 1200 / 3600, 1, ""),
+        ("requeued", "RUNNING", 4, 0, None, 600 + 2700, 4 * 3300 / 3600, 2, "as allot queue says"),
+        ("failed", "FAILED", 4, 0, 1200, 1200, 4 * 1200 / 3600, 1, ""),
+        ("ended", "PREEMPTED", 4, 1200, 1500, 300, 4 * 300 / 3600, 1, "fair_share for requeued"),
+        ("gone", "CANCELLED", 1, None, 1800, 0, 0, 0, "by alice"),
+        # a refused submission shows the GPUs it asked for, and ran none
+        ("refused", "REJECTED", 2, None, 0, 0, 0, 0, "min_runtime above the cap"),
     ],
     ids=[
         "completed",
@@ -62,6 +63,7 @@ def test_each_life_reads_as_sacct_would(
     rows: dict[str, dict],
     wid: str,
     state: str,
+    gpus: int,
     start: float | None,
     end: float | None,
     run_s: float,
@@ -72,6 +74,7 @@ def test_each_life_reads_as_sacct_would(
     t0 = lives().start
     r = rows[wid]
     assert r["state"] == state
+    assert r["gpus"] == gpus
     assert r["start_time"] == (None if start is None else t0 + start)
     assert r["end_time"] == (None if end is None else t0 + end)
     assert r["run_s"] == run_s
