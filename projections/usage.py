@@ -16,7 +16,8 @@ Definitions (DESIGN §2):
 - *busy* GPUs of a running workload = the number of GPU indices in its `hosts`;
 - *charged* / *unallocated* = busy GPU-seconds of placements with `charged` true/false;
 - *demand* of a leaf = GPUs requested by its pending + running workloads with
-  `min_runtime > 0`;
+  `min_runtime > 0` (pending work on hold, `allot hold`, is not demand: it does not
+  ask to run, so no GPUs are owed for it and it makes no time contended);
 - *healthy capacity* = GPUs of registered hosts whose last `host.health` was healthy;
 - `owed_h = min(∫_h share × healthy capacity dt, demand_h)`; `received_h = charged_h`.
 - *occupancy* counts busy GPUs on healthy hosts only (a draining host's GPUs are in
@@ -182,6 +183,8 @@ class UsageProjection:
         self._unalloc = 0
         self._waiting_allocated = 0  # pending workloads with min_runtime > 0
         self._waiting_sizes: dict[int, int] = {}  # their GPUs -> how many
+        # pending work on hold (allot hold): out of the queue, so neither demand nor waiting
+        self._on_hold: set[str] = set()
         # smallest waiting GPUs -> idle healthy GPU-seconds while contended
         self.contended_idle: dict[int, float] = {}
         self._rows: dict[tuple[str, float], list[float]] = {}
@@ -199,6 +202,8 @@ class UsageProjection:
             "workload.preempted": self._preempted,
             "workload.finished": self._finished,
             "workload.cancelled": self._cancelled,
+            "workload.held": self._held,
+            "workload.released": self._released,
             "workload.rejected": self._rejected,
             "host.registered": self._host_registered,
             "host.health": self._host_health,
@@ -229,6 +234,8 @@ class UsageProjection:
                 if not w.running and w.min_runtime > 0:
                     self._waiting_sizes[w.gpus] = self._waiting_sizes.get(w.gpus, 0) + 1
             self.contended_idle = {}
+        if "_on_hold" not in saved:  # saved before allot hold
+            self._on_hold = set()
 
     def advance_to(self, t: float) -> None:
         """Move time to `t` without an event (e.g. a simulation horizon)."""
@@ -524,6 +531,26 @@ class UsageProjection:
     def _cancelled(self, d: dict[str, Any], now: float) -> None:
         self._end(d, now, "cancelled")
 
+    def _held(self, d: dict[str, Any], now: float) -> None:
+        wid = d["workload"]
+        w = self.live.get(wid)
+        if w is None or w.running or wid in self._on_hold:
+            return
+        self._on_hold.add(wid)
+        if w.min_runtime > 0:
+            self._leaf(w.allocation).demand -= w.gpus
+            self._unwait(w)
+
+    def _released(self, d: dict[str, Any], now: float) -> None:
+        wid = d["workload"]
+        w = self.live.get(wid)
+        if w is None or wid not in self._on_hold:
+            return
+        self._on_hold.discard(wid)
+        if w.min_runtime > 0:
+            self._leaf(w.allocation).demand += w.gpus
+            self._wait(w)
+
     def _rejected(self, d: dict[str, Any], now: float) -> None:
         self.on_rejected(d)
 
@@ -540,7 +567,7 @@ class UsageProjection:
         self._terminal(wid, w)
 
     def _end_pending(self, wid: str, w: _Workload, now: float) -> None:
-        if w.min_runtime > 0:
+        if w.min_runtime > 0 and wid not in self._on_hold:
             self._unwait(w)
         if self.on_spell is not None and now > w.since:
             self.on_spell(wid, PENDING, w.since, now)
@@ -583,7 +610,9 @@ class UsageProjection:
             cb(wid, RUNNING_PREEMPTIBLE, pu, now)
 
     def _terminal(self, wid: str, w: _Workload) -> None:
-        if w.min_runtime > 0:
+        if wid in self._on_hold:
+            self._on_hold.discard(wid)  # its demand went with the hold
+        elif w.min_runtime > 0:
             self._leaf(w.allocation).demand -= w.gpus
         del self.live[wid]
 
@@ -884,11 +913,21 @@ class JournalBuilder:
             attempt=self._attempts.get(wid, 1),
         )
 
+    def hold(self, wid: str) -> JournalBuilder:
+        return self.add("workload.held", actor="alice", workload=wid)
+
+    def release(self, wid: str) -> JournalBuilder:
+        return self.add("workload.released", actor="alice", workload=wid)
+
     def cancel(self, wid: str) -> JournalBuilder:
         return self.add("workload.cancelled", actor="alice", workload=wid)
 
     def reject(
-        self, wid: str, error: str = "min_runtime above the cap", allocation: str | None = None
+        self,
+        wid: str,
+        error: str = "min_runtime above the cap",
+        allocation: str | None = None,
+        gpus: int | None = None,
     ) -> JournalBuilder:
         return self.add(
             "workload.rejected",
@@ -897,6 +936,7 @@ class JournalBuilder:
             workload=wid,
             allocation=allocation,
             input_type="workload.submitted",
+            gpus=gpus,
         )
 
     def tick(self) -> JournalBuilder:

@@ -197,6 +197,31 @@ def test_requeued_allocated_work_makes_time_contended_again():
     assert tot["contended_busy_gpu_s"] == 0
 
 
+@pytest.mark.parametrize(
+    ("end", "demand_gpu_s", "contended_s"),
+    [
+        ("released", 4 * (600 + 1200), 600 + 1200),  # waits 0-10m and 40m-1h
+        ("cancelled", 4 * 600, 600),  # cancelled while held: its demand went with the hold
+    ],
+    ids=["held-then-released", "cancelled-on-hold"],
+)
+def test_work_on_hold_is_neither_demand_nor_contention(end, demand_gpu_s, contended_s):
+    """`allot hold` takes waiting work out of the queue: it asks for nothing while held,
+    so no GPUs are owed for it and idle GPUs beside it are not a scheduling loss."""
+    j = cluster()
+    j.submit("w", "lab/a", 4)
+    j.at(600).hold("w")
+    if end == "released":
+        j.at(2400).release("w")
+    else:
+        j.at(2400).cancel("w")
+    j.at(HOUR).tick()
+    proj = fold(j.events)
+    assert rows_by(proj)[("lab/a", 0.0)]["demand_gpu_s"] == demand_gpu_s
+    assert proj.totals()["contended_s"] == contended_s
+    assert proj.waiting_allocated == (1 if end == "released" else 0)
+
+
 def test_terminal_workloads_are_dropped():
     j = cluster()
     for i in range(50):
