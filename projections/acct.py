@@ -17,8 +17,29 @@ from domain.state import RUNNING
 from projections.views import History, JournalView, iso, matches_allocation, queue_rows
 
 # sacct's names where they mean the same; PREEMPTED is a workload ended by preemption
-# (not resumable), a requeued one is PENDING or RUNNING again
-STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "LOST", "CANCELLED", "PREEMPTED", "REJECTED")
+# (not resumable), NODE_FAIL one ended because its host was drained as unhealthy; a
+# requeued one is PENDING or RUNNING again
+STATES = (
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "LOST",
+    "CANCELLED",
+    "PREEMPTED",
+    "NODE_FAIL",
+    "REJECTED",
+)
+# sacct -s's short codes for the states it shares
+STATE_CODES = {
+    "PD": "PENDING",
+    "R": "RUNNING",
+    "CD": "COMPLETED",
+    "F": "FAILED",
+    "CA": "CANCELLED",
+    "PR": "PREEMPTED",
+    "NF": "NODE_FAIL",
+}
 
 AcctRow = dict[str, Any]
 
@@ -38,7 +59,8 @@ def _state(view: JournalView, h: History) -> str:
     if how == "cancelled":
         return "CANCELLED"
     if how == "preempted":
-        return "PREEMPTED"
+        drained = h.preemptions and h.preemptions[-1].reason == "drain"
+        return "NODE_FAIL" if drained else "PREEMPTED"
     # not live and no end recorded: the view records every end it folds, so only a
     # future ending record of another kind lands here; say it still waits
     return "PENDING"
@@ -180,7 +202,7 @@ def _reason(h: History, state: str) -> str:
         return next(r.error for r in h.rejections if r.input_type == "workload.submitted")
     if state == "CANCELLED":
         return f"by {(h.ended or {}).get('actor')}"
-    if state == "PREEMPTED" and h.preemptions:
+    if state in ("PREEMPTED", "NODE_FAIL") and h.preemptions:
         q = h.preemptions[-1]
         if q.reason == "drain":
             return f"drain (host {q.explain.get('host')} unhealthy)"
@@ -259,6 +281,7 @@ __all__ = [
     "DEFAULT_ACCT_COLUMNS",
     "RIGHT_ALIGNED",
     "STATES",
+    "STATE_CODES",
     "acct_cells",
     "acct_rows",
     "parse_acct_format",

@@ -893,7 +893,13 @@ class JournalBuilder:
         )
 
     def preempt(
-        self, wid: str, reason: str = "fair_share", *, requeued: bool = True, beneficiary=None
+        self,
+        wid: str,
+        reason: str = "fair_share",
+        *,
+        requeued: bool = True,
+        beneficiary: str | None = None,
+        explain: dict[str, Any] | None = None,
     ) -> JournalBuilder:
         return self.add(
             "workload.preempted",
@@ -902,6 +908,7 @@ class JournalBuilder:
             reason=reason,
             requeued=requeued,
             beneficiary=beneficiary,
+            explain=explain,
         )
 
     def finish(self, wid: str, outcome: str = "completed") -> JournalBuilder:

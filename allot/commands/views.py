@@ -425,9 +425,9 @@ def register(app: typer.Typer) -> None:
                 "-s",
                 metavar="STATE[,STATE...]",
                 help="Only workloads in these states: pending, running, completed, failed, "
-                "lost, cancelled, preempted (ended by it), rejected. Now, or with -S/-E (as "
-                "sacct) at some moment of the window: pending or running then, or ended "
-                "that way inside it.",
+                "lost, cancelled, preempted (ended by it), node_fail, rejected, or sacct's "
+                "codes pd, r, cd, f, ca, pr, nf. Now, or with -S/-E (as sacct) at some "
+                "moment of the window: pending or running then, or ended that way inside it.",
             ),
         ] = None,
         since: Annotated[
@@ -460,7 +460,8 @@ def register(app: typer.Typer) -> None:
 
         One row per workload (and per refused submission), by submit time: STATE
         (PENDING, RUNNING, COMPLETED, FAILED, LOST, CANCELLED, PREEMPTED: ended by a
-        preemption, not resumable; REJECTED: the submission was refused), when it was
+        preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy host;
+        REJECTED: the submission was refused), when it was
         SUBMITTED, first STARTed and ENDed (UTC), how long it waited before its first
         start (WAIT) and ran over all attempts (RUN), the GPU-hours it ran (GPU_H),
         how many times it was placed (N) and why it ended. A last line adds them up.
@@ -468,6 +469,7 @@ def register(app: typer.Typer) -> None:
         from projections.acct import (
             DEFAULT_ACCT_COLUMNS,
             RIGHT_ALIGNED,
+            STATE_CODES,
             STATES,
             acct_cells,
             acct_rows,
@@ -480,7 +482,12 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             wanted = None
             if state is not None:
-                wanted = {x.strip().upper() for s in state for x in s.split(",") if x.strip()}
+                wanted = {
+                    STATE_CODES.get(x.strip().upper(), x.strip().upper())
+                    for s in state
+                    for x in s.split(",")
+                    if x.strip()
+                }
                 if not wanted:
                     raise TargetError(f"--state: give states ({', '.join(STATES).lower()})")
                 unknown = sorted(wanted - set(STATES))

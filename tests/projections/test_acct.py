@@ -23,12 +23,14 @@ def lives() -> JournalBuilder:
     j.submit("failed", "lab/b", 4).place("failed", {"h1": [4, 5, 6, 7]})
     j.submit("ended", "lab/a", 4, resumable=False)
     j.submit("gone", "lab/a", 1)
+    j.submit("noded", "lab/b", 4, resumable=False)
     j.reject("refused", allocation="lab/c", gpus=2)
     j.at(600).preempt("requeued", beneficiary="done")  # 10 min in
     j.at(900).place("requeued", {"h1": H4})  # waits 5 min, runs again
     j.at(1200).finish("done").finish("failed", outcome="failed")
-    j.place("ended", {"h0": H4})
+    j.place("ended", {"h0": H4}).place("noded", {"h1": [4, 5, 6, 7]})
     j.at(1500).preempt("ended", requeued=False, beneficiary="requeued")
+    j.preempt("noded", "drain", requeued=False, explain={"host": "h1"})
     j.at(1800).cancel("gone")
     j.at(3600).tick()
     return j
@@ -47,6 +49,7 @@ def rows() -> dict[str, dict]:
         ("failed", "FAILED", 4, 0, 1200, 1200, 4 * 1200 / 3600, 1, ""),
         ("ended", "PREEMPTED", 4, 1200, 1500, 300, 4 * 300 / 3600, 1, "fair_share for requeued"),
         ("gone", "CANCELLED", 1, None, 1800, 0, 0, 0, "by alice"),
+        ("noded", "NODE_FAIL", 4, 1200, 1500, 300, 4 * 300 / 3600, 1, "drain (host h1 unhealthy)"),
         # a refused submission shows the GPUs it asked for, and ran none
         ("refused", "REJECTED", 2, None, 0, 0, 0, 0, "min_runtime above the cap"),
     ],
@@ -56,6 +59,7 @@ def rows() -> dict[str, dict]:
         "failed",
         "ended-by-preemption",
         "cancelled-waiting",
+        "ended-by-a-drain",
         "rejected",
     ],
 )
@@ -89,27 +93,29 @@ def test_filters_and_totals(rows: dict[str, dict]) -> None:
     view = fold(lives().events)
     t0 = lives().start
     assert [r["id"] for r in acct_rows(view, states={"FAILED", "PREEMPTED"})] == ["failed", "ended"]
-    assert {r["id"] for r in acct_rows(view, allocation="lab/b")} == {"requeued", "failed"}
+    assert {r["id"] for r in acct_rows(view, allocation="lab/b")} == {"requeued", "failed", "noded"}
     # alive at 25 min or later: not what ended before; GPU-hours only inside the window
     late = {r["id"]: r for r in acct_rows(view, since=t0 + 1500)}
-    assert set(late) == {"requeued", "ended", "gone"}
+    assert set(late) == {"requeued", "ended", "gone", "noded"}
     assert late["requeued"]["window_gpu_hours"] == pytest.approx(4 * 2100 / 3600, abs=1e-3)
     assert late["ended"]["window_gpu_hours"] == 0  # preempted at 25 min: nothing after
     assert totals(list(late.values()))["window_gpu_hours"] == pytest.approx(2.333, abs=1e-3)
     # with a window, -s means a state it was in then (as sacct -s with -S/-E)
     during = acct_rows(view, states={"PENDING"}, since=t0 + 700, until=t0 + 800)
-    assert {r["id"] for r in during} == {"requeued", "ended", "gone"}  # requeued waits 10-15 min
+    # requeued waits 10-15 min
+    assert {r["id"] for r in during} == {"requeued", "ended", "gone", "noded"}
     ended_then = acct_rows(view, states={"COMPLETED", "FAILED"}, until=t0 + 1199)
     assert ended_then == []  # they end at 20 min
     ran_then = acct_rows(view, states={"RUNNING"}, since=t0 + 1300, until=t0 + 1400)
-    assert {r["id"] for r in ran_then} == {"requeued", "ended"}
+    assert {r["id"] for r in ran_then} == {"requeued", "ended", "noded"}
     # a refused submission keeps the allocation it named
     assert [r["id"] for r in acct_rows(view, allocation="lab/c/")] == ["refused"]
     assert {r["id"] for r in acct_rows(view, until=t0 - 1)} == set()
     total = totals(list(rows.values()))
-    assert total["workloads"] == 6
+    assert total["workloads"] == 7
     assert total["by_state"] == {
-        "RUNNING": 1, "COMPLETED": 1, "FAILED": 1, "CANCELLED": 1, "PREEMPTED": 1, "REJECTED": 1
+        "RUNNING": 1, "COMPLETED": 1, "FAILED": 1, "CANCELLED": 1, "PREEMPTED": 1,
+        "NODE_FAIL": 1, "REJECTED": 1,
     }  # fmt: skip
 
 
