@@ -59,6 +59,7 @@ class Snapshot:
     # the records `view` folded, read again: for the forecast (`projections.forecast`)
     journal: Callable[[], Iterable[Any]] | None = None
     _forecast: Any = None
+    horizon_s: float | None = None  # how far the forecast looks (None: its default)
     # its own lock: a forecast takes seconds, charts must not wait for it
     _forecast_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,7 +76,8 @@ class Snapshot:
             if self._forecast is None:
                 records = self.journal() if self.journal is not None else None
                 # to the horizon, records kept: the timeline page draws them
-                self._forecast = forecast(self.view, journal=records, keep_records=True)
+                kw = {} if self.horizon_s is None else {"horizon_s": self.horizon_s}
+                self._forecast = forecast(self.view, journal=records, keep_records=True, **kw)
             return self._forecast
 
 
@@ -142,7 +144,7 @@ class Dashboard:
 
     `lines()` reads the whole journal; `stamp()` (optional) is cheap and changes when the
     journal does (a file's size and mtime). Without `stamp` the journal is re-read at
-    most every `ttl` seconds."""
+    most every `ttl` seconds. `horizon_s`: how far the queue's forecast looks."""
 
     def __init__(
         self,
@@ -151,8 +153,10 @@ class Dashboard:
         label: str,
         stamp: Callable[[], Any] | None = None,
         ttl: float = 5.0,
+        horizon_s: float | None = None,
     ) -> None:
         self.lines = lines
+        self.horizon_s = horizon_s
         self.label = label
         self.stamp = stamp
         self.ttl = ttl
@@ -170,6 +174,7 @@ class Dashboard:
                 fresh = self._snap is not None and time.time() - self._snap.built < self.ttl
             if not fresh:
                 self._snap = build_snapshot(self.lines)
+                self._snap.horizon_s = self.horizon_s
                 self._key = key
             assert self._snap is not None
             return self._snap

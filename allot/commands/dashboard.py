@@ -12,7 +12,15 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, TargetError
+from allot.commands.common import (
+    HORIZON_DEFAULT,
+    DataOpt,
+    HorizonOpt,
+    JournalOpt,
+    KafkaOpt,
+    TargetError,
+    horizon_seconds,
+)
 
 
 def _fail(message: str) -> NoReturn:
@@ -49,6 +57,7 @@ def register(app: typer.Typer) -> None:
                 help="Kafka only: re-read the journal at most every this many seconds.",
             ),
         ] = 5.0,
+        horizon: HorizonOpt = HORIZON_DEFAULT,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No request log.")] = False,
     ) -> None:
         """Serve the allocations, queue, GPU timeline and why pages over HTTP (offline:
@@ -64,6 +73,7 @@ def register(app: typer.Typer) -> None:
             )
         try:
             target = resolve_target(kafka, data, journal, writable=False)
+            horizon_s = horizon_seconds(horizon)
         except TargetError as why:
             _fail(str(why))
         wanted = cluster
@@ -85,6 +95,7 @@ def register(app: typer.Typer) -> None:
             label=target.label + (f" · cluster {wanted}" if wanted else ""),
             stamp=file_stamp(path) if path is not None else None,
             ttl=refresh,
+            horizon_s=horizon_s,
         )
 
         def log(line: str) -> None:

@@ -435,6 +435,10 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         "error: say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
         "or --journal FILE"
     ]
+    result = run("--journal", str(tmp_path / "j.jsonl"), "--horizon", "soon")
+    assert result.returncode == 2, result
+    assert result.stderr.strip().splitlines()[0].startswith("error: --horizon 'soon':")
+    assert len(result.stderr.strip().splitlines()) == 1
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

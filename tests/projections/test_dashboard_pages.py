@@ -122,3 +122,16 @@ def test_the_timeline_page_draws_the_next_two_days_as_expected():
     assert any(
         r.type == "workload.placed" and r.workload == "wait1" for r in snap.forecast().records
     )
+
+
+def test_the_dashboards_horizon_bounds_its_forecast():
+    """`allot dashboard --horizon 20m`: wait1 is expected at 00:30, past 00:02 + 20m."""
+    from projections.dashboard import Dashboard, timeline_page
+
+    records = [orjson.dumps(d) for d in half_hour_left().dicts()]
+    board = Dashboard(lambda: records, label="test", horizon_s=1200.0)
+    snap = board.snapshot()
+    pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', queue_page(snap), re.S)[1]
+    assert '<td class="nowrap" data-k="expected_start">N/A</td>' in pending
+    _, text = timeline_page(snap, {})
+    assert "The next 20m, as the scheduler expects it" in text
