@@ -53,9 +53,10 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
        way reserves the hosts that free soonest for it (protection ends, declared
        runtimes); later work backfills them only if it cannot delay that start.
     7. Follow up: after a preemption (it may requeue work the order has passed, or free
-       more GPUs than its beneficiary took after work that needed them failed), while
-       GPUs are free a light cycle at the same moment places waiting work on them (no
-       preemption: that is for the next cycle, on the hosts this one changed).
+       more GPUs than its beneficiary took after work that needed them failed), or once
+       a reservation's holder started (work tried before it was kept off its hosts),
+       while GPUs are free a light cycle at the same moment places waiting work on them
+       (no preemption: that is for the next cycle, on the hosts this one changed).
     A workload that cannot be placed ends its bucket's turn, and every later bucket of
     the same group needing at least as many GPUs is skipped: such work cannot fit
     either — unless only a reservation kept it off GPUs (its minimum runtime would
@@ -81,14 +82,16 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     out = cycle.out
     if (
         state.with_free
-        and any(e.type == "workload.preempted" for e in out)
+        and (cycle.holder_started or any(e.type == "workload.preempted" for e in out))
         and cycle.can_be_light()
     ):
         # a preemption may requeue work this cycle's order has passed, or free more GPUs
-        # than its beneficiary took (a gang's hosts) after work that needed them failed:
-        # while GPUs are free, a light cycle with no host marked changed tries all waiting
-        # work, in order, on free GPUs only, at once rather than at the next input, which
-        # may be hours away; what changed stays for the next cycle's victim search
+        # than its beneficiary took (a gang's hosts) after work that needed them failed;
+        # a reservation's holder that started leaves its hosts' other GPUs to work the
+        # reservation kept off them earlier in the cycle: while GPUs are free, a light
+        # cycle with no host marked changed tries all waiting work, in order, on free
+        # GPUs only, at once rather than at the next input, which may be hours away;
+        # what changed stays for the next cycle's victim search
         changed, state.changed_hosts = state.changed_hosts, {}
         follow = Cycle(state, now, cause)
         follow.schedule(light=True)
@@ -203,6 +206,7 @@ class Cycle:
     __slots__ = (
         "cause",
         "force_full",
+        "holder_started",
         "holders",
         "light_hosts",
         "now",
@@ -226,6 +230,7 @@ class Cycle:
         self.reservations: dict[str, tuple[str, float]] = {}
         self.holders = 0  # workloads that tried to reserve this cycle
         self.force_full = False  # a quick attempt found work that needs a full cycle
+        self.holder_started = False  # a reservation's holder was placed: it holds nothing now
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
         self.position = 0
         # the longest minimum runtime a reservation refused in the current attempt would
@@ -1081,6 +1086,8 @@ class Cycle:
             explain["backfill"] = {"reserved_for": backfilled[0][0], "from": _num(backfilled[0][1])}
         if s.headroom & hosts.keys():
             explain["headroom"] = True
+        if self.reservations and any(held[0] == w.id for held in self.reservations.values()):
+            self.holder_started = True
         self.emit(
             ev.WorkloadPlaced(
                 **self._envelope(),
