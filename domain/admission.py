@@ -64,7 +64,7 @@ def admit(state: State, event: Any) -> Any:
             workload=getattr(event, "workload", None),
             allocation=getattr(event, "allocation", None),
             host=getattr(event, "host", None),
-            gpus=getattr(event, "gpus", None),
+            gpus=_copied_gpus(getattr(event, "gpus", None)),
         )
     return event if event.time == now else event.model_copy(update={"time": now})
 
@@ -89,6 +89,17 @@ def _old_claim(state: State, claimed: float) -> str:
         f"claims time {claimed:.0f}, older than the {format_duration(state.config.window)} "
         "window; check the sender's clock"
     )
+
+
+# weights are relative among siblings: a million to one is already 0.0001% of a share;
+# beyond, shares underflow to 0 and fair-share ratios to numbers nobody can read
+MAX_WEIGHT = 1e6
+
+
+def _copied_gpus(gpus: Any) -> int | None:
+    """The refused input's GPUs for its rejection, if a count anyone could mean (an
+    absurd one is in the error text; a consumer's 32-bit column need not hold it)."""
+    return gpus if isinstance(gpus, int) and 0 < gpus < 2**31 else None
 
 
 def reject_old_claim(state: State, event: Any, stamped: float) -> Any:
@@ -257,8 +268,8 @@ def _may_act_under(state: State, actor: str, path: str) -> bool:
 
 def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
     _check_budget_target(state, e.allocation, e.actor)
-    if not math.isfinite(e.weight) or e.weight < 0:
-        raise Rejected(f"weight must be a number >= 0, got {e.weight}")
+    if not math.isfinite(e.weight) or not 0 <= e.weight <= MAX_WEIGHT:
+        raise Rejected(f"weight must be a number from 0 to {MAX_WEIGHT:g}, got {e.weight:g}")
     parent = parent_of(e.allocation)
     if e.allocation not in state.tree and parent is not None and state.tree.nodes[parent].is_leaf:
         live = sum(1 for w in state.workloads.values() if w.allocation == parent)

@@ -248,8 +248,10 @@ def _insert(
     last_time = last.get("time") if isinstance(last, dict) else None
     chunk.write_bytes(b"\n".join(batch) + b"\n")
     paths = ", ".join(f"'{path}'" for _, _, path in _FIELDS)
+    # TRY_CAST: a value out of its column's range (a refused request may copy one) reads
+    # as NULL there, and stays whole in `record`, rather than stop every later load
     fields = ", ".join(
-        f"CAST(f[{i + 1}] AS {sql})" if sql != "VARCHAR" else f"f[{i + 1}]"
+        f"TRY_CAST(f[{i + 1}] AS {sql})" if sql != "VARCHAR" else f"f[{i + 1}]"
         for i, (_, sql, _) in enumerate(_FIELDS)
     )
     names = ", ".join(name for name, _, _ in _FIELDS)
@@ -368,10 +370,16 @@ def _bad_record(batch: list[bytes], first: int) -> str | None:
 
 
 def sql(con: duckdb.DuckDBPyConnection, query: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run one ad-hoc query: (column names, rows); a bad query raises AuditError."""
+    """Run one ad-hoc query: (column names, rows); a bad query raises AuditError.
+
+    The query reads the database and nothing else: files, extensions and other
+    databases are closed to it (the connection cannot open them again)."""
+    if not query.strip():
+        raise AuditError('give a query, e.g. "SELECT type, count(*) FROM journal GROUP BY ALL"')
     try:
+        con.execute("SET enable_external_access = false").fetchall()
         rel = con.execute(query)
-        if rel.description is None:
+        if rel is None or rel.description is None:
             return [], []
         columns = [d[0] for d in rel.description]
         return columns, rel.fetchall()

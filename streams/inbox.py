@@ -98,6 +98,15 @@ class InboxWriter(Protocol):
     def close(self) -> None: ...
 
 
+def encode_requests(requests: list[dict[str, Any]]) -> list[bytes]:
+    """The requests' wire form; a value JSON cannot carry (an integer beyond 64 bits)
+    is one line for the user, before anything is sent."""
+    try:
+        return [orjson.dumps(r) for r in requests]
+    except TypeError as why:
+        raise InboxError(f"cannot send the request: {why}") from None
+
+
 class EmbeddedInbox:
     """Appends requests to DIR/inbox.jsonl; the outcome is read from DIR/journal.jsonl."""
 
@@ -107,7 +116,7 @@ class EmbeddedInbox:
 
     def send(self, requests: list[dict[str, Any]]) -> None:
         try:
-            append_requests(self.folder, [orjson.dumps(r) for r in requests])
+            append_requests(self.folder, encode_requests(requests))
         except EmbeddedError as why:
             raise InboxError(str(why)) from None
 
@@ -259,6 +268,7 @@ class KafkaInbox:
     async def _send(
         self, requests: list[dict[str, Any]], match: Match | None, timeout: float
     ) -> dict[str, Any] | None:
+        encoded = encode_requests(requests)
         consumer = None
         if match is not None:
             consumer = await self._watch()
@@ -269,9 +279,9 @@ class KafkaInbox:
                     await producer.send(
                         topics.INBOX,
                         key=str(r.get("cluster", "default")).encode(),
-                        value=orjson.dumps(r),
+                        value=value,
                     )
-                    for r in requests
+                    for r, value in zip(requests, encoded, strict=True)
                 ]
                 await asyncio.wait_for(asyncio.gather(*futures), self.send_timeout)
             except TimeoutError:

@@ -333,6 +333,12 @@ def submit(
     with one_line_errors():
         if gpus < 1:  # the scheduler would reject it; say so now, in one line
             raise RequestError(f"--gpus {gpus}: a workload needs at least 1 GPU")
+        if gpus > MAX_COUNT:
+            raise RequestError(f"--gpus {gpus}: more GPUs than any cluster has")
+        if abs(priority) > MAX_COUNT:
+            raise RequestError(
+                f"--priority {priority}: use a number from {-MAX_COUNT} to {MAX_COUNT}"
+            )
         if name is not None and not name.isprintable():
             raise RequestError(f"--name {name!r}: no control characters (tabs, newlines)")
         min_s = _duration("--min-runtime", min_runtime)
@@ -591,6 +597,9 @@ release = _workload_command(
 )
 
 
+# the largest GPU count or priority a request may carry (a 32-bit integer's range)
+MAX_COUNT = 2**31 - 1
+
 budget_app = typer.Typer(
     help="Change the budget tree: weights, managers, members.", no_args_is_help=True
 )
@@ -601,13 +610,22 @@ host_app = typer.Typer(help="Register hosts and report their health.", no_args_i
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def budget_set(
     path: Annotated[str, typer.Argument(help="Allocation path, e.g. lab/olmo/pretrain.")],
-    weight: Annotated[float, typer.Argument(help="Share among its siblings (>= 0).")],
+    weight: Annotated[float, typer.Argument(help="Share among its siblings (0 to 1e6).")],
     manager: Annotated[
         list[str] | None,
-        typer.Option("--manager", help="May change its children's budgets (repeatable)."),
+        typer.Option(
+            "--manager",
+            help="May change its children's budgets (repeatable). Given, the list "
+            "replaces the current managers; left out, they stay.",
+        ),
     ] = None,
     member: Annotated[
-        list[str] | None, typer.Option("--member", help="May submit to it (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--member",
+            help="May submit to it (repeatable). Given, the list replaces the current "
+            "members; left out, they stay.",
+        ),
     ] = None,
     wait: WaitOpt = None,
     kafka: KafkaOpt = None,
@@ -617,8 +635,10 @@ def budget_set(
 ) -> None:
     """Create an allocation or change its weight (managers of its parent or an admin)."""
     with one_line_errors():
-        if not (math.isfinite(weight) and weight >= 0):  # the scheduler would reject it
-            raise RequestError(f"WEIGHT {weight:g}: a weight is a finite number >= 0")
+        from domain.admission import MAX_WEIGHT
+
+        if not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):  # it would be refused
+            raise RequestError(f"WEIGHT {weight:g}: a weight is a number from 0 to {MAX_WEIGHT:g}")
         from domain.tree import valid_path  # imported here: audit commands start light
 
         if not valid_path(path):

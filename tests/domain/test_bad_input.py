@@ -117,6 +117,12 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         "-1",
     ),
     (
+        "budget-absurd-weight",  # shares of its siblings would underflow to 0
+        make(ev.BudgetSet, allocation="lab/a", weight=1e308, actor="boss"),
+        "budget.rejected",
+        "from 0 to 1e+06",
+    ),
+    (
         "budget-infinite-weight",
         make(ev.BudgetSet, allocation="lab/a", weight=math.inf, actor="boss"),
         "budget.rejected",
@@ -349,6 +355,15 @@ def test_rejection_copies_what_was_rejected() -> None:
         "workload.submitted",
         3,
     )
+
+
+def test_a_rejection_copies_no_absurd_gpu_count() -> None:
+    """The error says what was asked; the field stays within what a consumer's 32-bit
+    column holds (the audit store's did not, and stopped loading)."""
+    c = _cluster()
+    (r,) = c.send(submit(workload="x", allocation="lab/a", gpus=2**63 - 1)(c))
+    assert r.type == "workload.rejected" and str(2**63 - 1) in r.error
+    assert r.gpus is None
 
 
 def test_open_cluster_lets_anyone_act_until_principals_are_named() -> None:

@@ -106,9 +106,19 @@ def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
 # ------------------------------------------------------------------ errors
 
 
-def test_a_query_with_a_syntax_error(db: Path) -> None:
+def test_a_bad_empty_or_outside_query_is_one_line(db: Path) -> None:
     one_line_error(allot("audit", "sql", "SELEC 1", "--db", str(db)), "syntax error")
     one_line_error(allot("audit", "sql", "SELECT * FROM nope", "--db", str(db)), "nope")
+    one_line_error(allot("audit", "sql", "  ", "--db", str(db)), "give a query")
+    # read-only means the database only: no file written or read beside it
+    out = db.parent / "leak.csv"
+    copy = f"COPY (SELECT 1) TO '{out}'"
+    one_line_error(allot("audit", "sql", copy, "--db", str(db)), "disabled")
+    assert not out.exists()
+    one_line_error(
+        allot("audit", "sql", "SELECT * FROM read_text('/etc/hostname')", "--db", str(db)),
+        "disabled",
+    )
 
 
 def test_an_unknown_allocation(db: Path) -> None:

@@ -312,9 +312,16 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert "expected HOST:PORT" in one_line_error(result)
     line = one_line_error(allot("host", "health", "h1", "--data", str(cluster)))
     assert line == "error: say --healthy or --unhealthy for host h1"
-    for weight, shown in (("nan", "nan"), ("inf", "inf"), ("-1", "-1"), ("-0.5", "-0.5")):
+    weights = (("nan", "nan"), ("inf", "inf"), ("-1", "-1"), ("-0.5", "-0.5"), ("1e308", "1e+308"))
+    for weight, shown in weights:
         line = one_line_error(allot("budget", "set", "lab/x", weight, "--data", str(cluster)))
-        assert line == f"error: WEIGHT {shown}: a weight is a finite number >= 0"
+        assert line == f"error: WEIGHT {shown}: a weight is a number from 0 to 1e+06"
+    # past 64 bits the request could not even be written
+    huge = "99999999999999999999"
+    line = one_line_error(allot(*base[:-1], huge, "--min-runtime", "1m"))
+    assert line == f"error: --gpus {huge}: more GPUs than any cluster has"
+    line = one_line_error(allot(*base[:-1], "1", "--min-runtime", "1m", "--priority", f"-{huge}"))
+    assert line.startswith(f"error: --priority -{huge}: use a number from")
     line = one_line_error(allot("budget", "set", "lab/my\tteam", "1", "--data", str(cluster)))
     assert line.startswith("error: PATH 'lab/my\\tteam': names separated by '/', without")
     line = one_line_error(allot(*base[:-1], "1", "--min-runtime", "1m", "--name", "a\nb"))

@@ -282,6 +282,22 @@ def test_a_damaged_record_is_named(tmp_path: Path) -> None:
         audit.load(tmp_path / "audit.duckdb", journal_lines(journal=journal))
 
 
+def test_a_value_out_of_its_columns_range_does_not_stop_the_load(tmp_path: Path) -> None:
+    """A refused request from another producer may carry any number: its column reads
+    NULL, the record stays whole, and later records still load."""
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(
+        b'{"type":"workload.rejected","time":1.0,"id":"r1","cluster":"c","actor":"x",'
+        b'"ref":"i1","error":"gpus","workload":"w","gpus":9223372036854775807}\n'
+        b'{"type":"clock.tick","time":2.0,"id":"t1","cluster":"c","actor":"allot"}\n'
+    )
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal))
+    con = audit.connect(db, read_only=True)
+    rows = con.execute("SELECT id, gpus, record->>'$.gpus' FROM records ORDER BY seq").fetchall()
+    assert rows == [("r1", None, "9223372036854775807"), ("t1", None, None)]
+
+
 def test_an_empty_database_says_so(tmp_path: Path) -> None:
     db = tmp_path / "audit.duckdb"
     audit.connect(db).close()
