@@ -20,6 +20,7 @@ from allot.commands.common import (
     JournalOpt,
     KafkaOpt,
     TargetError,
+    pipe_console,
     quiet_on_closed_pipe,
 )
 
@@ -138,10 +139,10 @@ def _print(table: Table) -> None:
     from rich.text import Text
 
     title = getattr(table, "heading", "")
-    console = Console()
+    console = pipe_console()
     natural = max(Console(width=10_000).measure(table).maximum, len(title))
     if not console.is_terminal or natural > console.width:
-        console = Console(width=max(natural, 40))
+        console = pipe_console(width=max(natural, 40))
     console.print(Text(title, style="bold"), soft_wrap=True)
     console.print(table)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -118,12 +118,76 @@ def whoami(explicit: str | None) -> str:
 CLOSED_PIPE_EXIT = 141
 
 
+class OutputError(OSError):
+    """Writing the command's output failed (a full disk, `> /dev/full`), as opposed to
+    reading its input: the two read alike as OSError otherwise."""
+
+
+class _CheckedStdout:
+    """sys.stdout (or its binary buffer), whose write failures other than a closed pipe
+    are OutputErrors."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def buffer(self) -> Any:
+        return _CheckedStdout(self._inner.buffer)
+
+    def write(self, text: Any) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as why:
+            raise OutputError(why.errno, why.strerror) from None
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as why:
+            raise OutputError(why.errno, why.strerror) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _stdout_to_devnull() -> None:
+    """Later flushes (at exit) must not fail again on a closed or full stdout."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 @contextmanager
 def quiet_on_closed_pipe() -> Iterator[None]:
-    """Stdout closed early (`| head`): stop quietly with CLOSED_PIPE_EXIT."""
+    """Stdout closed early (`| head`): stop quietly with CLOSED_PIPE_EXIT. Stdout that
+    cannot be written (`> /dev/full`): one line saying so, exit 2."""
+    inner = sys.stdout
+    sys.stdout = _CheckedStdout(inner)  # type: ignore[assignment]
     try:
         yield
+        sys.stdout.flush()
     except BrokenPipeError:
-        # later flushes (at exit) must not fail again on the closed pipe
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         raise typer.Exit(CLOSED_PIPE_EXIT) from None
+    except OutputError as why:
+        _stdout_to_devnull()
+        typer.echo(f"error: cannot write the output: {why.strerror or why}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        sys.stdout = inner
+
+
+def pipe_console(**options: Any) -> Any:
+    """A rich Console whose closed pipe ends the command as `quiet_on_closed_pipe` does
+    (rich's own handler exits 1, which reads as a failure)."""
+    from rich.console import Console
+
+    console = Console(**options)
+    console.on_broken_pipe = _closed_pipe  # type: ignore[method-assign]
+    return console
+
+
+def _closed_pipe() -> None:
+    raise BrokenPipeError

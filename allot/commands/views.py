@@ -24,6 +24,7 @@ from allot.commands.common import (
     SubtreeOpt,
     TargetError,
     horizon_seconds,
+    pipe_console,
     quiet_on_closed_pipe,
 )
 
@@ -85,10 +86,10 @@ def print_table(title: str, table: Table) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    console = Console()
+    console = pipe_console()
     natural = Console(width=10_000).measure(table).maximum
     if not console.is_terminal or natural > console.width:
-        console = Console(width=max(natural, len(title), 20))
+        console = pipe_console(width=max(natural, len(title), 20))
     console.print(Text(title, style="bold"), soft_wrap=True)
     console.print(table)
 

@@ -776,8 +776,11 @@ def test_queue_start_lists_soonest_first_and_pct_s_shows_running_starts(
             "0-300",
             "--parsable",
         ],
+        ["shares"],  # a rich table: rich's own handler exited 1
+        ["acct", "--json"],
+        ["queue"],
     ],
-    ids=["why", "submit-test-only"],
+    ids=["why", "submit-test-only", "shares", "acct-json", "queue"],
 )
 def test_a_closed_pipe_ends_quietly_with_the_shells_sigpipe_status(
     data_dir: Path, records: list[dict[str, Any]], command: list[str]
@@ -809,6 +812,21 @@ def test_a_closed_pipe_ends_quietly_with_the_shells_sigpipe_status(
         os.close(write_end)
     assert run.returncode == 141, run.stderr
     assert "error" not in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("command", [["shares"], ["acct", "--json"], ["queue"]], ids=str)
+def test_output_that_cannot_be_written_says_so(data_dir: Path, command: list[str]) -> None:
+    """`> /dev/full`: the write failed, not the journal's read."""
+    with open("/dev/full", "w") as full:
+        run = subprocess.run(
+            [sys.executable, "-m", "allot.cli", *command, "--data", str(data_dir)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == ["error: cannot write the output: No space left on device"]
 
 
 @pytest.fixture
