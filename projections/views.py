@@ -755,9 +755,17 @@ def shares_header(source: JournalView | Iterable[Any]) -> dict[str, Any]:
 def find_workload(view: JournalView, wid: str) -> str:
     """`wid` itself, or the one workload id it is a unique prefix of; else ViewError
     listing close matches."""
-    known = view.histories
-    if wid in known:
+    histories = view.histories
+    h = histories.get(wid)
+    if h is not None and _names_a_workload(h):
         return wid
+    if h is not None:  # only refused requests (a hold, a cancel) named it
+        refused = "; ".join(
+            f"{r.input_type or r.type} from {r.actor} at {iso(r.time)}: {r.error}"
+            for r in h.rejections[:3]
+        )
+        raise ViewError(f"no workload {wid!r}: only refused requests name it ({refused})")
+    known = [k for k, h in histories.items() if _names_a_workload(h)]
     prefixed = [k for k in known if k.startswith(wid)]
     if len(prefixed) == 1:
         return prefixed[0]
@@ -775,6 +783,16 @@ def find_workload(view: JournalView, wid: str) -> str:
     elif not close:
         hint = "; `allot queue` lists live workloads"
     raise ViewError(f"no workload {wid!r} in the journal of cluster {view.cluster!r}{hint}")
+
+
+def _names_a_workload(h: History) -> bool:
+    """Was it ever a workload (submitted, refused as a submission, or seen running)? A
+    refused hold or cancel of a mistyped id leaves a history that is none of these."""
+    return (
+        h.submitted is not None
+        or bool(h.placements or h.preemptions or h.caused or h.ended)
+        or any(r.input_type == "workload.submitted" for r in h.rejections)
+    )
 
 
 def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
@@ -1125,16 +1143,24 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
         if h.ended is not None:
             e = h.ended
             how = e["how"]
+            state_name = how.upper()
+            last = h.preemptions[-1] if h.preemptions else None
             if how == "finished":
                 what = f"finished ({e.get('outcome', 'completed')}) at {iso(e['time'])}"
             elif how == "cancelled":
                 what = f"cancelled by {e.get('actor')} at {iso(e['time'])}"
+            elif how == "preempted" and last is not None and last.reason == "drain":
+                state_name = "NODE_FAIL"  # sacct's name, as `allot acct` says
+                what = (
+                    f"ended at {iso(e['time'])}: its host {last.explain.get('host')} was "
+                    "drained as unhealthy, and it is not resumable"
+                )
             elif how == "preempted":
                 what = f"ended at {iso(e['time'])}: preempted and not resumable"
             else:
                 what = f"ended at {iso(e['time'])} ({how})"
             return {
-                "state": how.upper(),
+                "state": state_name,
                 "text": what,
                 **{k: v for k, v in e.items() if k != "time"},
             }

@@ -455,6 +455,29 @@ def test_why_unknown_id_lists_close_matches(asked: str, hint: str) -> None:
         assert "did you mean: job-2, job-1?" in str(info.value)  # closest first
 
 
+def test_why_an_id_only_refused_requests_named_is_no_workload() -> None:
+    """A hold and a cancel of a mistyped id are refused; `why` says no such workload,
+    quoting them, and a prefix never matches such an id."""
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("01ABCDEF", "lab/a")
+    c.hold("01ABXXXX", actor="alice")
+    view = view_of(c)
+    with pytest.raises(v.ViewError, match=r"no workload '01ABXXXX': only refused requests"):
+        v.why(view, "01ABXXXX")
+    assert v.why(view, "01AB")["workload"] == "01ABCDEF"  # not ambiguous
+
+
+def test_why_work_ended_by_a_drain_reads_node_fail_as_acct_does() -> None:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("job", "lab/a", gpus=1, min_runtime=0, resumable=False)
+    c.at("10m").health("h0", False, reason="xid-79")
+    answer = v.why(view_of(c), "job")
+    assert answer["current"]["state"] == "NODE_FAIL"
+    assert "its host h0 was drained as unhealthy, and it is not resumable" in answer["text"][-1]
+
+
 def test_why_unique_prefix_is_enough() -> None:
     c = make(hosts=1)
     c.tree({"lab/a": 1})
