@@ -534,7 +534,11 @@ def _about_workloads(
             raise RequestError("--wait works for one workload; follow several with `allot queue`")
         target = resolve_target(*target_options)
         actor = whoami(as_)
-        requests = [make_request(kind, cluster=cluster, actor=actor, workload=wid) for wid in ids]
+        # cancels go last id first: a job array's tasks start in index order, so its
+        # waiting tail goes before the running head, whose freed GPUs would otherwise
+        # start the next task just before its own cancel arrives
+        order = ids[::-1] if kind == "workload.cancelled" else ids
+        requests = [make_request(kind, cluster=cluster, actor=actor, workload=wid) for wid in order]
         verdict = _send_all(target, requests, wait)
     if len(requests) == 1:
         _sent(f"{verb} of workload {ids[0]} sent", target, requests[0])

@@ -668,6 +668,42 @@ def test_a_job_array_is_submitted_and_partly_cancelled(cluster: Path) -> None:
     assert lines[0].rsplit("_", 1)[0] == lines[1].rsplit("_", 1)[0]
 
 
+def test_cancelling_a_job_array_starts_none_of_its_waiting_tasks(tmp_path: Path) -> None:
+    """scancel of an array: 4 tasks run on the one 4-GPU host, 8 wait. Cancels sent in
+    index order would free a GPU for the next waiting task just before its own cancel."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        for args in [
+            ("host", "register", "h1", "4"),
+            ("budget", "set", "lab", "1"),
+            ("budget", "set", "lab/x", "1"),
+        ]:
+            assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
+        wait_for(data, lambda r: r.get("allocation") == "lab/x")
+        result = allot(
+            "submit", "--data", str(data), "-A", "lab/x", "-G", "1", "--min-runtime", "1h",
+            "--array", "0-11", "--parsable", "--as", ADMIN,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        base = result.stdout.split()[0].rsplit("_", 1)[0]
+        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == f"{base}_3")
+        result = allot("cancel", f"{base}_[0-11]", "--data", str(data), "--as", ADMIN)
+        assert result.returncode == 0, result.stderr
+        wait_for(
+            data,
+            lambda r: r["type"] == "workload.cancelled" and r["workload"] == f"{base}_0",
+        )
+        records = journal(data)
+        started = {r["workload"] for r in records if r["type"] == "workload.placed"}
+        assert started == {f"{base}_{i}" for i in range(4)}
+        cancelled = [r["workload"] for r in records if r["type"] == "workload.cancelled"]
+        assert sorted(cancelled) == sorted(f"{base}_{i}" for i in range(12))
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
 def test_array_with_wait_is_one_clear_line(cluster: Path) -> None:
     common = ["--data", str(cluster), "--allocation", "lab/vision", "--gpus", "1"]
     result = allot("submit", *common, "--min-runtime", "0", "--array", "0-1", "--wait", "5")
