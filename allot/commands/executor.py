@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import math
 import queue
 import signal
 import sys
@@ -178,6 +179,15 @@ class SimulatedLauncher:
 _END = object()
 
 
+def _feed(launcher: SimulatedLauncher, line: bytes) -> None:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return  # not ours to judge: the scheduler's views name bad lines
+    if isinstance(record, dict):
+        launcher.on_record(record)
+
+
 def _reader(lines: Any, out: queue.Queue[Any]) -> None:
     try:
         for line in lines:
@@ -225,17 +235,38 @@ def run_executor(
 ) -> int:
     """Play the launcher against `target` (`.kafka` / `.data`); returns reports sent.
     `banner` is logged once the journal answers (so a bad source is one error line)."""
+    from itertools import islice
+
     from streams.inbox import open_inbox
     from streams.sources import EmptyJournal, journal_lines
 
     launcher = SimulatedLauncher(cluster, speed)
     stop = stop or threading.Event()
-    lines = journal_lines(kafka=target.kafka, data=target.data, cluster=cluster, follow=not once)
+    # the journal as it is now, first and whole: a report is due only once every record
+    # about its attempt is known (a restarted executor must not report work whose end,
+    # or whose preemption, it had not read yet)
+    backlog = 0
+    # a scheduler started just now may not have written its journal yet: follow it
+    unwritten = target.data is not None and not (target.data / "journal.jsonl").exists()
+    try:
+        if not (unwritten and not once):
+            for line in journal_lines(kafka=target.kafka, data=target.data, cluster=cluster):
+                backlog += 1
+                _feed(launcher, line)
+    except EmptyJournal:
+        pass
+    if banner and log:
+        log(banner)
     inbox = open_inbox(target)
     records: queue.Queue[Any] = queue.Queue(maxsize=10_000)
-    thread = threading.Thread(target=_reader, args=(lines, records), daemon=True)
-    thread.start()
-    reading = True
+    reading = not once
+    thread = None
+    if reading:  # then what comes after it, as it comes
+        lines = journal_lines(kafka=target.kafka, data=target.data, cluster=cluster, follow=True)
+        thread = threading.Thread(
+            target=_reader, args=(islice(lines, backlog, None), records), daemon=True
+        )
+        thread.start()
     sent = 0
     try:
         while not stop.is_set():
@@ -252,7 +283,8 @@ def run_executor(
                 if log:
                     log(f"report {rej.get('ref')} rejected: {rej.get('error')}")
             launcher.rejected.clear()
-            if not reading and (once or not thread.is_alive()) and launcher.next_due() is None:
+            alive = thread is not None and thread.is_alive()
+            if not reading and (once or not alive) and launcher.next_due() is None:
                 break
             nxt = launcher.next_due()
             wait = 0.2 if nxt is None else min(0.2, max(0.0, nxt - clock()))
@@ -263,24 +295,13 @@ def run_executor(
                 item = records.get(timeout=wait)
             except queue.Empty:
                 continue
-            if banner and log and not isinstance(item, BaseException):
-                log(banner)
-                banner = None
             while True:
                 if item is _END:
                     reading = False
                     break
-                if isinstance(item, EmptyJournal) and once:
-                    reading = False  # nothing placed yet: nothing to report
-                    break
                 if isinstance(item, BaseException):
                     raise item
-                try:
-                    record = orjson.loads(item)
-                except orjson.JSONDecodeError:
-                    record = None
-                if isinstance(record, dict):
-                    launcher.on_record(record)
+                _feed(launcher, item)
                 try:
                     item = records.get_nowait()
                 except queue.Empty:
@@ -330,8 +351,8 @@ def register(app: typer.Typer) -> None:
                     "only the simulated executor is built in: use --simulate (a real launcher "
                     "follows the contract in `allot executor --help`)"
                 )
-            if not speed > 0 or speed != speed:
-                raise TargetError(f"--speed must be > 0, got {speed:g}")
+            if not (speed > 0 and math.isfinite(speed)):
+                raise TargetError(f"--speed must be a number > 0, got {speed:g}")
             target = resolve_target(kafka, data)
 
             def log(message: str) -> None:

@@ -493,6 +493,28 @@ def test_executor_once_on_the_embedded_journal(tmp_path: Path) -> None:
     assert "finished (completed)" in why.stdout
 
 
+def test_a_restarted_executor_reports_nothing_that_already_ended(tmp_path: Path) -> None:
+    """A journal where 3,000 attempts were placed long ago and have since finished, one
+    preempted: the executor reads all of it before any report falls due (it used to
+    report work whose end it had not read yet: duplicate ids the scheduler rejects)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    n = 3000
+    records = [{**_submitted(f"w{i}", 60.0), "cluster": "default"} for i in range(n)]
+    records += [{**_placed(f"w{i}", 1, 100.0), "cluster": "default"} for i in range(n)]
+    records += [
+        {"type": "workload.finished", "cluster": "default", "workload": f"w{i}",
+         "attempt": 1, "time": 160.0, "id": f"executor/default/w{i}/1"}
+        for i in range(n - 1)
+    ]  # fmt: skip
+    records.append({**_preempted(f"w{n - 1}", 1, 130.0, requeued=False), "cluster": "default"})
+    (data / "journal.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    result = allot("executor", "--simulate", "--data", str(data), "--once", "--speed", "1000")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "allot executor: 0 reports sent"
+    assert not (data / "inbox.jsonl").exists() or not (data / "inbox.jsonl").read_bytes()
+
+
 def test_executor_follows_a_running_scheduler(tmp_path: Path) -> None:
     """`allot serve --data` and `allot executor --simulate` running side by side."""
     data = tmp_path / "data"
