@@ -90,5 +90,7 @@ def parse_config(raw: dict[str, Any]) -> SchedulerConfig:
                 known = ", ".join(SchedulerConfig.model_fields)
                 problems.append(f"unknown config key {key!r} (known: {known})")
             else:
-                problems.append(f"config key {key!r}: {item['msg']}")
+                # a validator's own words, without pydantic's "Value error, " in front
+                msg = str(item["msg"]).removeprefix("Value error, ")
+                problems.append(f"config key {key!r}: {msg}")
         raise ConfigError("; ".join(problems)) from None

@@ -107,6 +107,11 @@ def resolve_target(
     )
 
 
+def plural(n: int, noun: str) -> str:
+    """`1 workload`, `2 workloads`, `1,204 GPUs`."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def whoami(explicit: str | None) -> str:
     if explicit:
         return explicit

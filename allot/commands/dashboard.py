@@ -60,8 +60,9 @@ def register(app: typer.Typer) -> None:
         horizon: HorizonOpt = HORIZON_DEFAULT,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No request log.")] = False,
     ) -> None:
-        """Serve the allocations, queue, GPU timeline and why pages over HTTP (offline:
-        no scripts or assets from the network). Pages re-read the journal when it changes."""
+        """Serve the allocations, queue, GPU timeline and workload pages (/workload/ID:
+        `allot why` in a browser) over HTTP, offline: no scripts or assets from the
+        network. Pages re-read the journal when it changes."""
         from allot.commands.common import resolve_target
         from projections.dashboard import Dashboard, file_stamp, make_server
         from streams.sources import journal_lines

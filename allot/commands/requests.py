@@ -28,6 +28,7 @@ from allot.commands.common import (
     Target,
     TargetError,
     horizon_seconds,
+    plural,
     quiet_on_closed_pipe,
     resolve_target,
     whoami,
@@ -196,7 +197,7 @@ def _report_verdict(
         typer.echo(f"No verdict on {what} after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
     if str(verdict.get("type", "")).endswith(".rejected"):
-        typer.echo(f"{what[0].upper()}{what[1:]} rejected: {verdict.get('error')}")
+        typer.echo(f"{what[0].upper()}{what[1:]} was rejected: {verdict.get('error')}")
         raise typer.Exit(1)
     typer.echo(done)
 
@@ -235,7 +236,7 @@ def describe_outcome(record: dict[str, Any]) -> str:
         else:
             kind = "unallocated, preemptible"
         return f"Workload {workload} placed on {where} ({kind}, attempt {record.get('attempt', 1)})"
-    return f"Workload {workload} rejected: {record.get('error', 'no reason given')}"
+    return f"Workload {workload} was rejected: {record.get('error', 'no reason given')}"
 
 
 # ---------------------------------------------------------------- commands
@@ -703,7 +704,7 @@ def host_register(
             kafka, data, "host.registered", cluster=cluster, actor=as_, host=host, gpus=gpus,
             wait=wait,
         )  # fmt: skip
-    _sent(f"Registration of host {host} ({gpus} GPUs) sent", target, request)
+    _sent(f"Registration of host {host} ({plural(gpus, 'GPU')}) sent", target, request)
     _report_verdict(
         f"the registration of host {host}", f"Host {host} registered", target, wait, verdict
     )
@@ -728,7 +729,12 @@ def host_health(
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Report a host healthy or unhealthy (unhealthy: no new work, drained when empty)."""
+    """Report a host healthy or unhealthy.
+
+    Unhealthy: no new work goes there; unallocated work and work past its
+    protection are preempted at once, protected work when its protection
+    ends (non-resumable work then ends as NODE_FAIL); the host is reported
+    drained once empty."""
     with one_line_errors():
         if healthy is None:
             raise RequestError(f"say --healthy or --unhealthy for host {host}")

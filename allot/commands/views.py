@@ -25,6 +25,7 @@ from allot.commands.common import (
     TargetError,
     horizon_seconds,
     pipe_console,
+    plural,
     quiet_on_closed_pipe,
 )
 
@@ -539,7 +540,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo("\n".join("|".join(line) for line in [headers, *cells]))
                 return
             print_rows(
-                f"cluster {view.cluster} · as of {iso(view.now)} UTC · {len(rows)} workloads",
+                f"cluster {view.cluster} · as of {iso(view.now)} UTC · "
+                f"{plural(len(rows), 'workload')}",
                 headers,
                 cells,
                 right=RIGHT_ALIGNED,
@@ -552,7 +554,8 @@ def register(app: typer.Typer) -> None:
                 else f"{total['gpu_hours']:,.1f} GPU-hours run"
             )
             typer.echo(
-                f"{total['workloads']} workloads, {ran}" + (f"; now {states}" if states else "")
+                f"{plural(total['workloads'], 'workload')}, {ran}"
+                + (f"; now {states}" if states else "")
             )
 
         _answer(run)

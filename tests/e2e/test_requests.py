@@ -182,7 +182,7 @@ def test_submit_waits_until_placed(cluster: Path) -> None:
     # cancel it: another member may not (and --wait says so), the submitter may
     result = allot("cancel", workload, "--data", str(cluster), "--as", "bob", "--wait", "20")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"The cancel of workload {workload} rejected: 'bob' may not cancel" in result.stdout
+    assert f"The cancel of workload {workload} was rejected: 'bob' may not cancel" in result.stdout
     result = allot("cancel", workload, "--data", str(cluster), "--as", "alice", "--wait", "20")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == f"Workload {workload} cancelled"
@@ -223,7 +223,7 @@ def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path)
     )  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1].startswith(
-        "The budget change for lab/olmo rejected: 'mallory' is not a manager of 'lab'"
+        "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
     )
 
     # the manager may, and may remove what has no work
@@ -261,7 +261,7 @@ def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stdout.splitlines()[-1].startswith(
-        "The registration of host h9 rejected: 'eve' may not register hosts"
+        "The registration of host h9 was rejected: 'eve' may not register hosts"
     )
     rejected = wait_for(cluster, lambda r: r["type"] == "host.rejected" and r["actor"] == "eve")
     assert "may not register hosts" in rejected["error"]
@@ -283,7 +283,7 @@ def test_bad_submissions_end_in_a_clear_rejection(
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     workload = result.stdout.splitlines()[0].removeprefix("Submitted workload ")
-    assert f"Workload {workload} rejected: " in result.stdout and error in result.stdout
+    assert f"Workload {workload} was rejected: " in result.stdout and error in result.stdout
     rejected = wait_for(
         cluster, lambda r: r["type"] == "workload.rejected" and r.get("workload") == workload
     )
@@ -519,7 +519,7 @@ def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
             "cancel", workload, "--as", "mallory", "--wait", "60", environ=environ, timeout=120
         )
         assert result.returncode == 1, (result.stdout, result.stderr)
-        assert f"The cancel of workload {workload} rejected: 'mallory' may not" in result.stdout
+        assert f"The cancel of workload {workload} was rejected: 'mallory' may not" in result.stdout
         result = allot("queue", "--json", environ=environ)
         assert result.returncode == 0, result.stderr
         rows = orjson.loads(result.stdout)["workloads"]

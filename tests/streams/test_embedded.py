@@ -516,6 +516,7 @@ def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
     for flags, message in (
         (["--set", "windw=3d"], "unknown config key 'windw'"),
         (["--set", "window"], "expected KEY=VALUE"),
+        (["--set", "window=-3d"], "config key 'window': not a duration: '-3d'"),
         (["--policy", "nope"], "nope"),
         (["--tick", "soon"], "--tick 'soon'"),
     ):
