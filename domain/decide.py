@@ -443,24 +443,37 @@ class Cycle:
         inf = math.inf
         failed = Failures(fewest)
         hard, soft = failed.hard, failed.soft
+        # a light cycle keeps the last cycle's reservations: their holder may use its
+        # hosts, so failures its reservation caused prove nothing about it
+        holders = {held[0] for held in self.reservations.values()}
+        holder_buckets = {
+            w.bucket for wid in holders if (w := s.workloads.get(wid)) is not None and w.bucket
+        }
         while at < len(order):
             sort_key, key, allocated, group = order[at]
             at += 1
             gpus = key[1]
             # a bucket's GPUs and group are in its entry: skip before looking at its head
-            if gpus >= hard.get(group, inf):
+            skip = gpus >= hard.get(group, inf)
+            if skip and key not in holder_buckets:
                 continue
             queue = queues.get(key)
             if not queue:
                 continue
-            w = s.workloads[head(queue)[1]]
+            wid = head(queue)[1]
+            holder = wid in holders
+            if skip and not holder:
+                continue
+            if holder:
+                holder_buckets.discard(key)  # tried: the cycle may end without it
+            w = s.workloads[wid]
             short = key[3]
-            if group in soft:
+            if group in soft and not holder:
                 room = failed.room(group, gpus)
                 if w.min_runtime > room:
                     # a reservation refused work of this group: only shorter work may fit
                     self.backfill_behind(key, room, allocated, short, group, failed)
-                    if failed.exhausted == len(fewest):
+                    if failed.exhausted == len(fewest) and not holder_buckets:
                         break
                     continue
             self.position += 1
@@ -483,7 +496,7 @@ class Cycle:
                 self.reserve(w, short)
             if refused > -inf:
                 self.backfill_behind(key, refused, allocated, short, group, failed)
-            if failed.exhausted == len(fewest):
+            if failed.exhausted == len(fewest) and not holder_buckets:
                 break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
         s.blocked = Blocked(
