@@ -84,13 +84,15 @@ class _Console:
 console = _Console()
 err = _Console(stderr=True)
 
-DEFAULT_POLICY = "fairshare"
 DEMO_POLICIES = ["fairshare", "legacy-priority"]
 
 PolicyOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--policy", "-p", help="Ordering policy; repeat to compare several (default fairshare)."
+        "--policy",
+        "-p",
+        help="Ordering policy; repeat to compare several (default: the config's ordering, "
+        "fairshare unless the scenario or --set ordering=... says otherwise).",
     ),
 ]
 SetOpt = Annotated[
@@ -358,7 +360,7 @@ def simulate(
     spec = RunSpec.of_scenario(sc, engine)
     _run_policies(
         spec,
-        policy or [DEFAULT_POLICY],
+        policy or [spec.config.ordering],  # the scenario's `ordering` (or --set's)
         out,
         quiet=quiet,
         gantt_window=gantt_window,

@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 
 from projections.traces.common import (
+    MAX_COUNT,
     Allocations,
     BadValue,
     Row,
@@ -58,6 +59,8 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
         )
         if num_gpu == 0:
             return None
+        if num_gpu > MAX_COUNT:
+            raise BadValue("num_gpu", f"{row['num_gpu']!r} is too large (at most {MAX_COUNT:,})")
         runtime: float | None = None
         if deleted:  # empty or 0: still running when the trace was cut
             if deleted < created:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from projections.traces.common import (
+    MAX_COUNT,
     Allocations,
     BadValue,
     Submission,
@@ -98,6 +99,8 @@ def _integer(record: dict[str, Any], key: str, *, minimum: int | None) -> int | 
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadValue(key, f"{value!r} is not an integer")
+    if abs(value) > MAX_COUNT:
+        raise BadValue(key, f"{value!r} is too large (at most {MAX_COUNT:,})")
     if minimum is not None and value < minimum:
         raise BadValue(key, f"{value!r} must be >= {minimum}")
     return value

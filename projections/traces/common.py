@@ -204,8 +204,14 @@ def require(text: str, column: str) -> str:
     return text
 
 
+# the largest count (GPUs, priority) a row may give: a 32-bit integer's range, as the
+# scheduler's clients and the audit store read them (past 64 bits JSON cannot carry it)
+MAX_COUNT = 2**31 - 1
+
+
 def parse_int(text: str, column: str, *, minimum: int | None = 0) -> int:
-    """An integer cell; `3.0` (as pandas writes) is fine, `3.5` and `x` are not."""
+    """An integer cell; `3.0` (as pandas writes) is fine, `3.5` and `x` are not, nor
+    one beyond ±MAX_COUNT."""
     require(text, column)
     try:
         value = int(text)
@@ -217,6 +223,8 @@ def parse_int(text: str, column: str, *, minimum: int | None = 0) -> int:
         if not number.is_integer():
             raise BadValue(column, f"{text!r} is not an integer") from None
         value = int(number)
+    if abs(value) > MAX_COUNT:
+        raise BadValue(column, f"{text!r} is too large (at most {MAX_COUNT:,})")
     if minimum is not None and value < minimum:
         raise BadValue(column, f"{text!r} must be >= {minimum}")
     return value

@@ -11,8 +11,10 @@ timestamp.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+from domain.admission import MAX_TIME as MAX_EPOCH_S
 from domain.durations import parse_utc
 from projections.traces.common import (
     Allocations,
@@ -39,11 +41,14 @@ def parse_timestamp(text: str, column: str) -> float:
         return parse_utc(text)
     except ValueError:
         try:
-            return float(text)
+            seconds = float(text)  # epoch seconds, as some exports write it
         except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and 0 <= seconds <= MAX_EPOCH_S):
             raise BadValue(
                 column, f"{text!r} is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
             ) from None
+        return seconds
 
 
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:

@@ -185,6 +185,10 @@ def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path
             "unknown ordering policy 'nope'",
         ),
         (["simulate", str(TINY), "--out", "x", "--set", "window"], "KEY=VALUE"),
+        (
+            ["simulate", str(TINY), "--out", "x", "--set", "ordering=nope"],
+            "unknown ordering policy 'nope'",
+        ),
         (["replay", "missing.jsonl", "--verify"], "missing.jsonl"),
         (["compare", "nowhere", "elsewhere"], "no summary.json"),
     ],
@@ -193,6 +197,7 @@ def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path
         "unknown-config-key",
         "unknown-policy",
         "set-without-value",
+        "unknown-ordering-in-config",
         "missing-journal",
         "compare-not-a-run",
     ],
@@ -204,6 +209,18 @@ def test_bad_input_gives_one_clear_line_and_exit_2(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_scenarios_ordering_is_the_default_policy(tmp_path: Path) -> None:
+    """No --policy: the config's `ordering` (here from --set) runs, not fairshare."""
+    out = tmp_path / "out"
+    result = allot(
+        "simulate", str(TINY), "--out", str(out), "--set", "ordering=fifo", "--no-report", "-q"
+    )
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in out.iterdir() if p.is_dir()] == ["fifo"]
+    first = orjson.loads((out / "fifo" / "journal.jsonl").read_bytes().splitlines()[0])
+    assert first["type"] == "config.set" and first["config"]["ordering"] == "fifo"
 
 
 def test_bad_scenario_names_the_key(tmp_path: Path) -> None:

@@ -484,6 +484,48 @@ def test_allocation_map_missing_file(tmp_path: Path) -> None:
             "'50' is before creation_time 100",
             id="openb-deleted-before-created",
         ),
+        # a non-finite or absurd value used to pass: -inf turned every time to null, a
+        # count past 64 bits crashed the writer with a traceback
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,a", "-inf,60,1,60,a"],
+            3,
+            "timestamp",
+            "'-inf' is not a timestamp",
+            id="philly-infinite-time",
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,60,99999999999999999999,60,a"],
+            2,
+            "num_gpus",
+            "'99999999999999999999' is too large",
+            id="philly-huge-gpus",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1e30,a"],
+            2,
+            "gpus",
+            "'1e30' is too large",
+            id="csv-huge-gpus",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a,,,,,-99999999999999999999"],
+            2,
+            "priority",
+            "'-99999999999999999999' is too large",
+            id="csv-huge-priority",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, "p,1,1,1e300,1000,,LS,Running,100,150,100"],
+            2,
+            "num_gpu",
+            "'1e300' is too large",
+            id="openb-huge-gpus",
+        ),
     ],
 )
 def test_malformed_row_names_file_line_and_column(
@@ -527,6 +569,11 @@ def test_malformed_row_message_matches_the_documented_shape(tmp_path: Path) -> N
             '{"time": 1, "allocation": "a", "gpus": 1, "resumable": "yes"}',
             "field resumable",
             id="resumable-string",
+        ),
+        pytest.param(
+            '{"time": 1, "allocation": "a", "gpus": 1, "priority": 99999999999999999999}',
+            "field priority: 100000000000000000000 is too large",  # orjson reads a float
+            id="huge-priority",
         ),
     ],
 )
