@@ -196,16 +196,19 @@ def _run_policies_locked(
         partial_folder,
         run_policy,
         shared_gantt_window,
+        swap_in,
         write_reports,
     )
 
     # several policies without --gantt-window: their timelines show one shared window,
-    # chosen once all runs are done, so the reports are written after the runs
+    # chosen once all runs are done, so the reports are written after the runs, in the
+    # .partial folders, which are swapped in only then (Ctrl-C keeps the old results)
     shared = reports and window is None and len(policies) > 1
     for policy in policies:  # an earlier interrupted run's partial outputs
         shutil.rmtree(partial_folder(out, policy), ignore_errors=True)
     jobs = min(jobs, len(policies))
     summaries: dict[str, dict[str, Any]] = {}
+    swapped: list[str] = []  # shared window: the runs already in place
     each_reports = reports and not shared
     try:
         if jobs > 1 and can_run_in_parallel():
@@ -214,7 +217,7 @@ def _run_policies_locked(
             ) as update:
                 summaries = run_policies_in_parallel(
                     spec, policies, out, jobs=jobs, reports=each_reports, gantt_window=window,
-                    on_time=update,
+                    on_time=update, swap=not shared,
                 )  # fmt: skip
             if not shared:
                 for policy, summary in summaries.items():
@@ -226,20 +229,29 @@ def _run_policies_locked(
                 ) as tick:
                     summaries[policy] = run_policy(
                         spec, policy, out, progress=tick, reports=each_reports,
-                        gantt_window=window,
+                        gantt_window=window, swap=not shared,
                     )  # fmt: skip
                 if not shared:
                     _say_done(policy, summaries[policy], out, quiet)
         if shared:
-            together = shared_gantt_window([out / policy for policy in summaries])
+            works = {policy: partial_folder(out, policy) for policy in summaries}
+            together = shared_gantt_window(list(works.values()))
             for policy, summary in summaries.items():
-                folder = out / policy
                 write_reports(
-                    folder, summary, gantt_window=together, source=folder / "journal.jsonl"
+                    works[policy],
+                    summary,
+                    gantt_window=together,
+                    source=out / policy / "journal.jsonl",
                 )
+            for policy, summary in summaries.items():
+                swap_in(works[policy], out / policy)
+                swapped.append(policy)
                 _say_done(policy, summary, out, quiet)
     except KeyboardInterrupt as stop:
-        finished = stop.finished if isinstance(stop, Interrupted) else list(summaries)
+        if shared:  # a run is finished once its folder, reports and all, is in place
+            finished = swapped
+        else:
+            finished = stop.finished if isinstance(stop, Interrupted) else list(summaries)
         typer.echo(_interrupted(out, policies, finished), err=True)
         raise typer.Exit(130) from None
     comparison = out / "comparison.md"

@@ -47,6 +47,7 @@ def run_policies_in_parallel(
     reports: bool,
     gantt_window: tuple[float, float] | None,
     on_time: Callable[[str, float], None] | None = None,
+    swap: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """`run_policy` for every policy, `jobs` at a time; summaries in `policies` order.
     An error in a child is raised here, as it would have been in a sequential run (the
@@ -54,7 +55,7 @@ def run_policies_in_parallel(
     global _JOB
     context = multiprocessing.get_context("fork")
     times = context.Queue() if on_time is not None else None
-    _JOB = (spec, out, reports, gantt_window, times)
+    _JOB = (spec, out, reports, gantt_window, times, swap)
     # SIGINT held while forking: a child must not see Ctrl-C before it ignores it
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
@@ -111,7 +112,7 @@ def _run_one(policy: str) -> dict[str, Any]:
     from projections.simulate import run_policy
 
     assert _JOB is not None, "run in a child forked by run_policies_in_parallel"
-    spec, out, reports, gantt_window, times = _JOB
+    spec, out, reports, gantt_window, times, swap = _JOB
     last = [0.0]
 
     def report(t: float) -> None:
@@ -129,6 +130,7 @@ def _run_one(policy: str) -> dict[str, Any]:
             progress=report if times is not None else None,
             reports=reports,
             gantt_window=gantt_window,
+            swap=swap,
         )
     except KeyboardInterrupt:
         os._exit(130)  # the journal is closed; the parent says what was left where

@@ -157,12 +157,14 @@ def run_policy(
     progress: Callable[[float], None] | None = None,
     reports: bool = True,
     gantt_window: tuple[float, float] | None = None,
+    swap: bool = True,
 ) -> dict[str, Any]:
     """Simulate `spec` under `policy`; write DIR/<policy>/...; return the summary.
 
     The outputs are written to DIR/.<policy>.partial and swapped in for DIR/<policy> only
     when all are written: an interrupted or failed run leaves the previous results whole
-    (and its partial journal in the .partial folder)."""
+    (and its partial journal in the .partial folder). `swap=False` leaves them there,
+    for the caller to add the reports and `swap_in` (runs sharing a gantt window)."""
     from domain.policies import UnknownPolicy, resolve_ordering
     from projections.summary import summarize
 
@@ -198,7 +200,8 @@ def run_policy(
     (work / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if reports:
         write_reports(work, summary, gantt_window=gantt_window, source=target / "journal.jsonl")
-    _swap_in(work, target)
+    if swap:
+        swap_in(work, target)
     return summary
 
 
@@ -243,7 +246,7 @@ def partial_folder(out_dir: Path, policy: str) -> Path:
     return out_dir / f".{policy}.partial"
 
 
-def _swap_in(new: Path, target: Path) -> None:
+def swap_in(new: Path, target: Path) -> None:
     """Put the completed run's folder in place of the previous one, which is removed
     only once the new one is there."""
     old = target.with_name(f".{target.name}.old")

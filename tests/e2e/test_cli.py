@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -503,6 +504,42 @@ def test_ctrl_c_keeps_the_previous_results_and_says_where_the_partial_journal_is
         assert b'"window":259200.0' in lines[0]
         for line in lines:
             orjson.loads(line)
+
+
+def test_ctrl_c_while_shared_reports_are_drawn_keeps_every_previous_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several policies share one gantt window, so their reports are drawn after all
+    runs: each run used to be swapped in first, and Ctrl-C while drawing left folders
+    with no report (the old one gone) that the message called finished."""
+    from typer.testing import CliRunner
+
+    import projections.simulate as simulate
+    from allot.cli import app
+
+    out = tmp_path / "out"
+    chosen = ["-p", "fairshare", "-p", "fifo"]
+    first = allot("simulate", str(TINY), *chosen, "--out", str(out), "-q")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+    assert "fifo/report.html" in before
+
+    drawn = []
+
+    def interrupted_after_one(folder: Path, *args: Any, **kwargs: Any) -> None:
+        if drawn:
+            raise KeyboardInterrupt
+        drawn.append(folder)
+
+    monkeypatch.setattr(simulate, "write_reports", interrupted_after_one)
+    rerun = [*chosen, "--out", str(out), "-q", "-j", "1", "--set", "window=3d"]
+    result = CliRunner().invoke(app, ["simulate", str(TINY), *rerun])
+    assert result.exit_code == 130, result.output
+    assert "finished" not in result.output
+    assert "the previous results in" in result.output
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if not k.startswith(".")} == before
+    assert drawn == [out / ".fairshare.partial"]  # drawn where the run is, not in place
 
 
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
