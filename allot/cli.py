@@ -192,6 +192,7 @@ def _run_policies_locked(
     from allot.parallel_runs import Interrupted, can_run_in_parallel, run_policies_in_parallel
     from allot.progress import sim_progress, sims_progress
     from projections.simulate import (
+        SimulationError,
         comparison_markdown,
         partial_folder,
         run_policy,
@@ -247,6 +248,13 @@ def _run_policies_locked(
                 swap_in(works[policy], out / policy)
                 swapped.append(policy)
                 _say_done(policy, summary, out, quiet)
+    except OSError as why:  # a full disk, a folder made read-only meanwhile
+        for policy in policies:  # partial outputs of a failed write are no use to anyone
+            shutil.rmtree(partial_folder(out, policy), ignore_errors=True)
+        raise SimulationError(
+            f"cannot write the results in {out}: {why.strerror or why}; the previous "
+            "results there are unchanged"
+        ) from None
     except KeyboardInterrupt as stop:
         if shared:  # a run is finished once its folder, reports and all, is in place
             finished = swapped

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import difflib
 import heapq
+import math
 import re
 import types
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from datetime import UTC, date, datetime
 from operator import attrgetter
 from pathlib import Path
@@ -148,7 +149,17 @@ class ScenarioSpec(_Strict):
 
 
 def _epoch(value: Any) -> float:
-    """Seconds since the epoch from a YAML timestamp, an ISO string or a number."""
+    """Seconds since the epoch from a YAML timestamp, an ISO string or a number, in
+    the years 1970 to 9999 (the journal's times, DESIGN §4)."""
+    seconds = _epoch_any(value)
+    from domain.admission import MAX_TIME
+
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_TIME):
+        raise ValueError(f"{value!r} is out of range (a time from 1970 to 9999)")
+    return seconds
+
+
+def _epoch_any(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"not a time: {value!r}")
     if isinstance(value, int | float):
@@ -632,6 +643,23 @@ def _submit_time(sub: dict[str, Any]) -> float:
 # ---------------------------------------------------------------- loading
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last,
+    so `horizon: 1d` then `horizon: 2h` ran 2h without a word)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark
+                )
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> Scenario:
     """Read and validate a scenario file; `overrides` are config keys (e.g. from `--set`)."""
     path = Path(path)
@@ -643,12 +671,14 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read: {exc}") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ScenarioError(f"{source}{where}: not valid YAML: {problem}") from None
+    except ValueError as exc:  # what PyYAML's constructors raise, e.g. a 13th month
+        raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
     return scenario_from_dict(
         raw, source=source, base_dir=path.parent, overrides=overrides, default_name=path.stem
     )

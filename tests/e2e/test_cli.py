@@ -542,6 +542,36 @@ def test_ctrl_c_while_shared_reports_are_drawn_keeps_every_previous_result(
     assert drawn == [out / ".fairshare.partial"]  # drawn where the run is, not in place
 
 
+def test_a_full_disk_is_one_line_and_keeps_the_previous_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """ENOSPC while writing (here injected where the report is drawn) used to end in a
+    traceback with the .partial folder left behind."""
+    import errno
+
+    import projections.simulate as simulate
+    from allot.cli import main
+
+    out = tmp_path / "out"
+    first = allot("simulate", str(TINY), "--out", str(out), "-q")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(simulate, "write_reports", full)
+    monkeypatch.setattr(sys, "argv", ["allot", "simulate", str(TINY), "--out", str(out), "-q"])
+    with pytest.raises(SystemExit) as stop:
+        main()
+    assert stop.value.code == 2
+    assert capfd.readouterr().err.splitlines() == [
+        f"error: cannot write the results in {out}: No space left on device; the previous "
+        "results there are unchanged"
+    ]
+    assert snapshot(out) == before  # nothing partial left either
+
+
 def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
     trace = tmp_path / "good.csv"
     shutil.copy(Path(__file__).parents[1] / "projections" / "fixtures" / "submissions.csv", trace)

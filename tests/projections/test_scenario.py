@@ -457,6 +457,24 @@ def test_first_line_shape(tmp_path: Path) -> None:
         pytest.param("cluster: [1, 2\n", r"lab\.yaml:\d+:\d+: not valid YAML", id="yaml-syntax"),
         pytest.param("- a\n- b\n", r"a scenario is a mapping", id="not-a-mapping"),
         pytest.param("allocations: []\n", r"lab\.yaml: cluster: missing", id="no-cluster"),
+        # PyYAML keeps the last of two equal keys: the run used a value nobody saw
+        pytest.param(
+            "cluster: {name: c, hosts: 1}\nhorizon: 1d\nhorizon: 2h\n",
+            r"lab\.yaml:3:1: not valid YAML: key 'horizon' given twice",
+            id="duplicate-key",
+        ),
+        # a 13th month: PyYAML's date constructor raised a bare ValueError (traceback)
+        pytest.param(
+            "cluster: {name: c, hosts: 1}\nstart: 2026-13-01\n",
+            r"lab\.yaml: not valid YAML: month must be in 1\.\.12",
+            id="impossible-date",
+        ),
+        # accepted, then the summary's dates failed after the whole run
+        pytest.param(
+            "cluster: {name: c, hosts: 1}\nstart: 99999999999999\n",
+            r"lab\.yaml: start: 99999999999999 is out of range",
+            id="start-past-9999",
+        ),
     ],
 )
 def test_unreadable_file(tmp_path: Path, text: str, message: str) -> None:
