@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from allot.commands.common import plural
+
 # the formats `projections.traces.FORMATS` reads, named here so that `allot` starts
 # without importing the importers (checked by tests/e2e/test_audit.py)
 FORMAT_NAMES = ("allot-csv", "philly", "alibaba-openb", "allot-jsonl")
@@ -102,6 +104,8 @@ def import_trace(
     except TraceError as exc:
         hint = " (--skip-bad skips malformed rows)" if exc.row_error and not skip_bad else ""
         raise _fail(f"{exc}{hint}") from None
+    if out.is_dir():  # `-o ""` reads as the current folder
+        raise _fail(f"--out {str(out)!r} is a folder; give the submissions file's name")
     try:
         if out.parent != Path():
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +113,8 @@ def import_trace(
     except OSError as exc:
         raise _fail(f"{out}: cannot write: {exc.strerror or exc}") from None
     Console(soft_wrap=True).print(
-        f"[bold]{result.rows}[/] rows read from {escape(str(file))}: "
-        f"[bold green]{written}[/] submissions written to {escape(str(out))}; "
+        f"[bold]{plural(result.rows, 'row')}[/] read from {escape(str(file))}: "
+        f"[bold green]{plural(written, 'submission')}[/] written to {escape(str(out))}; "
         f"skipped {result.skipped_bad} bad, {result.skipped_no_gpu} without GPUs; "
         f"{result.unfinished} unfinished"
     )

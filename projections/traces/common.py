@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from domain.durations import parse_duration
+from domain.tree import valid_path
 
 Submission = dict[str, Any]
 
@@ -120,7 +121,16 @@ class Allocations:
             return mapped
         if self.mapping:
             self.unmapped[tenant] = self.unmapped.get(tenant, 0) + 1
-        return self.prefix + tenant
+        path = self.prefix + tenant
+        if not valid_path(path):
+            # e.g. an unterminated quote that swallowed the following lines
+            shown = tenant if len(tenant) <= 40 else tenant[:37] + "..."
+            raise BadValue(
+                None,
+                f"{shown!r} makes no allocation path (names separated by '/', without "
+                "spaces or control characters); --allocation-map can name it",
+            )
+        return path
 
 
 class _MapError(ValueError):

@@ -585,6 +585,9 @@ def test_trace_import_refuses_to_overwrite_its_input(tmp_path: Path) -> None:
         one_line_error(result, "--out ", " is the input file good.csv; write the submissions to")
         assert trace.read_bytes() == original
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.csv", "link.csv", "sub"]
+    for out in ("", "sub"):  # `-o ""` is the current folder: a ValueError traceback
+        result = allot("trace", "import", "good.csv", "-f", "allot-csv", "-o", out, cwd=tmp_path)
+        one_line_error(result, "--out ", " is a folder; give the submissions file's name")
     ok = allot(
         "trace", "import", "good.csv", "-f", "allot-csv", "--out", "subs.jsonl", cwd=tmp_path
     )

@@ -538,6 +538,22 @@ def test_malformed_row_names_file_line_and_column(
     assert info.value.row_error
 
 
+@pytest.mark.parametrize(
+    "allocation",
+    ['"unterminated', "lab/my team", "lab/\x00nul"],
+    ids=["unterminated-quote", "space", "nul"],
+)
+def test_a_tenant_that_makes_no_allocation_path_is_a_row_error(
+    tmp_path: Path, allocation: str
+) -> None:
+    """An unterminated quote used to swallow the rest of the file into one allocation
+    name, rc 0; a space or NUL made a path no command can show."""
+    path = write(tmp_path, "bad.csv", CSV_HEADER, f"0,60,1,{allocation}", "1,60,1,lab/a")
+    with pytest.raises(TraceError, match="makes no allocation path") as info:
+        read_trace(path, "allot-csv")
+    assert info.value.row_error
+
+
 def test_malformed_row_message_matches_the_documented_shape(tmp_path: Path) -> None:
     path = write(
         tmp_path,
