@@ -10,17 +10,33 @@ import orjson
 from projections.journal import JournalError
 from projections.simulate import format_value
 
+# what every summary.json of `allot simulate`/`replay` has (issue 3's schema)
+_REQUIRED = ("policy", "workloads", "delivered", "wait_s")
+
 
 def load_summary(folder: Path) -> dict[str, Any]:
+    if not folder.exists():
+        raise JournalError(f"{folder}: no such folder; pass a run folder such as out/fairshare")
     path = folder / "summary.json" if folder.is_dir() else folder
     if not path.exists():
         raise JournalError(
             f"{folder}: no summary.json here; pass a run folder such as out/fairshare"
         )
     try:
-        return orjson.loads(path.read_bytes())
+        summary = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as why:
         raise JournalError(f"{path}: not valid JSON ({why})") from None
+    missing = (
+        list(_REQUIRED)
+        if not isinstance(summary, dict)
+        else [k for k in _REQUIRED if not isinstance(summary.get(k), dict | str)]
+    )
+    if missing:
+        raise JournalError(
+            f"{path}: not the summary of a run (no {', '.join(missing)}); pass a folder "
+            "`allot simulate` or `allot replay` wrote"
+        )
+    return summary
 
 
 def _get(summary: dict[str, Any], *keys: str) -> Any:
@@ -29,6 +45,12 @@ def _get(summary: dict[str, Any], *keys: str) -> Any:
             return None
         summary = summary[key]
     return summary
+
+
+def _keys(summary: dict[str, Any], *keys: str) -> list[str]:
+    """The names under a mapping of the summary (none if it is not one)."""
+    found = _get(summary, *keys)
+    return [str(k) for k in found] if isinstance(found, dict) else []
 
 
 def _change(a: Any, b: Any, kind: str) -> str:
@@ -62,15 +84,12 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),
         ("wait p90 (all)", ("wait_s", "all", "p90"), "seconds"),
     ]
-    tags = sorted({*(_get(a, "wait_s", "by_tag") or {}), *(_get(b, "wait_s", "by_tag") or {})})
+    tags = sorted({*_keys(a, "wait_s", "by_tag"), *_keys(b, "wait_s", "by_tag")})
     for tag in tags:
         specs.append((f"wait p50 ({tag})", ("wait_s", "by_tag", tag, "p50"), "seconds"))
         specs.append((f"wait p90 ({tag})", ("wait_s", "by_tag", tag, "p90"), "seconds"))
     leaves = sorted(
-        {
-            *(_get(a, "delivered", "by_allocation") or {}),
-            *(_get(b, "delivered", "by_allocation") or {}),
-        }
+        {*_keys(a, "delivered", "by_allocation"), *_keys(b, "delivered", "by_allocation")}
     )
     for leaf in leaves:
         specs.append((f"delivered {leaf}", ("delivered", "by_allocation", leaf), "ratio"))

@@ -191,7 +191,7 @@ def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path
             "unknown ordering policy 'nope'",
         ),
         (["replay", "missing.jsonl", "--verify"], "missing.jsonl"),
-        (["compare", "nowhere", "elsewhere"], "no summary.json"),
+        (["compare", "nowhere", "elsewhere"], "nowhere: no such folder"),
     ],
     ids=[
         "missing-scenario",
