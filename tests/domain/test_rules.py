@@ -818,6 +818,27 @@ def test_headroom_only_for_few_hosts() -> None:
     assert cluster(hosts=16, headroom_hosts=3).state.headroom == frozenset({"h14", "h15"})
 
 
+@pytest.mark.parametrize(
+    ("down", "headroom"),
+    [
+        ((), {"h14", "h15"}),
+        (("h15",), {"h14"}),  # the last healthy, skipping the sick; 15 // 8 = 1 host
+        (("h14", "h15"), {"h13"}),
+        (("h0", "h1", "h2"), {"h15"}),
+        (("h15",) * 2, {"h14"}),
+    ],
+    ids=["all-healthy", "last-down", "two-last-down", "fewer-healthy", "reported-twice"],
+)
+def test_headroom_is_the_last_healthy_hosts(down: tuple[str, ...], headroom: set[str]) -> None:
+    c = cluster(hosts=16, headroom_hosts=3)
+    for host in down:
+        c.health(host, False)
+    assert c.state.headroom == frozenset(headroom)
+    for host in down:
+        c.health(host, True)
+    assert c.state.headroom == frozenset({"h14", "h15"})
+
+
 HEADROOM_CASES = [
     # (contract, placed on h7?)
     ({"gpus": 8, "min_runtime": "8h"}, False),
