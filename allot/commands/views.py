@@ -209,6 +209,20 @@ def forecast_view(
     return forecast(view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals)
 
 
+def _refuse_unknown_allocation(view: Any, allocation: str | None) -> None:
+    """-a naming nothing in the budget tree is a typo, not an empty answer (squeue
+    refuses an unknown partition)."""
+    from projections.views import matches_allocation
+
+    if allocation and not any(
+        matches_allocation(path, allocation) for path in view.state.tree.nodes
+    ):
+        raise TargetError(
+            f"-a {allocation}: no such allocation in cluster {view.cluster}'s budget tree "
+            "(`allot shares` lists them)"
+        )
+
+
 def _answer(fn: Any) -> Any:
     """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
     try:
@@ -333,6 +347,8 @@ def register(app: typer.Typer) -> None:
             view = fold(read())
             ids = _job_ids(jobs)
             rows = queue_rows(view, user=user, allocation=allocation, ids=ids)
+            if not rows:
+                _refuse_unknown_allocation(view, allocation)
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate
@@ -513,6 +529,8 @@ def register(app: typer.Typer) -> None:
             rows = acct_rows(
                 view, user=user, allocation=allocation, ids=ids, states=wanted, since=lo, until=hi
             )
+            if not rows:
+                _refuse_unknown_allocation(view, allocation)
             total = totals(rows)
             if json_:
                 _emit_json(

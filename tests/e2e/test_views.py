@@ -165,6 +165,7 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
         (["-S", "1h", "-E", "2h"], "is before --since"),
         (["-j", ""], "--jobs: give workload ids"),
         (["-j", "x_[0-2"], "BASE_[SPEC]"),
+        (["-a", "lab/typo"], "-a lab/typo: no such allocation"),
     ],
     ids=[
         "unknown-field",
@@ -175,6 +176,7 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
         "until-before-since",
         "no-jobs",
         "bad-array",
+        "unknown-allocation",
     ],
 )
 def test_acct_errors_are_one_line(journal: Path, args: list[str], needle: str) -> None:
@@ -742,6 +744,18 @@ def test_a_bad_horizon_is_one_line(journal: Path, horizon: str) -> None:
     one_line_error(
         allot("queue", "--journal", str(journal), "--start", "--horizon", horizon), "--horizon"
     )
+
+
+def test_an_allocation_that_is_not_there_is_refused_not_an_empty_queue(
+    journal: Path, folded: v.JournalView
+) -> None:
+    """squeue -p with an unknown partition errs; an empty table hid the typo."""
+    one_line_error(
+        allot("queue", "--journal", str(journal), "-a", "lab/typo"), "no such allocation"
+    )
+    leaf = next(iter(folded.state.tree.leaves()))
+    result = allot("queue", "--journal", str(journal), "-a", leaf, "-u", "nobody")
+    assert result.returncode == 0 and "for that filter" in result.stdout  # there, but empty
 
 
 def test_a_horizon_without_a_forecast_is_refused(journal: Path, data_dir: Path) -> None:
