@@ -672,28 +672,30 @@ def _stay_a_group() -> None:
     pass
 
 
-def _flow_short_help(typer_app: typer.Typer) -> None:
-    """Command lists show each command's first help paragraph; rich keeps a docstring's
-    line breaks there, so a hard-wrapped paragraph would print ragged. Give every
-    command a one-line short help made of that paragraph (the full --help keeps the
-    text as written)."""
+def _flow_help(typer_app: typer.Typer) -> None:
+    """Rich keeps a docstring's line breaks, so a paragraph hard-wrapped in the source
+    prints ragged at any other width. Give every command its help with each paragraph
+    on one line (rich wraps it to the terminal), and a short help, for command lists,
+    made of the first paragraph."""
     import inspect
 
     for info in typer_app.registered_commands:
+        text = info.help or (info.callback.__doc__ if info.callback else None)
+        if not text:
+            continue
+        paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n")]
+        info.help = "\n\n".join(paragraphs)
         if info.short_help is None:
-            text = info.help or (info.callback.__doc__ if info.callback else None)
-            if text:
-                first = inspect.cleandoc(text).split("\n\n", 1)[0]
-                info.short_help = " ".join(first.split())
+            info.short_help = paragraphs[0]
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
-            _flow_short_help(group.typer_instance)
+            _flow_help(group.typer_instance)
 
 
 def main() -> None:
     try:
         _keep_only_invoked(sys.argv[1:])
-        _flow_short_help(app)
+        _flow_help(app)
         if _needs_plugins(sys.argv[1:]):
             from allot.plugins import load_entry_points
 

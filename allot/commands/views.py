@@ -67,7 +67,7 @@ def _job_ids(jobs: list[str] | None) -> set[str] | None:
 
 FORMAT_HELP = (
     "Columns, squeue-like: letters such as '%i %a %u %T %g %M %r' or names such as "
-    "'id,allocation,user,state,gpus,time,reason'. Fields: %i id, %j name, %a allocation, "
+    "'id,user,state,reason' (comma-separated). Fields: %i id, %j name, %a allocation, "
     "%u user, %T state, %t st (PD/R), %g gpus, %M time (pending: waited; running: run "
     "time), %r reason, %N nodelist, %R nodelist or (reason), %p position, %k rank, "
     "%f ratio, %Q priority, %V submitted, %l min_runtime, %K tags, %d detail, "
@@ -478,11 +478,11 @@ def register(app: typer.Typer) -> None:
 
         One row per workload (and per refused submission), by submit time: STATE
         (PENDING, RUNNING, COMPLETED, FAILED, LOST, CANCELLED, PREEMPTED: ended by a
-        preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy host;
-        REJECTED: the submission was refused), when it was
-        SUBMITTED, first STARTed and ENDed (UTC), how long it waited before its first
-        start (WAIT) and ran over all attempts (RUN), the GPU-hours it ran (GPU_H),
-        how many times it was placed (N) and why it ended. A last line adds them up.
+        preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy
+        host; REJECTED: the submission was refused), when it was SUBMITTED, first
+        STARTed and ENDed (UTC), how long it waited before its first start (WAIT)
+        and ran over all attempts (RUN), the GPU-hours it ran (GPU_H), how many
+        times it was placed (N) and why it ended. A last line adds them up.
         """
         from projections.acct import (
             DEFAULT_ACCT_COLUMNS,

@@ -616,6 +616,26 @@ def test_command_lists_give_each_command_one_line(group: tuple[str, ...]) -> Non
     assert len(set(names)) == len(names), names
 
 
+@pytest.mark.parametrize(
+    ("command", "sentence"),
+    [
+        (
+            ["submit"],
+            "With --test-only nothing is sent: the journal is read (--data or --kafka) and",
+        ),
+        (["hold"], "`allot release` puts held work back in the queue with its original submit"),
+        (["audit", "load"], "the database holds one journal. A last line without its newline"),
+    ],
+    ids=["submit", "hold", "audit-load"],
+)
+def test_a_commands_help_reflows_its_paragraphs(command: list[str], sentence: str) -> None:
+    """Wide enough, a description paragraph is one line: rich kept the docstring's
+    line breaks, so the text printed ragged at any width but the source's."""
+    result = allot(*command, "--help", env={"COLUMNS": "400", "TERM": "dumb"})
+    assert result.returncode == 0, result.stderr
+    assert any(sentence in line for line in result.stdout.splitlines()), result.stdout
+
+
 def test_long_reads_show_a_progress_bar_on_a_terminal_only(
     tiny_journal: Path, tmp_path: Path
 ) -> None:
