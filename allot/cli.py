@@ -487,6 +487,19 @@ def replay(
         _replay(path, out, policy, set_, verify, quiet, jobs)
 
 
+def _ends_mid_line(path: Path) -> bool:
+    """Does the file's last byte end a line? The readers leave a partial last line out,
+    rightly for a journal being written, silently for one cut short."""
+    try:
+        with path.open("rb") as f:
+            if f.seek(0, 2) == 0:
+                return False
+            f.seek(-1, 2)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False  # reading it will say why
+
+
 def _replay(
     journal: Path,
     out: Path | None,
@@ -497,12 +510,20 @@ def _replay(
     jobs: int | None = None,
 ) -> None:
     """A JournalError (not a journal) reaches `main` as one error line, exit 2."""
+    from rich.markup import escape
+
     from projections.journal import journal_file
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
     from projections.simulate import check_output_folder, split_overrides
 
     journal = journal_file(journal)  # a run folder's journal.jsonl, as compare takes
+    if _ends_mid_line(journal):
+        err.print(
+            f"warning: {escape(str(journal))} ends in the middle of a line (cut short, or "
+            "still being written); that last line is left out",
+            soft_wrap=True,
+        )
     if verify:
         from allot.progress import record_progress
 

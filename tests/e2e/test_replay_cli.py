@@ -136,3 +136,21 @@ def test_compare_of_a_run_and_its_replay_shows_no_changes(tmp_path: Path) -> Non
     assert occupancy[1] == occupancy[2] and occupancy[3] == "+0.000", result.stdout
     changed = [row for row in rows if row[-1] not in NO_CHANGE]
     assert not changed, result.stdout
+
+
+def test_a_journal_cut_mid_line_is_replayed_without_that_line_and_says_so(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    """The readers leave a partial last line out (rightly, for a journal being written);
+    replay of a file cut short said nothing about it."""
+    whole = tiny_journal.read_bytes()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(whole + whole.splitlines()[-1][:40])  # a record half written
+    result = allot("replay", str(cut), "--verify")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"warning: {cut} ends in the middle of a line (cut short, or still being written); "
+        "that last line is left out"
+    ]
+    whole_run = allot("replay", str(tiny_journal), "--verify")
+    assert whole_run.returncode == 0 and "warning" not in whole_run.stderr
