@@ -377,6 +377,16 @@ def simulate(
     sc = load_scenario(scenario, config_overrides)
     for line in sc.skipped_rows():
         typer.echo(f"warning: {line}", err=True)
+    late = sc.beyond_horizon()
+    if late:
+        from domain.durations import format_duration
+
+        rows = "1 trace row comes" if late == 1 else f"{late:,} trace rows come"
+        typer.echo(
+            f"warning: {rows} after the horizon ({format_duration(sc.horizon or 0)} after "
+            f"the start) and {'is' if late == 1 else 'are'} not simulated",
+            err=True,
+        )
     spec = RunSpec.of_scenario(sc, engine)
     _run_policies(
         spec,

@@ -372,6 +372,19 @@ class Scenario:
                 sources.append(self._generated_events(index, entry.generate))
         return heapq.merge(*sources, key=attrgetter("time"))
 
+    def beyond_horizon(self) -> int:
+        """How many trace rows are submitted after the horizon (never simulated)."""
+        end = self.end_time()
+        if end is None:
+            return 0
+        count = 0
+        for index, subs in self._traces.items():
+            trace = self.spec.workloads[index].trace
+            assert trace is not None
+            cut = end - self.start - trace.offset  # in the trace's own times
+            count += sum(1 for sub in subs if sub["time"] > cut)
+        return count
+
     def skipped_rows(self) -> list[str]:
         """A line per trace entry whose `skip_bad: true` skipped malformed rows (worded as
         `allot trace import --skip-bad` reports them), for the user to see."""

@@ -1042,3 +1042,23 @@ def test_debug_flood_example_shape() -> None:
     assert all(8 <= e.gpus <= 64 and e.resumable for e in train)
     high = sum(e.priority == 2 for e in train) / len(train)
     assert high > 0.9  # priority inflation: training is (almost) all HIGH
+
+
+@pytest.mark.parametrize(
+    ("horizon", "offset", "late"),
+    [(None, 0, 0), ("1h", 0, 1), ("1h", "30m", 2), ("3h", 0, 0)],
+    ids=["no-horizon", "one-after", "offset-moves-rows-later", "all-inside"],
+)
+def test_trace_rows_after_the_horizon_are_counted(
+    tmp_path: Path, horizon: str | None, offset: Any, late: int
+) -> None:
+    """`allot simulate` warns about them: a horizon shorter than the trace dropped
+    rows without a word. A row at the horizon itself is still simulated."""
+    (tmp_path / "t.csv").write_text(
+        "submit_time,runtime,gpus,allocation\n0,60,1,lab/olmo/evals\n"
+        "3600,60,1,lab/olmo/evals\n7200,60,1,lab/olmo/evals\n"
+    )
+    raw = base(workloads=[{"trace": {"file": "t.csv", "format": "allot-csv", "offset": offset}}])
+    if horizon is not None:
+        raw["horizon"] = horizon
+    assert load(tmp_path, raw).beyond_horizon() == late
