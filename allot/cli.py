@@ -190,7 +190,7 @@ def _run_policies_locked(
     import shutil
 
     from allot.parallel_runs import Interrupted, can_run_in_parallel, run_policies_in_parallel
-    from allot.progress import sim_progress, sims_progress
+    from allot.progress import sim_progress, sims_progress, steps_progress
     from projections.simulate import (
         SimulationError,
         comparison_markdown,
@@ -237,13 +237,18 @@ def _run_policies_locked(
         if shared:
             works = {policy: partial_folder(out, policy) for policy in summaries}
             together = shared_gantt_window(list(works.values()))
-            for policy, summary in summaries.items():
-                write_reports(
-                    works[policy],
-                    summary,
-                    gantt_window=together,
-                    source=out / policy / "journal.jsonl",
-                )
+            with steps_progress(
+                "reports", len(summaries), quiet=quiet, console=console.real
+            ) as step:
+                for policy, summary in summaries.items():
+                    if step is not None:
+                        step(f"{policy}: report.html, gantt.png")
+                    write_reports(
+                        works[policy],
+                        summary,
+                        gantt_window=together,
+                        source=out / policy / "journal.jsonl",
+                    )
             for policy, summary in summaries.items():
                 swap_in(works[policy], out / policy)
                 swapped.append(policy)

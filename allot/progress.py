@@ -76,6 +76,35 @@ def sims_progress(
 
 
 @contextmanager
+def steps_progress(
+    label: str, total: int, *, quiet: bool, console: Console
+) -> Iterator[Callable[[str], None] | None]:
+    """A bar over `total` steps of long work (drawing each run's report); yields
+    `step(what)`, called as each step starts, or None when nothing is shown."""
+    if quiet or not sys.stdout.isatty():
+        yield None
+        return
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TextColumn("[dim]{task.fields[what]}"),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(label, total=total, what="")
+        begun = [False]
+
+        def step(what: str) -> None:
+            if begun[0]:
+                bar.advance(task)
+            begun[0] = True
+            bar.update(task, what=what)
+
+        yield step
+
+
+@contextmanager
 def record_progress(
     label: str, total_bytes: int | None, *, quiet: bool, console: Console
 ) -> Iterator[Callable[[int, int], None] | None]:

@@ -655,6 +655,14 @@ def test_long_reads_show_a_progress_bar_on_a_terminal_only(
     assert code == 0 and "loading" not in shown and f"loaded {records:,} new records" in shown
     piped = allot("replay", str(tiny_journal), "--verify")  # not a terminal: no bar
     assert piped.returncode == 0 and "verifying" not in piped.stdout + piped.stderr
+    # several policies share one gantt window: their reports are drawn after all runs,
+    # which was half of `allot demo`'s time with nothing on the screen
+    out = tmp_path / "out"
+    code, shown = allot_on_a_terminal(
+        "simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(out), "-j", "1"
+    )
+    assert code == 0, shown
+    assert "reports" in shown and "fifo: report.html, gantt.png" in shown
 
 
 def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -> None:
