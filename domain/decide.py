@@ -60,9 +60,10 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     A workload that cannot be placed ends its bucket's turn, and every later bucket of
     the same group needing at least as many GPUs is skipped: such work cannot fit
     either — unless only a reservation kept it off GPUs (its minimum runtime would
-    overrun the holder's start): work of the group whose minimum runtime is short
-    enough may still backfill, so it is still tried, in later buckets and among the
-    next BACKFILL_DEPTH workloads behind the head in its own bucket. A group is the
+    overrun the holder's start, or the holder could not preempt it later): work of
+    the group with a shorter minimum runtime, or of another allocation or level, may
+    still backfill, so it is still tried, in later buckets and among the next
+    BACKFILL_DEPTH workloads behind the head in its own bucket. A group is the
     class (allocated, short) plus, for work that may preempt, what its preemption
     rights depend on (`preemption_scope`: the allocation under fair share) — another
     allocation's work may reclaim where this one could not. That keeps a cycle's cost
@@ -152,38 +153,54 @@ class Blocked:
 
 
 class Failures:
-    """What failed so far in one cycle, per group (see `decide`): the fewest GPUs that
-    failed whatever their minimum runtime (`hard`), and, for failures only a
-    reservation caused, (GPUs, room) pairs: work needing at least as many GPUs fits
-    only if its minimum runtime is at most `room` (the frontier is kept)."""
+    """What failed so far in one cycle, per group (see `decide`), and so which later
+    work cannot fit either:
+    - `hard`: the fewest GPUs that failed with no reservation in the way: work of the
+      group needing at least as many cannot fit;
+    - `soft`: failures only a reservation's start refused, as (GPUs, room) pairs: work
+      needing at least as many GPUs fits only if its minimum runtime is at most `room`
+      (the frontier is kept);
+    - `refused`: failures a reservation refused because its holder could not preempt
+      the work later, by (group, allocation, priority): that verdict is the same only
+      for work of the same allocation and priority (under legacy-priority, lower work
+      may backfill where higher work may not).
+    `conditional` holds the groups with soft or refused entries (a head must be looked
+    at to judge it)."""
 
-    __slots__ = ("exhausted", "fewest", "hard", "soft")
+    __slots__ = ("conditional", "exhausted", "fewest", "hard", "refused", "soft")
 
     def __init__(self, fewest: dict[Any, int]) -> None:
         self.hard: dict[tuple[Any, ...], int] = {}
         self.soft: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
+        self.refused: dict[tuple[Any, ...], int] = {}
+        self.conditional: set[tuple[Any, ...]] = set()
         # groups whose every bucket is skipped from now on (failed hard at or below the
         # fewest GPUs any of its buckets needs): the cycle is over once all are
         self.fewest = fewest
         self.exhausted = 0
 
-    def room(self, group: tuple[Any, ...], gpus: int) -> float:
-        """The longest minimum runtime `gpus`-GPU work of `group` may have and still
-        fit (-inf: none fits, inf: nothing bounds it)."""
+    def covers(self, group: tuple[Any, ...], w: Workload) -> bool:
+        """Does a failure so far show that `w` (of `group`) cannot fit either?"""
+        gpus = w.gpus
         if gpus >= self.hard.get(group, math.inf):
-            return -math.inf
-        room = math.inf
+            return True
+        runtime = w.min_runtime
         for g, r in self.soft.get(group, ()):
-            if g <= gpus and r < room:
-                room = r
-        return room
+            if g <= gpus and runtime > r:
+                return True
+        return gpus >= self.refused.get((group, w.allocation, w.priority), math.inf)
 
-    def covers(self, group: tuple[Any, ...], gpus: int, runtime: float) -> bool:
-        return runtime > self.room(group, gpus)
-
-    def add(self, group: tuple[Any, ...], gpus: int, room: float) -> None:
-        """A `gpus`-GPU workload of `group` failed; a reservation alone refused it
-        unless `room` is -inf."""
+    def add(self, group: tuple[Any, ...], w: Workload, room: float, victim: bool) -> None:
+        """`w` of `group` failed. `room`: the longest minimum runtime a reservation's
+        start would have let backfill (-inf: no start refused it); `victim`: a holder
+        refused it as work it could not preempt later."""
+        gpus = w.gpus
+        if victim:
+            if room == -math.inf:  # else refused two ways at once: proves nothing
+                key = (group, w.allocation, w.priority)
+                self.refused[key] = min(gpus, self.refused.get(key, gpus))
+                self.conditional.add(group)
+            return
         if room == -math.inf:
             before = self.hard.get(group, math.inf)
             if gpus < before:
@@ -195,6 +212,7 @@ class Failures:
         soft = self.soft.setdefault(group, [])
         soft[:] = [(g, r) for g, r in soft if g < gpus or r < room]
         soft.append((gpus, room))
+        self.conditional.add(group)
 
 
 class Cycle:
@@ -214,6 +232,7 @@ class Cycle:
         "position",
         "ranking",
         "refused_room",
+        "refused_victim",
         "reservations",
         "state",
         "victim_cache",
@@ -236,6 +255,7 @@ class Cycle:
         # the longest minimum runtime a reservation refused in the current attempt would
         # have let backfill (-inf: no reservation refused it; see may_backfill)
         self.refused_room = -math.inf
+        self.refused_victim = False  # ... and one refused it as work it could not preempt
         # (allocation, priority, GPUs, everywhere) -> host -> victims; see victim_map
         self.victim_cache: dict[tuple[str, int, int, bool], Any] = {}
         self.victim_keys = state.victim_keys  # see State._init_caches
@@ -265,6 +285,11 @@ class Cycle:
                 explain=explain,
             )
         )
+
+    def begin_attempt(self) -> None:
+        """Forget what reservations refused in the last placement attempt."""
+        self.refused_room = -math.inf
+        self.refused_victim = False
 
     # ------------------------------------------------------------- drain
     def drain(self) -> None:
@@ -319,7 +344,7 @@ class Cycle:
             if covered:
                 continue  # work ahead of it with no more GPUs (and no shorter) could not fit
             self.position = 1
-            self.refused_room = -math.inf
+            self.begin_attempt()
             before = len(self.out)
             if self.try_place(w, allocated, short):
                 if any(e.type == "workload.preempted" for e in self.out[before:]):
@@ -328,12 +353,13 @@ class Cycle:
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
             room = self.refused_room
-            # keep only the frontier: a failure ahead of this one needing no more GPUs
-            # (nor room) already covers whatever this one would (so the list stays tiny)
-            failures[:] = [
-                (fk, fg, fr) for fk, fg, fr in failures if fk < key or fg < gpus or fr < room
-            ]
-            failures.append((key, gpus, room))
+            if not self.refused_victim:  # that verdict is only for its allocation and level
+                # keep only the frontier: a failure ahead of this one needing no more
+                # GPUs (nor room) already covers whatever this one would (a tiny list)
+                failures[:] = [
+                    (fk, fg, fr) for fk, fg, fr in failures if fk < key or fg < gpus or fr < room
+                ]
+                failures.append((key, gpus, room))
             if allocated and (
                 last.holders < MAX_RESERVATIONS
                 or last.last_holder_key is None
@@ -366,13 +392,13 @@ class Cycle:
         for _, w, allocated in pending:
             short = self.state.short_small(w)
             group = (allocated, short, preemption_scope(policy, w, allocated))
-            if failed.covers(group, w.gpus, w.min_runtime):
+            if failed.covers(group, w):
                 continue
-            self.refused_room = -math.inf
+            self.begin_attempt()
             if self.fits(w, allocated, short):
                 fitting.add(w.id)
                 continue
-            failed.add(group, w.gpus, self.refused_room)
+            failed.add(group, w, self.refused_room, self.refused_victim)
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 self.reserve(w, short)
@@ -442,7 +468,7 @@ class Cycle:
         queues = s.queues
         inf = math.inf
         failed = Failures(fewest)
-        hard, soft = failed.hard, failed.soft
+        hard, conditional = failed.hard, failed.conditional
         # a light cycle keeps the last cycle's reservations: their holder may use its
         # hosts, so failures its reservation caused prove nothing about it
         holders = {held[0] for held in self.reservations.values()}
@@ -468,16 +494,15 @@ class Cycle:
                 holder_buckets.discard(key)  # tried: the cycle may end without it
             w = s.workloads[wid]
             short = key[3]
-            if group in soft and not holder:
-                room = failed.room(group, gpus)
-                if w.min_runtime > room:
-                    # a reservation refused work of this group: only shorter work may fit
-                    self.backfill_behind(key, room, allocated, short, group, failed)
-                    if failed.exhausted == len(fewest) and not holder_buckets:
-                        break
-                    continue
+            if group in conditional and not holder and failed.covers(group, w):
+                # a reservation refused work of this group: other work of its bucket (a
+                # shorter minimum runtime, another level) may still fit
+                self.backfill_behind(key, allocated, short, group, failed)
+                if failed.exhausted == len(fewest) and not holder_buckets:
+                    break
+                continue
             self.position += 1
-            self.refused_room = -inf
+            self.begin_attempt()
             if self.try_place(w, allocated, short):
                 queue = queues.get(key)
                 if queue:
@@ -487,15 +512,16 @@ class Cycle:
                         at = 0
                     bisect.insort(order, self.entry(ranking, nxt, key, allocated), at)
                 continue
-            refused = self.refused_room
-            failed.add(group, gpus, refused)
-            failures.setdefault(group, []).append((sort_key, gpus, refused))
+            refused, victim = self.refused_room, self.refused_victim
+            failed.add(group, w, refused, victim)
+            if not victim:  # that verdict is only for its allocation and level
+                failures.setdefault(group, []).append((sort_key, gpus, refused))
             if allocated and self.holders < MAX_RESERVATIONS:
                 self.holders += 1
                 last_holder_key = sort_key
                 self.reserve(w, short)
-            if refused > -inf:
-                self.backfill_behind(key, refused, allocated, short, group, failed)
+            if refused > -inf or victim:
+                self.backfill_behind(key, allocated, short, group, failed)
             if failed.exhausted == len(fewest) and not holder_buckets:
                 break  # every bucket left needs at least as many GPUs as failed in its group
         s.fresh.clear()
@@ -512,37 +538,29 @@ class Cycle:
         )
 
     def backfill_behind(
-        self,
-        key: Any,
-        room: float,
-        allocated: bool,
-        short: bool,
-        group: tuple[Any, ...],
-        failed: Failures,
+        self, key: Any, allocated: bool, short: bool, group: tuple[Any, ...], failed: Failures
     ) -> None:
-        """Try the next BACKFILL_DEPTH workloads behind the head of bucket `key` whose
-        minimum runtime is at most `room` (the longest a reservation would let
-        backfill), in queue order, until one fails whatever its runtime."""
+        """Try the next BACKFILL_DEPTH workloads behind the head of bucket `key` that
+        no failure so far covers (a reservation refused the head: shorter or
+        lower-level work may backfill it), in queue order, until one fails with no
+        reservation in the way."""
         queue = self.state.queues.get(key)
         if not queue:
             return
         workloads = self.state.workloads
-        gpus = key[1]
         # listed first: each placement takes its workload out of the queue
         behind = [wid for _, wid in islice(queue, 1, 1 + BACKFILL_DEPTH)]
         for wid in behind:
             w = workloads[wid]
-            if w.min_runtime > room:
+            if failed.covers(group, w):
                 continue
             self.position += 1
-            self.refused_room = -math.inf
+            self.begin_attempt()
             if self.try_place(w, allocated, short):
                 continue
-            refused = self.refused_room
-            failed.add(group, gpus, refused)
-            if refused == -math.inf:
-                return  # nothing of its size fits, whatever its runtime
-            room = min(room, refused)
+            failed.add(group, w, self.refused_room, self.refused_victim)
+            if self.refused_room == -math.inf and not self.refused_victim:
+                return  # nothing of its size fits, whatever its runtime or level
 
     def entry(self, ranking: Ranking, w: Workload, key: Any, allocated: bool) -> tuple[Any, ...]:
         """A bucket head's place in the order: (sort key, bucket, allocated, group)."""
@@ -626,7 +644,10 @@ class Cycle:
             return False
         as_victim = replace(w, charged=True, protected_until=self.now + w.min_runtime)
         s = self.state
-        return s.ordering.may_preempt(s, self.ranking, holder, as_victim, math.inf) is not None
+        if s.ordering.may_preempt(s, self.ranking, holder, as_victim, math.inf) is None:
+            self.refused_victim = True
+            return False
+        return True
 
     def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
         s = self.state
