@@ -22,6 +22,9 @@ Per cluster (a journal may hold several; each gets its own fold):
   ``class`` is ``short`` for work tagged ``debug`` or within the short-job rule
   (0 < min_runtime ≤ short_job_max_min_runtime and gpus ≤ short_job_max_gpus), else
   ``other``.
+- ``allot_oldest_wait_seconds{class}``: how long the longest-waiting workload of the
+  class (not on hold) has waited so far, in journal time; the histogram above only
+  sees waits that ended.
 - ``allot_preemptions_total{reason}``.
 - ``allot_fair_share_ratio{allocation}``: usage / (share × capacity × window) of every
   node of the tree, as `decide` sees it (+Inf for a zero share).
@@ -128,6 +131,7 @@ METRIC_NAMES: dict[str, str] = {
     "allot_gpus": "gauge",
     "allot_workloads": "gauge",
     "allot_queue_wait_seconds": "histogram",
+    "allot_oldest_wait_seconds": "gauge",
     "allot_preemptions_total": "counter",
     "allot_fair_share_ratio": "gauge",
     "allot_delivered_ratio": "gauge",
@@ -261,6 +265,19 @@ class _ClusterFold:
             out[w.state] = out.get(w.state, 0) + 1
         return out
 
+    def oldest_waits(self) -> dict[str, float]:
+        """Per class, how long the longest-waiting workload has waited so far (journal
+        time): the wait histogram only sees waits that ended, so work stuck in the
+        queue shows here first."""
+        out = dict.fromkeys(QUEUE_CLASSES, 0.0)
+        now = self.last_time
+        if now is None:
+            return out
+        for _, w in self.usage.waiting():
+            klass = self.queue_class(w.tags, w.min_runtime, w.gpus)
+            out[klass] = max(out[klass], now - w.since)
+        return out
+
     def fair_share(self) -> dict[str, float]:
         state = self.state
         now = state.now
@@ -337,6 +354,11 @@ class MetricsCollector(Collector):
             "Submit to first placement, by class (short: debug-tagged or short and small).",
             labels=[*c, "class"],
         )
+        oldest = GaugeMetricFamily(
+            "allot_oldest_wait_seconds",
+            "How long the longest-waiting workload of each class has waited so far.",
+            labels=[*c, "class"],
+        )
         preemptions = CounterMetricFamily(
             "allot_preemptions", "Preemptions by reason.", labels=[*c, "reason"]
         )
@@ -391,6 +413,8 @@ class MetricsCollector(Collector):
                 workloads.add_metric([name, state], n)
             for klass, h in f.waits.items():
                 waits.add_metric([name, klass], h.buckets(), h.sum)
+            for klass, age in f.oldest_waits().items():
+                oldest.add_metric([name, klass], age)
             for reason, n in f.preemptions.items():
                 preemptions.add_metric([name, reason], n)
             for path, r in f.fair_share().items():
@@ -413,6 +437,7 @@ class MetricsCollector(Collector):
             gpus,
             workloads,
             waits,
+            oldest,
             preemptions,
             fair,
             delivered,

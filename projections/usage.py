@@ -644,6 +644,14 @@ class UsageProjection:
     def waiting_allocated(self) -> int:
         return self._waiting_allocated
 
+    def waiting(self) -> Iterator[tuple[str, _Workload]]:
+        """The live workloads waiting to run now (not running, not on hold); each one's
+        `since` is when its current wait began (submission, or its last preemption)."""
+        held = self._on_hold
+        for wid, w in self.live.items():
+            if not w.running and wid not in held:
+                yield wid, w
+
     def entitlement(self, leaves: Iterable[str], a: float, b: float) -> dict[str, float]:
         """`∫_a^b share(t) × healthy capacity(t) dt` per leaf, in GPU-seconds."""
         out = dict.fromkeys(leaves, 0.0)

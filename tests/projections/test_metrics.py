@@ -107,6 +107,22 @@ def test_queue_wait_histogram_by_class() -> None:
     assert value(c, "allot_queue_wait_seconds_bucket", **{"class": "other", "le": "+Inf"}) == 1
 
 
+def test_the_oldest_wait_shows_work_still_in_the_queue() -> None:
+    """The histogram only sees waits that ended: a short job stuck in the queue showed
+    nowhere, so the short-jobs alert could not fire for it."""
+    j = cluster()
+    j.submit("stuck", "lab/b", gpus=1, min_runtime=600)  # short, never placed
+    j.submit("held", "lab/b", gpus=1, min_runtime=600).hold("held")  # not waiting to run
+    j.submit("big", "lab/a", gpus=8, min_runtime=3600).place("big", {"h0": H8})
+    j.at(HOUR).preempt("big")  # requeued: its wait starts again now
+    j.at(HOUR + 900).tick()
+    c = collect(j)
+    assert value(c, "allot_oldest_wait_seconds", **{"class": "short"}) == HOUR + 900
+    assert value(c, "allot_oldest_wait_seconds", **{"class": "other"}) == 900
+    j.place("stuck", {"h1": [0]})
+    assert value(collect(j), "allot_oldest_wait_seconds", **{"class": "short"}) == 0
+
+
 def test_preemptions_decisions_and_rejections_are_counted() -> None:
     j = cluster()
     j.submit("f1", "lab/b", gpus=8, min_runtime=0).place("f1", {"h0": H8})
