@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import pickle
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,9 @@ class ResumableUsage:
     records: int = 0  # records folded (of `cluster`, if given)
     first_line: bytes = b""  # the journal's first record: a different journal is refused
     cluster: str | None = None
+    # the last record folded (ending at `offset`): a journal cut short or rewritten since
+    # is refused rather than read from the middle of a line or past its end
+    last_line: bytes = b""
     others: set[str] = field(default_factory=set)  # clusters read past in this update
 
     @classmethod
@@ -65,12 +69,28 @@ class ResumableUsage:
             saved["records"],
             saved["first_line"],
             cluster,
+            last_line=saved.get("last_line", b""),  # absent in tables saved before
         )
         if store.first_line and store._read_first_line() != store.first_line:
             raise UsageStoreError(
                 f"{state_path} was built from another journal than {journal}; remove it to start over"
             )
+        if store.last_line and not store._still_ends_with_last_line():
+            raise UsageStoreError(
+                f"{journal} changed since {state_path} was saved (cut short or rewritten "
+                f"before its byte {store.offset:,}); remove {state_path} to start over"
+            )
         return store
+
+    def _still_ends_with_last_line(self) -> bool:
+        """Are the bytes before `offset` still the last record folded?"""
+        tail = self.last_line + b"\n"
+        start = self.offset - len(tail)
+        if start < 0:
+            return False
+        with self.journal.open("rb") as fh:
+            fh.seek(start)
+            return fh.read(len(tail)) == tail
 
     def _read_first_line(self) -> bytes:
         with self.journal.open("rb") as fh:
@@ -94,6 +114,7 @@ class ResumableUsage:
                 body = line.rstrip(b"\n")
                 if not body.strip():
                     continue
+                self.last_line = body
                 try:
                     raw = upcast(orjson.loads(body))
                 except orjson.JSONDecodeError:
@@ -132,11 +153,10 @@ class ResumableUsage:
                 "records": self.records,
                 "first_line": self.first_line,
                 "cluster": self.cluster,
+                "last_line": self.last_line,
             }
         )
-        tmp = state_path.with_name(state_path.name + ".tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, state_path)
+        _replace(state_path, blob)
 
     def rows(self, end: float | None = None) -> list[dict[str, Any]]:
         """Hourly rows per allocation, intervals still open counted up to `end`."""
@@ -236,6 +256,16 @@ def _load_state(state_path: Path) -> dict[str, Any]:
 
 
 def _save_state(state_path: Path, state: dict[str, Any]) -> None:
-    tmp = state_path.with_name(state_path.name + ".tmp")
-    tmp.write_bytes(pickle.dumps(state))
-    os.replace(tmp, state_path)
+    _replace(state_path, pickle.dumps(state))
+
+
+def _replace(state_path: Path, blob: bytes) -> None:
+    """Write `blob` over `state_path` atomically. The temporary name is this process's
+    own: runs at the same time shared one, and one's rename found it gone."""
+    tmp = state_path.with_name(f".{state_path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_bytes(blob)
+        os.replace(tmp, state_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

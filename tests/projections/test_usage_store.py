@@ -80,6 +80,31 @@ def test_another_journal_or_a_damaged_state_is_refused(journal: Path, tmp_path: 
         ResumableUsage.open(state, journal)
 
 
+@pytest.mark.parametrize("change", ["cut-short", "rewritten"])
+def test_a_journal_cut_short_or_rewritten_since_is_refused(
+    journal: Path, tmp_path: Path, change: str
+) -> None:
+    """The same first record, other bytes where the table stopped: it used to report
+    '0 new' and the old totals, or call the healthy file corrupt."""
+    copy = tmp_path / "journal.jsonl"
+    lines = journal.read_bytes().splitlines(keepends=True)
+    copy.write_bytes(b"".join(lines))
+    state = tmp_path / "usage.state"
+    store = ResumableUsage.open(state, copy)
+    store.update()
+    store.save(state)
+    half = len(lines) // 2
+    if change == "cut-short":
+        copy.write_bytes(b"".join(lines[:half]))
+    else:  # as long again, but another run's records after the first half
+        copy.write_bytes(b"".join(lines[:half] + lines[1 : len(lines) - half + 1]))
+    with pytest.raises(UsageStoreError, match="changed since .* was saved"):
+        ResumableUsage.open(state, copy)
+    copy.write_bytes(b"".join(lines) + lines[-1])  # only grown: still resumes
+    assert ResumableUsage.open(state, copy).update() == 1
+    assert not list(tmp_path.glob("*.tmp"))  # no temporary file left
+
+
 def test_allot_usage_keeps_its_table_and_reports_delivered(journal: Path, tmp_path: Path) -> None:
     import orjson
 
