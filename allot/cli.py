@@ -740,6 +740,11 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except BrokenPipeError:  # `| head` closed stdout: the shell's SIGPIPE status, quietly
+        from allot.commands.common import CLOSED_PIPE_EXIT, stdout_to_devnull
+
+        stdout_to_devnull()
+        sys.exit(CLOSED_PIPE_EXIT)
     except Exception as why:
         if not isinstance(why, _user_errors()):
             raise

@@ -830,7 +830,9 @@ class _Handler(BaseHTTPRequestHandler):
         active = "/" if path == "/" else "/" + path.split("/")[1]
         snap = self.dashboard.snapshot()
         if not snap.ok:
-            return 200, empty_page(snap, active, src)
+            # no records yet is a state (the journal may fill up); one that cannot be read
+            # is an error an uptime probe should see
+            return (503 if snap.error is not None else 200), empty_page(snap, active, src)
         if path == "/":
             return 200, page("Allocations", allocations_page(snap), active=active, source=src)
         if path == "/queue":

@@ -65,7 +65,7 @@ from typing import Any
 
 from domain.config import SchedulerConfig
 from domain.tree import ancestors
-from projections.usage import HOUR, UsageProjection, fields, period_totals
+from projections.usage import HOUR, RecordError, UsageProjection, fields, period_totals
 from projections.usage import delivered as period_delivered
 
 DEFAULT_WINDOW = SchedulerConfig.model_fields["window"].default
@@ -403,10 +403,15 @@ class Rollup:
         for name in sorted(clusters):
             c = clusters[name]
             proj = UsageProjection(start=lo, end=hi)
-            for record in c.records:
+            for number, record in enumerate(c.records, start=1):
                 if fields(record)["time"] > hi:
                     break  # each cluster's records are in journal (time) order
-                proj.apply(record)
+                try:
+                    proj.apply(record)
+                except RecordError as why:
+                    raise RollupError(
+                        f"record {number} of cluster {name!r} is not a journal record: {why}"
+                    ) from None
             end = min(hi, c.last)
             proj.close(end=end)
             info = ClusterInfo(

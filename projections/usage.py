@@ -82,6 +82,10 @@ def hour_of(t: float) -> float:
     return math.floor(t / HOUR) * HOUR
 
 
+class RecordError(ValueError):
+    """A journal record the fold cannot read (valid JSON, not the contract's shape)."""
+
+
 class _Workload:
     __slots__ = (
         "allocation",
@@ -217,14 +221,21 @@ class UsageProjection:
         if self._closed:
             raise RuntimeError("projection is closed")
         d = event if type(event) is dict else event.__dict__
-        t = d["time"]
-        if self.now is None:
-            self.now = self.first_time = t
-        elif t > self.now:
-            self._advance(t)
-        handler = self._handlers.get(d["type"])
-        if handler is not None:
-            handler(d, self.now)
+        try:
+            t = d["time"]
+            if self.now is None:
+                self.now = self.first_time = t
+            elif t > self.now:
+                self._advance(t)
+            handler = self._handlers.get(d["type"])
+            if handler is not None:
+                handler(d, self.now)
+        except KeyError as why:  # wire dicts are read unvalidated, for speed
+            raise RecordError(f"a {d.get('type')!r} record without {why}") from None
+        except (TypeError, ValueError) as why:
+            raise RecordError(
+                f"a {d.get('type')!r} record with a field of the wrong type: {why}"
+            ) from None
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
         self.__dict__.update(saved)

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from domain.upcasting import upcast
-from projections.usage import UsageProjection
+from projections.usage import RecordError, UsageProjection
 
 FORMAT = 1
 
@@ -134,7 +134,12 @@ class ResumableUsage:
                         f"{self.journal}: the journal holds records of clusters {only!r} and "
                         f"{cluster!r}; pick one with --cluster"
                     )
-                self.projection.apply(raw)
+                try:
+                    self.projection.apply(raw)
+                except RecordError as why:
+                    raise UsageStoreError(
+                        f"{self.journal}: record {self.records + 1} is not a journal record: {why}"
+                    ) from None
                 self.records += 1
                 folded += 1
         if self.cluster is not None and not self.records and self.others:
@@ -209,7 +214,13 @@ class KafkaResumableUsage:
                     raise UsageStoreError(
                         f"journal record {self.records + 1} of cluster {self.cluster!r} is not JSON"
                     ) from None
-                self.projection.apply(raw)
+                try:
+                    self.projection.apply(raw)
+                except RecordError as why:
+                    raise UsageStoreError(
+                        f"journal record {self.records + 1} of cluster {self.cluster!r} is not "
+                        f"a journal record: {why}"
+                    ) from None
                 self.records += 1
                 folded += 1
             self.positions = {int(p): (int(o), i) for p, (o, i) in positions.items()}

@@ -159,7 +159,7 @@ class _CheckedStdout:
         return getattr(self._inner, name)
 
 
-def _stdout_to_devnull() -> None:
+def stdout_to_devnull() -> None:
     """Later flushes (at exit) must not fail again on a closed or full stdout."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
@@ -174,10 +174,10 @@ def quiet_on_closed_pipe() -> Iterator[None]:
         yield
         sys.stdout.flush()
     except BrokenPipeError:
-        _stdout_to_devnull()
+        stdout_to_devnull()
         raise typer.Exit(CLOSED_PIPE_EXIT) from None
     except OutputError as why:
-        _stdout_to_devnull()
+        stdout_to_devnull()
         typer.echo(f"error: cannot write the output: {why.strerror or why}", err=True)
         raise typer.Exit(2) from None
     finally:

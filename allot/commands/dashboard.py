@@ -67,6 +67,10 @@ def register(app: typer.Typer) -> None:
         from projections.dashboard import Dashboard, file_stamp, make_server
         from streams.sources import journal_lines
 
+        if not 0 < port < 65536:
+            _fail(f"--port {port}: use a TCP port between 1 and 65535")
+        if journal is not None and journal.is_dir():
+            _fail(f"--journal {journal}: a folder; give its journal.jsonl (or use --data)")
         if kafka is None and data is None and journal is None:
             _fail(
                 "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "

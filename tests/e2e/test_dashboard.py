@@ -417,6 +417,7 @@ def test_corrupt_record_is_a_clear_message(journal: Path, tmp_path: Path) -> Non
         assert "The journal cannot be read" in state
         assert "journal record 6 is not JSON" in state
         assert "Traceback" not in dom
+        assert status_of(server.url + "/") == 503  # an uptime probe sees the failure
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
@@ -435,6 +436,11 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         "error: say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
         "or --journal FILE"
     ]
+    for port in ("99999", "-5"):  # an OverflowError traceback from bind()
+        result = run("--journal", str(tmp_path / "j.jsonl"), "--port", port)
+        assert result.returncode == 2 and result.stderr.startswith(f"error: --port {port}:")
+    result = run("--journal", str(tmp_path))
+    assert result.returncode == 2 and "a folder; give its journal.jsonl" in result.stderr
     result = run("--journal", str(tmp_path / "j.jsonl"), "--horizon", "soon")
     assert result.returncode == 2, result
     assert result.stderr.strip().splitlines()[0].startswith("error: --horizon 'soon':")

@@ -155,6 +155,21 @@ def test_empty_journal_is_one_line(tmp_path):
     one_line_error(allot("rollup"), "--journal FILE")
 
 
+@pytest.mark.parametrize("command", ["rollup", "usage"])
+def test_a_record_of_the_wrong_shape_is_one_line(tmp_path, command):
+    """Valid JSON, not the contract's shape: a KeyError traceback, where shares and
+    queue gave one line."""
+    bad = tmp_path / "journal.jsonl"
+    bad.write_bytes(
+        b'{"type":"workload.placed","v":1,"id":"x","time":1767571300,"cluster":"lab"}\n'
+    )
+    one_line_error(
+        allot(command, "--journal", str(bad)),
+        "record 1",
+        "is not a journal record: a 'workload.placed' record without 'workload'",
+    )
+
+
 @pytest.mark.kafka
 def test_kafka_reads_several_clusters(lab, kafka_bootstrap):
     """The same two journals produced into the journal topic (keyed by cluster, as the

@@ -98,7 +98,7 @@ def test_a_journal_cut_short_or_rewritten_since_is_refused(
         copy.write_bytes(b"".join(lines[:half]))
     else:  # as long again, but another run's records after the first half
         copy.write_bytes(b"".join(lines[:half] + lines[1 : len(lines) - half + 1]))
-    with pytest.raises(UsageStoreError, match="changed since .* was saved"):
+    with pytest.raises(UsageStoreError, match=r"changed since .* was saved"):
         ResumableUsage.open(state, copy)
     copy.write_bytes(b"".join(lines) + lines[-1])  # only grown: still resumes
     assert ResumableUsage.open(state, copy).update() == 1
