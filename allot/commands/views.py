@@ -123,11 +123,12 @@ def print_rows(
     *,
     right: frozenset[str] = frozenset(),
     dim: list[bool] | None = None,
+    strong: list[bool] | None = None,
 ) -> None:
     """A table at its natural width, as `print_table` prints it, for tables of
     thousands of rows (a queue): rich measures every cell several times, which took
-    longer than reading the journal; this pads each cell once. Bold header and dim
-    rows only on a terminal (and not with NO_COLOR)."""
+    longer than reading the journal; this pads each cell once. Bold header and
+    `strong` rows, dim `dim` rows, only on a terminal (and not with NO_COLOR)."""
     import os
     import sys
 
@@ -136,7 +137,10 @@ def print_rows(
     faint = (lambda t: f"\x1b[2m{t}\x1b[0m") if styled else (lambda t: t)
     header, *lines = aligned_lines(headers, cells, right)
     out = [bold(title), bold(header)]
-    out += [faint(text) if dim and dim[i] else text for i, text in enumerate(lines)]
+    out += [
+        bold(text) if strong and strong[i] else faint(text) if dim and dim[i] else text
+        for i, text in enumerate(lines)
+    ]
     typer.echo("\n".join(out))
 
 

@@ -62,6 +62,10 @@ def test_sql_table_and_json(db: Path, records: list[dict[str, Any]]) -> None:
     table = allot("audit", "sql", query, "--db", str(db))
     assert table.returncode == 0, table.stderr
     assert "workload.submitted" in table.stdout and "type" in table.stdout.splitlines()[1]
+    # floats in full: `.4g` printed 10486.6 as 1.049e+04 and 1234567.891 as 1234568
+    query = "SELECT CAST(10486.6 AS DOUBLE) AS h, CAST(1234567.891 AS DOUBLE) AS x"
+    floats = allot("audit", "sql", query, "--db", str(db))
+    assert floats.stdout.splitlines()[-1].split() == ["10486.6", "1234567.891"]
     # the default database comes from $ALLOT_AUDIT_DB
     times = as_json(allot("audit", "sql", "SELECT min(time) AS t FROM journal", "--json", db=db))
     assert times[0]["t"].startswith("2026-01-01")
