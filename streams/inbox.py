@@ -185,6 +185,7 @@ class KafkaInbox:
             raise InboxError(str(why)) from None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._producer: Any = None
+        self._topics_seen = False  # the inbox (and journal) were found on the broker
 
     def _failure(self, why: BaseException) -> InboxError:
         """A login or ACL problem in one line, else "cannot reach Kafka"."""
@@ -245,6 +246,30 @@ class KafkaInbox:
             self._producer = producer
         return self._producer
 
+    async def _check_topics(self, *, journal: bool) -> None:
+        """The inbox (and, to wait for a verdict, the journal) must exist: a broker that
+        creates topics on first use would make a mistyped ALLOT_TOPIC_SUFFIX one that no
+        scheduler reads (the request silently lost), with the broker's retention."""
+        if self._topics_seen:
+            return
+        producer = await self._open_producer()
+        try:
+            metadata = await producer.client.fetch_all_metadata()
+        except Exception as why:
+            await self._drop_producer()
+            raise self._unreachable(kafka_auth.describe_error(why)) from None
+        present = metadata.topics()
+        wanted = [topics.INBOX, topics.JOURNAL] if journal else [topics.INBOX]
+        missing = [name for name in wanted if name not in present]
+        if missing:
+            suffix = os.environ.get("ALLOT_TOPIC_SUFFIX")
+            hint = f" (ALLOT_TOPIC_SUFFIX is {suffix!r}: is it the scheduler's?)" if suffix else ""
+            raise InboxError(
+                f"no topic {', '.join(missing)} at {self.bootstrap}{hint}; "
+                "`allot topics create` creates them"
+            )
+        self._topics_seen = True
+
     async def _drop_producer(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
@@ -269,6 +294,7 @@ class KafkaInbox:
         self, requests: list[dict[str, Any]], match: Match | None, timeout: float
     ) -> dict[str, Any] | None:
         encoded = encode_requests(requests)
+        await self._check_topics(journal=match is not None)
         consumer = None
         if match is not None:
             consumer = await self._watch()

@@ -481,6 +481,33 @@ def test_submit_to_kafka_writes_an_orjson_record_keyed_by_cluster(
 
 
 @pytest.mark.kafka
+def test_a_request_to_topics_nobody_created_is_refused(kafka_bootstrap: str) -> None:
+    """A mistyped ALLOT_TOPIC_SUFFIX: the request went to an inbox the broker created on
+    first use, which no scheduler reads ('Submitted', exit 0), and --wait created a
+    journal topic with the broker's 7-day retention."""
+    from streams.worker import _admin
+
+    async def topic_names() -> list[str]:
+        admin = await _admin(kafka_bootstrap, 15.0)
+        try:
+            return list(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    suffix = f".typo-{os.getpid()}-{time.monotonic_ns()}"
+    environ = env(ALLOT_TOPIC_SUFFIX=suffix, ALLOT_KAFKA=kafka_bootstrap)
+    for extra in ([], ["--wait", "2"]):
+        result = allot(
+            "submit", "-A", "lab/a", "-G", "1", "--min-runtime", "1m", *extra, environ=environ
+        )
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert f"no topic allot.inbox{suffix}" in result.stderr
+        assert f"ALLOT_TOPIC_SUFFIX is '{suffix}'" in result.stderr
+    names = asyncio.run(topic_names())
+    assert not any(name.endswith(suffix) for name in names), names
+
+
+@pytest.mark.kafka
 def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
     """`$ALLOT_TOPIC_SUFFIX` gives a second deployment its own topics on a shared
     broker: topics create, serve, the request tools and the views all use them, and
