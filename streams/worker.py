@@ -900,8 +900,8 @@ class Worker:
         ):
             # every new key would otherwise cost a scheduler core for good
             return cluster, (
-                f"this worker already schedules {len(self.cores)} clusters (--max-clusters); "
-                f"cluster {cluster!r} is refused"
+                f"this worker already schedules {len(self.cores)} clusters, its limit; "
+                f"cluster {cluster!r} is refused (spread clusters with --cluster or --group)"
             )
         return cluster, None
 
@@ -944,8 +944,8 @@ class Worker:
                 continue
             if self._over_limit(cluster, per_cluster):  # type: ignore[arg-type]
                 error = (
-                    f"this worker already schedules {self.max_clusters} clusters "
-                    f"(--max-clusters); cluster {cluster!r} is refused"
+                    f"this worker already schedules {self.max_clusters} clusters, its limit; "
+                    f"cluster {cluster!r} is refused (spread clusters with --cluster or --group)"
                 )
                 dead.append((r, cluster, error))
                 part.dead = r.offset
@@ -1216,9 +1216,18 @@ class Worker:
 
     # ---------------------------------------------------------------- ticker
     def _tick_clusters(self) -> list[str]:
+        """The clusters whose time should move: those named with --cluster, else those
+        with a host or an allocation. A key that only ever brought rejected requests (a
+        typo, or junk from any inbox writer) is not ticked: each would journal a tick
+        every 10 s forever."""
         owned = {p for p, part in self.owned.items() if part.active}
-        named = self.clusters if self.clusters is not None else self.cores
-        return sorted(c for c in named if self.home(c) in owned)
+        if self.clusters is not None:
+            return sorted(c for c in self.clusters if self.home(c) in owned)
+        return sorted(
+            c
+            for c, core in self.cores.items()
+            if self.home(c) in owned and (core.state.hosts or core.state.tree.nodes)
+        )
 
     async def _ticker(self, stop: asyncio.Event) -> None:
         producer = self._meta

@@ -251,7 +251,26 @@ async def test_a_worker_refuses_clusters_beyond_its_limit(kafka_bootstrap: str) 
     assert sorted(worker.cores) == ["one", "two"]
     dead = await read_all(kafka_bootstrap, r.topics.dlq)
     assert [headers(d)["cluster"] for d in dead] == [b"three"]
-    assert b"--max-clusters" in headers(dead[0])["error"]
+    assert b"its limit" in headers(dead[0])["error"]
+
+
+async def test_the_ticker_leaves_keys_that_never_made_a_cluster(kafka_bootstrap: str) -> None:
+    """A key whose every request was refused (a typo, or junk from any inbox writer)
+    used to be ticked every tick_every forever; a cluster with a budget is ticked."""
+    async with rig(kafka_bootstrap) as r:
+        r.start(tick_every=0.2)
+        await r.inbox.send("real", "budget.set", allocation="lab", weight=1)
+        for junk in ("junk0", "junk1"):
+            await r.inbox.send(junk, "workload.cancelled", workload="nope")
+        await r.journal.wait_for(first("clock.tick", cluster="real"))
+        await asyncio.sleep(1.0)  # five more ticks' time
+        await r.halt()
+        await r.journal.poll(500)
+        records = r.journal.records
+    ticked = {x["cluster"] for x in records if x["type"] == "clock.tick"}
+    assert ticked == {"real"}
+    refused = {x["cluster"] for x in records if x["type"] == "workload.rejected"}
+    assert refused == {"junk0", "junk1"}  # they were folded: the cores exist
 
 
 async def test_workers_split_clusters_between_them(kafka_bootstrap: str) -> None:
