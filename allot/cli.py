@@ -465,10 +465,11 @@ def replay(
             "--out/--jobs have no effect with --verify: it writes nothing and checks one "
             "journal; drop them, or drop --verify for a what-if into --out"
         )
-    if journal is None and kafka is None:  # like the other readers: $ALLOT_KAFKA, $ALLOT_CLUSTER
-        import os
+    import os
 
+    if journal is None and kafka is None:  # like the other readers: $ALLOT_KAFKA
         kafka = os.environ.get("ALLOT_KAFKA") or None
+    if kafka is not None:  # --kafka given or from $ALLOT_KAFKA: $ALLOT_CLUSTER either way
         cluster = cluster or os.environ.get("ALLOT_CLUSTER") or None
     if journal is None and kafka is None:
         raise fail("replay reads one journal: give a JOURNAL file or --kafka HOST:PORT")

@@ -197,7 +197,9 @@ def _reader(lines: Any, out: queue.Queue[Any]) -> None:
     out.put(_END)
 
 
-RETRY_S = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits between attempts while the inbox is down
+# waits between attempts while the inbox is down: short, because the scheduler keeps
+# deciding meanwhile (a report 30 s late let a tick preempt work that had finished)
+RETRY_S = (1.0, 2.0, 3.0, 5.0)
 
 
 def send_retrying(

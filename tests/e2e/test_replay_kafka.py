@@ -77,6 +77,9 @@ def test_replay_verify_reads_the_journal_from_kafka(
     from_env = allot("replay", "--verify", ALLOT_KAFKA=kafka_bootstrap, ALLOT_CLUSTER=cluster)
     assert from_env.returncode == 0, from_env.stderr
     assert f"in {len(simulated):,} records" in from_env.stdout
+    # $ALLOT_CLUSTER with an explicit --kafka too (it was read only without --kafka)
+    mixed = allot("replay", "--kafka", kafka_bootstrap, "--verify", ALLOT_CLUSTER=cluster)
+    assert mixed.returncode == 0, mixed.stderr
 
     # and a what-if from the same topic
     what_if = allot(
