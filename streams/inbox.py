@@ -421,18 +421,30 @@ def verdict_on(ref: str) -> Match:
     return match
 
 
-def outcome_of(workload: str | None = None, ref: str | None = None) -> Match:
+class Outcome:
     """Matches the journal record that decides a submission: `workload.placed` or
-    `workload.rejected` for `workload` (or a rejection whose `ref` is the request id)."""
+    `workload.rejected` for `workload` (or a rejection whose `ref` is the request id).
+    On the way it notes the submission itself when journaled under `ref` (`accepted`):
+    work still pending then is queued, not lost."""
 
-    def match(record: dict[str, Any]) -> bool:
+    def __init__(self, workload: str | None = None, ref: str | None = None) -> None:
+        self.workload = workload
+        self.ref = ref
+        self.accepted: dict[str, Any] | None = None
+
+    def __call__(self, record: dict[str, Any]) -> bool:
         kind = record.get("type")
+        workload, ref = self.workload, self.ref
         if kind == "workload.placed":
             return workload is not None and record.get("workload") == workload
         if isinstance(kind, str) and kind.endswith(".rejected"):
             return (ref is not None and record.get("ref") == ref) or (
                 workload is not None and record.get("workload") == workload
             )
+        if kind == "workload.submitted" and ref is not None and record.get("id") == ref:
+            self.accepted = record
         return False
 
-    return match
+
+def outcome_of(workload: str | None = None, ref: str | None = None) -> Outcome:
+    return Outcome(workload, ref)

@@ -380,13 +380,13 @@ def submit(
             _test_only(target, cluster, requests, horizon_s, parsable)
             return
         writer = _open_inbox(target)
+        verdict = outcome_of(workload, requests[0]["id"])
         try:
             if wait is None:
                 writer.send(requests)
                 outcome = None
             else:
-                request = requests[0]
-                outcome = writer.send_and_wait([request], outcome_of(workload, request["id"]), wait)
+                outcome = writer.send_and_wait([requests[0]], verdict, wait)
         finally:
             writer.close()
     if tasks is not None:
@@ -400,8 +400,15 @@ def submit(
     if wait is None:
         return
     if outcome is None:
-        hint = _no_scheduler_hint(target)
-        typer.echo(f"Workload {workload} still pending after {wait:g} s{hint}", err=True)
+        if verdict.accepted is not None:  # queued: the scheduler has it
+            typer.echo(
+                f"Workload {workload} accepted, still waiting to start after {wait:g} s "
+                f"(`allot why {workload}` says why)",
+                err=True,
+            )
+        else:
+            hint = _no_scheduler_hint(target)
+            typer.echo(f"Workload {workload} still pending after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
     typer.echo(describe_outcome(outcome), err=parsable)
     if outcome.get("type") != "workload.placed":

@@ -374,6 +374,29 @@ def test_submit_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
 
 
+def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None:
+    """The journal holds the submission but no GPU is free: it used to ask whether a
+    scheduler was running at all."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        for args in [("host", "register", "h1", "4"), ("budget", "set", "lab", "1")]:
+            assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
+        common = ["submit", "--data", str(data), "-A", "lab", "-G", "4", "--min-runtime", "1h"]
+        first = allot(*common, "--as", ADMIN, "--wait", "20")
+        assert first.returncode == 0, first.stderr
+        second = allot(*common, "--as", ADMIN, "--wait", "3", "--parsable")
+        assert second.returncode == 1
+        workload = second.stdout.strip()
+        assert second.stderr.splitlines() == [
+            f"Workload {workload} accepted, still waiting to start after 3 s "
+            f"(`allot why {workload}` says why)"
+        ]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
 def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> None:
     data = tmp_path / "idle"
     result = allot("cancel", "w1", "--data", str(data), "--wait", "0.3")
