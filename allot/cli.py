@@ -504,16 +504,19 @@ def replay(
 
 
 def _ends_mid_line(path: Path) -> bool:
-    """Does the file's last byte end a line? The readers leave a partial last line out,
-    rightly for a journal being written, silently for one cut short."""
+    """Does the file end in a partial line after complete ones? The readers leave a
+    partial last line out, rightly for a journal being written, silently for one cut
+    short. (With no complete line at all, the reader's own error says it all.)"""
     try:
         with path.open("rb") as f:
-            if f.seek(0, 2) == 0:
+            size = f.seek(0, 2)
+            if size == 0:
                 return False
-            f.seek(-1, 2)
-            return f.read(1) != b"\n"
+            f.seek(max(0, size - (1 << 20)))
+            tail = f.read()
     except OSError:
         return False  # reading it will say why
+    return not tail.endswith(b"\n") and b"\n" in tail
 
 
 def _replay(
