@@ -39,6 +39,8 @@ Per cluster (a journal may hold several; each gets its own fold):
 - ``allot_rejected_inputs_total{reason}``: by the ``*.rejected`` record type.
 - ``allot_journal_records_total``, ``allot_journal_last_record_timestamp_seconds`` and
   ``allot_journal_lag_seconds`` (wall clock − the last record's time).
+- ``allot_journal_unreadable_records_total`` (no cluster label):
+  corrupt records a following `allot metrics` skipped rather than stop serving.
 
 `apply` and `collect` take a lock: one thread may follow the journal while the HTTP
 server's threads scrape.
@@ -143,6 +145,7 @@ METRIC_NAMES: dict[str, str] = {
     "allot_journal_records_total": "counter",
     "allot_journal_last_record_timestamp_seconds": "gauge",
     "allot_journal_lag_seconds": "gauge",
+    "allot_journal_unreadable_records_total": "counter",
 }
 
 
@@ -306,6 +309,7 @@ class MetricsCollector(Collector):
         self.clock = clock
         self.clusters: dict[str, _ClusterFold] = {}
         self.skipped = 0  # records of types this version does not know
+        self.unreadable = 0  # records a follower skipped as corrupt (see allot metrics)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- folding
@@ -433,7 +437,7 @@ class MetricsCollector(Collector):
             if f.last_time is not None:
                 last.add_metric([name], f.last_time)
                 lag.add_metric([name], max(0.0, now - f.last_time))
-        return [
+        families = [
             gpus,
             workloads,
             waits,
@@ -450,6 +454,14 @@ class MetricsCollector(Collector):
             last,
             lag,
         ]
+        # of no cluster: the record could not be read
+        unreadable = CounterMetricFamily(
+            "allot_journal_unreadable_records",
+            "Journal records a following exporter skipped as corrupt.",
+        )
+        unreadable.add_metric([], self.unreadable)
+        families.append(unreadable)
+        return families
 
 
 def exposition(registry: CollectorRegistry) -> str:

@@ -30,9 +30,10 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _decode(lines: Iterator[bytes], skip: int = 0) -> Iterator[tuple[int, Any]]:
+def _decode(lines: Iterator[bytes], skip: int = 0, on_bad: Any = None) -> Iterator[tuple[int, Any]]:
     """(record number, event) for known record types; a corrupt record raises
-    ViewError naming it (the first `skip` records are not decoded)."""
+    ViewError naming it, or with `on_bad` is passed to it and skipped (the first `skip`
+    records are not decoded)."""
     from pydantic import ValidationError
 
     from domain import events as ev
@@ -45,19 +46,27 @@ def _decode(lines: Iterator[bytes], skip: int = 0) -> Iterator[tuple[int, Any]]:
         if number <= skip:
             continue
         try:
-            raw = upcast(load_object(line))
-        except Undecodable as why:
-            raise ViewError(f"journal record {number} is not JSON: {why}") from None
-        if raw.get("type") not in KNOWN_TYPES:
-            yield number, None  # a newer writer's record: counted, not folded
+            try:
+                raw = upcast(load_object(line))
+            except Undecodable as why:
+                raise ViewError(f"journal record {number} is not JSON: {why}") from None
+            if raw.get("type") not in KNOWN_TYPES:
+                yield number, None  # a newer writer's record: counted, not folded
+                continue
+            try:
+                event = ev.parse_event(raw)
+            except ValidationError as why:
+                raise ViewError(
+                    f"journal record {number} ({raw.get('type')}) is not valid: "
+                    f"{ev.describe_validation_error(why)}"
+                ) from None
+        except ViewError as why:
+            if on_bad is None:
+                raise
+            on_bad(why)
+            yield number, None
             continue
-        try:
-            yield number, ev.parse_event(raw)
-        except ValidationError as why:
-            raise ViewError(
-                f"journal record {number} ({raw.get('type')}) is not valid: "
-                f"{ev.describe_validation_error(why)}"
-            ) from None
+        yield number, event
 
 
 def fold_journal(
@@ -69,14 +78,15 @@ def fold_journal(
     cluster: str | None,
     follow: bool,
     skip: int = 0,
+    on_bad: Any = None,
 ) -> int:
     """Fold the journal's records (after the first `skip`) into `collector`; returns
-    the number of records read. Following never returns."""
+    the number of records read. Following never returns. `on_bad`: see `_decode`."""
     from streams.sources import journal_lines
 
     count = skip
     lines = journal_lines(kafka=kafka, data=data, journal=journal, cluster=cluster, follow=follow)
-    for number, event in _decode(lines, skip):
+    for number, event in _decode(lines, skip, on_bad):
         count = number
         if event is not None:
             collector.apply(event)
@@ -158,7 +168,15 @@ def register(app: typer.Typer) -> None:
         stop = threading.Event()
         try:
             if follow:
-                fold_journal(collector, **where, cluster=cluster, follow=True, skip=read)
+                # a bad record appended later is skipped, said, and counted: monitoring
+                # must not go down with it (the first read refuses one, above)
+                def unreadable(why: Exception) -> None:
+                    collector.unreadable += 1
+                    typer.echo(f"allot metrics: skipped {why}", err=True)
+
+                fold_journal(
+                    collector, **where, cluster=cluster, follow=True, skip=read, on_bad=unreadable
+                )
             else:
                 stop.wait()
         except (SourceError, ViewError, JournalError) as why:

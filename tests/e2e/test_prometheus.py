@@ -259,6 +259,13 @@ def test_new_records_are_followed(servers: Servers, journal: Path) -> None:
     with journal.open("ab") as f:
         f.write(orjson.dumps(record) + b"\n")
     servers.wait_value('allot_rejected_inputs_total{cluster="tiny",reason="workload.rejected"}', 1)
+    # a corrupt record appended while following is skipped and counted: the exporter
+    # used to exit, and monitoring went down with it
+    later = {**record, "id": "metrics-test/rejected-2", "time": record["time"] + 1}
+    with journal.open("ab") as f:
+        f.write(b"{not json\n" + orjson.dumps(later) + b"\n")
+    servers.wait_value('allot_rejected_inputs_total{cluster="tiny",reason="workload.rejected"}', 2)
+    servers.wait_value("allot_journal_unreadable_records_total", 1)
 
 
 def test_every_dashboard_query_runs(servers: Servers) -> None:
