@@ -203,8 +203,18 @@ def audit_load(
             source = str(Path(target.label).resolve()) + (f" cluster {wanted}" if wanted else "")
         path = target.journal or (target.data / "journal.jsonl" if target.data else None)
         size = path.stat().st_size if path is not None and path.is_file() else None
-        with record_progress("loading", size, quiet=quiet, console=Console(stderr=True)) as update:
-            result = load(_db(db), counted(lines, update), source=source)
+        database = _db(db)
+        fresh = not database.exists()
+        try:
+            with record_progress(
+                "loading", size, quiet=quiet, console=Console(stderr=True)
+            ) as update:
+                result = load(database, counted(lines, update), source=source)
+        except BaseException:
+            if fresh:  # a first load that failed (say, Kafka unreachable) leaves nothing
+                for leftover in (database, database.with_name(database.name + ".wal")):
+                    leftover.unlink(missing_ok=True)
+            raise
         typer.echo(
             f"loaded {result['added']:,} new records into {_db(db)} ({result['records']:,} in all)"
         )

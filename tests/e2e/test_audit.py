@@ -110,6 +110,15 @@ def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
 # ------------------------------------------------------------------ errors
 
 
+def test_a_first_load_that_fails_leaves_no_database(tmp_path: Path) -> None:
+    """An unreachable broker left an empty database behind, which later commands took
+    for a loaded one."""
+    database = tmp_path / "new.duckdb"
+    result = allot("audit", "load", "--kafka", "127.0.0.1:1", "--db", str(database))
+    one_line_error(result, "cannot reach Kafka at 127.0.0.1:1")
+    assert not database.exists() and not list(tmp_path.iterdir())
+
+
 def test_a_bad_empty_or_outside_query_is_one_line(db: Path) -> None:
     one_line_error(allot("audit", "sql", "SELEC 1", "--db", str(db)), "syntax error")
     one_line_error(allot("audit", "sql", "SELECT * FROM nope", "--db", str(db)), "nope")
