@@ -90,6 +90,7 @@ from domain.config import SchedulerConfig
 from streams import topics as names
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore
 from streams.kafka_auth import KafkaAuthError, client_options
+from streams.log_repeats import quiet_repeats
 from streams.offloop import start_blobs
 
 log = logging.getLogger("allot.worker")
@@ -1429,6 +1430,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.log_level.lower() != "debug":
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
+        quiet_repeats()  # a broker outage: the same aiokafka error ~60 times a second
     if not args.kafka:
         print("error: say where Kafka is: --kafka HOST:PORT (or $ALLOT_KAFKA)", file=sys.stderr)
         return 2

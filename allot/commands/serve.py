@@ -264,6 +264,9 @@ def _log_to_stderr() -> None:
             level=logging.INFO, format="%(asctime)s allot serve %(levelname)s %(name)s: %(message)s"
         )
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    from streams.log_repeats import quiet_repeats
+
+    quiet_repeats()  # a broker outage: the same aiokafka error ~60 times a second
 
 
 def _serve_kafka(
