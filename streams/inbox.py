@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import orjson
 
 from streams import kafka_auth, topics
+from streams.bootstrap import BootstrapError
+from streams.bootstrap import parse_bootstrap as _parse_bootstrap
 from streams.embedded import JOURNAL_FILE, EmbeddedError, LineReader, append_requests
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
@@ -151,14 +153,11 @@ class EmbeddedInbox:
 
 
 def parse_bootstrap(text: str) -> str:
-    """`HOST:PORT[,HOST:PORT...]` (a `kafka://` prefix is accepted)."""
-    servers = []
-    for part in text.strip().removeprefix("kafka://").split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InboxError(f"--kafka {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9092")
-        servers.append(f"{host}:{port}")
-    return ",".join(servers)
+    """`HOST:PORT[,HOST:PORT...]`; a bad one is an InboxError (one line for the user)."""
+    try:
+        return _parse_bootstrap(text)
+    except BootstrapError as why:
+        raise InboxError(str(why)) from None
 
 
 class KafkaInbox:

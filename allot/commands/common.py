@@ -101,7 +101,12 @@ def resolve_target(
     if data is not None:
         return Target(data=data)
     if kafka:
-        return Target(kafka=kafka)
+        from streams.bootstrap import BootstrapError, parse_bootstrap
+
+        try:
+            return Target(kafka=parse_bootstrap(kafka))
+        except BootstrapError as why:  # readers too: `127.0.0.1` quietly meant port 9092
+            raise TargetError(str(why)) from None
     raise TargetError(
         "say where the scheduler is: --kafka HOST:PORT (or $ALLOT_KAFKA) or --data DIR"
     )

@@ -310,6 +310,9 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert result.returncode == 2
     result = allot("cancel", "x", "--kafka", "nonsense")
     assert "expected HOST:PORT" in one_line_error(result)
+    for reader in (("queue",), ("acct",), ("audit", "load")):  # readers alike: no port
+        result = allot(*reader, "--kafka", "127.0.0.1")
+        assert "--kafka '127.0.0.1': expected HOST:PORT" in one_line_error(result)
     line = one_line_error(allot("host", "health", "h1", "--data", str(cluster)))
     assert line == "error: say --healthy or --unhealthy for host h1"
     weights = (("nan", "nan"), ("inf", "inf"), ("-1", "-1"), ("-0.5", "-0.5"), ("1e308", "1e+308"))
