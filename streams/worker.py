@@ -165,6 +165,51 @@ def topic_configs(topics: Topics) -> dict[str, dict[str, str]]:
 class TopicsReport:
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
+    # (topic, setting, what it is, what allot needs) for existing topics made otherwise
+    # (by hand, or by a broker creating topics on first use)
+    drift: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    def drift_lines(self) -> list[str]:
+        """A warning per setting, with the command that fixes it."""
+        return [
+            f"{topic} has {key}={actual}, allot needs {wanted}"
+            + (" (the journal is the source of truth: kept forever)" if "retention" in key else "")
+            + f"; fix: kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+            f"--add-config {key}={wanted}"
+            for topic, key, actual, wanted in self.drift
+        ]
+
+
+# settings of an existing topic that matter: checked, never changed behind the operator
+_CHECKED = {"retention.ms", "retention.bytes", "cleanup.policy", "message.timestamp.type"}
+
+
+async def _drift(
+    admin: AIOKafkaAdminClient, names: list[str], configs: dict[str, dict[str, str]]
+) -> list[tuple[str, str, str, str]]:
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    wanted = {
+        name: {k: v for k, v in configs[name].items() if k in _CHECKED}
+        for name in names
+        if any(k in _CHECKED for k in configs[name])
+    }
+    if not wanted:
+        return []
+    resources = [
+        ConfigResource(ConfigResourceType.TOPIC, name, dict.fromkeys(keys))
+        for name, keys in wanted.items()
+    ]
+    out = []
+    for response in await admin.describe_configs(resources):
+        for resource in response.resources:
+            name, entries = resource[3], resource[4]
+            for entry in entries:
+                key, actual = entry[0], entry[1]
+                need = wanted.get(name, {}).get(key)
+                if need is not None and actual != need:
+                    out.append((name, key, str(actual), need))
+    return sorted(out)
 
 
 def _reason(why: BaseException) -> str:
@@ -233,6 +278,10 @@ async def create_topics(
                     report.existing.append(name)
                 else:
                     raise KafkaError(f"creating topic {name!r} failed (error {code}): {message}")
+        try:
+            report.drift = await _drift(admin, report.existing, configs)
+        except KafkaError:  # a broker that refuses DescribeConfigs: nothing to say
+            report.drift = []
         # wait until the metadata lists them, so producers don't race the creation
         deadline = time.monotonic() + timeout_s
         while report.created and time.monotonic() < deadline:
@@ -459,12 +508,14 @@ class Worker:
     # ---------------------------------------------------------------- start
     async def _start(self) -> None:
         if self.create:
-            await create_topics(
+            report = await create_topics(
                 self.bootstrap,
                 topics=self.topics,
                 partitions=self.partitions,
                 kafka_options=self.kafka_options,
             )
+            for line in report.drift_lines():
+                log.warning("%s", line)
         self._meta = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             enable_idempotence=True,

@@ -67,6 +67,8 @@ def create(
         )
     for name in report.existing:
         print(f"exists  {name} (left unchanged)")
+    for line in report.drift_lines():
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

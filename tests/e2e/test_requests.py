@@ -534,6 +534,56 @@ def test_a_request_to_topics_nobody_created_is_refused(kafka_bootstrap: str) -> 
 
 
 @pytest.mark.kafka
+def test_topics_create_warns_about_existing_topics_allot_cannot_rely_on(
+    kafka_bootstrap: str,
+) -> None:
+    """Topics made otherwise (by hand, or by a broker creating them on first use) were
+    'left unchanged' without a word: a journal deleted after 7 days, an inbox stamped
+    by its writers' clocks."""
+    from aiokafka.admin import NewTopic
+
+    from streams.worker import _admin
+
+    suffix = f".drift-{os.getpid()}-{time.monotonic_ns()}"
+
+    async def make_them_badly() -> None:
+        admin = await _admin(kafka_bootstrap, 15.0)
+        try:
+            await admin.create_topics(
+                [
+                    NewTopic(
+                        name=f"allot.journal{suffix}",
+                        num_partitions=1,
+                        replication_factor=1,
+                        topic_configs={"retention.ms": "604800000"},
+                    ),
+                    NewTopic(
+                        name=f"allot.inbox{suffix}",
+                        num_partitions=1,
+                        replication_factor=1,
+                        topic_configs={"message.timestamp.type": "CreateTime"},
+                    ),
+                ]
+            )
+        finally:
+            await admin.close()
+
+    asyncio.run(make_them_badly())
+    result = allot(
+        "topics", "create", environ=env(ALLOT_TOPIC_SUFFIX=suffix, ALLOT_KAFKA=kafka_bootstrap)
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, result.stderr
+    assert (
+        f"allot.inbox{suffix} has message.timestamp.type=CreateTime, allot needs LogAppendTime"
+        in warnings[0]
+    )
+    assert f"allot.journal{suffix} has retention.ms=604800000, allot needs -1" in warnings[1]
+    assert "--add-config retention.ms=-1" in warnings[1]
+
+
+@pytest.mark.kafka
 def test_one_topic_suffix_moves_every_tool(kafka_bootstrap: str) -> None:
     """`$ALLOT_TOPIC_SUFFIX` gives a second deployment its own topics on a shared
     broker: topics create, serve, the request tools and the views all use them, and
