@@ -151,6 +151,7 @@ def register(app: typer.Typer) -> None:
             if not follow:
                 raise _fail(str(why)) from None
             read = 0  # nothing yet: serve, and fold records as they come
+            typer.echo(f"allot metrics: {why}; serving, and following for them", err=True)
         except (SourceError, ViewError, JournalError) as why:
             raise _fail(str(why)) from None
         except OSError as why:
