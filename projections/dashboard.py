@@ -767,6 +767,9 @@ def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
             "<code>/workload/ID</code> (a unique prefix works too).</p></div>"
         )
         return 404, body
+    from projections.forecast import add_expectations
+
+    add_expectations(answer, snap.view, snap.forecast)  # as `allot why` says it
     name = answer.get("workload") or answer.get("request") or wid
     out = [_header(snap, f"Workload {name}")]
     current = answer.get("current") or {}

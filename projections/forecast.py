@@ -14,7 +14,7 @@ as `squeue --start`'s does.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -310,6 +310,25 @@ def victims_text(fc: Forecast, start: ExpectedStart) -> str:
     if later:
         text += f" ({', '.join(later)}: pending now, running by then)"
     return text
+
+
+def add_expectations(answer: dict[str, Any], view: Any, make: Callable[[], Forecast]) -> None:
+    """Add to `allot why`'s `answer` (projections.views.why) what the forecast expects of
+    its live workload: `forecast` (JSON) and lines of `text`. `make` gives the forecast,
+    only called when there is something to forecast (held work starts only once
+    released)."""
+    wid = answer.get("workload")
+    if wid is None:
+        return  # a rejected request's id
+    live = view.state.workloads.get(wid)
+    if live is not None and live.on_hold:
+        answer["text"].append(
+            f"expected start: none while held; `allot release {live.id}` queues it again"
+        )
+    elif answer["current"]["state"] in ("PENDING", "RUNNING"):
+        fc = make()
+        answer["forecast"] = {**header(fc), **expectation(fc, wid)}
+        answer["text"].extend(sentences(fc, wid, view.now))
 
 
 def sentences(fc: Forecast, wid: str, now: float) -> list[str]:

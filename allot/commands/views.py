@@ -829,17 +829,9 @@ def _why_from_journal(
     if "workload" not in answer:
         return answer  # a rejected request's id
     answer["history_source"] = {"kind": "journal"}
-    live = view.state.workloads.get(answer["workload"])
-    if live is not None and live.on_hold:  # nothing to forecast: it starts only once released
-        answer["text"].append(
-            f"expected start: none while held; `allot release {live.id}` queues it again"
-        )
-    elif answer["current"]["state"] in ("PENDING", "RUNNING"):
-        from projections.forecast import expectation, header, sentences
+    from projections.forecast import add_expectations
 
-        fc = forecast_view(view, read, horizon_s)
-        answer["forecast"] = {**header(fc), **expectation(fc, answer["workload"])}
-        answer["text"].extend(sentences(fc, answer["workload"], view.now))
+    add_expectations(answer, view, lambda: forecast_view(view, read, horizon_s))
     if db is None:
         return answer
     from projections.audit import AuditError, connect, workload_records

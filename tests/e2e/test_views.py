@@ -572,6 +572,9 @@ def test_executor_errors_are_one_line(tmp_path: Path) -> None:
 async def _produce(bootstrap: str, topic: str, records: list[dict[str, Any]], key: str) -> None:
     from aiokafka import AIOKafkaProducer
 
+    from streams.worker import create_topics
+
+    await create_topics(bootstrap)  # the broker creates none on first use
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
     await producer.start()
     try:

@@ -135,3 +135,12 @@ def test_the_dashboards_horizon_bounds_its_forecast():
     assert '<td class="nowrap" data-k="expected_start">N/A</td>' in pending
     _, text = timeline_page(snap, {})
     assert "The next 20m, as the scheduler expects it" in text
+
+
+def test_the_workload_page_says_when_it_is_expected_to_start_as_why_does():
+    """The workload page is `allot why` in a browser; it lacked the forecast lines."""
+    from projections.dashboard import workload_page
+
+    status, text = workload_page(snapshot(half_hour_left()), "wait1")
+    assert status == 200
+    assert "expected start: 2026-01-01 00:30:00 (in 28m) on h0" in text
