@@ -479,22 +479,38 @@ def assert_work_conserving(state: State) -> None:
 # ------------------------------------------------------------------------ properties
 
 
+def found(
+    *,
+    hosts: int,
+    ops: list[Any],
+    ordering: str = "fairshare",
+    hysteresis: float = 0.0,
+    weights: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """A scenario a deep run found, in the shape `scenarios()` generates."""
+    return {
+        "hosts": hosts,
+        "small_host": False,
+        "config": {
+            "ordering": ordering,
+            "placement": "pack",
+            "hysteresis": hysteresis,
+            "window": "7d",
+            "bucket": "1h",
+            "headroom_hosts": 0,
+        },
+        "weights": weights or {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
+        "ops": ops,
+    }
+
+
 # found in CI: one plan of several reclaim victims took a borrower below its
 # entitlement (a later victim's side ran 18 GPUs of 18.67 entitled when it was taken)
 _FILLER = (0, ("submit", "p1/a", 1, 0, False, 0, None))  # 1 GPU, unallocated
-RECLAIM_BELOW_ENTITLEMENT = {
-    "hosts": 8,
-    "small_host": False,
-    "config": {
-        "ordering": "fairshare",
-        "placement": "pack",
-        "hysteresis": 0.5,
-        "window": "7d",
-        "bucket": "1h",
-        "headroom_hosts": 0,
-    },
-    "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
-    "ops": [
+RECLAIM_BELOW_ENTITLEMENT = found(
+    hosts=8,
+    hysteresis=0.5,
+    ops=[
         (0, ("health", 0, False)),
         *[_FILLER] * 15,
         *[(0, ("submit", "p1/a", 1, 900, False, 0, None))] * 2,
@@ -506,25 +522,17 @@ RECLAIM_BELOW_ENTITLEMENT = {
         (0, ("budget", "p2", 2)),
         (60, _FILLER[1]),
     ],
-}
+)
 
 
 # found by the work-conservation invariant: a 1-GPU job preempted a 16-GPU gang that
 # does not requeue; the 8-GPU job that had failed earlier in the cycle waited beside a
 # whole free host
-GANG_LEFT_A_HOST_FREE = {
-    "hosts": 2,
-    "small_host": False,
-    "config": {
-        "ordering": "fairshare",
-        "placement": "pack",
-        "hysteresis": 0.05,
-        "window": "7d",
-        "bucket": "1h",
-        "headroom_hosts": 0,
-    },
-    "weights": {"p1": 3, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
-    "ops": [
+GANG_LEFT_A_HOST_FREE = found(
+    hosts=2,
+    hysteresis=0.05,
+    weights={"p1": 3, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
+    ops=[
         (0, ("submit", "p1/a", 1, 0, False, 0, None)),
         (0, ("submit", "p1/a", 1, 0, False, 0, None)),
         (0, ("submit", "p1/a", 12, 60, True, 0, None)),
@@ -546,7 +554,7 @@ GANG_LEFT_A_HOST_FREE = {
         (900, ("cancel", 0)),
         (3600, ("submit", "p1/b", 1, 60, False, 0, None)),
     ],
-}
+)
 
 
 # found by a 2,000-example run: at t=120 a requeued 1-GPU job preempts a 12-GPU gang
@@ -554,19 +562,9 @@ GANG_LEFT_A_HOST_FREE = {
 # bucket the head w5 (min runtime 8 h) may not backfill h1, and a failed head used to
 # end its bucket's turn, so w9 behind it (min runtime 1 h, which ends before the
 # reservation) waited beside the free host h1
-WAITS_BESIDE_A_FREE_HOST = {
-    "hosts": 2,
-    "small_host": False,
-    "config": {
-        "ordering": "fairshare",
-        "placement": "pack",
-        "hysteresis": 0.0,
-        "window": "7d",
-        "bucket": "1h",
-        "headroom_hosts": 0,
-    },
-    "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
-    "ops": [
+WAITS_BESIDE_A_FREE_HOST = found(
+    hosts=2,
+    ops=[
         (0, ("tick",)),
         (0, ("tick",)),
         (0, ("ordering", "fairshare")),
@@ -588,7 +586,7 @@ WAITS_BESIDE_A_FREE_HOST = {
         (0, ("submit", "p1/a", 1, 0, False, 0, None)),
         (60, ("submit", "p1/a", 1, 0, False, 0, None)),
     ],
-}
+)
 
 
 # found by a 1,000-example run: at 2h01m w6 (8 GPUs) preempts w7 and w4 on h0 and w8
@@ -596,19 +594,9 @@ WAITS_BESIDE_A_FREE_HOST = {
 # tried first and may not backfill h0 (its holder w8, of the same allocation, could not
 # preempt it later); then w8 starts on half of h0, which voids the reservation, but w7
 # was already passed over and waited beside h0's other four GPUs
-HOLDER_LEFT_GPUS_FREE = {
-    "hosts": 2,
-    "small_host": False,
-    "config": {
-        "ordering": "fairshare",
-        "placement": "pack",
-        "hysteresis": 0.0,
-        "window": "7d",
-        "bucket": "1h",
-        "headroom_hosts": 0,
-    },
-    "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
-    "ops": [
+HOLDER_LEFT_GPUS_FREE = found(
+    hosts=2,
+    ops=[
         (0, ("tick",)),
         (0, ("ordering", "fairshare")),
         (0, ("ordering", "fairshare")),
@@ -630,26 +618,16 @@ HOLDER_LEFT_GPUS_FREE = {
         (0, ("finish", 1, False)),
         (0, ("submit", "p1/a", 1, 0, False, 0, None)),
     ],
-}
+)
 
 
 # found by a 3,000-example run, under legacy-priority: w7 (4 GPUs) holds h0 from 1h10m.
 # When h0 frees, the light cycle keeps that reservation; the requeued w5 (3 GPUs) may
 # not backfill it and fails first, which ended the cycle (its group needs no fewer than
 # 3 GPUs) before the holder, who may use h0, was tried: it waited beside 8 free GPUs
-HOLDER_SKIPPED = {
-    "hosts": 1,
-    "small_host": False,
-    "config": {
-        "ordering": "fairshare",
-        "placement": "pack",
-        "hysteresis": 0.0,
-        "window": "7d",
-        "bucket": "1h",
-        "headroom_hosts": 0,
-    },
-    "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
-    "ops": [
+HOLDER_SKIPPED = found(
+    hosts=1,
+    ops=[
         (0, ("tick",)),
         (0, ("cancel", 0)),
         (0, ("cancel", 0)),
@@ -671,7 +649,7 @@ HOLDER_SKIPPED = {
         (0, ("finish", 0, False)),
         (0, ("tick",)),
     ],
-}
+)
 
 
 # found by a 3,000-example run, under legacy-priority: w15 (8 GPUs, level 1) holds h0;
@@ -679,19 +657,10 @@ HOLDER_SKIPPED = {
 # failure skipped w13 (1 GPU, level 0) of the same group, which w15 could preempt and
 # so may backfill: it waited beside four free GPUs. A holder's "cannot preempt it"
 # holds only for work of the same allocation and level.
-LOWER_LEVEL_MAY_BACKFILL = {
-    "hosts": 1,
-    "small_host": False,
-    "config": {
-        "ordering": "legacy-priority",
-        "placement": "pack",
-        "hysteresis": 0.0,
-        "window": "7d",
-        "bucket": "1h",
-        "headroom_hosts": 0,
-    },
-    "weights": {"p1": 1, "p2": 1, "p1/a": 1, "p1/b": 1, "p2/a": 1},
-    "ops": [
+LOWER_LEVEL_MAY_BACKFILL = found(
+    hosts=1,
+    ordering="legacy-priority",
+    ops=[
         (0, ("tick",)),
         (0, ("finish", 0, False)),
         *[(0, ("submit", "p1/a", 1, 0, False, 0, None))] * 11,
@@ -703,7 +672,7 @@ LOWER_LEVEL_MAY_BACKFILL = {
         (0, ("submit", "p1/a", 1, 60, False, 1, None)),
         (0, ("submit", "p1/a", 1, 0, False, 2, 600)),
     ],
-}
+)
 
 
 @PROPERTY_SETTINGS
