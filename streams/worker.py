@@ -134,6 +134,12 @@ class Topics:
     def all(self) -> list[str]:
         return [self.inbox, self.journal, self.dlq, self.snapshots]
 
+    def group(self, name: str) -> str:
+        """The consumer group `name` of this deployment: with the topics' suffix, so a
+        second deployment on the same broker (`ALLOT_TOPIC_SUFFIX`) and the same
+        `--group` does not join the first one's group (its workers rebalanced)."""
+        return name + self.inbox.removeprefix(names.BASE_INBOX)
+
 
 def topic_configs(topics: Topics) -> dict[str, dict[str, str]]:
     """Per-topic settings `create_topics` applies to topics it creates."""
@@ -532,7 +538,7 @@ class Worker:
         self._journal_parts = await self._partitions(self.topics.journal)
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
-            group_id=self.group,
+            group_id=None if self.group is None else self.topics.group(self.group),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",

@@ -637,3 +637,13 @@ async def test_a_snapshot_of_an_older_format_is_ignored_and_the_journal_rebuilds
     assert [r["workload"] for r in mine if r["type"] == "workload.placed"] == [
         "w0", "w1", "w2", "w3",
     ]  # fmt: skip
+
+
+def test_a_suffixed_deployment_has_a_consumer_group_of_its_own() -> None:
+    """Two deployments on one broker (ALLOT_TOPIC_SUFFIX) with the same --group used to
+    share the group, so each one's workers rebalanced the other's."""
+    assert Topics().group("allot-scheduler") == "allot-scheduler" + Topics().inbox.removeprefix(
+        "allot.inbox"
+    )
+    assert Topics.suffixed(".staging").group("allot-scheduler") == "allot-scheduler.staging"
+    assert Topics.suffixed("").group("allot-scheduler") == "allot-scheduler"  # as before
