@@ -306,6 +306,19 @@ async def create_topics(
 # ------------------------------------------------------------------ helpers
 
 
+def _abandon(futures: Iterable[Any]) -> None:
+    """Futures of sends a failed write will not await: their failures are retrieved
+    when they come (a fenced producer fails every send; unawaited, asyncio reports each
+    as a "Future exception was never retrieved" traceback after the worker's message)."""
+    for future in futures:
+        future.add_done_callback(_retrieve)
+
+
+def _retrieve(future: Any) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def identity(topics: Topics, clusters: Iterable[str] | None) -> str:
     """Stable for the same topics and cluster set: it names the transactional id (so a
     restart fences the dead incarnation) and the snapshot manifest."""
@@ -1121,6 +1134,7 @@ class Worker:
             results = await asyncio.gather(*(fut for _, _, fut in pending))
             await producer.commit_transaction()
         except Exception:
+            _abandon(fut for _, _, fut in pending)
             with contextlib.suppress(Exception):
                 await producer.abort_transaction()
             raise
@@ -1246,11 +1260,12 @@ class Worker:
                 return
         producer = part.producer
         await producer.begin_transaction()
+        futures: list[Any] = []
         try:
-            futures = [
-                await producer.send(self.topics.snapshots, value=blob, key=cluster.encode())
-                for cluster, blob in zip(r.clusters, mine, strict=True)
-            ]
+            for cluster, blob in zip(r.clusters, mine, strict=True):
+                futures.append(
+                    await producer.send(self.topics.snapshots, value=blob, key=cluster.encode())
+                )
             futures.append(
                 await producer.send(
                     self.topics.snapshots, value=r.manifest, key=self._manifest_key(part.number)
@@ -1259,6 +1274,7 @@ class Worker:
             await asyncio.gather(*futures)
             await producer.commit_transaction()
         except Exception:
+            _abandon(futures)
             with contextlib.suppress(Exception):
                 await producer.abort_transaction()
             raise
@@ -1314,6 +1330,7 @@ class Worker:
                     )
                 await asyncio.gather(*futures)
             except KafkaError as why:
+                _abandon(futures)
                 log.warning("ticker could not write clock.tick: %s", why)
 
     # ---------------------------------------------------------------- close

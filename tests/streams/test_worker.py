@@ -647,3 +647,31 @@ def test_a_suffixed_deployment_has_a_consumer_group_of_its_own() -> None:
     )
     assert Topics.suffixed(".staging").group("allot-scheduler") == "allot-scheduler.staging"
     assert Topics.suffixed("").group("allot-scheduler") == "allot-scheduler"  # as before
+
+
+async def test_sends_a_failed_write_abandons_leave_no_unretrieved_failure() -> None:
+    """A fenced producer fails every send: the write stops at the first failure (a
+    send, or the gather), and each send it never awaited was an asyncio "Future
+    exception was never retrieved" traceback after the worker's own clear message."""
+    import gc
+
+    from streams.worker import _abandon
+
+    loop = asyncio.get_running_loop()
+    unretrieved: list[Any] = []
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    try:
+        for abandon in (False, True):
+            sends = [loop.create_future() for _ in range(3)]
+            if abandon:
+                _abandon(sends)
+            for i, send in enumerate(sends):  # they fail later, as the broker answers
+                send.set_exception(RuntimeError(f"fenced {i}"))
+            await asyncio.sleep(0)  # the done callbacks run
+            del sends, send
+            gc.collect()
+            await asyncio.sleep(0)
+            assert len(unretrieved) == (0 if abandon else 3)
+            unretrieved.clear()
+    finally:
+        loop.set_exception_handler(None)
