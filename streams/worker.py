@@ -174,6 +174,7 @@ class TopicsReport:
     # (topic, setting, what it is, what allot needs) for existing topics made otherwise
     # (by hand, or by a broker creating topics on first use)
     drift: list[tuple[str, str, str, str]] = field(default_factory=list)
+    partitions: dict[str, int] = field(default_factory=dict)  # of the existing topics
 
     def drift_lines(self) -> list[str]:
         """A warning per setting, with the command that fixes it."""
@@ -286,6 +287,9 @@ async def create_topics(
                     raise KafkaError(f"creating topic {name!r} failed (error {code}): {message}")
         try:
             report.drift = await _drift(admin, report.existing, configs)
+            if report.existing:
+                for t in await admin.describe_topics(report.existing):
+                    report.partitions[t["topic"]] = len(t.get("partitions") or [])
         except KafkaError:  # a broker that refuses DescribeConfigs: nothing to say
             report.drift = []
         # wait until the metadata lists them, so producers don't race the creation

@@ -66,7 +66,15 @@ def create(
             f"created {name} ({partitions} partition{'s' if partitions != 1 else ''}; {settings})"
         )
     for name in report.existing:
-        print(f"exists  {name} (left unchanged)")
+        have = report.partitions.get(name)
+        other = (
+            f"; it has {have} partition{'s' if have != 1 else ''}, not {partitions} (adding "
+            "partitions moves clusters between them: drain the inbox first, then "
+            "kafka-topics.sh --alter --partitions)"
+            if have and have != partitions
+            else ""
+        )
+        print(f"exists  {name} (left unchanged{other})")
     for line in report.drift_lines():
         print(f"warning: {line}", file=sys.stderr)
 

@@ -581,6 +581,15 @@ def test_topics_create_warns_about_existing_topics_allot_cannot_rely_on(
     )
     assert f"allot.journal{suffix} has retention.ms=604800000, allot needs -1" in warnings[1]
     assert "--add-config retention.ms=-1" in warnings[1]
+    # asking for more partitions than existing topics have says so, rather than nothing
+    again = allot(
+        "topics", "create", "--partitions", "3",
+        environ=env(ALLOT_TOPIC_SUFFIX=suffix, ALLOT_KAFKA=kafka_bootstrap),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert f"exists  allot.journal{suffix} (left unchanged; it has 1 partition, not 3" in (
+        again.stdout
+    )
 
 
 @pytest.mark.kafka
