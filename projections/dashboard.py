@@ -653,6 +653,24 @@ def parse_time(text: str, start: float) -> float:
         ) from None
 
 
+# a journal whose last record is younger than this is a running cluster's
+LIVE_WITHIN_S = 86400.0
+
+
+def default_window(snap: Snapshot, wall: float | None = None) -> tuple[float, float]:
+    """The last 24 h of a running cluster (its recent past, beside the forecast of the
+    next days); else, for a finished run, its busiest 24 h."""
+    from projections.gantt import DAY
+
+    g = snap.gantt
+    t0 = g.first_time or 0.0
+    t1 = g.last_time or t0
+    now = time.time() if wall is None else wall
+    if now - t1 < LIVE_WITHIN_S:
+        return max(t0, t1 - DAY), t1
+    return g.busiest_window()
+
+
 def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float, float]:
     g = snap.gantt
     t0 = g.first_time or 0.0
@@ -660,7 +678,7 @@ def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float,
     a_text = (query.get("from") or [""])[0].strip()
     b_text = (query.get("to") or [""])[0].strip()
     if not a_text and not b_text:
-        return g.busiest_window()
+        return default_window(snap)
     a = parse_time(a_text, t0) if a_text else t0
     b = parse_time(b_text, t0) if b_text else max(t1, a + 1.0)
     if b <= a:
@@ -689,7 +707,7 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     except RangeError as why:
         status = 400
         message = f"<div class='msg' id='range-error'>{esc(why)}</div>"
-        w0, w1 = g.busiest_window()
+        w0, w1 = default_window(snap)
     a_val = (query.get("from") or [_offset(w0, t0)])[0]
     b_val = (query.get("to") or [_offset(w1, t0)])[0]
     out.append(

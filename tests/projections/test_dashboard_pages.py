@@ -144,3 +144,21 @@ def test_the_workload_page_says_when_it_is_expected_to_start_as_why_does():
     status, text = workload_page(snapshot(half_hour_left()), "wait1")
     assert status == 200
     assert "expected start: 2026-01-01 00:30:00 (in 28m) on h0" in text
+
+
+def test_the_timeline_opens_on_a_running_clusters_last_day_and_a_runs_busiest():
+    """A live cluster's recent past belongs beside the forecast of its next days; it
+    opened on the busiest 24 h of the whole history."""
+    from projections.dashboard import default_window
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("busy", "lab/a", 8, min_runtime=900.0).place("busy", {"h0": H8})
+    j.at(3600).finish("busy")
+    j.at(5 * 86400).tick()  # quiet days since
+    snap = snapshot(j)
+    last = snap.gantt.last_time
+    assert default_window(snap, wall=last + 60) == (last - 86400, last)  # live
+    busiest = snap.gantt.busiest_window()
+    assert default_window(snap, wall=last + 7 * 86400) == busiest  # a finished run
+    assert busiest[0] - JournalBuilder.START < 3600  # the busy hour, not the quiet end
