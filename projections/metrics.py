@@ -15,8 +15,9 @@ its paths are bounded) — never workload ids or users.
 Per cluster (a journal may hold several; each gets its own fold):
 
 - ``allot_gpus{state}``: allocated / unallocated (held by charged / uncharged running
-  work on healthy hosts), idle (free on healthy hosts), cordoned (every GPU of an
-  unhealthy host); they sum to the registered GPUs.
+  work, on any host: work draining off an unhealthy host still holds its GPUs), idle
+  (free on healthy hosts), cordoned (free on unhealthy hosts); they sum to the
+  registered GPUs.
 - ``allot_workloads{state}``: pending / running.
 - ``allot_queue_wait_seconds{class}``: histogram of submit → first placement;
   ``class`` is ``short`` for work tagged ``debug`` or within the short-job rule
@@ -253,10 +254,9 @@ class _ClusterFold:
         out = dict.fromkeys(GPU_STATES, 0)
         workloads = self.state.workloads
         for host in self.state.hosts.values():
-            if not host.healthy:
-                out["cordoned"] += host.gpus
-                continue
-            out["idle"] += len(host.free)
+            # work still running on an unhealthy host (protected, being drained) holds
+            # its GPUs as anywhere else: `shares` and the dashboard count it running
+            out["idle" if host.healthy else "cordoned"] += len(host.free)
             for wid, n in host.workloads.items():
                 w = workloads.get(wid)
                 out["allocated" if w is not None and w.charged else "unallocated"] += n

@@ -75,6 +75,14 @@ def test_gpus_by_state_partition_the_registered_gpus() -> None:
     assert value(c, "allot_gpus", state="cordoned") == 0
     assert value(c, "allot_gpus", state="allocated") == 0
     assert value(c, "allot_gpus", state="idle") == 22
+    # work still running on a host that turned unhealthy (protected, draining) holds its
+    # GPUs there: counted as running, as `allot shares` does; only the free are cordoned
+    j.at(180).health("h0", False, "xid-79")
+    c = collect(j)
+    got = {
+        s: value(c, "allot_gpus", state=s) for s in ("allocated", "unallocated", "idle", "cordoned")
+    }
+    assert got == {"allocated": 0, "unallocated": 2, "idle": 16, "cordoned": 6}
 
 
 def test_workloads_by_state() -> None:
