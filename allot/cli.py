@@ -503,22 +503,6 @@ def replay(
         _replay(path, out, policy, set_, verify, quiet, jobs)
 
 
-def _ends_mid_line(path: Path) -> bool:
-    """Does the file end in a partial line after complete ones? The readers leave a
-    partial last line out, rightly for a journal being written, silently for one cut
-    short. (With no complete line at all, the reader's own error says it all.)"""
-    try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            if size == 0:
-                return False
-            f.seek(max(0, size - (1 << 20)))
-            tail = f.read()
-    except OSError:
-        return False  # reading it will say why
-    return not tail.endswith(b"\n") and b"\n" in tail
-
-
 def _replay(
     journal: Path,
     out: Path | None,
@@ -531,24 +515,31 @@ def _replay(
     """A JournalError (not a journal) reaches `main` as one error line, exit 2."""
     from rich.markup import escape
 
+    from allot.commands.common import ends_mid_line
     from projections.journal import journal_file
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
     from projections.simulate import check_output_folder, split_overrides
 
     journal = journal_file(journal)  # a run folder's journal.jsonl, as compare takes
-    if _ends_mid_line(journal):
-        err.print(
-            f"warning: {escape(str(journal))} ends in the middle of a line (cut short, or "
-            "still being written); that last line is left out",
-            soft_wrap=True,
-        )
+    cut = ends_mid_line(journal)
+
+    def say_cut() -> None:
+        # after the reader read the rest: a file with no complete line is its error alone
+        if cut:
+            err.print(
+                f"warning: {escape(str(journal))} ends in the middle of a line (cut short, "
+                "or still being written); that last line is left out",
+                soft_wrap=True,
+            )
+
     if verify:
         from allot.progress import record_progress
 
         size = journal.stat().st_size
         with record_progress("verifying", size, quiet=quiet, console=console.real) as update:
             result = verify_journal(journal, progress=update)
+        say_cut()
         if result.difference:
             err.print(
                 f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: {result.difference}"
@@ -562,6 +553,7 @@ def _replay(
     check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
     spec = journal_run_spec(journal, config_overrides, engine)
+    say_cut()
     _run_policies(
         spec,
         policy or [spec.config.ordering],

@@ -21,6 +21,7 @@ from allot.commands.common import (
     JournalOpt,
     KafkaOpt,
     TargetError,
+    ends_mid_line,
     quiet_on_closed_pipe,
 )
 
@@ -156,15 +157,6 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _truncated_tail(path: Path | None) -> bool:
-    """True when the journal file ends in a line without its newline."""
-    if path is None or not path.is_file() or path.stat().st_size == 0:
-        return False
-    with path.open("rb") as f:
-        f.seek(-1, 2)
-        return f.read(1) != b"\n"
-
-
 @audit_app.command("load")
 def audit_load(
     db: DbOpt = None,
@@ -218,7 +210,7 @@ def audit_load(
         typer.echo(
             f"loaded {result['added']:,} new records into {_db(db)} ({result['records']:,} in all)"
         )
-        if _truncated_tail(path):
+        if ends_mid_line(path):
             typer.echo(
                 f"note: the last line of {path} is incomplete (a write in progress or cut "
                 "short); it was not loaded",

@@ -112,6 +112,16 @@ def resolve_target(
     )
 
 
+def ends_mid_line(path: Path | None) -> bool:
+    """Does the journal file end in a line without its newline (a write in progress, or
+    a file cut short)? The readers leave that line out; commands say so."""
+    if path is None or not path.is_file() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) != b"\n"
+
+
 def plural(n: int, noun: str) -> str:
     """`1 workload`, `2 workloads`, `1,204 GPUs`."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
