@@ -13,8 +13,8 @@ inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
 - ``/workload/ID`` why a workload is where it is (`views.why`); unknown ids get a 404
                    page with close matches.
 
-`Dashboard` re-folds the journal when it changes (file size / mtime; Kafka: at most
-every `ttl` seconds) — cheap for small journals. An empty or missing journal renders
+`Dashboard` folds what the journal gained when it changes (file size / mtime; Kafka: at
+most every `ttl` seconds), keeping the projections open between refreshes. An empty or missing journal renders
 an explicit empty state; a truncated last line is not a record yet (streams.sources).
 """
 
@@ -24,10 +24,12 @@ import base64
 import html
 import inspect
 import math
+import pickle
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,70 +83,167 @@ class Snapshot:
             return self._forecast
 
 
+class _Fold:
+    """The projections of the records read so far, kept open between refreshes: a
+    refresh folds only what was appended since (a live journal grows by a tick every
+    few seconds; re-folding weeks of it per page took seconds)."""
+
+    def __init__(self) -> None:
+        from projections.gantt import GanttCollector
+        from projections.summary import SummaryProjection
+        from projections.views import JournalView
+
+        self.view = JournalView()
+        self.usage = SummaryProjection()
+        self.gantt = GanttCollector()
+        self.fine: Any = None  # a young journal's usage in the chart's finer bins
+        self.bin_s: float | None = None
+        self.last_time = -math.inf
+
+    def fits(self, events: list[Any]) -> bool:
+        """Can `events` be added to what is folded: do the charts keep their bin width?"""
+        from projections.report import source_bin
+
+        if self.bin_s is None:
+            return True
+        last = max(self.last_time, max(e.time for e in events))
+        return source_bin(self.view.first_time, last) == self.bin_s
+
+    def add(self, events: list[Any]) -> None:
+        from projections.report import source_bin
+        from projections.usage import HOUR, UsageProjection
+
+        if not events:
+            return
+        self.last_time = max(self.last_time, max(e.time for e in events))
+        if self.bin_s is None:
+            self.bin_s = source_bin(events[0].time, self.last_time)
+            if self.bin_s < HOUR:
+                self.fine = UsageProjection(bin_s=self.bin_s)
+        sinks = (
+            [self.usage, self.gantt] if self.fine is None else [self.usage, self.gantt, self.fine]
+        )
+        view = self.view
+        for event in events:
+            view.add(event)
+            for sink in sinks:
+                sink.apply(event)
+
+    def snapshot(self, journal: Callable[[], Iterable[Any]]) -> Snapshot:
+        """What is folded, as pages read it: closed copies of the usage projections (a
+        closed one takes no more records), the view itself (see `Dashboard.reading`)."""
+        usage = _closed(self.usage)
+        fine = _closed(self.fine) if self.fine is not None else None
+        return Snapshot(
+            view=self.view,
+            usage=usage,
+            chart_usage=fine or usage,
+            gantt=_closed(self.gantt),
+            delivered=usage.delivered(),
+            built=time.time(),
+            journal=journal,
+        )
+
+
+def _closed(projection: Any) -> Any:
+    copy = pickle.loads(pickle.dumps(projection, protocol=pickle.HIGHEST_PROTOCOL))
+    copy.close()
+    return copy
+
+
 def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
     """Fold journal records (JSON bytes, or a callable returning them) into the views,
     usage and gantt projections."""
-    from projections.gantt import GanttCollector
-    from projections.report import source_bin
-    from projections.summary import fold as fold_usage
-    from projections.usage import HOUR, UsageProjection
-    from projections.views import ViewError, decode_lines, fold
-    from streams.sources import EmptyJournal, SourceError
+    from projections.views import decode_lines
 
+    source = lines
     try:
-        source = lines
-        if callable(lines):
-            lines = lines()
-        events = list(decode_lines(lines))
+        events = list(decode_lines(lines() if callable(lines) else lines))
         if not events:
             return Snapshot(empty="the journal holds no records yet", built=time.time())
-        view = fold(events)
-        gantt = GanttCollector()
-        # a young cluster's usage chart needs bins finer than the hourly rows
-        bin_s = source_bin(events[0].time, max(e.time for e in events))
-        fine = UsageProjection(bin_s=bin_s) if bin_s < HOUR else None
-        usage = fold_usage(events, sinks=[gantt] if fine is None else [gantt, fine])
-        gantt.close()
-        if fine is not None:
-            fine.close()
-    except EmptyJournal as why:
+        fold = _Fold()
+        fold.add(events)
+    except Exception as why:
+        failed = _failed_snapshot(why)
+        if failed is None:
+            raise
+        return failed
+    return fold.snapshot(_rereader(source, events, fold.view.records))
+
+
+def _failed_snapshot(why: Exception) -> Snapshot | None:
+    """The empty or error state a failed read or fold shows (None: a bug, raise it)."""
+    from projections.views import ViewError
+    from streams.sources import EmptyJournal, SourceError
+
+    if isinstance(why, EmptyJournal):
         return Snapshot(empty=str(why), built=time.time())
-    except SourceError as why:
+    if isinstance(why, SourceError):
         text = str(why)
         if "no such" in text:
             return Snapshot(empty=text, built=time.time())
         return Snapshot(error=text, built=time.time())
-    except ViewError as why:
+    if isinstance(why, ViewError):
         return Snapshot(error=str(why), built=time.time())
-    except OSError as why:
+    if isinstance(why, OSError):
         return Snapshot(error=f"cannot read the journal: {why}", built=time.time())
-    return Snapshot(
-        view=view,
-        usage=usage,
-        chart_usage=fine or usage,
-        gantt=gantt,
-        delivered=usage.delivered(),
-        built=time.time(),
-        journal=_rereader(source, events, view.records),
-    )
+    return None
 
 
-def _rereader(source: Any, events: list[Any], folded: int) -> Callable[[], Iterable[Any]]:
+def _rereader(source: Any, events: list[Any] | None, folded: int) -> Callable[[], Iterable[Any]]:
     """The folded records again: a source that can be read again is (only the first
     `folded`: a live journal may have grown since); a one-shot iterable's are kept."""
     from projections.views import decode_lines
 
     if callable(source):
         return lambda: islice(decode_lines(source()), folded)
-    return lambda: iter(events)
+    kept = events or []
+    return lambda: iter(kept)
+
+
+class _ReadWriteLock:
+    """Pages read the shared view together; a refresh writes it alone."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing and not self._readers)
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
 
 
 class Dashboard:
-    """The current snapshot of a journal source, re-folded when the source changes.
+    """The current snapshot of a journal source, refreshed when the source changes.
 
-    `lines()` reads the whole journal; `stamp()` (optional) is cheap and changes when the
-    journal does (a file's size and mtime). Without `stamp` the journal is re-read at
-    most every `ttl` seconds. `horizon_s`: how far the queue's forecast looks."""
+    `lines()` reads the whole journal (the queue's forecast reads it again); `tail()`
+    makes a reader that keeps its place (`streams.sources.journal_tail`), so a refresh
+    folds only the records appended since the last (default: `lines()` read whole,
+    the records already folded skipped). `stamp()` (optional) is cheap and changes when
+    the journal does (a file's size and mtime); without it the journal is read at most
+    every `ttl` seconds. A journal rewritten or cut short is folded again from its
+    start. `horizon_s`: how far the queue's forecast looks."""
 
     def __init__(
         self,
@@ -154,30 +253,84 @@ class Dashboard:
         stamp: Callable[[], Any] | None = None,
         ttl: float = 5.0,
         horizon_s: float | None = None,
+        tail: Callable[[], Any] | None = None,
     ) -> None:
+        from streams.sources import RereadTail
+
         self.lines = lines
+        self.tail = tail if tail is not None else (lambda: RereadTail(lines))
         self.horizon_s = horizon_s
         self.label = label
         self.stamp = stamp
         self.ttl = ttl
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one refresh at a time
+        self._rw = _ReadWriteLock()  # no refresh while a page reads the view
         self._snap: Snapshot | None = None
         self._key: Any = None
+        self._checked = 0.0
+        self._reader: Any = None  # the tail, and the fold of what it returned
+        self._fold: _Fold | None = None
+        self.refolds = 0  # folds from the journal's start (the first one included)
 
     def snapshot(self) -> Snapshot:
+        """The current snapshot, after folding what the journal gained since the last."""
         with self._lock:
             if self.stamp is not None:
                 key = self.stamp()
                 fresh = self._snap is not None and key == self._key
             else:
                 key = None
-                fresh = self._snap is not None and time.time() - self._snap.built < self.ttl
+                fresh = self._snap is not None and time.time() - self._checked < self.ttl
             if not fresh:
-                self._snap = build_snapshot(self.lines)
-                self._snap.horizon_s = self.horizon_s
+                with self._rw.writing():
+                    self._snap = self._refresh()
+                    self._snap.horizon_s = self.horizon_s
                 self._key = key
+                self._checked = time.time()
             assert self._snap is not None
             return self._snap
+
+    @contextmanager
+    def reading(self) -> Iterator[Snapshot]:
+        """The current snapshot, with no refresh changing its view until the block ends."""
+        self.snapshot()
+        with self._rw.reading():
+            assert self._snap is not None
+            yield self._snap
+
+    def _refresh(self) -> Snapshot:
+        from projections.views import decode_lines
+        from streams.sources import JournalChanged, SourceError
+
+        for _ in range(3):  # a journal rewritten while read: start over, a few times
+            try:
+                if self._reader is None or self._fold is None:
+                    self._reader, self._fold = self.tail(), _Fold()
+                    self.refolds += 1
+                lines, mark = self._reader.read()
+                events = list(decode_lines(lines, first=self._reader.count + 1))
+                if events and not self._fold.fits(events):
+                    raise JournalChanged("the charts' bins change: fold again")
+                self._fold.add(events)
+                self._reader.advance(mark)
+            except JournalChanged:
+                self._reader = self._fold = None
+                continue
+            except Exception as why:
+                failed = _failed_snapshot(why)
+                if failed is None:
+                    raise
+                # a read that failed folded nothing: keep the place; a journal that is
+                # gone, or a fold that failed half-way, starts over
+                if failed.empty is not None or not isinstance(why, OSError | SourceError):
+                    self._reader = self._fold = None
+                return failed
+            if not self._fold.view.records:
+                return Snapshot(empty="the journal holds no records yet", built=time.time())
+            if not events and self._snap is not None and self._snap.ok:
+                return self._snap  # nothing new: keep its charts and forecast
+            return self._fold.snapshot(_rereader(self.lines, None, self._fold.view.records))
+        return Snapshot(error="the journal keeps changing under the reader", built=time.time())
 
 
 def file_stamp(path: Any) -> Callable[[], Any]:
@@ -849,7 +1002,12 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return 404, page("not found", body, source=src)
         active = "/" if path == "/" else "/" + path.split("/")[1]
-        snap = self.dashboard.snapshot()
+        with self.dashboard.reading() as snap:
+            return self._render(snap, path, query, active, src)
+
+    def _render(
+        self, snap: Snapshot, path: str, query: dict[str, list[str]], active: str, src: str
+    ) -> tuple[int, str]:
         if not snap.ok:
             # no records yet is a state (the journal may fill up); one that cannot be read
             # is an error an uptime probe should see

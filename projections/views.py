@@ -60,10 +60,11 @@ _KNOWN_TYPES: frozenset[str] = frozenset(
 )
 
 
-def decode_lines(lines: Iterable[bytes]) -> Iterator[Any]:
+def decode_lines(lines: Iterable[bytes], first: int = 1) -> Iterator[Any]:
     """Journal records (JSON bytes) as events. Records of types this version does not
-    know are skipped (a newer writer); a corrupt record raises ViewError naming it."""
-    for number, line in enumerate(lines, start=1):
+    know are skipped (a newer writer); a corrupt record raises ViewError naming it
+    (counting from `first`: the number of the first of `lines` in the journal)."""
+    for number, line in enumerate(lines, start=first):
         try:
             raw = upcast(load_object(line))
         except Undecodable as why:

@@ -33,7 +33,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +76,7 @@ def journal_lines(
     if journal is not None:
         return _file_lines(Path(journal), cluster, follow, what="journal file")
     if data is not None:
-        folder = Path(data)
-        if not folder.is_dir():
-            raise SourceError(
-                f"{folder}: no such folder; start the embedded scheduler with "
-                f"`allot serve --data {folder}` or point --data at its folder"
-            )
-        return _file_lines(folder / "journal.jsonl", cluster, follow, what="embedded journal")
+        return _file_lines(_embedded_journal(data), cluster, follow, what="embedded journal")
     if kafka:
         return _kafka_lines(kafka, cluster, follow)
     raise SourceError(
@@ -91,6 +85,16 @@ def journal_lines(
 
 
 # ------------------------------------------------------------------ files
+
+
+def _embedded_journal(data: Path) -> Path:
+    folder = Path(data)
+    if not folder.is_dir():
+        raise SourceError(
+            f"{folder}: no such folder; start the embedded scheduler with "
+            f"`allot serve --data {folder}` or point --data at its folder"
+        )
+    return folder / "journal.jsonl"
 
 
 def _matches(line: bytes, cluster: str | None) -> bool:
@@ -105,14 +109,18 @@ def _matches(line: bytes, cluster: str | None) -> bool:
 
 def _file_lines(path: Path, cluster: str | None, follow: bool, *, what: str) -> Iterator[bytes]:
     if not follow:
-        if not path.is_file():
-            if path.exists():
-                raise SourceError(f"{path}: not a file; --journal wants a journal.jsonl file")
-            raise SourceError(f"{path}: no such {what}")
+        _require_file(path, what)
         return _read_file(path, cluster, what)
     if not path.parent.is_dir():
         raise SourceError(f"{path.parent}: no such folder")
     return _tail_file(path, cluster)
+
+
+def _require_file(path: Path, what: str) -> None:
+    if not path.is_file():
+        if path.exists():
+            raise SourceError(f"{path}: not a file; --journal wants a journal.jsonl file")
+        raise SourceError(f"{path}: no such {what}")
 
 
 def _read_file(path: Path, cluster: str | None, what: str) -> Iterator[bytes]:
@@ -132,13 +140,17 @@ def _read_file(path: Path, cluster: str | None, what: str) -> Iterator[bytes]:
                 with contextlib.suppress(Exception):
                     seen.add(str(orjson.loads(line).get("cluster")))
     if not found:
-        if seen:
-            others = ", ".join(sorted(seen))
-            raise EmptyJournal(
-                f"{path}: no records of cluster {cluster!r} (it holds: {others}); "
-                "pick one with --cluster"
-            )
-        raise EmptyJournal(f"{path}: the {what} is empty (no complete records yet)")
+        raise _no_records(path, cluster, what, seen)
+
+
+def _no_records(path: Path, cluster: str | None, what: str, seen: set[str]) -> EmptyJournal:
+    if seen:
+        others = ", ".join(sorted(seen))
+        return EmptyJournal(
+            f"{path}: no records of cluster {cluster!r} (it holds: {others}); "
+            "pick one with --cluster"
+        )
+    return EmptyJournal(f"{path}: the {what} is empty (no complete records yet)")
 
 
 def _tail_file(path: Path, cluster: str | None) -> Iterator[bytes]:
@@ -229,11 +241,15 @@ def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[
             found += 1
             yield line
     if not found and not follow:
-        which = f"of cluster {cluster!r} " if cluster else ""
-        raise EmptyJournal(
-            f"the journal (topic {topics.JOURNAL} on {bootstrap}) has no records {which}yet; "
-            "is the scheduler running for this cluster (allot serve --kafka, --cluster)?"
-        )
+        raise _no_kafka_records(bootstrap, cluster)
+
+
+def _no_kafka_records(bootstrap: str, cluster: str | None) -> EmptyJournal:
+    which = f"of cluster {cluster!r} " if cluster else ""
+    return EmptyJournal(
+        f"the journal (topic {topics.JOURNAL} on {bootstrap}) has no records {which}yet; "
+        "is the scheduler running for this cluster (allot serve --kafka, --cluster)?"
+    )
 
 
 def _as_source_error(error: BaseException, bootstrap: str) -> SourceError:
@@ -477,3 +493,134 @@ async def _consume_after(
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+
+
+# ------------------------------------------------------------------ tails
+# A reader that keeps its place: `read()` returns the records appended since the last
+# `advance(mark)` and the mark to advance to once the caller has used them, so a caller
+# that fails on them reads the same records again. A journal rewritten or cut short
+# before the mark raises `JournalChanged` (read it again from the start). Used where a
+# long-running reader refreshes often (`allot dashboard`), so a refresh costs what was
+# appended, not the whole history.
+
+
+class FileTail:
+    """The complete records of a journal file (of `cluster`, if given), a piece at a time."""
+
+    def __init__(self, path: Path, cluster: str | None = None, what: str = "journal file"):
+        self.path = Path(path)
+        self.cluster = cluster
+        self.what = what
+        self.offset = 0  # bytes read, up to the end of the last complete line
+        self.last_line = b""  # that line (without its newline): to notice a rewrite
+        self.first_line = b""  # the file's first line, for the same reason
+        self.count = 0  # records of `cluster` returned so far
+
+    def read(self) -> tuple[list[bytes], Any]:
+        _require_file(self.path, self.what)
+        lines: list[bytes] = []
+        seen: set[str] = set()
+        offset, first, last = self.offset, self.first_line, self.last_line
+        with self.path.open("rb") as f:
+            if offset:
+                # the first and the last line read must still be where they were
+                tail = last + b"\n"
+                if f.readline() != first:
+                    raise JournalChanged(f"{self.path} was rewritten")
+                f.seek(offset - len(tail))
+                if f.read(len(tail)) != tail:
+                    raise JournalChanged(f"{self.path} was cut short or rewritten")
+            for line in f:
+                if not line.endswith(b"\n"):
+                    break  # a write in progress or cut short: not a record yet
+                if not offset:
+                    first = line
+                offset += len(line)
+                last = line[:-1]
+                body = line.strip()
+                if not body:
+                    continue
+                if _matches(body, self.cluster):
+                    lines.append(body)
+                elif len(seen) < 10 and not self.count:
+                    with contextlib.suppress(Exception):
+                        seen.add(str(orjson.loads(body).get("cluster")))
+        if not self.count and not lines:
+            raise _no_records(self.path, self.cluster, self.what, seen)
+        return lines, (offset, first, last, self.count + len(lines))
+
+    def advance(self, mark: Any) -> None:
+        self.offset, self.first_line, self.last_line, self.count = mark
+
+
+class KafkaTail:
+    """The journal topic's records of `cluster` (all when None), a piece at a time:
+    each read goes up to the end offsets as of its start (read-committed)."""
+
+    def __init__(self, bootstrap: str, cluster: str | None = None):
+        self.bootstrap = bootstrap
+        self.cluster = cluster
+        self.positions: dict[int, tuple[int, str | None]] = {}
+        self.count = 0
+
+    def read(self) -> tuple[list[bytes], Any]:
+        lines: list[bytes] = []
+        positions = self.positions
+        for batch, after in kafka_batches(self.bootstrap, self.cluster, self.positions):
+            lines.extend(batch)
+            positions = after
+        if not self.count and not lines:
+            raise _no_kafka_records(self.bootstrap, self.cluster)
+        return lines, (positions, self.count + len(lines))
+
+    def advance(self, mark: Any) -> None:
+        self.positions, self.count = mark
+
+
+class RereadTail:
+    """Any source read whole each time (`lines()`), returning only what follows the
+    records returned before; the last of those must still be where it was."""
+
+    def __init__(self, lines: Callable[[], Iterable[bytes]]):
+        self.lines = lines
+        self.count = 0
+        self.last = b""
+
+    def read(self) -> tuple[list[bytes], Any]:
+        new: list[bytes] = []
+        count, last = 0, b""
+        for line in self.lines():
+            count += 1
+            if count < self.count:
+                continue
+            if count == self.count:
+                if line != self.last:
+                    raise JournalChanged("the journal was rewritten")
+                continue
+            new.append(line)
+            last = line
+        if count < self.count:
+            raise JournalChanged("the journal was cut short")
+        return new, (count, last if new else self.last)
+
+    def advance(self, mark: Any) -> None:
+        self.count, self.last = mark
+
+
+def journal_tail(
+    *,
+    kafka: str | None = None,
+    data: Path | None = None,
+    journal: Path | None = None,
+    cluster: str | None = None,
+) -> FileTail | KafkaTail:
+    """A tail of the journal `journal_lines` would read (same preference and errors)."""
+    if journal is not None:
+        return FileTail(Path(journal), cluster, "journal file")
+    if data is not None:
+        return FileTail(_embedded_journal(data), cluster, "embedded journal")
+    if kafka:
+        return KafkaTail(kafka, cluster)
+    raise SourceError(
+        "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR or --journal FILE"
+    )

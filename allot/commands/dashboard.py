@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         network. Pages re-read the journal when it changes."""
         from allot.commands.common import resolve_target
         from projections.dashboard import Dashboard, file_stamp, make_server
-        from streams.sources import journal_lines
+        from streams.sources import journal_lines, journal_tail
 
         if not 0 < port < 65536:
             _fail(f"--port {port}: use a TCP port between 1 and 65535")
@@ -95,8 +95,14 @@ def register(app: typer.Typer) -> None:
                 kafka=target.kafka, data=target.data, journal=target.journal, cluster=wanted
             )
 
+        def tail():  # type: ignore[no-untyped-def]
+            return journal_tail(
+                kafka=target.kafka, data=target.data, journal=target.journal, cluster=wanted
+            )
+
         board = Dashboard(
             lines,
+            tail=tail,
             label=target.label + (f" · cluster {wanted}" if wanted else ""),
             stamp=file_stamp(path) if path is not None else None,
             ttl=refresh,
