@@ -35,8 +35,13 @@ Per cluster (a journal may hold several; each gets its own fold):
   ``increase(received) / increase(owed)``). Leaves with nothing owed have no sample.
 - ``allot_decisions_total{type}``: placed / preempted / drained (``rate()`` gives
   decisions per second).
-- ``allot_decision_latency_seconds``: histogram of decision time − the journal time of
-  the input (or rejection) that caused it (0 in simulations).
+- ``allot_decision_latency_seconds``: histogram of the time from the input (or
+  rejection) that caused a decision to the decision. Served by the scheduler itself
+  (`allot serve --metrics-port`), it ends when the decision is written (wall clock)
+  and starts at the input's journal time, which is when it was sent (its inbox
+  record's timestamp): the latency people see; what it recovers on a restart is not
+  timed again. Folded from a journal afterwards (`allot metrics`, simulations), a
+  decision carries its cause's time, so it is 0.
 - ``allot_rejected_inputs_total{reason}``: by the ``*.rejected`` record type.
 - ``allot_journal_records_total``, ``allot_journal_last_record_timestamp_seconds`` and
   ``allot_journal_lag_seconds`` (wall clock − the last record's time).
@@ -228,7 +233,10 @@ class _ClusterFold:
     def _observe_wait(self, w: Any, wait: float) -> None:
         self.waits[self.queue_class(w.tags, w.min_runtime, w.gpus)].observe(max(0.0, wait))
 
-    def apply(self, event: Any) -> None:
+    def apply(self, event: Any, written: float | None = None, timed: bool = True) -> None:
+        """`written`: when the scheduler wrote `event` (wall clock), if it is being
+        written now; decisions then measure their latency to it, not to their own time.
+        `timed=False`: no latency (decisions a restarted scheduler recovered)."""
         kind = event.type
         self.records += 1
         if self.last_time is None or event.time > self.last_time:
@@ -236,8 +244,9 @@ class _ClusterFold:
         if kind in DECISION_TYPES:
             self.decisions[DECISION_TYPES[kind]] += 1
             cause = event.cause
-            if cause is not None and cause in self.causes:
-                self.latency.observe(max(0.0, event.time - self.causes[cause]))
+            if timed and cause is not None and cause in self.causes:
+                end = event.time if written is None else written
+                self.latency.observe(max(0.0, end - self.causes[cause]))
             if kind == "workload.preempted":
                 self.preemptions[event.reason] = self.preemptions.get(event.reason, 0) + 1
         else:  # inputs and rejections cause cycles
@@ -313,9 +322,11 @@ class MetricsCollector(Collector):
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- folding
-    def apply(self, event: Any) -> None:
+    def apply(self, event: Any, *, written: float | None = None, timed: bool = True) -> None:
         """Fold one journal record: a `domain.events` model or its wire-form dict.
-        Dicts of unknown types (a newer writer) are skipped."""
+        Dicts of unknown types (a newer writer) are skipped. `written`: the wall-clock
+        time the scheduler wrote it, when it is fed as it is written; `timed=False`:
+        not in the decision latency (a restarted scheduler's recovered journal)."""
         if isinstance(event, dict):
             raw = upcast(dict(event))
             if raw.get("type") not in KNOWN_TYPES:
@@ -326,7 +337,7 @@ class MetricsCollector(Collector):
             fold = self.clusters.get(event.cluster)
             if fold is None:
                 fold = self.clusters[event.cluster] = _ClusterFold(event.cluster)
-            fold.apply(event)
+            fold.apply(event, written, timed)
 
     def apply_all(self, events: Iterable[Any]) -> MetricsCollector:
         for e in events:
@@ -391,7 +402,7 @@ class MetricsCollector(Collector):
         )
         latency = HistogramMetricFamily(
             "allot_decision_latency_seconds",
-            "Journal time from the causing input to the decision.",
+            "Time from the causing input to the decision (0 when folded from a journal).",
             labels=c,
         )
         rejected = CounterMetricFamily(

@@ -472,7 +472,7 @@ class EmbeddedScheduler:
         config: SchedulerConfig | None = None,
         *,
         batch: int = 2000,
-        on_journal: Callable[[list[bytes]], None] | None = None,
+        on_journal: Callable[..., None] | None = None,
         snapshot_every: float | None = SNAPSHOT_EVERY_S,
         fork_snapshots: bool = True,
     ) -> None:
@@ -485,7 +485,7 @@ class EmbeddedScheduler:
         self._unsnapshotted = 0  # inbox records processed since the last snapshot
         self._journal_line = 0  # lines in the journal file (after our last append)
         # called with journal lines once they are appended (and, from `start`, with
-        # every line of the recovered journal): e.g. a metrics fold
+        # every line of the recovered journal and `recovered=True`): e.g. a metrics fold
         self.on_journal = on_journal
         self.cluster = cluster
         self.config = config  # None: keep the config the journal records
@@ -539,7 +539,7 @@ class EmbeddedScheduler:
             if self.on_journal is not None:
                 with LineReader(self.folder / JOURNAL_FILE) as reader:
                     while lines := reader.read(50_000):
-                        self.on_journal([line for line in lines if line.strip()])
+                        self.on_journal([ln for ln in lines if ln.strip()], recovered=True)
             return recovery
         except BaseException:
             self.close()

@@ -433,7 +433,7 @@ class Worker:
         poll_ms: int = 100,
         create: bool = True,
         partitions: int = 1,
-        on_journal: Callable[[str, list[bytes]], None] | None = None,
+        on_journal: Callable[..., None] | None = None,
         kafka_options: dict[str, Any] | None = None,
         session_timeout_ms: int = 10_000,
         max_clusters: int = MAX_CLUSTERS,
@@ -442,7 +442,8 @@ class Worker:
         self.max_clusters = max_clusters
         # called with (cluster, journal lines) after each transaction commits and, when
         # a partition is taken over, with every committed journal record of its clusters
-        # (from the beginning, whatever the snapshot covers): e.g. a metrics fold
+        # (from the beginning, whatever the snapshot covers) and `recovered=True`: e.g.
+        # a metrics fold
         self.on_journal = on_journal
         self.config = config
         self.clusters = None if clusters is None else set(clusters)
@@ -822,7 +823,7 @@ class Worker:
                 if r.offset >= start.get(self.home(cluster), {}).get(jp, 0):  # type: ignore[arg-type]
                     tails.setdefault(cluster, []).append(r.value)  # type: ignore[arg-type]
             for cluster, lines in seen.items():
-                observe(cluster, lines)  # type: ignore[misc]
+                observe(cluster, lines, recovered=True)  # type: ignore[misc]
             end = records[-1].offset + 1
             for p in parts:
                 part = self.owned[p]
@@ -1380,7 +1381,7 @@ async def serve(
     create_topics: bool = True,
     partitions: int = 1,
     on_ready: Any = None,
-    on_journal: Callable[[str, list[bytes]], None] | None = None,
+    on_journal: Callable[..., None] | None = None,
     group: str | None = None,
     kafka_options: dict[str, Any] | None = None,
     session_timeout_ms: int = 10_000,

@@ -219,12 +219,14 @@ class JournalMetrics:
         self.server: Any = None
         self.bad = 0  # lines that could not be folded (reported once)
 
-    def feed(self, lines: list[bytes]) -> None:
+    def feed(self, lines: list[bytes], *, recovered: bool = False) -> None:
+        """Fold `lines` the scheduler just wrote (or, `recovered`, found on start)."""
         from streams.codec import Undecodable, load_object
 
+        written = time.time()  # the decision latencies of what is being written end here
         for line in lines:
             try:
-                self.collector.apply(load_object(line))
+                self.collector.apply(load_object(line), written=written, timed=not recovered)
             except (Undecodable, ValueError) as why:
                 self.bad += 1
                 if self.bad == 1:
@@ -294,7 +296,7 @@ def _serve_kafka(
     )
     options: dict[str, Any] = {}
     if metrics is not None:
-        options["on_journal"] = lambda _cluster, lines: metrics.feed(lines)
+        options["on_journal"] = lambda _cluster, lines, **kw: metrics.feed(lines, **kw)
     try:
         if metrics is not None:
             metrics.start()  # listening now: a port in use fails before any Kafka work

@@ -152,12 +152,22 @@ def test_serve_data_exposes_metrics_of_what_it_journals(tmp_path: Path) -> None:
         assert value(scrape, "allot_gpus", cluster="default", state="idle") == 6.0
         records = len((data / "journal.jsonl").read_bytes().splitlines())
         assert value(scrape, "allot_journal_records_total", cluster="default") == records
+        _assert_latency_timed(scrape, "default")
 
     # a restart folds the journal it recovers: the first scrape already shows it all
     port = _free_port()
     with server("--data", str(data), "--metrics-port", str(port)):
         scrape = wait_scrape(port, _placed("default"), timeout=30)
         assert value(scrape, "allot_journal_records_total", cluster="default") == records
+        # what it recovered was timed by the run that wrote it
+        assert value(scrape, "allot_decision_latency_seconds_count", cluster="default") == 0
+
+
+def _assert_latency_timed(scrape: dict, cluster: str) -> None:
+    """The placement was timed from the submit's send to its write: on the wall clock,
+    so more than nothing (its journal time is its cause's) and less than the test."""
+    assert value(scrape, "allot_decision_latency_seconds_count", cluster=cluster) == 1
+    assert 0 < value(scrape, "allot_decision_latency_seconds_sum", cluster=cluster) < WAIT_S
 
 
 def test_a_metrics_port_in_use_is_one_clear_line(tmp_path: Path) -> None:
@@ -198,9 +208,10 @@ def test_serve_kafka_exposes_metrics_of_what_it_journals(kafka_bootstrap: str) -
     with server(*where, "--cluster", cluster, "--metrics-port", str(port)):
         wait_scrape(port, lambda s: True)  # listening
         _requests(where, ["--cluster", cluster])
-        wait_scrape(port, _placed(cluster))
+        _assert_latency_timed(wait_scrape(port, _placed(cluster)), cluster)
 
     # a restart (after a snapshot) still folds the whole journal of the cluster
     port = _free_port()
     with server(*where, "--cluster", cluster, "--metrics-port", str(port)):
-        wait_scrape(port, _placed(cluster), timeout=30)
+        scrape = wait_scrape(port, _placed(cluster), timeout=30)
+        assert value(scrape, "allot_decision_latency_seconds_count", cluster=cluster) == 0
