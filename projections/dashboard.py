@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from projections.report import fmt_dur, fmt_num, fmt_pct
 
@@ -649,17 +649,84 @@ def policy_summary(policy: Any) -> str:
     return first.rstrip(":;") + ("" if first.endswith(".") or not first else ".")
 
 
-def queue_page(snap: Snapshot) -> str:
+QUEUE_ROWS = 500  # rows per table unless ?limit=all: a page stays a few hundred kB
+
+
+def _queue_filter(
+    snap: Snapshot, query: dict[str, list[str]]
+) -> tuple[str | None, str | None, int | None, str]:
+    """?allocation= (the path and what is under it), ?user=, ?limit= (a number or all):
+    the filters, the row limit, and a message for a wrong one."""
+    allocation = (query.get("allocation") or [""])[0].strip() or None
+    user = (query.get("user") or [""])[0].strip() or None
+    raw = (query.get("limit") or [str(QUEUE_ROWS)])[0].strip()
+    message = ""
+    limit: int | None = QUEUE_ROWS
+    if raw == "all":
+        limit = None
+    elif raw.isdigit() and int(raw) > 0:
+        limit = int(raw)
+    else:
+        message = f"limit {raw!r}: a number of rows or 'all'; showing {QUEUE_ROWS}"
+    if allocation is not None and allocation not in snap.view.state.tree:
+        message = f"no allocation {allocation!r}; showing every allocation"
+        allocation = None
+    return allocation, user, limit, message
+
+
+def _queue_form(allocation: str | None, user: str | None, limit: int | None) -> str:
+    kept = (
+        ""
+        if limit == QUEUE_ROWS
+        else f"<input type='hidden' name='limit' value='{limit or 'all'}'>"
+    )
+    return (
+        "<form class='range' id='queue-filter' method='get' action='/queue'>"
+        f"<label>allocation<input name='allocation' value='{esc(allocation or '')}'></label>"
+        f"<label>user<input name='user' value='{esc(user or '')}'></label>{kept}"
+        "<button type='submit'>Filter</button>"
+        "<span class='hint'>an allocation shows its work and the work under it; positions "
+        "stay those of the whole queue. <a href='/queue'>Show everything</a></span></form>"
+    )
+
+
+def _shown(
+    rows: list[Any], limit: int | None, what: str, query: dict[str, str]
+) -> tuple[list[Any], str]:
+    """The first `limit` rows, and a line saying how to see the rest."""
+    if limit is None or len(rows) <= limit:
+        return rows, ""
+    link = "/queue?" + urlencode({**query, "limit": "all"})
+    note = (
+        f"<p class='hint' id='{what}-more'>Showing the first {limit:,} of {len(rows):,}: "
+        f"filter by allocation or user, or <a href='{esc(link)}'>show all {len(rows):,}</a>.</p>"
+    )
+    return rows[:limit], note
+
+
+def queue_page(snap: Snapshot, query: dict[str, list[str]] | None = None) -> str:
     from projections.forecast import annotate, footnote
     from projections.views import queue_rows
 
-    rows = queue_rows(snap.view)
+    allocation, user, limit, message = _queue_filter(snap, query or {})
+    rows = queue_rows(snap.view, allocation=allocation, user=user)
     fc = snap.forecast()
-    annotate(rows, fc)
-    pending = [r for r in rows if r["state"] == "PENDING"]
-    running = [r for r in rows if r["state"] == "RUNNING"]
+    filters = {k: v for k, v in (("allocation", allocation), ("user", user)) if v}
+    pending, more_pending = _shown(
+        [r for r in rows if r["state"] == "PENDING"], limit, "pending", filters
+    )
+    running, more_running = _shown(
+        [r for r in rows if r["state"] == "RUNNING"], limit, "running", filters
+    )
+    annotate(pending + running, fc)
     policy = snap.view.state.ordering
-    out = [_header(snap, "Queue")]
+    out = [_header(snap, "Queue"), _queue_form(allocation, user, limit)]
+    if message:
+        out.append(f"<div class='msg' id='filter-error'>{esc(message)}</div>")
+    matching = " that matches the filter" if filters else ""
+    counts = {"PENDING": 0, "RUNNING": 0}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
     keys = (
         " Sort key: (not allocated, allocation rank, −priority, submit time); an allocation's "
         "rank comes from its fair-share ratio (usage / (share × capacity × window)) — "
@@ -679,7 +746,7 @@ def queue_page(snap: Snapshot) -> str:
             "<details class='hint' id='policy-chain'><summary>The policy's full ordering "
             f"and preemption rules</summary><pre class='why'>{esc(doc)}</pre></details>"
         )
-    out.append(f"<h2>Pending ({len(pending)})</h2>")
+    out.append(f"<h2>Pending ({counts['PENDING']:,})</h2>")
     prow = []
     for r in pending:
         wid = esc(r["id"])
@@ -728,11 +795,12 @@ def queue_page(snap: Snapshot) -> str:
             prow,
             cls="pending",
         )
+        + more_pending
         + f"<p class='hint' id='forecast'>{esc(footnote(fc, 'The expected start'))}</p>"
         if prow
-        else "<p class='hint' id='no-pending'>Nothing is waiting.</p>"
+        else f"<p class='hint' id='no-pending'>Nothing{matching} is waiting.</p>"
     )
-    out.append(f"<h2>Running ({len(running)})</h2>")
+    out.append(f"<h2>Running ({counts['RUNNING']:,})</h2>")
     rrow = []
     for r in running:
         wid = esc(r["id"])
@@ -767,8 +835,9 @@ def queue_page(snap: Snapshot) -> str:
             rrow,
             cls="running",
         )
+        + more_running
         if rrow
-        else "<p class='hint'>Nothing is running.</p>"
+        else f"<p class='hint'>Nothing{matching} is running.</p>"
     )
     return "".join(out)
 
@@ -1015,7 +1084,7 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/":
             return 200, page("Allocations", allocations_page(snap), active=active, source=src)
         if path == "/queue":
-            return 200, page("Queue", queue_page(snap), active=active, source=src)
+            return 200, page("Queue", queue_page(snap, query), active=active, source=src)
         if path == "/timeline":
             status, body = timeline_page(snap, query)
             return status, page("GPU timeline", body, active=active, source=src)

@@ -304,6 +304,15 @@ def test_queue_page(server: Server, expected: dict, tmp_path: Path) -> None:
         assert cells["gpus"] == str(r["gpus"])
     assert f"Pending ({len(pending)})" in dom
     assert f'href="/workload/{pending[0]["id"]}"' in dom
+    # filtered by one allocation and cut to one row: its first pending row, in place
+    leaf = pending[-1]["allocation"]
+    mine = [r for r in pending if r["allocation"] == leaf]
+    dom = load(f"{server.url}/queue?allocation={leaf}&limit=1", tmp_path).dom
+    assert rows_order(dom, "pending", "data-id") == [mine[0]["id"]]
+    assert row(dom, "data-id", mine[0]["id"])["position"] == str(mine[0]["position"])
+    assert f"Pending ({len(mine)})" in dom
+    if len(mine) > 1:
+        assert f"Showing the first 1 of {len(mine)}" in dom
     assert_no_failed_requests(server)
 
 

@@ -3,9 +3,11 @@ tests/e2e/test_dashboard.py drives the real one in Chromium)."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import orjson
+import pytest
 
 from projections.dashboard import build_snapshot, queue_page
 from projections.usage import JournalBuilder
@@ -162,3 +164,68 @@ def test_the_timeline_opens_on_a_running_clusters_last_day_and_a_runs_busiest():
     busiest = snap.gantt.busiest_window()
     assert default_window(snap, wall=last + 7 * 86400) == busiest  # a finished run
     assert busiest[0] - JournalBuilder.START < 3600  # the busy hour, not the quiet end
+
+
+def crowded_queue() -> JournalBuilder:
+    """One 8-GPU host, busy; five workloads waiting in two allocations."""
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1).budget("lab/b", 1)
+    j.submit("run1", "lab/a", 8).place("run1", {"h0": H8})
+    for i, leaf in enumerate(["a", "b", "a", "b", "b"]):
+        j.at(60 + i).submit(f"w{i}", f"lab/{leaf}", 8)
+    j.at(120).tick()
+    return j
+
+
+def ids(text: str, table: str) -> list[str]:
+    body = re.search(rf'<table class="{table}">(.*?)</table>', text, re.S)[1]
+    return re.findall(r'<tr data-id="([^"]+)">', body)
+
+
+def positions(text: str) -> list[int]:
+    return [int(x) for x in re.findall(r'data-k="position">(\d+)<', text)]
+
+
+def test_the_queue_page_filters_by_allocation_and_user_keeping_queue_positions():
+    snap = snapshot(crowded_queue())
+    everything = queue_page(snap)
+    assert len(ids(everything, "pending")) == 5
+    text = queue_page(snap, {"allocation": ["lab/b"]})
+    assert sorted(ids(text, "pending")) == ["w1", "w3", "w4"]
+    assert "<h2>Pending (3)</h2>" in text and "<h2>Running (0)</h2>" in text
+    where = dict(zip(ids(everything, "pending"), positions(everything), strict=True))
+    assert positions(text) == [where[w] for w in ids(text, "pending")]  # the whole queue's
+    assert "value='lab/b'" in text  # the form keeps the filter
+    # the parent allocation holds both leaves' work
+    assert len(ids(queue_page(snap, {"allocation": ["lab"]}), "pending")) == 5
+    nobody = queue_page(snap, {"user": ["nobody"]})
+    assert "id='no-pending'>Nothing that matches the filter is waiting" in nobody
+    assert len(ids(queue_page(snap, {"user": ["alice"]}), "pending")) == 5
+
+
+def test_the_queue_page_shows_a_limited_number_of_rows_with_a_link_to_the_rest():
+    snap = snapshot(crowded_queue())
+    text = queue_page(snap, {"limit": ["2"], "allocation": ["lab/b"]})
+    assert len(ids(text, "pending")) == 2
+    assert "<h2>Pending (3)</h2>" in text  # the count is of every row
+    more = re.search(r"<p class='hint' id='pending-more'>(.*?)</p>", text, re.S)[1]
+    assert "Showing the first 2 of 3" in more
+    assert "href='/queue?allocation=lab%2Fb&amp;limit=all'" in more  # filter kept
+    assert len(ids(queue_page(snap, {"limit": ["all"], "allocation": ["lab/b"]}), "pending")) == 3
+    assert "pending-more" not in queue_page(snap)  # 5 rows: under the default limit
+
+
+@pytest.mark.parametrize(
+    "query, message",
+    [
+        pytest.param({"allocation": ["lab/zz"]}, "no allocation 'lab/zz'", id="unknown-allocation"),
+        pytest.param(
+            {"limit": ["lots"]}, "limit 'lots': a number of rows or 'all'", id="bad-limit"
+        ),
+    ],
+)
+def test_a_wrong_queue_filter_is_said_and_the_whole_queue_shown(query, message):
+    text = queue_page(snapshot(crowded_queue()), query)
+    shown = re.search(r"<div class='msg' id='filter-error'>(.*?)</div>", text)[1]
+    assert message in html.unescape(shown)
+    assert len(ids(text, "pending")) == 5
