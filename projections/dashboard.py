@@ -6,7 +6,8 @@ inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
 - ``/``            allocations: usage vs owed over time per leaf, delivered table, the
                    budget tree with weights and shares (`views.share_rows`);
 - ``/queue``       pending work in scheduling order with the sort keys that order it
-                   (`views.queue_rows`) and the running work;
+                   (`views.queue_rows`) and the running work; ``?allocation=``,
+                   ``?user=`` filter it, ``?limit=N|all`` (default 500 rows a table);
 - ``/timeline``    the GPU timeline (`gantt.GanttCollector`) for ``?from=..&to=..``
                    (offsets from the run start such as ``3h``, or UTC times such as
                    ``2026-01-01 03:00``);
