@@ -2,8 +2,9 @@
 
 One row per submitted workload (and per rejected submission), from a folded journal
 (`projections.views.JournalView`): its state, when it was submitted, first started and
-ended, how long it waited and ran (all attempts), the GPU-hours it ran, and how often
-it was placed and preempted.
+ended, how long it waited and ran (all attempts), the GPUs it asked for and held (a gang
+holds whole hosts), the GPU-hours it held them (as charged), and how often it was
+placed and preempted.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def _state(view: JournalView, h: History) -> str:
     return "PENDING"
 
 
-def _runs(h: History, now: float, running: bool) -> list[tuple[float, float]]:
-    """Its run intervals over all attempts (the current one up to `now`)."""
+def _runs(h: History, now: float, running: bool) -> list[tuple[float, float, int]]:
+    """Its run intervals over all attempts (the current one up to `now`), each with the
+    GPUs it held (its hosts' GPUs: whole hosts for a gang, as it is charged)."""
     stops = {q.attempt: q.time for q in h.preemptions}
     out = []
     for i, p in enumerate(h.placements):
@@ -75,8 +77,12 @@ def _runs(h: History, now: float, running: bool) -> list[tuple[float, float]]:
         if stop is None and i == len(h.placements) - 1:
             stop = now if running else (h.ended or {}).get("time")
         if stop is not None and stop > p.time:
-            out.append((p.time, stop))
+            out.append((p.time, stop, _held(p)))
     return out
+
+
+def _held(p: Any) -> int:
+    return sum(len(gpus) for gpus in p.hosts.values())
 
 
 def acct_rows(
@@ -130,14 +136,15 @@ def acct_rows(
         if (since is not None and last < since) or (until is not None and submitted > until):
             continue
         runs = _runs(h, now, running)
-        ran = sum(b - a for a, b in runs)
+        ran = sum(b - a for a, b, _ in runs)
         lo = -math.inf if since is None else since
         hi = math.inf if until is None else until
         if states is not None and windowed:
             during = _states_during(h, name, submitted, runs, ended, now, lo, hi)
             if not during & set(states):
                 continue
-        inside = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in runs)
+        gpu_s = sum(held * (b - a) for a, b, held in runs)
+        inside = sum(held * max(0.0, min(b, hi) - max(a, lo)) for a, b, held in runs)
         gpus = s.gpus if s is not None else (rejection.gpus or 0)
         rows.append(
             {
@@ -155,8 +162,9 @@ def acct_rows(
                 "end_time": ended,
                 "wait_s": round((first if first is not None else last) - submitted, 3),
                 "run_s": round(ran, 3),
-                "gpu_hours": round(gpus * ran / 3600, 4),
-                "window_gpu_hours": round(gpus * inside / 3600, 4),
+                "alloc_gpus": _held(h.placements[-1]) if h.placements else None,
+                "gpu_hours": round(gpu_s / 3600, 4),
+                "window_gpu_hours": round(inside / 3600, 4),
                 "attempts": len(h.placements),
                 "preemptions": len(h.preemptions),
                 "tags": list(s.tags) if s is not None else [],
@@ -173,7 +181,7 @@ def _states_during(
     h: History,
     final: str,
     submitted: float,
-    runs: list[tuple[float, float]],
+    runs: list[tuple[float, float, int]],
     ended: float | None,
     now: float,
     lo: float,
@@ -181,10 +189,10 @@ def _states_during(
 ) -> set[str]:
     """The states a workload was in at some moment of [lo, hi]."""
     out = set()
-    if any(a <= hi and b >= lo for a, b in runs):
+    if any(a <= hi and b >= lo for a, b, _ in runs):
         out.add("RUNNING")
     # pending from submission, and from each requeue, to the next start (or its end)
-    starts = sorted(a for a, _ in runs)
+    starts = sorted(a for a, _, _ in runs)
     waits_from = [submitted] + [q.time for q in h.preemptions if q.requeued]
     last = now if ended is None else ended
     for t in waits_from:
@@ -239,6 +247,7 @@ ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
     "user": ("USER", lambda r: r["user"]),
     "state": ("STATE", lambda r: r["state"]),
     "gpus": ("GPUS", lambda r: str(r["gpus"])),
+    "alloc_gpus": ("ALLOC", lambda r: "" if r["alloc_gpus"] is None else str(r["alloc_gpus"])),
     "submitted": ("SUBMITTED", lambda r: r["submitted"] or ""),
     "start": ("START", lambda r: r["start"] or ""),
     "end": ("END", lambda r: r["end"] or ""),
@@ -252,16 +261,30 @@ ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
     "reason": ("REASON", lambda r: r["reason"]),
 }
 DEFAULT_ACCT_COLUMNS = [
-    "id", "allocation", "user", "state", "gpus", "submitted", "start", "end", "wait", "run",
-    "gpu_hours", "attempts", "reason",
+    "id", "allocation", "user", "state", "gpus", "alloc_gpus", "submitted", "start", "end",
+    "wait", "run", "gpu_hours", "attempts", "reason",
 ]  # fmt: skip
-RIGHT_ALIGNED = frozenset({"GPUS", "WAIT", "RUN", "GPU_H", "WINDOW_GPU_H", "N", "PREEMPTIONS"})
+RIGHT_ALIGNED = frozenset(
+    {"GPUS", "ALLOC", "WAIT", "RUN", "GPU_H", "WINDOW_GPU_H", "N", "PREEMPTIONS"}
+)
+# sacct --format names for the same fields
+SACCT_NAMES = {
+    "jobid": "id",
+    "jobname": "name",
+    "account": "allocation",
+    "submit": "submitted",
+    "elapsed": "run",
+    "reqgpus": "gpus",
+    "allocgpus": "alloc_gpus",
+}
 
 
 def parse_acct_format(spec: str) -> list[str]:
-    """`id,state,gpu_hours` (or space-separated, any case) -> column names; ValueError
-    naming the unknown ones and listing the known."""
+    """`id,state,gpu_hours` (or space-separated, any case; sacct's jobid, jobname,
+    account, submit, elapsed too) -> column names; ValueError naming the unknown ones
+    and listing the known."""
     names = [n.strip().lower() for n in spec.replace(",", " ").split() if n.strip()]
+    names = [SACCT_NAMES.get(n, n) for n in names]
     unknown = [n for n in names if n not in ACCT_COLUMNS]
     if unknown or not names:
         raise ValueError(

@@ -15,13 +15,15 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
   envelope, the fields the views need, and `record` (the raw JSON);
 - `journal`: `seq, type, time, cluster, actor, workload, allocation, id, record`;
 - `submissions`: accepted `workload.submitted` with `user` (its actor);
-- `placements`: `workload.placed` with the submitting `user`, `gpus`, `charged`, ...;
+- `placements`: `workload.placed` with the submitting `user`, `gpus` (asked for),
+  `held` (the GPUs its hosts give it: whole hosts for a gang), `charged`, ...;
 - `preemptions`: `workload.preempted` with the victim's allocation, user and GPUs;
 - `budget_changes`: `budget.set` / `budget.removed` with actor, weight, managers;
 - `rejections`: every `*.rejected` record with `ref` and `error`;
-- `runs`: one row per placement, from `start` to the first end of that workload after
-  it (`workload.finished`, `workload.preempted` or `workload.cancelled`); a run still
-  going has `end` NULL and is counted up to the journal's latest time (`end_t`).
+- `runs`: one row per placement (`gpus`: the GPUs it held, as charged), from `start`
+  to the first end of that workload after it (`workload.finished`, `workload.preempted`
+  or `workload.cancelled`); a run still going has `end` NULL and is counted up to the
+  journal's latest time (`end_t`).
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
 `allot budget log` and `allot preemptions`; `budget_log_json` is the same log as JSON
@@ -72,6 +74,16 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("ran_s", "DOUBLE", "$.explain.ran_s"),
 )
 
+
+# the GPUs a placement holds: its hosts' GPU indices (a gang of 12 on 8-GPU hosts holds
+# 16, and is charged 16); the requested `gpus` where a record has no hosts
+def _held(record: str, gpus: str) -> str:
+    return (
+        f"coalesce(list_sum(list_transform(json_extract({record}, '$.hosts.*'), "
+        f"lambda x: json_array_length(x))), {gpus})"
+    )
+
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS records (
     seq BIGINT,
@@ -103,7 +115,8 @@ CREATE OR REPLACE VIEW submissions AS
 CREATE OR REPLACE VIEW placements AS
     SELECT p.seq, p.time, p.t, p.cluster, p.workload, p.attempt,
            coalesce(p.allocation, w.allocation) AS allocation, w."user",
-           coalesce(p.gpus, w.gpus) AS gpus, p.charged,
+           coalesce(p.gpus, w.gpus) AS gpus, {_held("p.record", "coalesce(p.gpus, w.gpus)")} AS held,
+           p.charged,
            make_timestamp(CAST(round(p.protected_until * 1e6) AS BIGINT)) AS protected_until,
            p.record->'hosts' AS hosts, p.record->'explain' AS explain
     FROM records p LEFT JOIN workloads w USING (workload)
@@ -325,7 +338,7 @@ def _derive(con: duckdb.DuckDBPyConnection, first: int) -> None:
         """
         INSERT INTO run_spells
         WITH placed AS (
-            SELECT seq, t, workload, attempt, allocation, gpus, charged
+            SELECT seq, t, workload, attempt, allocation, {HELD} AS gpus, charged
             FROM records WHERE seq >= $lo AND type = 'workload.placed'
         ), ends AS (
             SELECT seq, t, workload, type, coalesce(outcome, reason) AS how
@@ -346,7 +359,7 @@ def _derive(con: duckdb.DuckDBPyConnection, first: int) -> None:
         LEFT JOIN workloads w ON w.workload = p.workload
         CROSS JOIN latest
         ORDER BY p.seq
-        """,
+        """.replace("{HELD}", _held("record", "gpus")),
         {"lo": lo},
     ).fetchall()
 

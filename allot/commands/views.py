@@ -422,9 +422,10 @@ def register(app: typer.Typer) -> None:
                 "--format",
                 "-o",
                 metavar="FIELD[,FIELD...]",
-                help="Columns, as sacct --format: id, name, allocation, user, state, gpus, "
-                "submitted, start, end, wait, run, gpu_hours, window_gpu_hours, attempts, "
-                "preemptions, tags, reason.",
+                help="Columns, as sacct --format: id, name, allocation, user, state, gpus "
+                "(asked for), alloc_gpus (held: whole hosts for a gang), submitted, start, "
+                "end, wait, run, gpu_hours (held), window_gpu_hours, attempts, preemptions, "
+                "tags, reason; sacct's jobid, jobname, account, submit, elapsed work too.",
                 show_default=False,
             ),
         ] = None,

@@ -150,7 +150,7 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
     assert lines[1:] == [f"{r['id']}|{r['state']}|{r['gpus']}|{','.join(r['tags'])}" for r in rows]
     nothing = allot("acct", "--journal", str(journal), "-p", "-u", "nobody")
     assert nothing.stdout.splitlines() == [  # the header alone: a script sees no rows
-        "ID|ALLOCATION|USER|STATE|GPUS|SUBMITTED|START|END|WAIT|RUN|GPU_H|N|REASON"
+        "ID|ALLOCATION|USER|STATE|GPUS|ALLOC|SUBMITTED|START|END|WAIT|RUN|GPU_H|N|REASON"
     ]
 
 

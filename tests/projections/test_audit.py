@@ -443,3 +443,33 @@ def test_a_database_loaded_before_budget_rows_is_backfilled(small: Any) -> None:
         assert audit.budget_log(con) == before
     finally:
         con.close()
+
+
+def test_a_gang_is_charged_its_whole_hosts_and_every_report_says_so(tmp_path: Path) -> None:
+    """12 GPUs on 8-GPU hosts take two whole hosts: the scheduler charges 16 GPUs, and
+    acct, the usage table and the audit's history count the same 16 (not the 12 asked)."""
+    from projections.acct import acct_rows
+    from projections.summary import fold as fold_usage
+    from projections.views import fold
+
+    c = cluster(hosts=2, headroom_hosts=0)
+    c.budget("lab", 1)
+    c.budget("lab/a", 1, members=("alice",))
+    c.submit("g1", "lab/a", gpus=12, min_runtime="1h", actor="alice")
+    c.at("2h").tick()
+    placed = next(e for e in c.journal if e.type == "workload.placed")
+    assert sum(len(g) for g in placed.hosts.values()) == 16
+    assert c.state.charged.usage("lab/a", c.state.now) == pytest.approx(16 * 2 * HOUR)
+
+    (row,) = acct_rows(fold(c.journal))
+    assert (row["gpus"], row["alloc_gpus"], row["gpu_hours"]) == (12, 16, 32.0)
+    charged = sum(r["charged_gpu_s"] for r in fold_usage(c.journal).hourly_rows()) / HOUR
+    assert charged == pytest.approx(32.0)
+
+    journal = write(tmp_path / "journal.jsonl", c.journal)
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    con = audit.connect(db, read_only=True)
+    assert preset_history(audit.history(con, "lab")) == {"alice": (32.0, 0.0)}
+    assert con.sql("SELECT gpus, held FROM placements").fetchall() == [(12, 16)]
+    con.close()
