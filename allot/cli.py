@@ -724,6 +724,11 @@ def _flow_help(typer_app: typer.Typer) -> None:
             _flow_help(group.typer_instance)
 
 
+# click's usage errors, whichever click typer uses (recent typers carry their own copy)
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main() -> None:
     try:
         _keep_only_invoked(sys.argv[1:])
@@ -732,8 +737,20 @@ def main() -> None:
             from allot.plugins import load_entry_points
 
             load_entry_points()
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)
+    except _UsageError as why:  # one line, as every other error (not click's panel)
+        from rich.markup import escape
+
+        where = why.ctx.command_path if why.ctx is not None else "allot"
+        message = f"{why.format_message()} (see `{where} --help`)"
+        err.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+        sys.exit(why.exit_code)
+    except _ClickException as why:
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/] {escape(why.format_message())}", soft_wrap=True)
+        sys.exit(why.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
     except BrokenPipeError:  # `| head` closed stdout: the shell's SIGPIPE status, quietly
@@ -750,6 +767,7 @@ def main() -> None:
         # columns when stderr is not a terminal); escape: a message may hold [brackets]
         err.print(f"[red]error:[/] {escape(str(why))}", soft_wrap=True)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

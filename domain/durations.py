@@ -1,4 +1,5 @@
-"""Durations as people write them (`30s`, `15m`, `8h`, `7d`, `1h30m`) and as seconds."""
+"""Durations as people write them (`30s`, `15m`, `8h`, `7d`, `1h30m`, Slurm's
+`[D-]HH:MM:SS`) and as seconds."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from datetime import UTC, datetime
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+# Slurm's --time forms with a colon or a day: MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+# (a bare number stays seconds, as everywhere in allot, not Slurm's minutes)
+_SLURM = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?")
 
 
 def parse_duration(value: str | float | int) -> float:
@@ -21,15 +25,39 @@ def parse_duration(value: str | float | int) -> float:
         try:
             seconds = float(text)
         except ValueError:
+            slurm = _slurm_seconds(text)
             parts = _PART.findall(text)
-            if not parts or "".join(n + u for n, u in parts) != text:
+            if slurm is not None:
+                seconds = slurm
+            elif not parts or "".join(n + u for n, u in parts) != text:
                 raise ValueError(
-                    f"not a duration: {value!r} (use e.g. 30s, 15m, 8h, 7d, 1h30m or seconds)"
+                    f"not a duration: {value!r} (use e.g. 30s, 15m, 8h, 7d, 1h30m, seconds, "
+                    "or Slurm's [D-]HH:MM:SS)"
                 ) from None
-            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+            else:
+                seconds = sum(float(n) * _UNITS[u] for n, u in parts)
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"duration must be a finite number of seconds >= 0, got {value!r}")
     return seconds
+
+
+def _slurm_seconds(text: str) -> float | None:
+    """Seconds in Slurm's `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM` or `D-HH:MM:SS`; None for
+    anything else (a bare number is not one of them here)."""
+    m = _SLURM.fullmatch(text)
+    if m is None:
+        return None
+    days, first, second, third = m.groups()
+    if days is None and second is None:
+        return None  # a bare number: seconds, handled by the caller
+    if any(part is not None and int(part) >= 60 for part in (second, third)):
+        return None  # minutes and seconds after a colon are below 60
+    if days is None:  # MM:SS or HH:MM:SS
+        if third is None:
+            return int(first) * 60.0 + int(second)
+        return int(first) * 3600.0 + int(second) * 60.0 + int(third)
+    hms = int(first) * 3600.0 + int(second or 0) * 60.0 + int(third or 0)  # D-HH[:MM[:SS]]
+    return int(days) * 86400.0 + hms
 
 
 def parse_utc(text: str) -> float:

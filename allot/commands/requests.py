@@ -118,13 +118,23 @@ def expand_ids(ids: list[str]) -> list[str]:
     return list(out)
 
 
+def _wait_seconds(text: str) -> float:
+    from domain.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as why:
+        raise typer.BadParameter(str(why)) from None
+
+
 WaitOpt = Annotated[
     float | None,
     typer.Option(
         "--wait",
-        metavar="SECONDS",
-        help="Wait up to SECONDS for the scheduler's verdict; exit 1 if it rejected the "
-        "request (the reason is printed) or none came.",
+        metavar="TIME",
+        parser=_wait_seconds,
+        help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict; exit 1 if "
+        "it rejected the request (the reason is printed) or none came.",
     ),
 ]
 
@@ -289,9 +299,10 @@ def submit(
         float | None,
         typer.Option(
             "--wait",
-            metavar="SECONDS",
-            help="Wait up to SECONDS for the scheduler's verdict (placed or rejected); "
-            "exit 1 if rejected or still pending.",
+            metavar="TIME",
+            parser=_wait_seconds,
+            help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict (placed "
+            "or rejected); exit 1 if rejected or still pending.",
         ),
     ] = None,
     array: Annotated[

@@ -696,3 +696,37 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
     assert code == 0, shown
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)  # without colours and cursor moves
     assert plain.count("sim ") >= 2 and "✓ fairshare" in plain and "✓ fifo" in plain
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        pytest.param(
+            ["submit", "--gpus", "1"], ["Missing option '--allocation'"], id="missing-option"
+        ),
+        pytest.param(["why"], ["Missing argument"], id="missing-argument"),
+        pytest.param(
+            ["budget", "set", "lab", "abc"], ["'weight'", "budget set --help"], id="bad-number"
+        ),
+        pytest.param(["queue", "--nope"], ["No such option: --nope"], id="unknown-option"),
+        pytest.param(["nosuch"], ["No such command 'nosuch'"], id="unknown-command"),
+    ],
+)
+def test_a_usage_mistake_is_one_error_line_pointing_at_help(
+    args: list[str], needles: list[str], tmp_path: Path
+) -> None:
+    """As every other error: one `error:` line (not click's boxed panel), exit 2."""
+    one_line_error(allot(*args, cwd=tmp_path), *needles, "--help`)")
+
+
+def test_help_and_a_commands_own_exit_code_pass_through(tmp_path: Path) -> None:
+    shown = allot("queue", "--help", cwd=tmp_path)
+    assert shown.returncode == 0 and "squeue" in shown.stdout
+    # `allot submit --wait` exits 1 when no verdict came in time (no scheduler running)
+    waited = allot(
+        *("submit", "-A", "lab", "-G", "1", "--min-runtime", "1h", "--wait", "0.5s"),
+        *("--data", str(tmp_path / "lab")),
+        cwd=tmp_path,
+    )
+    assert waited.returncode == 1, waited.stderr
+    assert "still pending after" in waited.stderr
