@@ -9,6 +9,7 @@ from itertools import islice
 from typing import Any
 
 from domain import events as ev
+from domain.admission import admit
 from domain.evolve import evolve
 from domain.fairshare import Ranking, diverging, entitlement, outranks
 from domain.policies.ordering import BUILTIN as _BUILTIN_ORDERINGS
@@ -103,8 +104,6 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
 
 def handle(state: State, event: Any) -> list[Any]:
     """Admit one input, fold it, decide: the journal records it produces, in order."""
-    from domain.admission import admit
-
     accepted = admit(state, event)
     evolve(state, accepted)
     out = [accepted]

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from domain.upcasting import upcast
+
 SCHEDULER = "allot"
 
 
@@ -276,8 +278,6 @@ def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:
     Never raises: missing fields, wrong types and unknown `type`s become rejections
     (typed after the input's noun) carrying the record's id as `ref`.
     """
-    from domain.upcasting import upcast  # local: upcasting imports nothing from here
-
     ref = _clip(raw.get("id")) or "?"
     try:
         record = upcast(dict(raw))
