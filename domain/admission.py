@@ -176,8 +176,7 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
         )
     if e.name is not None and not e.name.isprintable():
         raise Rejected(f"name {e.name!r} has control characters (tabs, newlines); drop them")
-    for name in ("runtime", "expected_runtime"):
-        value = getattr(e, name)
+    for name, value in (("runtime", e.runtime), ("expected_runtime", e.expected_runtime)):
         if value is not None and (not math.isfinite(value) or value < 0):
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
 

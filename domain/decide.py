@@ -76,6 +76,19 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     cycle's snapshot and against its failures. Blocked work is re-examined at the next
     such change — at the latest at the next bucket edge.
     """
+    if not state.cordoned:
+        # nothing to drain and nothing fresh to try on an unchanged cluster: no cycle
+        # (what `quick` would conclude, without building one; a tick or an inert cancel)
+        if not state.pending_count:
+            return []
+        last = state.blocked
+        if (
+            not state.fresh
+            and last is not None
+            and last.version == state.version
+            and now < last.edge
+        ):
+            return []
     cycle = Cycle(state, now, cause)
     if state.cordoned:
         cycle.drain()

@@ -152,28 +152,36 @@ class SchedulerCore:
     ) -> BatchResult:
         """Fold a batch of inbox records (already-folded offsets are skipped)."""
         out = out or BatchResult()
+        journal = out.journal
+        positions = self.positions
+        state = self.state
         for record in records:
-            if self.seen(record):
+            partition, offset = record.partition, record.offset
+            if offset <= positions.get(partition, -1):  # seen()
                 continue
-            self.positions[record.partition] = record.offset
-            stamped = self._stamp(record)
+            positions[partition] = offset
+            # _stamp(), inline: this loop runs once per inbox record
+            now = state.now
+            stamped = record.timestamp if not math.isfinite(now) else max(now, record.timestamp)
             try:
                 raw = load_object(record.value)
             except Undecodable as why:
                 out.dead.append(DeadLetter(record, str(why)))
                 continue
             out.inputs += 1
+            # one `inbox` value for every record this input causes (encoded at once)
+            source = {"inbox": [partition, offset]}
             if self.config_due() and abs(stamped) <= MAX_TIME:
                 # the scheduler's own fact (not a request): folded without admission, so
                 # never at a time admission refuses (a broker timestamp past year 9999
                 # would become the clock, and every later input be rejected)
                 config = self.config_event(record, self.wanted)
-                evolve(self.state, config)
-                out.journal.append(encode_with_source(config, record))
-                for produced in decide(self.state, self.state.now, cause=config.id):
-                    out.journal.append(encode_with_source(produced, record))
+                evolve(state, config)
+                journal.append(encode_body(config, source))
+                for produced in decide(state, state.now, cause=config.id):
+                    journal.append(encode_body(produced, source))
             claimed = raw.get("time")
-            window = self.state.config.window
+            window = state.config.window
             too_old = (
                 isinstance(claimed, int | float)
                 and not isinstance(claimed, bool)
@@ -184,11 +192,11 @@ class SchedulerCore:
                 # is kept so admission rejects it ("older than the window")
                 raw["time"] = stamped
             event = ev.parse_input(raw, stamped)
-            now = self.state.now
+            now = state.now
             if too_old and not isinstance(event, ev._Rejected) and not claimed < now - window:
                 # admission judges claims by the state's clock: without one (a fresh
                 # state) or behind the broker it would accept the claim as event time
-                event = reject_old_claim(self.state, event, stamped)
-            for produced in handle(self.state, event):
-                out.journal.append(encode_with_source(produced, record))
+                event = reject_old_claim(state, event, stamped)
+            for produced in handle(state, event):
+                journal.append(encode_body(produced, source))
         return out
