@@ -155,6 +155,11 @@ class JournalView:
         # journal from there rebuilds what its cycles remember (`projections.forecast`)
         self.tail_start: int | None = None
         self.tail_edge: float | None = None
+        # per host: (time, actor, reason, healthy) of the report that last changed its
+        # health, and when it was registered and drained (for `allot host list`)
+        self.host_health: dict[str, tuple[float, str, str, bool]] = {}
+        self.host_since: dict[str, float] = {}
+        self.host_drained: dict[str, float] = {}
 
     @property
     def now(self) -> float:
@@ -243,6 +248,20 @@ class JournalView:
                 h.pending_since = event.time
             if event.beneficiary:
                 self.history(event.beneficiary).caused.append(p)
+        elif kind == "host.registered":
+            self.host_since.setdefault(event.host, event.time)
+        elif kind == "host.health":
+            last = self.host_health.get(event.host)
+            if last is None or last[3] != event.healthy:  # a repeated report changes nothing
+                self.host_health[event.host] = (
+                    event.time,
+                    event.actor,
+                    event.reason,
+                    event.healthy,
+                )
+                self.host_drained.pop(event.host, None)
+        elif kind == "host.drained":
+            self.host_drained[event.host] = event.time
         elif kind.endswith(".rejected"):
             r = Rejection(
                 event.id,
@@ -679,6 +698,48 @@ def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], li
 # ------------------------------------------------------------------ shares
 
 ShareRow = dict[str, Any]
+
+
+HostRow = dict[str, Any]
+
+
+def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
+    """Every registered host in registration order, as `sinfo -N` lists nodes: state
+    (idle, mixed, allocated; draining = unhealthy with work still on it, drained =
+    unhealthy and empty), GPUs, held and free, its workloads, and for an unhealthy host
+    since when, who reported it and why. A healthy host kept for short jobs says so."""
+    view = _view(source)
+    state = view.require()
+    now = state.now
+    rows: list[HostRow] = []
+    for host in sorted(state.hosts.values(), key=lambda h: h.index):
+        held = sum(host.workloads.values())
+        health = view.host_health.get(host.name)
+        if host.healthy:
+            name = "idle" if not held else "allocated" if not host.free else "mixed"
+            since = None
+            reason = "kept for short jobs (headroom)" if host.name in state.headroom else ""
+        else:
+            name = "draining" if host.workloads else "drained"
+            since = health[0] if health else None
+            who, why_ = (health[1], health[2]) if health else ("?", "")
+            reason = f"{why_ or 'unhealthy'} (by {who})"
+        rows.append(
+            {
+                "host": host.name,
+                "state": name,
+                "healthy": host.healthy,
+                "gpus": host.gpus,
+                "held": held,
+                "free": len(host.free) if host.healthy else 0,
+                "workloads": sorted(host.workloads, key=id_order),
+                "since": iso(since),
+                "since_s": None if since is None else round(now - since, 3),
+                "drained_at": iso(view.host_drained.get(host.name)),
+                "reason": reason,
+            }
+        )
+    return rows
 
 
 def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:

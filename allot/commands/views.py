@@ -144,6 +144,13 @@ def print_rows(
     typer.echo("\n".join(out))
 
 
+def _workload_list(ids: list[str], shown: int = 3) -> str:
+    """A host's workloads, the first few and how many more."""
+    if len(ids) <= shown:
+        return ",".join(ids)
+    return ",".join(ids[:shown]) + f" +{len(ids) - shown}"
+
+
 def _table() -> Table:
     from rich.table import Table
 
@@ -647,6 +654,66 @@ def register(app: typer.Typer) -> None:
             print_table(title, table)
             if not rows:
                 typer.echo("no allocations yet: `allot budget set PATH WEIGHT` creates them")
+
+        _answer(run)
+
+    from allot.commands.requests import host_app
+
+    @host_app.command("list")
+    def host_list(
+        json_: JsonOpt = False,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: ClusterOpt = None,  # type: ignore[assignment]
+    ) -> None:
+        """Every host and its state, like sinfo -N (and sinfo -R's reasons).
+
+        STATE: idle, mixed (some GPUs held), allocated (all held); draining (reported
+        unhealthy, work still on it: it takes nothing new and its work leaves as its
+        protection ends) or drained (unhealthy and empty). GPUS, HELD, FREE (an
+        unhealthy host's free GPUs are cordoned: 0); WORKLOADS on it; SINCE and REASON
+        for an unhealthy host (who reported it, why). A healthy host kept free for
+        short jobs says so."""
+        from domain.durations import format_duration
+        from projections.views import host_rows, shares_header
+
+        def run() -> None:
+            view = load_view(kafka, data, journal, cluster)
+            rows = host_rows(view)
+            header = shares_header(view)
+            if json_:
+                _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
+                return
+            if not rows:
+                typer.echo(f"no hosts registered in cluster {header['cluster']}")
+                return
+            counts: dict[str, int] = {}
+            for r in rows:
+                counts[r["state"]] = counts.get(r["state"], 0) + 1
+            title = f"cluster {header['cluster']} · as of {header['now']} UTC · " + ", ".join(
+                f"{n} {state}" for state, n in counts.items()
+            )
+            cells = [
+                [
+                    r["host"],
+                    r["state"],
+                    str(r["gpus"]),
+                    str(r["held"]),
+                    str(r["free"]),
+                    _workload_list(r["workloads"]),
+                    "" if r["since_s"] is None else f"{format_duration(r['since_s'])} ago",
+                    r["reason"],
+                ]
+                for r in rows
+            ]
+            print_rows(
+                title,
+                ["HOST", "STATE", "GPUS", "HELD", "FREE", "WORKLOADS", "SINCE", "REASON"],
+                cells,
+                right=frozenset({"GPUS", "HELD", "FREE"}),
+                dim=[r["state"] in ("draining", "drained") for r in rows],
+            )
 
         _answer(run)
 

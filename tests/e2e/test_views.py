@@ -928,3 +928,16 @@ def test_submit_test_only_refuses_wait(data_dir: Path) -> None:
         "--test-only",
         "--wait",
     )
+
+
+def test_host_list_prints_every_host_and_its_json_is_the_projection(
+    journal: Path, folded: v.JournalView
+) -> None:
+    rows = v.host_rows(folded)
+    table = allot("host", "list", "--journal", str(journal))
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[1].split()[:5] == ["HOST", "STATE", "GPUS", "HELD", "FREE"]
+    assert [line.split()[:2] for line in lines[2:]] == [[r["host"], r["state"]] for r in rows]
+    as_json = allot("host", "list", "--journal", str(journal), "--json")
+    assert orjson.loads(as_json.stdout)["hosts"] == rows

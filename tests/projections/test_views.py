@@ -567,3 +567,29 @@ def test_a_journal_read_from_its_middle_is_one_clear_error() -> None:
     middle = next(i for i, r in enumerate(records) if r.type == "workload.submitted")
     with pytest.raises(v.ViewError, match=r"refers to .* read from its beginning"):
         v.fold(records[middle:])
+
+
+def test_host_list_says_each_hosts_state_and_why_it_is_unhealthy() -> None:
+    c = cluster(hosts=16, headroom_hosts=1)
+    c.tree({"lab": 1})
+    c.submit("a1", "lab", gpus=8, min_runtime="1h")
+    c.submit("b1", "lab", gpus=2, min_runtime="1h")
+    a_host = next(iter(c.placed("a1").hosts))
+    b_host = next(iter(c.placed("b1").hosts))
+    empty = next(h for h in ("h0", "h1", "h2") if h not in (a_host, b_host))
+    c.at("10m").health(a_host, False, reason="xid-79", actor="ops")
+    c.at("12m").health(empty, False, reason="fan", actor="ops")
+    c.at("20m").health(a_host, False, reason="again", actor="ops")  # changes nothing
+    rows = {r["host"]: r for r in v.host_rows(c.journal)}
+    assert list(rows) == [f"h{i}" for i in range(16)]  # registration order
+    assert rows[a_host] | {"workloads": None} == rows[a_host] | {
+        "state": "draining", "healthy": False, "held": 8, "free": 0, "workloads": None,
+        "since": "2026-01-01 00:10:00", "reason": "xid-79 (by ops)",
+    }  # fmt: skip
+    assert rows[a_host]["workloads"] == ["a1"]
+    assert (rows[b_host]["state"], rows[b_host]["held"], rows[b_host]["free"]) == ("mixed", 2, 6)
+    assert rows[empty]["state"] == "drained" and rows[empty]["reason"] == "fan (by ops)"
+    assert rows["h15"]["state"] == "idle" and "headroom" in rows["h15"]["reason"]
+    c.at("30m").health(a_host, True, actor="ops")
+    back = {r["host"]: r for r in v.host_rows(c.journal)}[a_host]
+    assert (back["state"], back["reason"], back["since"]) == ("allocated", "", None)
