@@ -15,7 +15,14 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from domain.state import RUNNING
-from projections.views import History, JournalView, iso, matches_allocation, queue_rows
+from projections.views import (
+    History,
+    JournalView,
+    iso,
+    matches_allocation,
+    matches_user,
+    queue_rows,
+)
 
 # sacct's names where they mean the same; PREEMPTED is a workload ended by preemption
 # (not resumable), NODE_FAIL one ended because its host was drained as unhealthy; a
@@ -88,8 +95,8 @@ def _held(p: Any) -> int:
 def acct_rows(
     view: JournalView,
     *,
-    user: str | None = None,
-    allocation: str | None = None,
+    user: str | Collection[str] | None = None,
+    allocation: str | Collection[str] | None = None,
     ids: Collection[str] | None = None,
     states: Collection[str] | None = None,
     since: float | None = None,
@@ -118,7 +125,7 @@ def acct_rows(
             continue  # only mentioned (e.g. a beneficiary from before the journal began)
         who = s.actor if s is not None else rejection.actor
         path = s.allocation if s is not None else rejection.allocation
-        if user is not None and who != user:
+        if not matches_user(who, user):
             continue
         if allocation is not None and not (path and matches_allocation(path, allocation)):
             continue

@@ -463,19 +463,29 @@ def _key_json(key: tuple[Any, ...]) -> list[Any]:
     return out
 
 
-def matches_allocation(path: str, wanted: str | None) -> bool:
-    """`wanted` is the path or one above it (a trailing / is ignored; empty: any)."""
+def matches_allocation(path: str, wanted: str | Collection[str] | None) -> bool:
+    """`wanted` is the path or one above it (a trailing / is ignored; empty: any), or
+    several such."""
     if not wanted:
         return True
+    if not isinstance(wanted, str):
+        return any(matches_allocation(path, one) for one in wanted)
     wanted = wanted.rstrip("/")
     return path == wanted or path.startswith(wanted + "/")
+
+
+def matches_user(actor: str, wanted: str | Collection[str] | None) -> bool:
+    """`wanted` is the user, or several (None: anyone)."""
+    if wanted is None:
+        return True
+    return actor == wanted if isinstance(wanted, str) else actor in wanted
 
 
 def queue_rows(
     source: JournalView | Iterable[Any],
     *,
-    user: str | None = None,
-    allocation: str | None = None,
+    user: str | Collection[str] | None = None,
+    allocation: str | Collection[str] | None = None,
     ids: Collection[str] | None = None,
 ) -> list[QueueRow]:
     """Live workloads: pending first, in the order the scheduler would consider them
@@ -564,10 +574,13 @@ def queue_rows(
 
 
 def _wanted(
-    w: Workload, user: str | None, allocation: str | None, ids: Collection[str] | None
+    w: Workload,
+    user: str | Collection[str] | None,
+    allocation: str | Collection[str] | None,
+    ids: Collection[str] | None,
 ) -> bool:
     return (
-        (user is None or w.actor == user)
+        matches_user(w.actor, user)
         and matches_allocation(w.allocation, allocation)
         and (ids is None or w.id in ids or w.id.rsplit("_", 1)[0] in ids)
     )

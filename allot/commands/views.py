@@ -21,7 +21,6 @@ from allot.commands.common import (
     HorizonOpt,
     JournalOpt,
     KafkaOpt,
-    SubtreeOpt,
     TargetError,
     horizon_seconds,
     pipe_console,
@@ -35,7 +34,19 @@ if TYPE_CHECKING:
 # rich and orjson are imported where they are used (start-up time, issue 5)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
-UserOpt = Annotated[str | None, typer.Option("--user", "-u", help="Only this user's workloads.")]
+UserOpt = Annotated[
+    str | None,
+    typer.Option("--user", "-u", metavar="USER[,USER...]", help="Only these users' workloads."),
+]
+AllocationsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--allocation",
+        "-a",
+        metavar="PATH[,PATH...]",
+        help="Only these allocations and the allocations under them.",
+    ),
+]
 JobsOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -144,6 +155,14 @@ def print_rows(
     typer.echo("\n".join(out))
 
 
+def _ratio(value: float | None) -> str:
+    """A fair-share ratio: four decimals, or two significant digits below 0.001, where
+    four decimals would print 0.0000 for ratios that rank differently (a young cluster)."""
+    if value is None:
+        return "inf"
+    return f"{value:.4f}" if value == 0 or value >= 0.001 else f"{value:.2e}"
+
+
 def _workload_list(ids: list[str], shown: int = 3) -> str:
     """A host's workloads, the first few and how many more."""
     if len(ids) <= shown:
@@ -220,14 +239,43 @@ def forecast_view(
     return forecast(view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals)
 
 
-def _refuse_unknown_allocation(view: Any, allocation: str | None) -> None:
+def _names(text: str | None) -> list[str] | None:
+    """`-u a,b` / `-a x,y`: the names in a comma-separated list (None: no filter)."""
+    if text is None:
+        return None
+    return [n.strip() for n in text.split(",") if n.strip()] or None
+
+
+def _allocations(view: Any, text: str | None) -> list[str] | None:
+    """-a's paths: one path (a name may hold a comma) or a comma-separated list."""
+    if text is None or text.rstrip("/") in view.state.tree:
+        return None if text is None else [text]
+    return _names(text)
+
+
+_QUEUE_STATES = {"PD": "PENDING", "PENDING": "PENDING", "R": "RUNNING", "RUNNING": "RUNNING"}
+
+
+def _queue_states(text: str) -> set[str]:
+    """`-t pd,r`: the queue states asked for; TargetError for any other."""
+    asked = [x.strip().upper() for x in text.split(",") if x.strip()]
+    unknown = [x.lower() for x in asked if x not in _QUEUE_STATES]
+    if unknown or not asked:
+        raise TargetError(
+            f"--states {text!r}: the queue holds pending (pd) and running (r) work; "
+            "`allot acct -s` has the ended states"
+        )
+    return {_QUEUE_STATES[x] for x in asked}
+
+
+def _refuse_unknown_allocation(view: Any, allocations: list[str] | None) -> None:
     """-a naming nothing in the budget tree is a typo, not an empty answer (squeue
     refuses an unknown partition)."""
     from projections.views import matches_allocation
 
-    if allocation and not any(
-        matches_allocation(path, allocation) for path in view.state.tree.nodes
-    ):
+    for allocation in allocations or ():
+        if any(matches_allocation(path, allocation) for path in view.state.tree.nodes):
+            continue
         raise TargetError(
             f"-a {allocation}: no such allocation in cluster {view.cluster}'s budget tree "
             "(`allot shares` lists them)"
@@ -289,8 +337,17 @@ def register(app: typer.Typer) -> None:
         ] = None,
         json_: JsonOpt = False,
         user: UserOpt = None,
-        allocation: SubtreeOpt = None,
+        allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
+        states: Annotated[
+            str | None,
+            typer.Option(
+                "--states",
+                "-t",
+                metavar="STATE[,STATE...]",
+                help="Only pending or running work: pending/pd, running/r (as squeue -t).",
+            ),
+        ] = None,
         long: Annotated[
             bool,
             typer.Option(
@@ -357,9 +414,12 @@ def register(app: typer.Typer) -> None:
             read = journal_reader(kafka, data, journal, cluster)
             view = fold(read())
             ids = _job_ids(jobs)
-            rows = queue_rows(view, user=user, allocation=allocation, ids=ids)
-            if not rows:
-                _refuse_unknown_allocation(view, allocation)
+            paths = _allocations(view, allocation)
+            rows = queue_rows(view, user=_names(user), allocation=paths, ids=ids)
+            _refuse_unknown_allocation(view, paths)
+            if states is not None:
+                shown = _queue_states(states)
+                rows = [r for r in rows if r["state"] in shown]
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate
@@ -412,7 +472,7 @@ def register(app: typer.Typer) -> None:
             if not rows:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
-                    + (" for that filter" if user or allocation or jobs else "")
+                    + (" for that filter" if user or allocation or jobs or states else "")
                 )
             elif fc is not None:
                 from projections.forecast import footnote
@@ -446,7 +506,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
-        allocation: SubtreeOpt = None,
+        allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
         state: Annotated[
             list[str] | None,
@@ -538,11 +598,17 @@ def register(app: typer.Typer) -> None:
             if lo is not None and hi is not None and hi < lo:
                 raise TargetError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
             ids = _job_ids(jobs)
+            paths = _allocations(view, allocation)
             rows = acct_rows(
-                view, user=user, allocation=allocation, ids=ids, states=wanted, since=lo, until=hi
+                view,
+                user=_names(user),
+                allocation=paths,
+                ids=ids,
+                states=wanted,
+                since=lo,
+                until=hi,
             )
-            if not rows:
-                _refuse_unknown_allocation(view, allocation)
+            _refuse_unknown_allocation(view, paths)
             total = totals(rows)
             if json_:
                 _emit_json(
@@ -644,7 +710,7 @@ def register(app: typer.Typer) -> None:
                     f"{r['weight']:g}",
                     f"{r['share']:.4f}" if r["share"] is not None else "-",
                     f"{r['usage_gpu_h']:.1f}",
-                    "inf" if r["ratio"] is None else f"{r['ratio']:.4f}",
+                    _ratio(r["ratio"]),
                     "" if r["rank"] is None else str(r["rank"]),
                     f"{r['running']}/{r['entitled']:g}",
                     str(r["unallocated"]),

@@ -107,12 +107,44 @@ def test_queue_json_matches_the_projection(journal: Path, folded: v.JournalView)
             ),
             id="long",
         ),
+        pytest.param(
+            ["-t", "r", "--json"],
+            lambda out: {r["state"] for r in orjson.loads(out)["workloads"]} == {"RUNNING"},
+            id="states-running",
+        ),
+        pytest.param(
+            ["-t", "PD", "--json"],
+            lambda out: {r["state"] for r in orjson.loads(out)["workloads"]} == {"PENDING"},
+            id="states-pending",
+        ),
     ],
 )
 def test_queue_options(journal: Path, args: list[str], check: Any) -> None:
     result = allot("queue", "--journal", str(journal), *args)
     assert result.returncode == 0, result.stderr
     assert check(result.stdout), result.stdout
+
+
+@pytest.mark.parametrize("command", ["queue", "acct"])
+def test_users_and_allocations_take_comma_separated_lists(
+    journal: Path, folded: v.JournalView, command: str
+) -> None:
+    """As squeue/sacct -u a,b: each listed user's (allocation's) workloads, not none."""
+
+    def ids(*args: str) -> set[str]:
+        result = allot(command, "--journal", str(journal), "--json", *args)
+        assert result.returncode == 0, result.stderr
+        return {r["id"] for r in orjson.loads(result.stdout)["workloads"]}
+
+    users = sorted({r["user"] for r in v.queue_rows(folded)})[:2]
+    leaves = sorted({r["allocation"] for r in v.queue_rows(folded)})[:2]
+    assert len(users) == 2 and len(leaves) == 2
+    both = ids("-u", ",".join(users))
+    assert both and both == ids("-u", users[0]) | ids("-u", users[1])
+    paths = ids("-a", ",".join(leaves))
+    assert paths and paths == ids("-a", leaves[0]) | ids("-a", leaves[1])
+    result = allot(command, "--journal", str(journal), "-a", f"{leaves[0]},lab/nope")
+    assert result.returncode == 2 and "-a lab/nope: no such allocation" in result.stderr
 
 
 # ------------------------------------------------------------------ acct
