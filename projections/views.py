@@ -762,7 +762,8 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     Each row: path, name, depth, leaf, weight, share, usage_gpu_h (charged in the
     window ending at the journal's latest time), ratio (None = infinite: zero share),
     rank (leaves), running (charged GPUs now), unallocated (GPUs running unallocated),
-    entitled (share x healthy capacity), pending (GPUs of pending work).
+    entitled (share x healthy capacity), pending (GPUs of pending work), managers and
+    members (as `allot budget set` last gave them).
     """
     view = _view(source)
     state = view.require()
@@ -795,6 +796,8 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
                     "unallocated": state.unallocated.rate(p),
                     "entitled": round(node.share * state.healthy_capacity, 2),
                     "pending": pending.get(p, 0),
+                    "managers": list(node.managers),
+                    "members": list(node.members),
                 }
             )
             if node.children:

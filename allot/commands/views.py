@@ -659,6 +659,12 @@ def register(app: typer.Typer) -> None:
     @app.command("shares")
     def shares(
         json_: JsonOpt = False,
+        long: Annotated[
+            bool,
+            typer.Option(
+                "--long", "-l", help="Also who manages each allocation and who may submit to it."
+            ),
+        ] = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
@@ -672,7 +678,9 @@ def register(app: typer.Typer) -> None:
         lookback window; RATIO: usage / (share x capacity x window), lower is served
         first ('inf' for a zero share); RUN/ENT: GPUs running charged now vs entitled
         (share x healthy capacity); UNALLOC: GPUs running unallocated; PEND: GPUs
-        requested by pending work.
+        requested by pending work. --long adds MANAGERS (may change the budgets
+        under it, and submit to it) and MEMBERS (may submit to it); a leaf with no
+        members and no managers above it is open to anyone.
         """
         from rich.text import Text
 
@@ -702,6 +710,7 @@ def register(app: typer.Typer) -> None:
                 ("RUN/ENT", "right"),
                 ("UNALLOC", "right"),
                 ("PEND", "right"),
+                *((("MANAGERS", "left"), ("MEMBERS", "left")) if long else ()),
             ):
                 _column(table, h, justify)
             for r in rows:
@@ -715,6 +724,7 @@ def register(app: typer.Typer) -> None:
                     f"{r['running']}/{r['entitled']:g}",
                     str(r["unallocated"]),
                     str(r["pending"]),
+                    *((",".join(r["managers"]), ",".join(r["members"])) if long else ()),
                     style=None if r["leaf"] else "bold",
                 )
             print_table(title, table)

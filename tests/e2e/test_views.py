@@ -230,6 +230,9 @@ def test_shares(journal: Path) -> None:
     assert rows["lab/train"]["share"] == 0.75 and rows["lab/eval"]["share"] == 0.25
     assert sorted(r["rank"] for r in rows.values() if r["leaf"]) == [1, 2]
     assert payload["capacity"] == 32
+    long = allot("shares", "--journal", str(journal), "-l")
+    assert long.returncode == 0, long.stderr
+    assert long.stdout.splitlines()[1].split()[-2:] == ["MANAGERS", "MEMBERS"]
 
 
 # ------------------------------------------------------------------ why

@@ -593,3 +593,15 @@ def test_host_list_says_each_hosts_state_and_why_it_is_unhealthy() -> None:
     c.at("30m").health(a_host, True, actor="ops")
     back = {r["host"]: r for r in v.host_rows(c.journal)}[a_host]
     assert (back["state"], back["reason"], back["since"]) == ("allocated", "", None)
+
+
+def test_shares_say_who_manages_and_who_may_submit() -> None:
+    c = cluster(hosts=1)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, members=("alice", "bob"), actor="pm")
+    c.budget("lab/a", 2, actor="pm")  # no lists given: they stay
+    rows = {r["path"]: r for r in v.share_rows(c.journal)}
+    assert (rows["lab"]["managers"], rows["lab"]["members"]) == (["pm"], [])
+    assert (rows["lab/a"]["managers"], rows["lab/a"]["members"]) == ([], ["alice", "bob"])
+    c.budget("lab/a", 2, members=("carol",), actor="pm")  # a list given replaces it
+    assert {r["path"]: r for r in v.share_rows(c.journal)}["lab/a"]["members"] == ["carol"]
