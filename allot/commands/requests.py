@@ -302,7 +302,8 @@ def submit(
             metavar="TIME",
             parser=_wait_seconds,
             help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict (placed "
-            "or rejected); exit 1 if rejected or still pending.",
+            "or rejected); exit 1 if rejected or still pending. With --array, the first "
+            "task's: the tasks differ only in their index, so they are admitted alike.",
         ),
     ] = None,
     array: Annotated[
@@ -358,8 +359,6 @@ def submit(
         expected_s = _duration("--expected-runtime", expected_runtime)
         _check_wait(wait)
         tasks = None if array is None else parse_array(array)
-        if tasks is not None and wait is not None:
-            raise RequestError("--wait works for one workload; follow an array with `allot queue`")
         target = resolve_target(kafka, data)
         if test_only and wait is not None:
             raise RequestError("--test-only sends nothing, so there is no verdict to --wait for")
@@ -391,13 +390,15 @@ def submit(
             _test_only(target, cluster, requests, horizon_s, parsable)
             return
         writer = _open_inbox(target)
-        verdict = outcome_of(workload, requests[0]["id"])
+        # an array's tasks differ only in their index: the first one's verdict (admitted
+        # or refused, and why) is every task's; where they start is `allot queue -j`'s
+        verdict = outcome_of(ids[0], requests[0]["id"])
         try:
             if wait is None:
                 writer.send(requests)
                 outcome = None
             else:
-                outcome = writer.send_and_wait([requests[0]], verdict, wait)
+                outcome = writer.send_and_wait(requests, verdict, wait)
         finally:
             writer.close()
     if tasks is not None:
@@ -406,22 +407,32 @@ def submit(
         else:
             span = ids[0] if len(ids) == 1 else f"{ids[0]} … {ids[-1]}"
             typer.echo(f"Submitted array {workload}: {len(ids)} workloads ({span})")
-        return
-    typer.echo(workload if parsable else f"Submitted workload {workload}")
+    else:
+        typer.echo(workload if parsable else f"Submitted workload {workload}")
     if wait is None:
         return
+    first = ids[0]
     if outcome is None:
         if verdict.accepted is not None:  # queued: the scheduler has it
+            also = (
+                "" if tasks is None else f" (the array's first task; `allot queue -j {workload}`)"
+            )
             typer.echo(
-                f"Workload {workload} accepted, still waiting to start after {wait:g} s "
-                f"(`allot why {workload}` says why)",
+                f"Workload {first} accepted, still waiting to start after {wait:g} s{also} "
+                f"(`allot why {first}` says why)",
                 err=True,
             )
         else:
             hint = _no_scheduler_hint(target)
-            typer.echo(f"Workload {workload} still pending after {wait:g} s{hint}", err=True)
+            typer.echo(f"Workload {first} still pending after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
-    typer.echo(describe_outcome(outcome), err=parsable)
+    typer.echo(describe_outcome(outcome), err=parsable or tasks is not None)
+    if tasks is not None and len(ids) > 1:
+        if str(outcome.get("type", "")).endswith(".rejected"):
+            note = "the array's first task: every task is refused the same way"
+        else:
+            note = f"the array's first task; `allot queue -j {workload}` follows the others"
+        typer.echo(f"({note})", err=True)
     if outcome.get("type") != "workload.placed":
         raise typer.Exit(1)
 

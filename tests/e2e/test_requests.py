@@ -816,11 +816,35 @@ def test_cancelling_a_job_array_starts_none_of_its_waiting_tasks(tmp_path: Path)
         server.communicate(timeout=30)
 
 
-def test_array_with_wait_is_one_clear_line(cluster: Path) -> None:
+def test_an_array_with_wait_reports_its_first_tasks_verdict(cluster: Path) -> None:
+    """sbatch --array fails at once for a user the account refuses: so does --wait."""
     common = ["--data", str(cluster), "--allocation", "lab/vision", "--gpus", "1"]
-    result = allot("submit", *common, "--min-runtime", "0", "--array", "0-1", "--wait", "5")
-    assert result.returncode == 2
-    assert "--wait works for one workload" in one_line_error(result)
+    refused = allot(
+        "submit",
+        *common,
+        "--min-runtime",
+        "0",
+        "--array",
+        "0-2",
+        "--as",
+        "mallory",
+        "--wait",
+        "20s",
+    )
+    assert refused.returncode == 1, refused.stderr
+    base = refused.stdout.split()[2].rstrip(":")
+    assert refused.stdout.startswith(f"Submitted array {base}: 3 workloads")
+    assert f"Workload {base}_0 was rejected: 'mallory' is not a member" in refused.stderr
+    assert "every task is refused the same way" in refused.stderr
+    rejected = [r["workload"] for r in journal(cluster) if r["type"] == "workload.rejected"]
+    assert {f"{base}_{i}" for i in range(3)} <= set(rejected)  # every task was sent
+    admitted = allot(
+        "submit", *common, "--min-runtime", "0", "--array", "0-1", "--as", "carol", "--wait", "20"
+    )
+    assert admitted.returncode == 0, admitted.stderr
+    base = admitted.stdout.split()[2].rstrip(":")
+    assert f"Workload {base}_0 placed on" in admitted.stderr
+    assert f"`allot queue -j {base}` follows the others" in admitted.stderr
     result = allot("submit", *common, "--min-runtime", "0", "--array", "0-3%2")
     assert "'%N' (tasks at once) is not supported" in one_line_error(result)
 
