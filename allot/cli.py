@@ -44,11 +44,10 @@ app = typer.Typer(
     name="allot",
     help=(
         "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
-        "Run it live (serve; submit, cancel, hold, release, budget, host; queue, acct, shares, why; "
-        "executor), "
-        "watch it (metrics, dashboard, audit, history, preemptions), and simulate policies "
-        "before rollout (simulate, replay, compare, demo, trace import). Every command has "
-        "--help."
+        "Run it live (serve, topics; submit, cancel, hold, release, budget, host; queue, "
+        "acct, shares, why; executor), watch it (metrics, dashboard, usage, rollup, audit, "
+        "history, preemptions), and simulate policies before rollout (simulate, replay, "
+        "compare, demo, trace import). Every command has --help."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -91,8 +90,8 @@ PolicyOpt = Annotated[
     typer.Option(
         "--policy",
         "-p",
-        help="Ordering policy; repeat to compare several (default: the config's ordering, "
-        "fairshare unless the scenario or --set ordering=... says otherwise).",
+        help="Ordering policy; repeat to compare several (default: the config's ordering: "
+        "--set ordering=..., else the scenario's or the journal's, else fairshare).",
     ),
 ]
 SetOpt = Annotated[
@@ -163,12 +162,15 @@ def _run_policies(
     `run_policy`); with several, OUT/comparison.md too, else an old one is removed.
     Ctrl-C: one line on what is where, exit 130."""
     from allot.plugins import import_policy
+    from domain.policies import resolve_ordering, resolve_placement
     from projections.simulate import check_output_folder, output_lock
 
     policies = list(dict.fromkeys(policies))  # a policy named twice runs once
     import_policy(spec.config.placement, "placement")
+    resolve_placement(spec.config.placement)  # an unknown one: an error before --out is made
     for policy in policies:
         import_policy(policy, "ordering")
+        resolve_ordering(policy)
     check_output_folder(out, policies)
     window = _gantt_window(gantt_window, spec.start)
     with output_lock(out):
@@ -534,6 +536,7 @@ def _replay(
             )
 
     if verify:
+        from allot.commands.common import plural
         from allot.progress import record_progress
 
         size = journal.stat().st_size
@@ -546,7 +549,8 @@ def _replay(
             )
             raise typer.Exit(1)
         console.print(
-            f"[green]✓[/] {result.decisions:,} decisions in {result.records:,} records reproduced byte for byte"
+            f"[green]✓[/] {plural(result.decisions, 'decision')} in "
+            f"{plural(result.records, 'record')} reproduced byte for byte"
         )
         return
     assert out is not None

@@ -268,7 +268,7 @@ def _describe(
         lines.append(f"{source}: {where}: {msg}")
     extra = len(error.errors()) - 8
     if extra > 0:
-        lines.append(f"{source}: ... and {extra} more problems")
+        lines.append(f"{source}: ... and {extra} more problem{'' if extra == 1 else 's'}")
     return "\n".join(lines)
 
 
@@ -725,7 +725,10 @@ def scenario_from_dict(
         try:
             config = SchedulerConfig.model_validate({**spec.config, **overrides})
         except ValidationError as exc:
-            raise ScenarioError(_describe("--set", exc, root=SchedulerConfig)) from None
+            message = _describe("--set", exc, root=SchedulerConfig)
+            if "known keys: " in message:  # the engine's own key is one too
+                message = message.replace("known keys: ", "known keys: checkpoint_loss, ", 1)
+            raise ScenarioError(message) from None
     return Scenario(
         spec,
         name=spec.name or default_name,

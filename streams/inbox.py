@@ -261,6 +261,15 @@ class KafkaInbox:
         wanted = [topics.INBOX, topics.JOURNAL] if journal else [topics.INBOX]
         missing = [name for name in wanted if name not in present]
         if missing:
+            user = os.environ.get(kafka_auth.USER_ENV, "").strip()
+            if user:  # the broker lists only the topics the principal may describe
+                need = "read (to --wait for the verdict)" if missing == [topics.JOURNAL] else "use"
+                raise InboxError(
+                    f"principal {user!r} sees no topic {', '.join(missing)} at "
+                    f"{self.bootstrap}: the broker's ACLs do not let it {need} "
+                    f"{', '.join(missing)}, or the topic does not exist (`allot topics "
+                    "create` as an admin creates it)"
+                )
             suffix = os.environ.get("ALLOT_TOPIC_SUFFIX")
             hint = f" (ALLOT_TOPIC_SUFFIX is {suffix!r}: is it the scheduler's?)" if suffix else ""
             raise InboxError(

@@ -87,6 +87,11 @@ class Target:
     def label(self) -> str:
         return f"kafka {self.kafka}" if self.kafka else f"{self.data or self.journal}"
 
+    @property
+    def where(self) -> str:
+        """Where a request went, named so it reads apart from an allocation's path."""
+        return f"folder {self.data}" if self.data is not None else self.label
+
 
 def resolve_target(
     kafka: str | None, data: Path | None, journal: Path | None = None, *, writable: bool = True

@@ -24,7 +24,8 @@ def create(
         typer.Option(
             "--partitions",
             min=1,
-            help="Partitions per topic (records are keyed by cluster; one worker reads all).",
+            help="Partitions per topic (records are keyed by cluster; without --group one "
+            "worker reads them all, with `allot serve --group` the group's workers share them).",
         ),
     ] = 1,
     replication_factor: Annotated[

@@ -193,7 +193,7 @@ def _send(
 
 
 def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
-    typer.echo(f"{verb} (request {request['id']} to {target.label})")
+    typer.echo(f"{verb} (request {request['id']} to {target.where})")
 
 
 def _report_verdict(
@@ -574,7 +574,7 @@ def _about_workloads(
         _sent(f"{verb} of workload {ids[0]} sent", target, requests[0])
     else:
         typer.echo(
-            f"{verb} of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.label})"
+            f"{verb} of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.where})"
         )
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",

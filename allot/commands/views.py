@@ -378,7 +378,8 @@ def register(app: typer.Typer) -> None:
         has waited since it last became pending, or how long a running one has run.
         REASON for pending work: Priority (it would fit, but higher-ranked work comes
         first), Resources (no room even by preemption), Reserved (hosts are being kept
-        free for it), Headroom (only the hosts kept for short jobs have room); for
+        free for it), Headroom (only the hosts kept for short jobs have room), Held
+        (`allot hold`: it waits until `allot release`); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
         journal's: 'now' is its latest event.
 

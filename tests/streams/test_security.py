@@ -369,6 +369,17 @@ def test_submit_may_not_read_the_journal(secure: Secure, as_user: Any) -> None:
         list(journal_lines(kafka=secure.bootstrap))
 
 
+def test_submit_wait_without_read_access_says_so(secure: Secure) -> None:
+    """--wait reads the journal for the verdict: allot-submit may not, and is told that
+    (not that the topic is missing), before anything is sent."""
+    done = _cli(secure.env("allot-submit"), *_submit_args(secure), "--wait", "5")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "principal 'allot-submit' sees no topic allot.journal" in line
+    assert "do not let it read (to --wait for the verdict)" in line
+
+
 # ------------------------------------------------------------------ scheduler and readers
 
 
