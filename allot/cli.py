@@ -292,7 +292,7 @@ def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
     kept = [out / p for p in rest if (out / p).is_dir()]
     fresh = [out / p for p in rest if not (out / p).is_dir()]
     journals = [partial_folder(out, p) / "journal.jsonl" for p in rest]
-    journals = [j for j in journals if j.is_file()]
+    journals = [j for j in journals if j.is_file() and j.stat().st_size]  # not an empty one
     parts = []
     if finished:
         parts.append(f"finished: {listed([out / p for p in finished])}")

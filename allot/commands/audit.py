@@ -16,10 +16,10 @@ from typing import Annotated, Any
 import typer
 
 from allot.commands.common import (
-    ClusterOpt,
     DataOpt,
     JournalOpt,
     KafkaOpt,
+    ReadClusterOpt,
     TargetError,
     ends_mid_line,
     quiet_on_closed_pipe,
@@ -163,7 +163,7 @@ def audit_load(
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     journal: JournalOpt = None,
-    cluster: ClusterOpt = None,  # type: ignore[assignment]
+    cluster: ReadClusterOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Copy the journal's new records into the audit database (creating it).

@@ -40,6 +40,16 @@ ClusterOpt = Annotated[
         help="Cluster name (default $ALLOT_CLUSTER, else 'default').",
     ),
 ]
+ReadClusterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster",
+        envvar="ALLOT_CLUSTER",
+        help="Cluster name (default $ALLOT_CLUSTER; unset, a file or --data folder is read "
+        "whole and Kafka's cluster is 'default').",
+        show_default=False,
+    ),
+]
 SubtreeOpt = Annotated[
     str | None,
     typer.Option("--allocation", "-a", help="Only this allocation and the allocations under it."),

@@ -81,6 +81,11 @@ def register(app: typer.Typer) -> None:
             horizon_s = horizon_seconds(horizon)
         except TargetError as why:
             _fail(str(why))
+        if target.data is not None and not target.data.is_dir():  # a typo: as `allot metrics`
+            _fail(
+                f"{target.data}: no such folder; start the embedded scheduler with "
+                f"`allot serve --data {target.data}` or point --data at its folder"
+            )
         wanted = cluster
         if target.kafka and wanted is None:
             wanted = "default"

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt, TargetError
+from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt, TargetError
 
 DEFAULT_PORT = 9108
 
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
-        cluster: ClusterOpt = None,  # type: ignore[assignment]
+        cluster: ReadClusterOpt = None,
     ) -> None:
         """Serve Prometheus metrics (allot_*) computed from the journal on /metrics.
 

@@ -12,14 +12,14 @@ from typing import Annotated, Any
 
 import typer
 
-from allot.commands.common import ClusterOpt, DataOpt, JournalOpt, KafkaOpt
+from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt
 
 
 def usage(
     data: DataOpt = None,
     journal: JournalOpt = None,
     kafka: KafkaOpt = None,
-    cluster: ClusterOpt = None,  # type: ignore[assignment]
+    cluster: ReadClusterOpt = None,
     state: Annotated[
         Path | None,
         typer.Option(

@@ -16,11 +16,11 @@ import typer
 
 from allot.commands.common import (
     HORIZON_DEFAULT,
-    ClusterOpt,
     DataOpt,
     HorizonOpt,
     JournalOpt,
     KafkaOpt,
+    ReadClusterOpt,
     TargetError,
     horizon_seconds,
     pipe_console,
@@ -368,7 +368,7 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
-        cluster: ClusterOpt = None,  # type: ignore[assignment]
+        cluster: ReadClusterOpt = None,
     ) -> None:
         """Pending and running workloads, like squeue.
 
@@ -545,7 +545,7 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
-        cluster: ClusterOpt = None,  # type: ignore[assignment]
+        cluster: ReadClusterOpt = None,
     ) -> None:
         """Every workload's record, finished or not, like sacct.
 
@@ -669,7 +669,7 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
-        cluster: ClusterOpt = None,  # type: ignore[assignment]
+        cluster: ReadClusterOpt = None,
     ) -> None:
         """The budget tree with fair-share numbers, like sshare.
 
@@ -742,7 +742,7 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
-        cluster: ClusterOpt = None,  # type: ignore[assignment]
+        cluster: ReadClusterOpt = None,
     ) -> None:
         """Every host and its state, like sinfo -N (and sinfo -R's reasons).
 
@@ -819,7 +819,7 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
-        cluster: ClusterOpt = None,  # type: ignore[assignment]
+        cluster: ReadClusterOpt = None,
     ) -> None:
         """Why a workload is where it is, and its whole history.
 

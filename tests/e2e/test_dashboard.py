@@ -459,6 +459,8 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
         assert result.returncode == 2 and result.stderr.startswith(f"error: --port {port}:")
     result = run("--journal", str(tmp_path))
     assert result.returncode == 2 and "a folder; give its journal.jsonl" in result.stderr
+    result = run("--data", str(tmp_path / "no-such-folder"))  # a typo: not an empty page
+    assert result.returncode == 2 and "no-such-folder: no such folder" in result.stderr
     result = run("--journal", str(tmp_path / "j.jsonl"), "--horizon", "soon")
     assert result.returncode == 2, result
     assert result.stderr.strip().splitlines()[0].startswith("error: --horizon 'soon':")
