@@ -701,6 +701,46 @@ def parse_format(spec: str) -> list[str]:
     return names
 
 
+_FIELD = re.compile(r"%(\.)?(\d+)?([A-Za-z])")
+
+
+def format_template(spec: str) -> list[tuple[str, str | None, int | None, bool]] | None:
+    """squeue's literal `-o`: `%i|%u|%T`, `%.18i %9u` — text between fields is kept and
+    `%[.]W` pads (right-aligned with the dot) or cuts a field to W characters, as squeue
+    does. None when the format is fields separated by spaces only, with no widths: those
+    print as aligned columns. Parts: (literal before, column, width, right-aligned), the
+    last one (trailing literal, None, None, False)."""
+    if "%" not in spec:
+        return None
+    parse_format(spec)  # unknown letters: the same error
+    parts: list[tuple[str, str | None, int | None, bool]] = []
+    at = 0
+    for m in _FIELD.finditer(spec):
+        width = int(m[2]) if m[2] else None
+        parts.append((spec[at : m.start()], _BY_LETTER[m[3]], width, bool(m[1])))
+        at = m.end()
+    parts.append((spec[at:], None, None, False))
+    literal = "".join(text for text, *_ in parts)
+    if not literal.strip() and all(width is None for _, _, width, _ in parts):
+        return None
+    return parts
+
+
+def render_template(parts: list[tuple[str, str | None, int | None, bool]], cells: list[str]) -> str:
+    """One line of `format_template` parts filled with `cells` (one per column part)."""
+    out: list[str] = []
+    values = iter(cells)
+    for text, column, width, right in parts:
+        out.append(text)
+        if column is None:
+            continue
+        value = next(values)
+        if width is not None:
+            value = value[:width].rjust(width) if right else value[:width].ljust(width)
+        out.append(value)
+    return "".join(out)
+
+
 def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], list[list[str]]]:
     """(headers, cells) of `rows` for `columns` (names of QUEUE_COLUMNS)."""
     headers = [QUEUE_COLUMNS[c][1] for c in columns]
@@ -708,10 +748,7 @@ def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], li
     return headers, cells
 
 
-# ------------------------------------------------------------------ shares
-
-ShareRow = dict[str, Any]
-
+# ------------------------------------------------------------------ hosts
 
 HostRow = dict[str, Any]
 
@@ -753,6 +790,11 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
             }
         )
     return rows
+
+
+# ------------------------------------------------------------------ shares
+
+ShareRow = dict[str, Any]
 
 
 def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:

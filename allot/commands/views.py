@@ -83,7 +83,9 @@ FORMAT_HELP = (
     "time), %r reason, %N nodelist, %R nodelist or (reason), %p position, %k rank, "
     "%f ratio, %Q priority, %V submitted, %l min_runtime, %K tags, %d detail, "
     "%S start_time and %Y schednodes (expected, as with --start). "
-    "Prints plain aligned text (no table borders) for scripts."
+    "Prints plain aligned text (no table borders) for scripts; with other text between "
+    "the fields ('%i|%u|%T') or widths ('%.18i %9u'), squeue's literal form: the text is "
+    "kept and %[.]W pads (right-aligned with the dot) or cuts a field to W characters."
 )
 
 
@@ -339,6 +341,10 @@ def register(app: typer.Typer) -> None:
         user: UserOpt = None,
         allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
+        noheader: Annotated[
+            bool,
+            typer.Option("--noheader", "-h", help="No header line (with --format), as squeue -h."),
+        ] = False,
         states: Annotated[
             str | None,
             typer.Option(
@@ -400,10 +406,12 @@ def register(app: typer.Typer) -> None:
             LONG_COLUMNS,
             START_COLUMNS,
             fold,
+            format_template,
             iso,
             parse_format,
             queue_cells,
             queue_rows,
+            render_template,
         )
 
         def run() -> None:
@@ -448,7 +456,13 @@ def register(app: typer.Typer) -> None:
                 _emit_json({**payload, "workloads": rows})
                 return
             if columns is not None:
-                typer.echo("\n".join(aligned_lines(*queue_cells(rows, columns))))
+                headers, cells = queue_cells(rows, columns)
+                template = format_template(format_ or "")
+                if template is not None:  # squeue's literal form: separators kept
+                    lines = [render_template(template, line) for line in [headers, *cells]]
+                else:
+                    lines = aligned_lines(headers, cells)
+                typer.echo("\n".join(lines[1:] if noheader else lines))
                 return
             if start:
                 columns = START_COLUMNS + (
@@ -504,6 +518,10 @@ def register(app: typer.Typer) -> None:
                 "-p",
                 help="For scripts, as sacct -p: fields split by |, a header line, no totals.",
             ),
+        ] = False,
+        noheader: Annotated[
+            bool,
+            typer.Option("--noheader", "-n", help="No header line (with -p), as sacct -n."),
         ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
@@ -634,7 +652,9 @@ def register(app: typer.Typer) -> None:
                 return
             headers, cells = acct_cells(rows, columns)
             if parsable:  # sacct -p: one line each, fields split by |, no padding
-                typer.echo("\n".join("|".join(line) for line in [headers, *cells]))
+                lines = cells if noheader else [headers, *cells]
+                if lines:
+                    typer.echo("\n".join("|".join(line) for line in lines))
                 return
             print_rows(
                 f"cluster {view.cluster} · as of {iso(view.now)} UTC · "

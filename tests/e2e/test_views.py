@@ -108,6 +108,23 @@ def test_queue_json_matches_the_projection(journal: Path, folded: v.JournalView)
             id="long",
         ),
         pytest.param(
+            ["-o", "%i|%u|%T"],
+            lambda out: (
+                out.splitlines()[0] == "ID|USER|STATE"
+                and all(line.count("|") == 2 and " " not in line for line in out.splitlines())
+            ),
+            id="format-literal-separators",
+        ),
+        pytest.param(
+            ["-o", "%.12i %5u", "--noheader"],
+            lambda out: all(
+                len(line) == 18 and line[12] == " " and line[:12].strip() == line[:12].lstrip()
+                for line in out.splitlines()
+            )
+            and "ID" not in out,
+            id="format-widths-noheader",
+        ),
+        pytest.param(
             ["-t", "r", "--json"],
             lambda out: {r["state"] for r in orjson.loads(out)["workloads"]} == {"RUNNING"},
             id="states-running",
@@ -180,6 +197,8 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
     lines = result.stdout.splitlines()
     assert lines[0] == "ID|STATE|GPUS|TAGS"
     assert lines[1:] == [f"{r['id']}|{r['state']}|{r['gpus']}|{','.join(r['tags'])}" for r in rows]
+    bare = allot("acct", "--journal", str(journal), "-p", "-n", "-o", "id,state,gpus,tags")
+    assert bare.stdout.splitlines() == lines[1:]  # sacct -n: the same, without the header
     nothing = allot("acct", "--journal", str(journal), "-p", "-u", "nobody")
     assert nothing.stdout.splitlines() == [  # the header alone: a script sees no rows
         "ID|ALLOCATION|USER|STATE|GPUS|ALLOC|SUBMITTED|START|END|WAIT|RUN|GPU_H|N|REASON"

@@ -605,3 +605,22 @@ def test_shares_say_who_manages_and_who_may_submit() -> None:
     assert (rows["lab/a"]["managers"], rows["lab/a"]["members"]) == ([], ["alice", "bob"])
     c.budget("lab/a", 2, members=("carol",), actor="pm")  # a list given replaces it
     assert {r["path"]: r for r in v.share_rows(c.journal)}["lab/a"]["members"] == ["carol"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "cells", "line"),
+    [
+        pytest.param("%i|%u|%T", ["w1", "alice", "PENDING"], "w1|alice|PENDING", id="separators"),
+        pytest.param("%.6i %4u", ["w1", "alice"], "    w1 alic", id="widths-pad-and-cut"),
+        pytest.param("[%i] %T.", ["w1", "RUNNING"], "[w1] RUNNING.", id="text-around"),
+    ],
+)
+def test_squeue_literal_formats_keep_their_text(spec: str, cells: list[str], line: str) -> None:
+    parts = v.format_template(spec)
+    assert parts is not None
+    assert v.render_template(parts, cells) == line
+
+
+@pytest.mark.parametrize("spec", ["%i %u %T", "  %i   %T ", "id,user"])
+def test_fields_split_by_spaces_alone_print_as_aligned_columns(spec: str) -> None:
+    assert v.format_template(spec) is None
