@@ -349,7 +349,16 @@ def read_csv(
                     f"(header has: {', '.join(h.strip() for h in header)})"
                 )
             row = Row(index)
+            before = reader.line_num
             for cells in reader:
+                start, before = before + 1, reader.line_num
+                if reader.line_num > start and any("\n" in c or "\r" in c for c in cells):
+                    # no trace field holds a line break: a quote left open swallows every
+                    # later line into one field (and the rows with it)
+                    raise TraceError(
+                        f"{path}:{start}: a quoted field runs on over "
+                        f"{reader.line_num - start + 1:,} lines (a quote left open?)"
+                    )
                 if not cells or not any(cell.strip() for cell in cells):
                     continue
                 result.rows += 1

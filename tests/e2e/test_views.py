@@ -117,11 +117,13 @@ def test_queue_json_matches_the_projection(journal: Path, folded: v.JournalView)
         ),
         pytest.param(
             ["-o", "%.12i %5u", "--noheader"],
-            lambda out: all(
-                len(line) == 18 and line[12] == " " and line[:12].strip() == line[:12].lstrip()
-                for line in out.splitlines()
-            )
-            and "ID" not in out,
+            lambda out: (
+                all(
+                    len(line) == 18 and line[12] == " " and line[:12].strip() == line[:12].lstrip()
+                    for line in out.splitlines()
+                )
+                and "ID" not in out
+            ),
             id="format-widths-noheader",
         ),
         pytest.param(

@@ -539,15 +539,40 @@ def test_malformed_row_names_file_line_and_column(
 
 
 @pytest.mark.parametrize(
+    ("fmt", "header", "row"),
+    [
+        pytest.param("allot-csv", CSV_HEADER, '0,3600,8,a,"j0,alice,1h,true,1,x', id="allot-csv"),
+        pytest.param("philly", PHILLY_HEADER, '2017-10-03 09:00:00,60,1,60,"a', id="philly"),
+        pytest.param(
+            "alibaba-openb", OPENB_HEADER, '"p,1,1,1,1000,,LS,Running,100,150,100', id="openb"
+        ),
+    ],
+)
+def test_a_quote_left_open_is_an_error_not_one_row_holding_the_rest(
+    tmp_path: Path, fmt: str, header: str, row: str
+) -> None:
+    """CSV reads an open quote as a field running to the next quote, maybe the file's
+    end: every later row vanished into one field, exit 0 (even with --skip-bad)."""
+    rest = {
+        "allot-csv": "{i},600,1,a,j{i},bob,0,false,0,",
+        "philly": "2017-10-03 10:00:00,60,1,60,a",
+        "alibaba-openb": "q{i},1,1,1,1000,,LS,Running,100,150,100",
+    }[fmt]
+    path = write(tmp_path, "open.csv", header, row, *(rest.format(i=i) for i in range(1, 51)))
+    for skip_bad in (False, True):
+        with pytest.raises(TraceError, match=r"open\.csv:2: a quoted field runs on over 51 lines"):
+            read_trace(path, fmt, skip_bad=skip_bad)
+
+
+@pytest.mark.parametrize(
     "allocation",
-    ['"unterminated', "lab/my team", "lab/\x00nul"],
-    ids=["unterminated-quote", "space", "nul"],
+    ["lab/my team", "lab/\x00nul"],
+    ids=["space", "nul"],
 )
 def test_a_tenant_that_makes_no_allocation_path_is_a_row_error(
     tmp_path: Path, allocation: str
 ) -> None:
-    """An unterminated quote used to swallow the rest of the file into one allocation
-    name, rc 0; a space or NUL made a path no command can show."""
+    """A space or NUL made a path no command can show."""
     path = write(tmp_path, "bad.csv", CSV_HEADER, f"0,60,1,{allocation}", "1,60,1,lab/a")
     with pytest.raises(TraceError, match="makes no allocation path") as info:
         read_trace(path, "allot-csv")
