@@ -812,7 +812,11 @@ class EmbeddedScheduler:
             "journal": Mark.at(journal, self._journal_line, journal.stat().st_size),
         }
         self._snapshot_pid = fork_to_file(
-            snapshot, self.folder / SNAPSHOT_FILE, fork=self.fork_snapshots
+            snapshot,
+            self.folder / SNAPSHOT_FILE,
+            fork=self.fork_snapshots,
+            # the serve lock dies with this process, not with a snapshot still writing
+            close_in_child=() if self._serve_fd is None else (self._serve_fd,),
         )
         self._last_snapshot = time.monotonic()
         self._unsnapshotted = 0

@@ -141,10 +141,14 @@ def _frames(data: bytes, count: int) -> list[bytes]:
     return blobs
 
 
-def fork_to_file(obj: Any, path: Path, *, fork: bool = True) -> int | None:
+def fork_to_file(
+    obj: Any, path: Path, *, fork: bool = True, close_in_child: tuple[int, ...] = ()
+) -> int | None:
     """Write `blob_of(obj)` to `path` atomically (a temporary file, fsync, rename,
     fsync of the folder) from a forked child; returns its pid (reap it with `reaped`).
-    Without `fork` (or when it fails) the file is written inline and None returned."""
+    Without `fork` (or when it fails) the file is written inline and None returned.
+    `close_in_child`: descriptors the child closes first, e.g. one holding the parent's
+    flock, which the child would otherwise keep after the parent died."""
     if fork and can_fork():
         try:
             pid = _fork()
@@ -153,6 +157,9 @@ def fork_to_file(obj: Any, path: Path, *, fork: bool = True) -> int | None:
         if pid == 0:  # the child: never returns
             code = 1
             try:
+                for fd in close_in_child:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
                 _write_file(obj, path)
                 code = 0
             finally:

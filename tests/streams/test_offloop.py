@@ -4,13 +4,16 @@ failures reported, and the event loop free while the child works."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import pickle
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
-from streams.offloop import blob_of, can_fork, start_blobs
+from streams.offloop import blob_of, can_fork, fork_to_file, reaped, start_blobs
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="no os.fork on this platform")
 
@@ -77,3 +80,36 @@ async def test_the_loop_runs_while_the_child_pickles() -> None:
             assert len(during) >= 5, (len(during), done - began)
             # the call itself returns after the fork, well before the inline time
             assert returned - began < inline_s / 2, (returned - began, inline_s)
+
+
+class _SlowToPickle:
+    """Takes `seconds` to pickle: a snapshot of a big state, still being written."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __reduce__(self) -> tuple:
+        time.sleep(self.seconds)
+        return (int, (0,))
+
+
+def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None:
+    """`allot serve --data` holds a flock on its folder; a snapshot child forked while
+    it runs must not hold it on after the parent died (kill -9), or the restart is
+    refused naming a dead pid."""
+    lock = tmp_path / ".serve.lock"
+    held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    pid = fork_to_file(_SlowToPickle(3.0), tmp_path / "snap", close_in_child=(held,))
+    assert pid is not None
+    try:
+        os.close(held)  # the parent is gone
+        again = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
+            assert reaped(pid) is None  # while the child still writes
+        finally:
+            os.close(again)
+    finally:
+        assert reaped(pid, wait=True) == 0
+    assert (tmp_path / "snap").exists()
