@@ -458,6 +458,9 @@ def serving_pid(folder: Path | str) -> int | None:
         os.close(fd)
 
 
+FOLD_BATCH = 50_000  # journal records folded at once when the journal is taken as recorded
+
+
 class EmbeddedScheduler:
     """`SchedulerCore` over DIR's files: the embedded `allot serve`.
 
@@ -726,8 +729,13 @@ class EmbeddedScheduler:
             self.core = core = SchedulerCore(self.cluster, None)
             folded = 0
             self._journal_line = 0
+            batch: list[bytes] = []
             for _, lines in self._journal_groups():
-                folded += self._fold(lines)
+                batch.extend(lines)
+                if len(batch) >= FOLD_BATCH:  # one fold per batch, not per input: each
+                    folded += self._fold(batch)  # copies the state once (it was quadratic)
+                    batch = []
+            folded += self._fold(batch) if batch else 0
             core.positions[PARTITION] = max(
                 core.positions.get(PARTITION, -1), max(dead, default=-1)
             )

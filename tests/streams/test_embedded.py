@@ -699,3 +699,44 @@ def test_recovery_from_a_snapshot_and_any_later_crash_point(tmp_path: Path) -> N
             assert (folder / DLQ_FILE).read_bytes() == dlq, f"snapshot {n}, crash {m}"
             cases += 1
     assert cases >= 20
+
+
+def test_a_journal_that_differs_from_its_inbox_is_folded_as_recorded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A journal record edited by hand (or written by other code) no longer re-derives
+    from the inbox: the restart warns once, rebuilds the state from the journal as it
+    is (the edited value in effect), leaves the journal alone and resumes after it."""
+    folder = tmp_path / "d"
+    append_requests(folder, setup_requests(), ts=1_767_225_600.0)
+    requests = mixed_requests(150, seed=21)
+    for i in range(0, len(requests), 10):
+        append_requests(folder, requests[i : i + 10], ts=1_767_225_600.0 + 60 * (i + 1))
+    with EmbeddedScheduler(folder, "default", None, batch=9, fork_snapshots=False) as s:
+        s.start()
+        while s.step():
+            pass
+        running = {w.id for w in s.core.state.workloads.values() if w.state == "running"}
+    lines = (folder / JOURNAL_FILE).read_bytes().splitlines(keepends=True)
+    # the last placement of a workload still running: its protection is in the state
+    edit = max(
+        i
+        for i, x in enumerate(lines)
+        if b'"workload.placed"' in x and orjson.loads(x)["workload"] in running
+    )
+    assert edit < len(lines) - 5  # inside the journal, not at its end
+    record = orjson.loads(lines[edit])
+    record["protected_until"] = 4_102_444_800.0  # 2100: protected "for ever"
+    lines[edit] = orjson.dumps(record) + b"\n"
+    edited = b"".join(lines)
+    (folder / JOURNAL_FILE).write_bytes(edited)
+    capsys.readouterr()
+    with EmbeddedScheduler(folder, "default", None, batch=9, fork_snapshots=False) as s:
+        recovery = s.start()
+        assert recovery.folded == len(lines)
+        assert recovery.resumed_at == sum(1 for _ in (folder / INBOX_FILE).open("rb"))
+        w = s.core.state.workloads[record["workload"]]
+        assert w.protected_until == 4_102_444_800.0  # as recorded
+    err = capsys.readouterr().err
+    assert err.count("differ from a re-derivation; folding") == 1, err
+    assert (folder / JOURNAL_FILE).read_bytes() == edited
