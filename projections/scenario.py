@@ -40,6 +40,7 @@ from pydantic import (
     model_validator,
 )
 
+from domain.admission import MAX_HOST_GPUS
 from domain.config import SchedulerConfig
 from domain.durations import parse_utc
 from domain.events import BudgetSet, HostHealth, HostRegistered, WorkloadSubmitted
@@ -66,10 +67,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+MAX_HOSTS = 100_000  # a simulated cluster; beyond, memory runs out before an answer
+MAX_HORIZON_S = 3650 * 86400.0  # ten years of simulated time
+
+
 class ClusterSpec(_Strict):
     name: str = Field(min_length=1)
-    hosts: PositiveInt
-    gpus_per_host: PositiveInt = 8
+    hosts: PositiveInt = Field(le=MAX_HOSTS)
+    gpus_per_host: PositiveInt = Field(8, le=MAX_HOST_GPUS)
 
 
 class AllocationSpec(_Strict):
@@ -145,6 +150,10 @@ class ScenarioSpec(_Strict):
     def _horizon(cls, value: float | None) -> float | None:
         if value is not None and value <= 0:
             raise ValueError("horizon must be > 0")
+        if value is not None and value > MAX_HORIZON_S:
+            # idle simulated time still wakes at every usage bucket edge: a horizon of
+            # centuries ran for ever, its memory growing
+            raise ValueError(f"horizon must be at most {MAX_HORIZON_S / 86400:.0f}d (ten years)")
         return value
 
 

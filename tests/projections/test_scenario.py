@@ -404,6 +404,21 @@ WRONG_VALUE = [
         id="duplicate-path",
     ),
     pytest.param(("horizon",), "soon", r"horizon: not a duration: 'soon'", id="horizon"),
+    pytest.param(  # idle time to year 1e30 ran for ever, memory growing
+        ("horizon",), 1e30, r"horizon: horizon must be at most 3650d", id="horizon-centuries"
+    ),
+    pytest.param(
+        ("cluster", "hosts"),
+        100_000_000,
+        r"cluster\.hosts: Input should be less than or equal to 100000",
+        id="hosts-beyond-memory",
+    ),
+    pytest.param(
+        ("cluster", "gpus_per_host"),
+        10_000,
+        r"cluster\.gpus_per_host: Input should be less than or equal to 1024",
+        id="gpus-per-host",
+    ),
     pytest.param(("start",), "tomorrow", r"start: not a time: 'tomorrow'", id="start"),
     pytest.param(("config", "window"), "forever", r"config\.window: not a duration", id="config"),
     pytest.param(
