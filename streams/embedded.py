@@ -502,7 +502,12 @@ class EmbeddedScheduler:
     # ------------------------------------------------------------ lifecycle
     def _take_serve_lock(self) -> None:
         path = self.folder / SERVE_LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as why:  # a read-only folder, a full disk: one line, not a traceback
+            raise EmbeddedError(
+                f"cannot serve {self.folder}: {path.name}: {why.strerror or why}"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -740,3 +740,14 @@ def test_a_journal_that_differs_from_its_inbox_is_folded_as_recorded(
     err = capsys.readouterr().err
     assert err.count("differ from a re-derivation; folding") == 1, err
     assert (folder / JOURNAL_FILE).read_bytes() == edited
+
+
+def test_a_folder_serve_cannot_lock_is_one_line(tmp_path: Path) -> None:
+    """A read-only folder was a traceback from os.open (here the lock's name is taken
+    by a folder: the same failure, and it fails for root too)."""
+    folder = tmp_path / "d"
+    (folder / ".serve.lock").mkdir(parents=True)
+    result = allot("serve", "--data", str(folder), "--once", "--tick", "0")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"error: cannot serve {folder}: .serve.lock: Is a directory"
