@@ -76,6 +76,8 @@ def format_duration(seconds: float) -> str:
     """Compact human form: 0s, 45s, 15m, 2h30m, 7d, 1d2h."""
     if not math.isfinite(seconds):
         return "inf"
+    if abs(seconds) >= 1e11:  # thousands of years: the digits of a huge number say nothing
+        return f"{seconds / 86400:.3g}d"
     seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
-from domain.upcasting import upcast
+from domain.upcasting import CURRENT_VERSION, upcast
 
 SCHEDULER = "allot"
 
@@ -36,20 +36,28 @@ class Envelope(BaseModel):
 # ---------------------------------------------------------------- inputs
 
 
+# an input's numbers and flags as JSON types, not coerced: `"gpus": true` was 1 GPU and
+# `"min_runtime": "30"` 30 seconds (a float field still takes an integer)
+Count = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
+Seconds = Number
+Flag = Annotated[bool, Strict()]
+
+
 class WorkloadSubmitted(Envelope):
     type: Literal["workload.submitted"] = "workload.submitted"
     workload: str
     allocation: str
-    gpus: int
-    min_runtime: float = 0.0
-    resumable: bool = False
-    priority: int = 0
+    gpus: Count
+    min_runtime: Seconds = 0.0
+    resumable: Flag = False
+    priority: Count = 0
     tags: tuple[str, ...] = ()
     name: str | None = None
     # seconds of work the workload needs: read only by simulated executors
-    runtime: float | None = None
+    runtime: Seconds | None = None
     # user's own estimate: ordering policies and reservations may use it
-    expected_runtime: float | None = None
+    expected_runtime: Seconds | None = None
 
 
 class WorkloadCancelled(Envelope):
@@ -81,7 +89,7 @@ class WorkloadFinished(Envelope):
 class BudgetSet(Envelope):
     type: Literal["budget.set"] = "budget.set"
     allocation: str
-    weight: float
+    weight: Number
     managers: tuple[str, ...] | None = None
     members: tuple[str, ...] | None = None
 
@@ -94,13 +102,13 @@ class BudgetRemoved(Envelope):
 class HostRegistered(Envelope):
     type: Literal["host.registered"] = "host.registered"
     host: str
-    gpus: int
+    gpus: Count
 
 
 class HostHealth(Envelope):
     type: Literal["host.health"] = "host.health"
     host: str
-    healthy: bool
+    healthy: Flag
     reason: str = ""
 
 
@@ -278,6 +286,10 @@ def _clip(value: object, limit: int = 200) -> str | None:
     return None if value is None else _show(value)[:limit]
 
 
+class _Unsupported(ValueError):
+    pass
+
+
 def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:
     """An inbox record as an event, or the `*.rejected` explaining why it is not one.
 
@@ -299,7 +311,16 @@ def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:
                 cluster=_clip(raw.get("cluster")) or "default",
                 error=f"unknown input type {_clip(raise_type, 60)!r}; inputs are: {known}",
             )
+        version = record.get("v", CURRENT_VERSION)
+        if version != CURRENT_VERSION:  # older ones were upcast: a newer writer, or junk
+            raise _Unsupported(
+                f"version {_clip(version, 20)} of {record.get('type')} is not one this "
+                f"scheduler reads (v{CURRENT_VERSION}, and older ones upcast); upgrade allot "
+                "or send v1"
+            )
         return validator.validate_python(record)
+    except _Unsupported as exc:
+        error = str(exc)
     except ValidationError as exc:
         error = describe_validation_error(exc)
     except Exception as exc:  # a hostile record must never stop the worker

@@ -349,6 +349,7 @@ def read_csv(
                     f"(header has: {', '.join(h.strip() for h in header)})"
                 )
             row = Row(index)
+            first_use: dict[str, int] = {}  # workload id -> the line that named it
             before = reader.line_num
             for cells in reader:
                 start, before = before + 1, reader.line_num
@@ -365,6 +366,15 @@ def read_csv(
                 row.cells = cells
                 try:
                     sub = parse_row(row)
+                    named = sub.get("workload") if sub is not None else None
+                    if named is not None:
+                        if named in first_use:  # a scenario refuses it: so does the import
+                            raise BadValue(
+                                "workload",
+                                f"workload id {named!r} is used again (first on line "
+                                f"{first_use[named]})",
+                            )
+                        first_use[named] = reader.line_num
                 except BadValue as exc:
                     where = f" column {exc.column}:" if exc.column else ""
                     message = f"{path}:{reader.line_num}:{where} {exc.message}"

@@ -392,7 +392,33 @@ def test_non_finite_time_on_a_running_state_is_stamped_with_scheduler_time() -> 
 # --------------------------------------------------------------------------------------
 # parse_input: records that are not valid events become typed rejections, never raise
 
+SUBMIT = {"type": "workload.submitted", "id": "r1", "time": 1.0, "workload": "w", "allocation": "a"}
+
 RAW_CASES = [
+    # a number or flag of the wrong JSON type is refused, not coerced (true was 1 GPU,
+    # "30" thirty seconds, 2.0 two GPUs)
+    (
+        "gpus-bool",
+        {**SUBMIT, "gpus": True},
+        "workload.rejected",
+        "gpus: Input should be a valid integer",
+    ),
+    ("gpus-float", {**SUBMIT, "gpus": 2.0}, "workload.rejected", "(got 2.0)"),
+    (
+        "min-runtime-string",
+        {**SUBMIT, "gpus": 1, "min_runtime": "30"},
+        "workload.rejected",
+        "min_runtime: Input should be a valid number (got '30')",
+    ),
+    ("resumable-int", {**SUBMIT, "gpus": 1, "resumable": 1}, "workload.rejected", "resumable"),
+    (
+        "host-gpus-string",
+        {"type": "host.registered", "id": "r1", "time": 1.0, "host": "h", "gpus": "8"},
+        "host.rejected",
+        "gpus",
+    ),
+    # a version this scheduler has no upcaster to: a newer writer (or junk)
+    ("newer-version", {**SUBMIT, "gpus": 1, "v": 99}, "workload.rejected", "version 99 of"),
     (
         "missing-field",
         {"type": "workload.submitted", "id": "r1", "time": 1.0, "allocation": "a", "gpus": 1},

@@ -75,6 +75,7 @@ def test_parse_error_names_the_accepted_forms() -> None:
 
 
 FORMAT_CASES = [
+    (1e308, "1.16e+303d"),  # not 300 digits of days
     (0, "0s"),
     (45, "45s"),
     (59.6, "1m"),

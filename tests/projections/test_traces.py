@@ -946,3 +946,18 @@ def test_write_submissions_never_leaves_a_half_written_file(tmp_path: Path) -> N
         write_submissions(breaks_half_way(), fresh)
     assert not fresh.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["subs.jsonl"]
+
+
+def test_a_workload_id_used_twice_is_a_row_error(tmp_path: Path) -> None:
+    """A scenario refuses the same id twice; the import wrote both (exit 0)."""
+    path = write(
+        tmp_path, "dup.csv", CSV_HEADER, "0,60,1,a,same", "1,60,1,a,other", "2,60,1,a,same"
+    )
+    with pytest.raises(TraceError) as info:
+        read_trace(path, "allot-csv")
+    assert str(info.value) == (
+        f"{path}:4: column workload: workload id 'same' is used again (first on line 2)"
+    )
+    assert info.value.row_error
+    kept = read_trace(path, "allot-csv", skip_bad=True)
+    assert [s["workload"] for s in kept.submissions] == ["same", "other"]
