@@ -53,6 +53,11 @@ class DeadLetter:
     error: str
 
 
+# an input's size: Kafka's default message limit, so the embedded journal (a file,
+# which has none) cannot take a request a broker would refuse (a 30 MB tag was journaled)
+MAX_INPUT_BYTES = 1_048_576
+
+
 @dataclass
 class BatchResult:
     journal: list[bytes] = field(default_factory=list)  # encoded journal records, in order
@@ -163,6 +168,15 @@ class SchedulerCore:
             # _stamp(), inline: this loop runs once per inbox record
             now = state.now
             stamped = record.timestamp if not math.isfinite(now) else max(now, record.timestamp)
+            if len(record.value) > MAX_INPUT_BYTES:  # the broker's own limit, in files too
+                out.dead.append(
+                    DeadLetter(
+                        record,
+                        f"record of {len(record.value):,} bytes; an input is at most "
+                        f"{MAX_INPUT_BYTES:,}",
+                    )
+                )
+                continue
             try:
                 raw = load_object(record.value)
             except Undecodable as why:

@@ -103,10 +103,19 @@ class InboxWriter(Protocol):
 def encode_requests(requests: list[dict[str, Any]]) -> list[bytes]:
     """The requests' wire form; a value JSON cannot carry (an integer beyond 64 bits)
     is one line for the user, before anything is sent."""
+    from streams.core import MAX_INPUT_BYTES
+
     try:
-        return [orjson.dumps(r) for r in requests]
+        encoded = [orjson.dumps(r) for r in requests]
     except TypeError as why:
         raise InboxError(f"cannot send the request: {why}") from None
+    for blob in encoded:
+        if len(blob) > MAX_INPUT_BYTES:
+            raise InboxError(
+                f"the request is {len(blob):,} bytes; the scheduler takes at most "
+                f"{MAX_INPUT_BYTES:,} (shorten its tags or name)"
+            )
+    return encoded
 
 
 class EmbeddedInbox:

@@ -751,3 +751,28 @@ def test_a_folder_serve_cannot_lock_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.strip() == f"error: cannot serve {folder}: .serve.lock: Is a directory"
+
+
+def test_an_input_larger_than_a_broker_takes_is_a_dead_letter_and_refused_at_send(
+    tmp_path: Path,
+) -> None:
+    """A file has no message limit: a 30 MB tag was journaled (and printed by why)."""
+    from streams.core import MAX_INPUT_BYTES
+
+    core = SchedulerCore("default")
+    big = orjson.dumps(
+        make_request("clock.tick", cluster="default", actor="u") | {"pad": "x" * MAX_INPUT_BYTES}
+    )
+    out = core.process([InboxRecord(0, 0, 1_767_225_600.0, big)])
+    assert out.journal == [] and len(out.dead) == 1
+    assert f"record of {len(big):,} bytes" in out.dead[0].error
+    # the tools refuse it before anything is written
+    from streams.inbox import EmbeddedInbox, InboxError
+
+    request = make_request(
+        "workload.submitted", cluster="default", actor="u", workload="w", allocation="lab",
+        gpus=1, min_runtime=3600.0, tags=["x" * MAX_INPUT_BYTES],
+    )  # fmt: skip
+    with pytest.raises(InboxError, match="the scheduler takes at most 1,048,576"):
+        EmbeddedInbox(tmp_path / "d").send([request])
+    assert not (tmp_path / "d" / INBOX_FILE).exists()
