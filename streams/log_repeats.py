@@ -4,6 +4,10 @@ While the broker is down aiokafka logs the same connection error for every reque
 retries: ~60 lines a second, thousands in a minute-long outage, which hide the worker's
 own lines. `RepeatFilter` lets each distinct message of the chosen loggers through once
 per `every_s` and says how many it held back when it lets the next one through.
+
+`FencedFilter` drops asyncio's "Future exception was never retrieved" tracebacks for a
+fenced producer: aiokafka fails its own internal futures too when a newer worker takes
+over, and the worker has already said so in one line.
 """
 
 from __future__ import annotations
@@ -44,8 +48,21 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class FencedFilter(logging.Filter):
+    """Drops asyncio's reports of unretrieved futures that failed with ProducerFenced."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "asyncio" or not record.exc_info:
+            return True
+        error = record.exc_info[1]
+        return type(error).__name__ != "ProducerFenced"
+
+
 def quiet_repeats(prefix: str = "aiokafka", every_s: float = 30.0) -> None:
-    """Add a RepeatFilter for `prefix` to every handler of the root logger."""
+    """Add a RepeatFilter for `prefix` (and a FencedFilter) to every handler of the root
+    logger."""
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RepeatFilter) for f in handler.filters):
             handler.addFilter(RepeatFilter(prefix, every_s))
+        if not any(isinstance(f, FencedFilter) for f in handler.filters):
+            handler.addFilter(FencedFilter())

@@ -36,3 +36,24 @@ def test_other_messages_and_other_loggers_always_pass() -> None:
     for _ in range(3):  # the worker's own lines are never held back
         assert f.filter(_record("streams.worker", "cluster c: broker unreachable"))
     assert f.filter(_record("aiokafkax", "one"))  # only the prefix's own loggers
+
+
+def _failure(name: str, error: BaseException | None) -> logging.LogRecord:
+    exc_info = (type(error), error, None) if error is not None else None
+    return logging.LogRecord(
+        name, logging.ERROR, __file__, 1, "Future exception was never retrieved", None, exc_info
+    )
+
+
+def test_a_fenced_producers_unretrieved_futures_are_not_reported() -> None:
+    """A newer worker fences this one: it says so in one line; aiokafka's own futures
+    failing with ProducerFenced were printed after it as tracebacks."""
+    from aiokafka.errors import KafkaConnectionError, ProducerFenced
+
+    from streams.log_repeats import FencedFilter
+
+    keep = FencedFilter().filter
+    assert not keep(_failure("asyncio", ProducerFenced()))
+    assert keep(_failure("asyncio", KafkaConnectionError()))  # anything else still shows
+    assert keep(_failure("allot.worker", ProducerFenced()))  # the worker's own lines too
+    assert keep(_failure("asyncio", None))
