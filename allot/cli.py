@@ -541,7 +541,7 @@ def _replay(
 
         size = journal.stat().st_size
         with record_progress("verifying", size, quiet=quiet, console=console.real) as update:
-            result = verify_journal(journal, progress=update)
+            result = verify_journal(journal, progress=update, cut=cut)
         say_cut()
         if result.difference:
             err.print(
@@ -551,6 +551,13 @@ def _replay(
         console.print(
             f"[green]✓[/] {plural(result.decisions, 'decision')} in "
             f"{plural(result.records, 'record')} reproduced byte for byte"
+            + (
+                f" (the last input's {plural(result.uncompared, 'decision')} after the cut "
+                "line not compared)"
+                if result.uncompared
+                else ""
+            ),
+            soft_wrap=True,
         )
         return
     assert out is not None

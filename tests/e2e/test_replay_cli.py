@@ -154,3 +154,34 @@ def test_a_journal_cut_mid_line_is_replayed_without_that_line_and_says_so(
     ]
     whole_run = allot("replay", str(tiny_journal), "--verify")
     assert whole_run.returncode == 0 and "warning" not in whole_run.stderr
+
+
+def test_a_journal_cut_inside_an_inputs_decisions_is_not_called_nondeterministic(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    """Cut mid-line after an input's first decision, the replay's later decisions of
+    that input have nothing to match: that is the cut, not a difference ('✗ not
+    reproduced' sent people hunting for non-determinism). Cut at a line's end instead,
+    the same gap is still a difference."""
+    lines = tiny_journal.read_bytes().splitlines(keepends=True)
+    decision = [b'"cause":' in line and b'"cause":null' not in line for line in lines]
+    at = next(
+        i
+        for i in range(1, len(lines) - 2)
+        if not decision[i - 1] and decision[i] and decision[i + 1]
+    )  # an input whose decisions are lines at, at + 1, ...
+    more = 1
+    while at + more < len(decision) and decision[at + more]:
+        more += 1
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(lines[: at + 1]) + lines[at + 1][:30])
+    result = allot("replay", str(cut), "--verify")
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    left = more - 1
+    assert f"(the last input's {left} decision{'s' if left > 1 else ''} after the cut line" in (
+        result.stdout
+    )
+    whole_lines = tmp_path / "short.jsonl"
+    whole_lines.write_bytes(b"".join(lines[: at + 1]))
+    short = allot("replay", str(whole_lines), "--verify")
+    assert short.returncode == 1 and "the replay made decisions the journal lacks" in short.stderr
