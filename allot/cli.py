@@ -545,7 +545,9 @@ def _replay(
         say_cut()
         if result.difference:
             err.print(
-                f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: {result.difference}"
+                f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: "
+                f"{escape(result.difference)}",
+                soft_wrap=True,  # a journal line, whole: not folded at 80 columns
             )
             raise typer.Exit(1)
         console.print(
