@@ -100,13 +100,20 @@ def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None
     lock = tmp_path / ".serve.lock"
     held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    pid = fork_to_file(_SlowToPickle(3.0), tmp_path / "snap", close_in_child=(held,))
+    pid = fork_to_file(_SlowToPickle(6.0), tmp_path / "snap", close_in_child=(held,))
     assert pid is not None
     try:
         os.close(held)  # the parent is gone
         again = os.open(lock, os.O_RDWR)
         try:
-            fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError before
+            deadline = time.monotonic() + 4.0  # the child closes its copy as it starts
+            while True:
+                try:
+                    fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:  # until the child is done, without the fix
+                    assert time.monotonic() < deadline, "the snapshot child holds the lock"
+                    time.sleep(0.02)
             assert reaped(pid) is None  # while the child still writes
         finally:
             os.close(again)
