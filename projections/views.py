@@ -905,6 +905,28 @@ def find_workload(view: JournalView, wid: str) -> str:
     raise ViewError(f"no workload {wid!r} in the journal of cluster {view.cluster!r}{hint}")
 
 
+def resolve_jobs(view: JournalView, ids: Collection[str] | None) -> set[str] | None:
+    """`-j`'s ids as the views match them: a workload id, a job array's base id, or a
+    unique prefix of one workload's id (as `allot why` takes); an id that names nothing
+    is a ViewError (squeue: "Invalid job id specified"), not an empty answer."""
+    if ids is None:
+        return None
+    histories = view.histories
+    out: set[str] = set()
+    for wid in ids:
+        h = histories.get(wid)
+        if h is not None and _names_a_workload(h):
+            out.add(wid)
+        elif any(
+            k.startswith(wid + "_") and k[len(wid) + 1 :].isdigit() and _names_a_workload(v)
+            for k, v in histories.items()
+        ):
+            out.add(wid)  # a job array's base: its tasks match
+        else:
+            out.add(find_workload(view, wid))
+    return out
+
+
 def _names_a_workload(h: History) -> bool:
     """Was it ever a workload (submitted, refused as a submission, or seen running)? A
     refused hold or cancel of a mistyped id leaves a history that is none of these."""

@@ -412,6 +412,7 @@ def register(app: typer.Typer) -> None:
             queue_cells,
             queue_rows,
             render_template,
+            resolve_jobs,
         )
 
         def run() -> None:
@@ -422,7 +423,7 @@ def register(app: typer.Typer) -> None:
             horizon_s = horizon_seconds(horizon)
             read = journal_reader(kafka, data, journal, cluster)
             view = fold(read())
-            ids = _job_ids(jobs)
+            ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
             rows = queue_rows(view, user=_names(user), allocation=paths, ids=ids)
             _refuse_unknown_allocation(view, paths)
@@ -586,7 +587,7 @@ def register(app: typer.Typer) -> None:
             totals,
         )
         from projections.audit import parse_time
-        from projections.views import iso
+        from projections.views import iso, resolve_jobs
 
         def run() -> None:
             wanted = None
@@ -616,7 +617,7 @@ def register(app: typer.Typer) -> None:
             hi = parse_time(until, view.now) if until is not None else None
             if lo is not None and hi is not None and hi < lo:
                 raise TargetError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
-            ids = _job_ids(jobs)
+            ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
             rows = acct_rows(
                 view,

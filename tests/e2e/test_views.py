@@ -997,3 +997,12 @@ def test_host_list_prints_every_host_and_its_json_is_the_projection(
     assert [line.split()[:2] for line in lines[2:]] == [[r["host"], r["state"]] for r in rows]
     as_json = allot("host", "list", "--journal", str(journal), "--json")
     assert orjson.loads(as_json.stdout)["hosts"] == rows
+
+
+@pytest.mark.parametrize("command", ["queue", "acct"])
+def test_jobs_refuse_an_id_that_names_nothing(journal: Path, command: str) -> None:
+    """squeue: "Invalid job id specified"; not an empty answer with exit 0 (prefixes:
+    tests/projections/test_views.py)."""
+    one_line_error(
+        allot(command, "--journal", str(journal), "-j", "no-such-id"), "no workload 'no-such-id'"
+    )

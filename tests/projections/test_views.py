@@ -624,3 +624,17 @@ def test_squeue_literal_formats_keep_their_text(spec: str, cells: list[str], lin
 @pytest.mark.parametrize("spec", ["%i %u %T", "  %i   %T ", "id,user"])
 def test_fields_split_by_spaces_alone_print_as_aligned_columns(spec: str) -> None:
     assert v.format_template(spec) is None
+
+
+def test_jobs_resolve_ids_array_bases_and_unique_prefixes() -> None:
+    c = cluster(hosts=1)
+    c.tree({"lab": 1})
+    for wid in ("alpha", "beta", "sweep_0", "sweep_1", "bravo"):
+        c.submit(wid, "lab", gpus=1)
+    view = v.fold(c.journal)
+    assert v.resolve_jobs(view, {"alpha", "sweep", "al"}) == {"alpha", "sweep"}
+    with pytest.raises(v.ViewError, match="'b' is the start of 2 workload ids"):
+        v.resolve_jobs(view, {"b"})
+    with pytest.raises(v.ViewError, match="no workload 'gamma'"):
+        v.resolve_jobs(view, {"gamma"})
+    assert v.resolve_jobs(view, None) is None
