@@ -15,8 +15,9 @@ inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
                    page with close matches.
 
 `Dashboard` folds what the journal gained when it changes (file size / mtime; Kafka: at
-most every `ttl` seconds), keeping the projections open between refreshes. An empty or missing journal renders
-an explicit empty state; a truncated last line is not a record yet (streams.sources).
+most every `ttl` seconds), keeping the projections open between refreshes. An empty or
+missing journal renders an explicit empty state; a truncated last line is not a record
+yet (streams.sources).
 """
 
 from __future__ import annotations
