@@ -305,13 +305,25 @@ _BUDGET_ROWS = """
 
 
 def _backfill(con: duckdb.DuckDBPyConnection) -> None:
-    """Fill `budget_rows` of a database loaded before it existed (once)."""
-    if con.execute("SELECT 1 FROM budget_rows LIMIT 1").fetchall():
-        return
-    if con.execute(
-        "SELECT 1 FROM records WHERE type IN ('budget.set', 'budget.removed') LIMIT 1"
-    ).fetchall():
+    """Bring a database loaded by an older allot up to date (once): fill `budget_rows`
+    if it predates them, and derive `run_spells` again if they count a gang's GPUs asked
+    for rather than held (before 62ac550: its history disagreed with `allot shares`)."""
+    if (
+        not con.execute("SELECT 1 FROM budget_rows LIMIT 1").fetchall()
+        and con.execute(
+            "SELECT 1 FROM records WHERE type IN ('budget.set', 'budget.removed') LIMIT 1"
+        ).fetchall()
+    ):
         con.execute(_BUDGET_ROWS, [0]).fetchall()
+        con.execute("CHECKPOINT").fetchall()
+    stale = con.execute(
+        f"""
+        SELECT 1 FROM run_spells r JOIN records p ON p.seq = r.placed_seq
+        WHERE r.gpus IS DISTINCT FROM {_held("p.record", "p.gpus")} LIMIT 1
+        """
+    ).fetchall()
+    if stale:
+        _derive_runs(con, 0)
         con.execute("CHECKPOINT").fetchall()
 
 
@@ -332,7 +344,11 @@ def _derive(con: duckdb.DuckDBPyConnection, first: int) -> None:
     lo = con.execute(
         'SELECT coalesce(min(placed_seq), ?) FROM run_spells WHERE "end" IS NULL', [first]
     ).fetchall()[0][0]
-    lo = min(lo, first)
+    _derive_runs(con, min(lo, first))
+
+
+def _derive_runs(con: duckdb.DuckDBPyConnection, lo: int) -> None:
+    """`run_spells` again for the placements from journal position `lo` on."""
     con.execute("DELETE FROM run_spells WHERE placed_seq >= ?", [lo]).fetchall()
     con.execute(
         """

@@ -473,3 +473,13 @@ def test_a_gang_is_charged_its_whole_hosts_and_every_report_says_so(tmp_path: Pa
     assert preset_history(audit.history(con, "lab")) == {"alice": (32.0, 0.0)}
     assert con.sql("SELECT gpus, held FROM placements").fetchall() == [(12, 16)]
     con.close()
+    # a database an older allot loaded counted the 12 asked for: the next load fixes it
+    import duckdb
+
+    raw = duckdb.connect(str(db))  # not audit.connect: that would derive them again
+    raw.execute("UPDATE run_spells SET gpus = 12, gpu_seconds = gpu_seconds * 12 / 16")
+    raw.close()
+    assert audit.load(db, journal_lines(journal=journal), source=str(journal))["added"] == 0
+    con = audit.connect(db, read_only=True)
+    assert preset_history(audit.history(con, "lab")) == {"alice": (32.0, 0.0)}
+    con.close()
