@@ -84,10 +84,14 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),
         ("wait p90 (all)", ("wait_s", "all", "p90"), "seconds"),
     ]
+    specs.append(("never started (all)", ("wait_s", "all", "unplaced"), "count"))
     tags = sorted({*_keys(a, "wait_s", "by_tag"), *_keys(b, "wait_s", "by_tag")})
     for tag in tags:
         specs.append((f"wait p50 ({tag})", ("wait_s", "by_tag", tag, "p50"), "seconds"))
         specs.append((f"wait p90 ({tag})", ("wait_s", "by_tag", tag, "p90"), "seconds"))
+        # the percentiles are of started work: a policy that starts almost none of a
+        # tag's work shows only those few waits
+        specs.append((f"never started ({tag})", ("wait_s", "by_tag", tag, "unplaced"), "count"))
     leaves = sorted(
         {*_keys(a, "delivered", "by_allocation"), *_keys(b, "delivered", "by_allocation")}
     )

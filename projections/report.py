@@ -359,9 +359,11 @@ _DUR_TICKS = [
 ]
 
 
-def _ecdf(values: Any, limit: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+def _ecdf(values: Any, limit: int = 2000, never: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of `values`, of `never` more that never ended (never started):
+    it tops out at the fraction that did, not at 1."""
     v = np.sort(np.asarray(values, dtype=float))
-    y = np.arange(1, v.size + 1) / v.size
+    y = np.arange(1, v.size + 1) / (v.size + never)
     if v.size > limit:
         idx = np.unique(np.linspace(0, v.size - 1, limit).astype(int))
         v, y = v[idx], y[idx]
@@ -372,27 +374,46 @@ def _wait_chart(proj: SummaryProjection) -> str:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
+    never, never_tags, again, again_tags = proj._unplaced()
     panels = (
-        (axes[0], proj.waits, "Queue wait: submit → first placement"),
-        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement"),
+        (axes[0], proj.waits, "Queue wait: submit → first placement", never, never_tags),
+        (
+            axes[1],
+            proj.requeue_waits,
+            "Requeue wait: preemption → next placement",
+            again,
+            again_tags,
+        ),
     )
+    # one colour per tag in both panels: the nine biggest of either
+    biggest = sorted(
+        {*proj.waits.by_tag, *proj.requeue_waits.by_tag},
+        key=lambda t: (
+            -len(proj.waits.by_tag.get(t, ())),
+            -len(proj.requeue_waits.by_tag.get(t, ())),
+            t,
+        ),
+    )[:9]
+    colour = {t: plt.get_cmap("tab10")((k + 1) % 10) for k, t in enumerate(sorted(biggest))}
     xmax = 60.0
-    for ax, waits, title in panels:
-        groups: list[tuple[str, Any]] = []
+    for ax, waits, title, left, left_tags in panels:
+        groups: list[tuple[str, Any, int]] = []
         if len(waits.all):
-            groups.append(("all", waits.all))
-        tags = sorted(waits.by_tag, key=lambda t: (-len(waits.by_tag[t]), t))[:9]
-        groups.extend((t, waits.by_tag[t]) for t in sorted(tags))
-        for k, (name, vals) in enumerate(groups):
-            x, y = _ecdf(vals)
+            groups.append(("all", waits.all, left))
+        groups.extend(
+            (t, waits.by_tag[t], left_tags.get(t, 0)) for t in sorted(colour) if t in waits.by_tag
+        )
+        for name, vals, unended in groups:
+            x, y = _ecdf(vals, never=unended)
             xmax = max(xmax, float(x[-1]))
+            started = f"{len(vals):,} of {len(vals) + unended:,}" if unended else f"{len(vals):,}"
             ax.step(
                 x,
                 y,
                 where="post",
                 lw=2.0 if name == "all" else 1.3,
-                color="#222222" if name == "all" else plt.get_cmap("tab10")(k % 10),
-                label=f"{name} (n={len(vals):,})",
+                color="#222222" if name == "all" else colour[name],
+                label=f"{name} (n={started})",
             )
         if not groups:
             ax.text(
@@ -410,7 +431,7 @@ def _wait_chart(proj: SummaryProjection) -> str:
         ax.set_xticklabels([lab for _, lab in ticks])
         ax.set_xlim(0, xmax * 1.5)
         ax.set_xlabel("wait (log scale; dotted line = 60 s)")
-    axes[0].set_ylabel("fraction of workloads")
+    axes[0].set_ylabel("fraction of workloads\n(short of 1: never started)")
     axes[0].set_ylim(0, 1.02)
     fig.tight_layout()
     return _png(fig)
@@ -708,7 +729,13 @@ def render_html(
             _delivered_rows(summary, proj),
         ),
         "<h2>Queue waits</h2>",
-        _figure(charts["waits"], "wait CDFs", "Cumulative distribution of waits by tag."),
+        _figure(
+            charts["waits"],
+            "wait CDFs",
+            "Cumulative distribution of waits by tag, over every workload of the tag: a curve "
+            "that stops below 1 has that share still waiting at the end (never started; "
+            "n = started of all). One colour per tag in both panels.",
+        ),
         '<div class="grid2"><div><h3>submit → first placement</h3>',
         _table(
             ["tag", "count", "p50", "p90", "p99", "mean", "still waiting"],

@@ -293,16 +293,35 @@ COMPARISON_ROWS: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
 ]
 
 
+def never_started(waits: dict[str, Any]) -> str | None:
+    """`355 of 373`: how many of a group's workloads never started (None: all did). The
+    wait percentiles are of the started ones only: without this, a policy that starts
+    almost none of a tag's work shows that tag's few waits and looks fast."""
+    unplaced = waits.get("unplaced") or 0
+    if not unplaced:
+        return None
+    return f"{unplaced:,} of {unplaced + (waits.get('count') or 0):,}"
+
+
 def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """Rows of (metric, one formatted cell per policy), waits by tag included."""
+    """Rows of (metric, one formatted cell per policy), waits by tag included, each
+    followed by how many of its workloads never started when any policy left some."""
     rows = []
     specs = list(COMPARISON_ROWS)
+    specs.append(("never started (all)", lambda s: never_started(s["wait_s"]["all"]), "text"))
     tags = sorted(
         {tag for s in summaries.values() for tag in s.get("wait_s", {}).get("by_tag", {})}
     )
     for tag in tags:
         specs.append(
             (f"wait p90 ({tag})", lambda s, t=tag: s["wait_s"]["by_tag"][t]["p90"], "seconds")
+        )
+        specs.append(
+            (
+                f"never started ({tag})",
+                lambda s, t=tag: never_started(s["wait_s"]["by_tag"][t]),
+                "text",
+            )
         )
     for label, get, kind in specs:
         cells = []
@@ -312,7 +331,11 @@ def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, lis
             except (KeyError, TypeError):
                 value = None
             cells.append(format_value(value, kind))
-        rows.append((label, cells))
+        if kind == "text" and all(cell == "—" for cell in cells):
+            continue  # every workload of it started under every policy
+        rows.append(
+            (label, [("0" if cell == "—" else cell) if kind == "text" else cell for cell in cells])
+        )
     return rows
 
 

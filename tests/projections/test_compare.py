@@ -67,3 +67,25 @@ def test_compare_refuses_what_is_not_a_runs_summary(
         (folder / "summary.json").write_bytes(content)
     with pytest.raises(JournalError, match=re.escape(message)):
         load_summary(folder)
+
+
+def _waits(p90: float, started: int, never: int) -> dict[str, Any]:
+    return {"p50": p90 / 2, "p90": p90, "count": started, "unplaced": never}
+
+
+def test_how_many_never_started_stands_beside_each_tags_waits() -> None:
+    """The percentiles are of started work: a policy that starts 7 of 373 filler jobs
+    showed 'wait p90 (filler) 0s' and read as the better one for filler."""
+    from projections.simulate import comparison_rows
+
+    fair = {"wait_s": {"all": _waits(60, 30, 1), "by_tag": {"filler": _waits(3e5, 18, 355)}}}
+    legacy = {"wait_s": {"all": _waits(90, 20, 11), "by_tag": {"filler": _waits(0, 7, 366)}}}
+    rows = dict(comparison_rows({"fairshare": fair, "legacy-priority": legacy}))
+    assert rows["wait p90 (filler)"] == ["3d11h", "0s"]
+    assert rows["never started (filler)"] == ["355 of 373", "366 of 373"]
+    assert rows["never started (all)"] == ["1 of 31", "11 of 31"]
+    changes = {label: (va, vb, ch) for label, va, vb, ch in compare_summaries(fair, legacy)}
+    assert changes["never started (filler)"] == ("355", "366", "+11")
+    # a tag every policy started all of gets no row
+    done = {"wait_s": {"all": _waits(60, 30, 0), "by_tag": {"debug": _waits(0, 9, 0)}}}
+    assert not [label for label, _ in comparison_rows({"a": done}) if "never" in label]
