@@ -394,6 +394,14 @@ def simulate(
             f"the start) and {'is' if late == 1 else 'are'} not simulated",
             err=True,
         )
+    kept = sc.hosts // 8
+    asked = "headroom_hosts" in config_overrides or "headroom_hosts" in sc.spec.config
+    if asked and sc.config.headroom_hosts > kept:  # the default is not a request
+        typer.echo(
+            f"warning: headroom_hosts {sc.config.headroom_hosts}: at most one host in eight is kept "
+            f"for short jobs, so this {sc.hosts}-host cluster keeps {kept}",
+            err=True,
+        )
     spec = RunSpec.of_scenario(sc, engine)
     _run_policies(
         spec,

@@ -33,7 +33,11 @@ class SchedulerConfig(BaseModel):
         ge=0,
         description="relative fair-share margin a beneficiary must lead a victim by to preempt it",
     )
-    headroom_hosts: int = Field(1, ge=0, description="whole hosts kept for short, small jobs")
+    headroom_hosts: int = Field(
+        1,
+        ge=0,
+        description="whole hosts kept for short, small jobs (at most one healthy host in eight)",
+    )
     short_job_max_gpus: int = Field(2, ge=0)
     short_job_max_min_runtime: float = Field(900.0)
     legacy_caps: dict[str, int] = Field(

@@ -730,3 +730,21 @@ def test_help_and_a_commands_own_exit_code_pass_through(tmp_path: Path) -> None:
     )
     assert waited.returncode == 1, waited.stderr
     assert "still pending after" in waited.stderr
+
+
+def test_a_headroom_above_one_host_in_eight_is_said(tmp_path: Path) -> None:
+    """Asking for more headroom than one host in eight ran with the cap, silently
+    (the journal said what was asked); the default asks for nothing."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "cluster: {name: x, hosts: 16}\nallocations: [{path: a, weight: 1}]\nworkloads: []\n"
+    )
+    run = ("simulate", str(scenario), "--out", str(tmp_path / "o"), "-q", "--no-report")
+    asked = allot(*run, "--set", "headroom_hosts=3")
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stderr.strip() == (
+        "warning: headroom_hosts 3: at most one host in eight is kept for short jobs, "
+        "so this 16-host cluster keeps 2"
+    )
+    default = allot(*run)
+    assert default.returncode == 0 and "headroom" not in default.stderr
