@@ -449,6 +449,9 @@ def replay(
             "$ALLOT_CLUSTER, else 'default').",
         ),
     ] = None,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="Skip report.html and gantt.png.")
+    ] = False,
     jobs: JobsOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -529,7 +532,7 @@ def _replay(
     from projections.journal import journal_file
     from projections.replay import journal_run_spec
     from projections.replay import verify as verify_journal
-    from projections.simulate import check_output_folder, split_overrides
+    from projections.simulate import check_output_folder, run_engine_options, split_overrides
 
     journal = journal_file(journal)  # a run folder's journal.jsonl, as compare takes
     cut = ends_mid_line(journal)
@@ -573,6 +576,16 @@ def _replay(
     assert out is not None
     check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
+    kept = {k: v for k, v in run_engine_options(journal).items() if k not in engine}
+    if kept:  # the simulated launcher's setting of the run replayed, not the default
+        from domain.durations import format_duration
+
+        err.print(
+            f"note: replaying with the run's checkpoint_loss={format_duration(kept['checkpoint_loss'])} "
+            "(from its summary.json; --set checkpoint_loss=0 replays without it)",
+            soft_wrap=True,
+        )
+        engine = {**engine, **kept}
     spec = journal_run_spec(journal, config_overrides, engine)
     say_cut()
     _run_policies(
@@ -581,7 +594,7 @@ def _replay(
         out,
         quiet=quiet,
         gantt_window=None,
-        reports=True,
+        reports=not no_report,
         jobs=jobs or _default_jobs(),
     )
 

@@ -62,6 +62,19 @@ def split_overrides(pairs: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any
     return config, engine
 
 
+def run_engine_options(journal: Path) -> dict[str, Any]:
+    """The engine settings of the simulated run whose journal this is (its folder's
+    summary.json), where they differ from the defaults; {} for any other journal."""
+    try:
+        engine = orjson.loads((journal.parent / "summary.json").read_bytes()).get("engine")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return {}
+    loss = engine.get("checkpoint_loss_s") if isinstance(engine, dict) else None
+    if isinstance(loss, int | float) and not isinstance(loss, bool) and loss > 0:
+        return {"checkpoint_loss": float(loss)}
+    return {}
+
+
 @dataclass
 class RunSpec:
     """Everything one policy run needs; built from a scenario or from a journal."""
@@ -196,6 +209,9 @@ def run_policy(
         "wall_s": round(wall, 3),
         "workloads_per_s": round(submitted / wall, 1) if wall > 0 else None,
         "peak_rss_mb": round(_peak_rss_mb(), 1),
+        # the simulated launcher's own setting, which the journal does not hold: a replay
+        # of this run reads it here (`run_engine_options`)
+        "checkpoint_loss_s": options.checkpoint_loss,
     }
     (work / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if reports:

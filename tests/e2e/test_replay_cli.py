@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,45 @@ def test_a_journal_cut_inside_an_inputs_decisions_is_not_called_nondeterministic
     whole_lines.write_bytes(b"".join(lines[: at + 1]))
     short = allot("replay", str(whole_lines), "--verify")
     assert short.returncode == 1 and "the replay made decisions the journal lacks" in short.stderr
+
+
+FAILING_HOST = """\
+cluster: {name: fail, hosts: 3, gpus_per_host: 8}
+allocations:
+  - {path: a, weight: 1}
+config: {window: 1d, headroom_hosts: 0}
+horizon: 12h
+health:
+  - {at: 1h, host: h0, healthy: false, reason: xid-79}
+  - {at: 6h, host: h0, healthy: true, reason: fixed}
+workloads:
+  - generate: {seed: 5, allocation: a, arrival: burst, count: 3, gpus: 8, runtime: 4h,
+               min_runtime: 2h, resumable: true, tags: [train]}
+"""
+
+
+def test_a_replay_keeps_the_runs_checkpoint_loss(tmp_path: Path) -> None:
+    """The journal does not hold the simulated launcher's checkpoint_loss: a replay
+    under the same policy dropped it and finished the preempted work earlier, silently."""
+    scenario = tmp_path / "fail.yaml"
+    scenario.write_text(FAILING_HOST)
+    run = allot(
+        "simulate", str(scenario), "--out", str(tmp_path / "run"), "-q", "--no-report",
+        "--set", "checkpoint_loss=30m",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    journal = tmp_path / "run" / "fairshare" / "journal.jsonl"
+    replayed = allot("replay", str(journal), "--out", str(tmp_path / "again"), "-q", "--no-report")
+    assert replayed.returncode == 0, replayed.stderr
+    assert not (tmp_path / "again" / "fairshare" / "report.html").exists()
+    assert "replaying with the run's checkpoint_loss=30m" in replayed.stderr
+    before = json.loads((tmp_path / "run" / "fairshare" / "summary.json").read_text())
+    after = json.loads((tmp_path / "again" / "fairshare" / "summary.json").read_text())
+    assert before["occupancy"] == after["occupancy"] and before["gpu_hours"] == after["gpu_hours"]
+    dropped = allot(
+        "replay", str(journal), "--out", str(tmp_path / "no-loss"), "-q",
+        "--set", "checkpoint_loss=0",
+    )  # fmt: skip
+    assert dropped.returncode == 0 and "replaying with" not in dropped.stderr
+    without = json.loads((tmp_path / "no-loss" / "fairshare" / "summary.json").read_text())
+    assert without["gpu_hours"]["busy"] < before["gpu_hours"]["busy"]  # less work redone
