@@ -494,7 +494,7 @@ def replay(
         if cluster is not None:
             raise fail("--cluster goes with --kafka (a journal file is replayed whole)")
         assert journal is not None
-        _replay(journal, out, policy, set_, verify, quiet, jobs)
+        _replay(journal, out, policy, set_, verify, quiet, jobs, no_report)
         return
     from streams.sources import SourceError, journal_lines
 
@@ -513,7 +513,7 @@ def replay(
                     f.write(line + b"\n")
         except SourceError as why:
             raise fail(str(why)) from None
-        _replay(path, out, policy, set_, verify, quiet, jobs)
+        _replay(path, out, policy, set_, verify, quiet, jobs, no_report)
 
 
 def _replay(
@@ -524,6 +524,7 @@ def _replay(
     verify: bool,
     quiet: bool,
     jobs: int | None = None,
+    no_report: bool = False,
 ) -> None:
     """A JournalError (not a journal) reaches `main` as one error line, exit 2."""
     from rich.markup import escape
