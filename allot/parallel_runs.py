@@ -12,6 +12,7 @@ journal is closed whole before it exits.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import queue as queues
@@ -123,7 +124,7 @@ def _run_one(policy: str) -> dict[str, Any]:
 
     signal.signal(signal.SIGTERM, _stop)  # stopped by the parent: unwind, closing files
     try:
-        return run_policy(
+        summary = run_policy(
             spec,
             policy,
             out,
@@ -132,6 +133,9 @@ def _run_one(policy: str) -> dict[str, Any]:
             gantt_window=gantt_window,
             swap=swap,
         )
+        if times is not None:
+            times.put((policy, math.inf))  # done: its bar fills now
+        return summary
     except KeyboardInterrupt:
         os._exit(130)  # the journal is closed; the parent says what was left where
     finally:

@@ -3,6 +3,7 @@ over simulated time (`sim_progress`) and over journal records read (`record_prog
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -56,6 +57,9 @@ def sims_progress(
         last = dict.fromkeys(labels, 0.0)
 
         def update(label: str, t: float) -> None:
+            if t == math.inf:  # this run is done: full bar now, not when the last one ends
+                bar.update(tasks[label], completed=total or 1.0, sim="done", speed="")
+                return
             wall = time.perf_counter()
             if wall - last[label] < 0.1:
                 return
@@ -70,9 +74,8 @@ def sims_progress(
             )
 
         yield update
-        if total is not None:
-            for task in tasks.values():
-                bar.update(task, completed=total)
+        for task in tasks.values():
+            bar.update(task, completed=total or 1.0, sim="done", speed="")
 
 
 @contextmanager

@@ -663,6 +663,15 @@ def test_long_reads_show_a_progress_bar_on_a_terminal_only(
     )
     assert code == 0, shown
     assert "reports" in shown and "fifo: report.html, gantt.png" in shown
+    # a finished run's bar says so at once (it stayed short of the horizon until the
+    # slowest run ended), side by side or one after the other
+    assert "sim done" in shown
+    code, shown = allot_on_a_terminal(
+        "simulate", str(TINY), "-p", "fairshare", "-p", "fifo", "--out", str(out), "-j", "2",
+        "--no-report",
+    )  # fmt: skip
+    assert code == 0, shown
+    assert shown.count("sim done") >= 2, shown
 
 
 def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -> None:
