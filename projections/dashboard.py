@@ -967,7 +967,8 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
         f"<figure>{_img(chart, 'GPU timeline')}<figcaption>Rows are GPUs (host/index), bars "
         "are workloads (a hue per top-level allocation, a shade per leaf); hatched where "
         "preemptible (unallocated, or past its protected time); red outline where the run "
-        "ended by preemption; light red bands where a host was unhealthy.</figcaption></figure>"
+        "ended by preemption; red dashed boxes over a host's rows while it was "
+        "unhealthy.</figcaption></figure>"
     )
     out.append(_forecast_figure(snap))
     return status, "".join(out)

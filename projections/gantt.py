@@ -3,7 +3,8 @@
 Rows are GPUs (`host/index`, hosts in registration order), bars are workload run
 intervals. Hue per top-level allocation, a shade per leaf; hatched where the workload
 is preemptible (unallocated, or past its `protected_until`); red outline where the
-interval ended by preemption; light red bands where a host was unhealthy.
+interval ended by preemption; translucent red dashed boxes, over its work, where a host
+was unhealthy.
 
 `GanttCollector` folds events in one pass into compact arrays (a few dozen bytes per
 run interval plus 4 per GPU), so 1M-workload journals fit; drawing only touches the
@@ -103,6 +104,10 @@ def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
         offset = 0.0 if n == 1 else -0.16 + 0.4 * k / (n - 1)
         rgb[i] = colorsys.hls_to_rgb(h, min(0.85, max(0.18, light + offset)), s)
     return top_color, rgb
+
+
+_UNHEALTHY_FILL = (0.85, 0.15, 0.15, 0.22)
+_UNHEALTHY_EDGE = (0.7, 0.1, 0.1, 0.9)
 
 
 class GanttCollector:
@@ -334,9 +339,16 @@ class GanttCollector:
             x0, x1 = (max(a, w0) - t0) / unit, (min(b, w1) - t0) / unit
             bands.append([(x0, r0), (x1, r0), (x1, r1), (x0, r1)])
         if bands:
+            # over the bars: a host drains while its work runs, and that is when an
+            # operator looks (under them, the band showed only once the host was empty)
             ax.add_collection(
                 PolyCollection(
-                    bands, facecolors=(0.85, 0.15, 0.15, 0.13), edgecolors="none", zorder=0
+                    bands,
+                    facecolors=_UNHEALTHY_FILL,
+                    edgecolors=_UNHEALTHY_EDGE,
+                    linestyles="--",
+                    lw=1.0,
+                    zorder=4,
                 )
             )
 
@@ -397,7 +409,14 @@ class GanttCollector:
                 Patch(facecolor="none", edgecolor="#d62728", label="ended by preemption")
             )
         if bands:
-            handles.append(Patch(facecolor=(0.85, 0.15, 0.15, 0.13), label="host unhealthy"))
+            handles.append(
+                Patch(
+                    facecolor=_UNHEALTHY_FILL,
+                    edgecolor=_UNHEALTHY_EDGE,
+                    linestyle="--",
+                    label="host unhealthy",
+                )
+            )
         ax.legend(
             handles=handles,
             loc="upper left",
