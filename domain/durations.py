@@ -60,6 +60,24 @@ def _slurm_seconds(text: str) -> float | None:
     return int(days) * 86400.0 + hms
 
 
+_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+
+
+def parse_clock(text: str, now: float) -> float | None:
+    """`08:03` or `08:03:30` as sacct -S reads it: that UTC time of day, the last one at
+    or before `now` (today's, else yesterday's); None for anything else. Checked before
+    durations where a time is wanted: Slurm's `MM:SS` duration would take it otherwise."""
+    m = _CLOCK.fullmatch(text.strip())
+    if m is None:
+        return None
+    hours, minutes, seconds = int(m[1]), int(m[2]), int(m[3] or 0)
+    if hours > 23 or minutes > 59 or seconds > 59 or not math.isfinite(now):
+        return None
+    midnight = now - now % 86400.0
+    t = midnight + hours * 3600.0 + minutes * 60.0 + seconds
+    return t if t <= now else t - 86400.0
+
+
 def parse_utc(text: str) -> float:
     """Seconds since the epoch from an ISO 8601 date or time (`2026-01-01`,
     `2026-01-01 03:00`, `...T03:00:00Z`); without a zone it is UTC. ValueError if not."""
@@ -89,3 +107,28 @@ def format_duration(seconds: float) -> str:
         if len(out) == 2:
             break
     return "".join(out)
+
+
+def parse_moment(text: str, latest: float) -> float:
+    """A moment as `--since`/`--until` take it: `now` (= `latest`, the journal's latest
+    time), a time of day (`07:13`, see `parse_clock`), a duration before `latest`
+    (`7d`, `12h`) or an ISO date/time (UTC unless it says otherwise). ValueError with
+    the accepted forms."""
+    text = text.strip()
+    if text.lower() == "now":
+        return latest
+    clock = parse_clock(text, latest)
+    if clock is not None:
+        return clock
+    try:
+        return latest - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        return parse_utc(text)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
+            "a time of day such as 07:13, or a duration before the journal's latest record "
+            "such as 7d or 12h"
+        ) from None

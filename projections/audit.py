@@ -424,26 +424,15 @@ def latest_time(con: duckdb.DuckDBPyConnection) -> float:
 
 
 def parse_time(text: str, now: float) -> float:
-    """An ISO date/time (UTC unless it says otherwise) or a duration before `now`
-    (the journal's latest event time): `7d`, `12h`, `now`."""
+    """`domain.durations.parse_moment` (`now`, `07:13`, `7d`, an ISO date or time) with
+    `now` the journal's latest event time; AuditError when it is none of them."""
     from projections.timeline import domain_module
 
     durations = domain_module("durations")  # not the whole domain package: start-up time
-    parse_duration, parse_utc = durations.parse_duration, durations.parse_utc
-    text = text.strip()
-    if text.lower() == "now":
-        return now
     try:
-        return now - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        return parse_utc(text)
-    except ValueError:
-        raise AuditError(
-            f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
-            "or a duration before the journal's latest event such as 7d or 12h"
-        ) from None
+        return durations.parse_moment(text, now)
+    except ValueError as why:
+        raise AuditError(str(why)) from None
 
 
 def iso(t: float | None) -> str | None:

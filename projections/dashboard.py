@@ -858,12 +858,16 @@ class RangeError(ValueError):
     """A bad ?from= / ?to=: one line for the user."""
 
 
-def parse_time(text: str, start: float) -> float:
-    """An offset from the run start (`3h`, `1d12h`, `90m`) or a UTC time
-    (`2026-01-01 03:00`, `2026-01-01T03:00:00Z`)."""
-    from domain.durations import parse_duration, parse_utc
+def parse_time(text: str, start: float, end: float | None = None) -> float:
+    """An offset from the run start (`3h`, `1d12h`, `90m`), a UTC time (`2026-01-01
+    03:00`, `2026-01-01T03:00:00Z`) or a UTC time of day (`08:03`, as the pages print
+    times: the last one at or before `end`, the journal's latest time)."""
+    from domain.durations import parse_clock, parse_duration, parse_utc
 
     text = text.strip()
+    clock = parse_clock(text, end if end is not None else start)
+    if clock is not None:  # before durations: Slurm's MM:SS would read 08:03 as 8m3s
+        return clock
     try:
         return start + parse_duration(text)
     except ValueError:
@@ -873,7 +877,7 @@ def parse_time(text: str, start: float) -> float:
     except ValueError:
         raise RangeError(
             f"{text!r} is neither an offset from the start (like 3h or 1d6h) nor a UTC "
-            "time (like 2026-01-01 03:00)"
+            "time (like 2026-01-01 03:00 or 03:00)"
         ) from None
 
 
@@ -903,8 +907,8 @@ def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float,
     b_text = (query.get("to") or [""])[0].strip()
     if not a_text and not b_text:
         return default_window(snap)
-    a = parse_time(a_text, t0) if a_text else t0
-    b = parse_time(b_text, t0) if b_text else max(t1, a + 1.0)
+    a = parse_time(a_text, t0, t1) if a_text else t0
+    b = parse_time(b_text, t0, t1) if b_text else max(t1, a + 1.0)
     if b <= a:
         raise RangeError("the range is empty: 'to' must be after 'from'")
     return a, b

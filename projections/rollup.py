@@ -276,26 +276,16 @@ def iso(t: float | None) -> str | None:
 
 
 def parse_time(value: float | str, latest: float) -> float:
-    """Epoch seconds, or text: an ISO date/time (UTC unless it says otherwise), `now`,
-    or a duration before `latest` (`7d`, `12h`)."""
-    from domain.durations import parse_duration, parse_utc
+    """Epoch seconds, or text as `domain.durations.parse_moment` reads it (`now`,
+    `07:13`, `7d`, an ISO date or time), durations and times of day before `latest`."""
+    from domain.durations import parse_moment
 
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    text = str(value).strip()
-    if text.lower() == "now":
-        return latest
     try:
-        return latest - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        return parse_utc(text)
-    except ValueError:
-        raise RollupError(
-            f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
-            "or a duration before the journal's latest record such as 7d or 12h"
-        ) from None
+        return parse_moment(str(value), latest)
+    except ValueError as why:
+        raise RollupError(str(why)) from None
 
 
 # ------------------------------------------------------------------ folding

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from domain.durations import format_duration, parse_duration
+from domain.durations import format_duration, parse_duration, parse_moment
 
 PARSE_CASES = [
     ("30s", 30.0),
@@ -123,3 +123,32 @@ def test_a_utc_time_must_be_iso() -> None:
 
     with pytest.raises(ValueError):
         parse_utc("yesterday")
+
+
+NOON = 1_767_268_800.0  # 2026-01-01 12:00:00 UTC
+
+
+@pytest.mark.parametrize(
+    ("text", "moment"),
+    [
+        pytest.param("now", NOON, id="now"),
+        pytest.param("07:13", NOON - 4 * 3600 - 47 * 60, id="earlier-today"),
+        pytest.param("12:00", NOON, id="this-moment"),
+        pytest.param("13:00", NOON - 23 * 3600, id="later-clock-is-yesterday"),
+        pytest.param("08:03:30", NOON - 3 * 3600 - 56 * 60 - 30, id="with-seconds"),
+        pytest.param("2h", NOON - 7200, id="duration-before"),
+        pytest.param("2026-01-01 03:00", NOON - 9 * 3600, id="iso"),
+    ],
+)
+def test_a_moment_is_now_a_time_of_day_a_duration_before_or_a_date(
+    text: str, moment: float
+) -> None:
+    """sacct -S takes HH:MM as today's; read first as Slurm's MM:SS duration, 08:03
+    was 8m3s before the journal's end."""
+    assert parse_moment(text, NOON) == moment
+
+
+@pytest.mark.parametrize("text", ["12:60", "soon", "1:2:3:4"])
+def test_what_is_no_moment_names_the_forms(text: str) -> None:
+    with pytest.raises(ValueError, match="a time of day such as 07:13"):
+        parse_moment(text, NOON)

@@ -229,3 +229,15 @@ def test_a_wrong_queue_filter_is_said_and_the_whole_queue_shown(query, message):
     shown = re.search(r"<div class='msg' id='filter-error'>(.*?)</div>", text)[1]
     assert message in html.unescape(shown)
     assert len(ids(text, "pending")) == 5
+
+
+def test_the_timeline_reads_a_time_of_day_as_the_pages_print_times():
+    """`from=00:01` (pages print HH:MM) was read as Slurm's MM:SS: 1 s after the start."""
+    from projections.dashboard import timeline_window
+    from projections.usage import JournalBuilder
+
+    START = JournalBuilder.START
+
+    snap = snapshot(crowded_queue())  # 00:00 to 00:02 on its day
+    assert timeline_window(snap, {"from": ["00:01"], "to": ["00:02"]}) == (START + 60, START + 120)
+    assert timeline_window(snap, {"from": ["1m"]})[0] == START + 60  # an offset still
