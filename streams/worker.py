@@ -397,6 +397,11 @@ class _Round:
     blobs: asyncio.Future[list[bytes]]
 
 
+# session timeouts a fenced partition may stay assigned before the fence is taken as a
+# worker outside the group's (a rebalance within the group revokes it well before)
+FENCED_GRACE_FACTOR = 3
+
+
 class _Rebalance(ConsumerRebalanceListener):
     """Consumer-group callbacks: they only mark what changed; recovery (which may take
     longer than a session timeout, and heartbeats pause during the callbacks) runs in
@@ -474,6 +479,10 @@ class Worker:
         self._partitioner = DefaultPartitioner()
         self._lock = asyncio.Lock()  # one batch, snapshot or hand-over at a time
         self._pending: dict[int, float] = {}  # assigned, not yet recovered -> since
+        # group mode: partitions a newer producer fenced while the group still gives them
+        # to this worker -> since. A hand-over within the group revokes them soon; one
+        # that stays assigned was taken by a worker outside the group (FENCED_GRACE)
+        self._fenced: dict[int, float] = {}
         self._retry_at = 0.0
         self._joined = False
         self._closing: list[asyncio.Task] = []
@@ -503,6 +512,7 @@ class Worker:
         consumer = self._consumer
         assert consumer is not None
         while not stop.is_set():
+            self._check_fenced()
             if self._pending and time.monotonic() >= self._retry_at:
                 await self._take_pending()
             if not self.ready.is_set() and self._joined and not self._pending:
@@ -620,10 +630,30 @@ class Worker:
             for p in parts:
                 self._pending.pop(p, None)
 
+    def _check_fenced(self) -> None:
+        """A partition fenced but still assigned after a rebalance had time to move it:
+        another worker on these topics is outside this group (another --group, or none).
+        Two groups fence each other's writes forever, so stop and say so; idle, this
+        worker held its clusters' partitions and nobody scheduled them."""
+        if not self._fenced:
+            return
+        since = min(self._fenced.values())
+        if time.monotonic() - since < FENCED_GRACE_FACTOR * self.session_timeout_ms / 1000:
+            return
+        parts = sorted(self._fenced)
+        raise WorkerError(
+            f"inbox partitions {parts} were taken over by a worker outside group "
+            f"{self.group!r} (started with another --group, or without one, on the same "
+            "topics); stopping. Run one group of workers per set of topics"
+        )
+
     def _assigned(self, parts: set[int]) -> None:
         consumer = self._consumer
         assert consumer is not None
         self._joined = True
+        # a rebalance came: what it took away was a hand-over; what it gives back is
+        # taken over anew (fencing whoever wrote it meanwhile)
+        self._fenced.clear()
         for p in [p for p in self.owned if p not in parts]:
             log.info("inbox partition %d moved to another worker", p)
             self._drop(p)
@@ -1055,6 +1085,11 @@ class Worker:
                     "several with --group)"
                 ) from None
             log.warning("inbox partition %d was taken over by another worker", partition)
+            if self._consumer is not None:
+                tp = TopicPartition(self.topics.inbox, partition)
+                if tp in self._consumer.assignment():
+                    self._consumer.pause(tp)  # nothing to write it with until revoked
+                    self._fenced.setdefault(partition, time.monotonic())
             return
         except (KafkaError, OSError, TimeoutError) as why:
             log.warning(

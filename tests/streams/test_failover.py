@@ -162,3 +162,42 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
     for cluster in clusters:
         mine = assert_cluster_replays(raw_journal, cluster, tmp_path)
         assert all(r["inbox"][0] == home[cluster] for r in mine if "inbox" in r)
+
+
+async def test_a_worker_of_another_group_on_the_same_topics_is_not_waited_out_in_silence(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two groups on one set of topics fence each other's writes (that keeps exactly
+    once). A group member fenced by a worker outside its group held its partitions idle
+    for ever, with one warning line; now it stops with an error that says why."""
+    name = suffix()
+    topics = Topics.suffixed(name)
+    await create_topics(kafka_bootstrap, topics=topics, partitions=1)
+    logs = [tmp_path / "group-g.log", tmp_path / "group-h.log"]
+    first = spawn_worker(
+        kafka_bootstrap, name, logs[0], "--group", f"g{name}", "--session-timeout", "6"
+    )
+    other: subprocess.Popen | None = None
+    try:
+        async with Inbox(kafka_bootstrap, topics.inbox) as inbox:
+            await inbox.setup(f"c{name}", hosts=1, leaves=("a",))  # a cluster: ticks to write
+        deadline = time.monotonic() + WAIT_S
+        while owned_partitions(logs[0]) != {0} or "1 clusters" not in logs[0].read_text():
+            assert time.monotonic() < deadline, logs[0].read_text()[-2000:]
+            await asyncio.sleep(0.2)
+        other = spawn_worker(
+            kafka_bootstrap, name, logs[1], "--group", f"h{name}", "--session-timeout", "6"
+        )
+        code = await asyncio.to_thread(first.wait, WAIT_S)  # ticks meet the fence
+        text = logs[0].read_text()
+        assert code == 2, text[-2000:]
+        assert "inbox partition 0 was taken over by another worker" in text
+        assert (
+            f"error: inbox partitions [0] were taken over by a worker outside group 'g{name}'"
+            in text
+        )
+    finally:
+        for proc in (first, other):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(10)
