@@ -483,6 +483,7 @@ class Worker:
         # to this worker -> since. A hand-over within the group revokes them soon; one
         # that stays assigned was taken by a worker outside the group (FENCED_GRACE)
         self._fenced: dict[int, float] = {}
+        self._fatal: WorkerError | None = None  # raised by the loop (set where it can't be)
         self._retry_at = 0.0
         self._joined = False
         self._closing: list[asyncio.Task] = []
@@ -630,11 +631,33 @@ class Worker:
             for p in parts:
                 self._pending.pop(p, None)
 
+    def _on_fenced(self, partition: int) -> None:
+        """A newer producer of `partition` fenced a write (a batch's or a snapshot's):
+        drop the partition; without a group that is a second worker (`_check_fenced`
+        stops this one), in a group a hand-over or a worker outside the group."""
+        self.stats.fenced += 1
+        self._drop(partition)
+        if self.group is None:  # no group to hand over to: a second worker runs
+            self._fatal = WorkerError(
+                f"another worker with this worker's topics and clusters took over inbox "
+                f"partition {partition}; stopping (run one worker per cluster set, or "
+                "several with --group)"
+            )
+            return
+        log.warning("inbox partition %d was taken over by another worker", partition)
+        if self._consumer is not None:
+            tp = TopicPartition(self.topics.inbox, partition)
+            if tp in self._consumer.assignment():
+                self._consumer.pause(tp)  # nothing to write it with until revoked
+                self._fenced.setdefault(partition, time.monotonic())
+
     def _check_fenced(self) -> None:
         """A partition fenced but still assigned after a rebalance had time to move it:
         another worker on these topics is outside this group (another --group, or none).
         Two groups fence each other's writes forever, so stop and say so; idle, this
         worker held its clusters' partitions and nobody scheduled them."""
+        if self._fatal is not None:
+            raise self._fatal
         if not self._fenced:
             return
         since = min(self._fenced.values())
@@ -1076,20 +1099,8 @@ class Worker:
         try:
             await self._write(part, out, dead)
         except ProducerFenced:
-            self.stats.fenced += 1
-            self._drop(partition)
-            if self.group is None:  # no group to hand over to: a second worker runs
-                raise WorkerError(
-                    f"another worker with this worker's topics and clusters took over inbox "
-                    f"partition {partition}; stopping (run one worker per cluster set, or "
-                    "several with --group)"
-                ) from None
-            log.warning("inbox partition %d was taken over by another worker", partition)
-            if self._consumer is not None:
-                tp = TopicPartition(self.topics.inbox, partition)
-                if tp in self._consumer.assignment():
-                    self._consumer.pause(tp)  # nothing to write it with until revoked
-                    self._fenced.setdefault(partition, time.monotonic())
+            self._on_fenced(partition)
+            self._check_fenced()
             return
         except (KafkaError, OSError, TimeoutError) as why:
             log.warning(
@@ -1283,7 +1294,11 @@ class Worker:
             *(self._write_snapshot(r, blobs) for r in current), return_exceptions=True
         )
         for r, result in zip(current, results, strict=True):
-            if isinstance(result, BaseException):
+            if isinstance(result, ProducerFenced):
+                # as for a batch: the producer is dead (its next transaction would fail
+                # on aiokafka's state machine, a bare AssertionError), the partition gone
+                self._on_fenced(r.part.number)
+            elif isinstance(result, BaseException):
                 r.part.dirty = True
                 log.warning("snapshot of inbox partition %d failed: %s", r.part.number, result)
 
