@@ -66,8 +66,16 @@ STOP_TIMEOUT_S = 30.0
 
 
 def _float_env(name: str, default: float) -> float:
+    """Seconds from the environment, written as the CLI takes them (`20s`, `1m`, `60`)."""
+    from domain.durations import parse_duration
+
     raw = os.environ.get(name, "").strip()
-    return float(raw) if raw else default
+    if not raw:
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError as why:
+        raise ValueError(f"${name}: {why}") from None
 
 
 def scheduler_config() -> SchedulerConfig | None:

@@ -70,8 +70,9 @@ def create(
         have = report.partitions.get(name)
         other = (
             f"; it has {have} partition{'s' if have != 1 else ''}, not {partitions} (adding "
-            "partitions moves clusters between them: drain the inbox first, then "
-            "kafka-topics.sh --alter --partitions)"
+            "partitions moves clusters between them: stop every worker, let nothing be "
+            "sent, kafka-topics.sh --alter --partitions each topic, then start the workers "
+            "again; running workers do not notice new partitions)"
             if have and have != partitions
             else ""
         )

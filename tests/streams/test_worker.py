@@ -675,3 +675,25 @@ async def test_sends_a_failed_write_abandons_leave_no_unretrieved_failure() -> N
             unretrieved.clear()
     finally:
         loop.set_exception_handler(None)
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [
+        pytest.param("20s", 20.0, id="unit"),
+        pytest.param("90", 90.0, id="plain"),
+        pytest.param("", 60.0, id="unset"),
+    ],
+)
+def test_the_faust_apps_intervals_read_durations_as_the_cli_does(
+    monkeypatch: pytest.MonkeyPatch, raw: str, seconds: float
+) -> None:
+    """`ALLOT_SNAPSHOT_EVERY=20s faust -A streams.app worker` stopped on 'could not convert
+    string to float' while `allot serve --snapshot-every 20s` took it."""
+    from streams.app import _float_env
+
+    monkeypatch.setenv("ALLOT_SNAPSHOT_EVERY", raw)
+    assert _float_env("ALLOT_SNAPSHOT_EVERY", 60.0) == seconds
+    monkeypatch.setenv("ALLOT_SNAPSHOT_EVERY", "soon")
+    with pytest.raises(ValueError, match=r"\$ALLOT_SNAPSHOT_EVERY: not a duration: 'soon'"):
+        _float_env("ALLOT_SNAPSHOT_EVERY", 60.0)
