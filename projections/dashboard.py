@@ -985,19 +985,41 @@ def _forecast_figure(snap: Snapshot) -> str:
     from projections.gantt import gantt_png
 
     fc = snap.forecast()
-    span = format_duration(fc.horizon_end - fc.now)
+    end = forecast_window_end(fc)
+    span = format_duration(end - fc.now)
+    quiet = (
+        f" Nothing is expected to change after that, up to the forecast's horizon "
+        f"({format_duration(fc.horizon_end - fc.now)})."
+        if end < fc.horizon_end
+        else ""
+    )
     with snap.lock, _DRAW:
         if "forecast" not in snap.charts:
             g = timeline(snap.view, fc)
-            png = gantt_png(g, window=(fc.now, fc.horizon_end), title="Expected")
+            png = gantt_png(g, window=(fc.now, end), title="Expected")
             snap.charts["forecast"] = base64.b64encode(png).decode("ascii")
         chart = snap.charts["forecast"]
     return (
         f"<h2 id='forecast-timeline'>The next {esc(span)}, as the scheduler expects it</h2>"
         f"<figure>{_img(chart, 'expected GPU timeline')}<figcaption>The same picture played "
-        f"forward from the journal's latest moment. {esc(footnote(fc, 'It'))}"
+        f"forward from the journal's latest moment.{esc(quiet)} {esc(footnote(fc, 'It'))}"
         "</figcaption></figure>"
     )
+
+
+def forecast_window_end(fc: Any) -> float:
+    """Where the forecast picture ends: a little after its last expected change (at
+    least an hour on), not at the horizon, where minute-long jobs filled 2% of the
+    picture; the horizon when changes run up to it."""
+    changes = [  # the forecast's own ticks (one at the horizon) change nothing
+        r.time
+        for r in getattr(fc, "records", None) or ()
+        if r.time > fc.now and r.type != "clock.tick"
+    ]
+    if not changes:
+        return min(fc.horizon_end, fc.now + 3600.0)
+    last = max(changes)
+    return min(fc.horizon_end, max(fc.now + 3600.0, last + 0.1 * (last - fc.now)))
 
 
 # ------------------------------------------------------------------ workload

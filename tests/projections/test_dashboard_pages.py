@@ -110,14 +110,19 @@ def test_queue_says_when_waiting_work_will_not_start_within_the_forecast():
     assert "gave neither --runtime nor --expected-runtime" in text
 
 
-def test_the_timeline_page_draws_the_next_two_days_as_expected():
+def test_the_timeline_page_draws_what_the_forecast_expects_to_change():
+    """Up to a little after the last expected change (at least an hour), not the whole
+    two-day horizon, where minute-long jobs filled a sliver of the picture."""
     from projections.dashboard import timeline_page
 
     snap = snapshot(half_hour_left())
     status, text = timeline_page(snap, {})
     assert status == 200
     section = text[text.index("id='forecast-timeline'") :]
-    assert "The next 2d, as the scheduler expects it" in section
+    assert "The next 1h, as the scheduler expects it" in section  # wait1 starts in 28m
+    assert "Nothing is expected to change after that, up to the forecast's horizon (2d)" in (
+        section
+    )
     assert re.search(r'<img[^>]+src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', section)
     assert "It is a forecast: it assumes no new work arrives" in section
     # the picture is the forecast's: wait1 runs on h0 from 00:30 on
