@@ -121,7 +121,7 @@ def test_the_timeline_page_draws_what_the_forecast_expects_to_change():
     section = text[text.index("id='forecast-timeline'") :]
     assert "The next 1h, as the scheduler expects it" in section  # wait1 starts in 28m
     assert "Nothing is expected to change after that, up to the forecast's horizon (2d)" in (
-        section
+        html.unescape(section)
     )
     assert re.search(r'<img[^>]+src="data:image/png;base64,[A-Za-z0-9+/=]{1000,}"', section)
     assert "It is a forecast: it assumes no new work arrives" in section
