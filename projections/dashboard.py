@@ -364,7 +364,7 @@ nav a { color: #dce6f2; text-decoration: none; padding: 12px 12px 9px; display: 
 nav a:hover { background: #2c3e53; }
 nav a.on { color: #fff; border-bottom-color: #7fb2e5; font-weight: 600; }
 nav .src { margin-left: auto; color: #a9b8c8; font-size: 12px; }
-main { max-width: 1360px; margin: 0 auto; padding: 20px 28px 48px; }
+main { max-width: 2400px; margin: 0 auto; padding: 20px 28px 48px; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px;
      border-bottom: 1px solid var(--line); }

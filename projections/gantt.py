@@ -1,7 +1,8 @@
 """`gantt.png`: the GPU timeline of a run.
 
 Rows are GPUs (`host/index`, hosts in registration order), bars are workload run
-intervals. Hue per top-level allocation, a shade per leaf; hatched where the workload
+intervals. Hue per top-level allocation (or, under a single root, per allocation where
+the tree first branches), a shade per leaf; hatched where the workload
 is preemptible (unallocated, or past its `protected_until`); red outline where the
 interval ended by preemption; translucent red dashed boxes, over its work, where a host
 was unhealthy.
@@ -80,23 +81,42 @@ def window_title(head: str, w0: float, w1: float, t0: float, t1: float, kind: st
     return f"{head} — {_when(w0, seconds=seconds)} → {_when(w1, seconds=seconds)}  ({where})"
 
 
+def _branch_depth(leaves: list[str]) -> int:
+    """The first level of the paths where the tree branches: 0 when the top-level
+    allocations differ, 1 under a single root (`lab/...`), and so on."""
+    parts = [leaf.split("/") for leaf in leaves if leaf]
+    depth = 0
+    while parts and all(len(p) > depth + 1 for p in parts):
+        if len({p[depth] for p in parts}) > 1:
+            break
+        depth += 1
+    return depth
+
+
 def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
-    """Hue per top-level allocation and an RGB row per leaf (in `leaves` order): leaves
-    of one top-level get shades of its hue, from darker to lighter by path."""
+    """Hue per allocation at the first level where the tree branches (the top-level
+    ones, or under a single root such as `lab/` its children) and an RGB row per leaf
+    (in `leaves` order): leaves of one such group get shades of its hue, from darker to
+    lighter by path."""
     from matplotlib.colors import to_rgb
 
-    tops = sorted({leaf.split("/", 1)[0] for leaf in leaves if leaf})
+    depth = _branch_depth(leaves)
+
+    def group(leaf: str) -> str:
+        return "/".join(leaf.split("/")[: depth + 1])
+
+    tops = sorted({group(leaf) for leaf in leaves if leaf})
     top_color = {top: _BASE_COLORS[i % len(_BASE_COLORS)] for i, top in enumerate(tops)}
     by_top: dict[str, list[str]] = {}
     for leaf in sorted(set(leaves)):
         if leaf:
-            by_top.setdefault(leaf.split("/", 1)[0], []).append(leaf)
+            by_top.setdefault(group(leaf), []).append(leaf)
     rgb = np.zeros((max(1, len(leaves)), 3))
     for i, leaf in enumerate(leaves):
         if not leaf:
             rgb[i] = to_rgb(_UNKNOWN_COLOR)
             continue
-        top = leaf.split("/", 1)[0]
+        top = group(leaf)
         siblings = by_top[top]
         h, light, s = colorsys.rgb_to_hls(*to_rgb(top_color[top]))
         k = siblings.index(leaf)

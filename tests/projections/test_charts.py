@@ -358,7 +358,7 @@ def test_gantt_legend_keys_only_what_the_window_shows(close_figures):
     """A key for something the picture does not show reads as a bug ("where are the
     red outlines?"); each style key appears exactly when its marks do."""
     quiet = legend_labels(young_cluster(HOUR))  # protected all along (min runtime 1 h)
-    assert quiet == ["lab", "a"]  # the allocation that ran; no style key at all
+    assert quiet == ["lab/a"]  # the allocation that ran; no style key at all
     later = legend_labels(young_cluster(2 * HOUR))  # past its protection for the 2nd hour
     assert [k for k in STYLE_KEYS if k in later] == ["preemptible"]
 
@@ -368,3 +368,31 @@ def test_gantt_legend_keys_only_what_the_window_shows(close_figures):
     j.at(600).health("h1", False).at(900).preempt("w").at(1200).tick()
     busy = legend_labels(j)
     assert [k for k in STYLE_KEYS if k in busy] == ["ended by preemption", "host unhealthy"]
+
+
+@pytest.mark.parametrize(
+    ("leaves", "groups"),
+    [
+        pytest.param(["a/x", "a/y", "b/z"], {"a", "b"}, id="top-levels-differ"),
+        pytest.param(
+            ["lab/nlp/pretrain", "lab/nlp/eval", "lab/vision/det", "lab/infra"],
+            {"lab/nlp", "lab/vision", "lab/infra"},
+            id="one-root",  # README's shape: every leaf was a shade of one blue
+        ),
+    ],
+)
+def test_hues_go_to_where_the_tree_first_branches(leaves: list[str], groups: set[str]) -> None:
+    import colorsys
+
+    from projections.gantt import palette
+
+    hues, rgb = palette(leaves)
+    assert set(hues) == groups
+    # leaves of different groups get different hues; of one group, one hue in shades
+    hue = [round(colorsys.rgb_to_hls(*row)[0], 3) for row in rgb]
+    group_of = {
+        leaf: next(g for g in groups if leaf == g or leaf.startswith(g + "/")) for leaf in leaves
+    }
+    for i, a in enumerate(leaves):
+        for j, b in enumerate(leaves):
+            assert (hue[i] == hue[j]) == (group_of[a] == group_of[b]), (a, b)
