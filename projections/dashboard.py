@@ -659,7 +659,8 @@ def _queue_filter(
 ) -> tuple[str | None, str | None, int | None, str]:
     """?allocation= (the path and what is under it), ?user=, ?limit= (a number or all):
     the filters, the row limit, and a message for a wrong one."""
-    allocation = (query.get("allocation") or [""])[0].strip() or None
+    # the budget tree prints inner nodes as `vision/`: a trailing / is the same node
+    allocation = (query.get("allocation") or [""])[0].strip().rstrip("/") or None
     user = (query.get("user") or [""])[0].strip() or None
     raw = (query.get("limit") or [str(QUEUE_ROWS)])[0].strip()
     message = ""
@@ -674,6 +675,11 @@ def _queue_filter(
         message = f"no allocation {allocation!r}; showing every allocation"
         allocation = None
     return allocation, user, limit, message
+
+
+def _typed(query: dict[str, list[str]], key: str) -> str | None:
+    """What the user typed in a filter box, kept in it (even when it names nothing)."""
+    return (query.get(key) or [""])[0].strip() or None
 
 
 def _queue_form(allocation: str | None, user: str | None, limit: int | None) -> str:
@@ -722,7 +728,10 @@ def queue_page(snap: Snapshot, query: dict[str, list[str]] | None = None) -> str
     )
     annotate(pending + running, fc)
     policy = snap.view.state.ordering
-    out = [_header(snap, "Queue"), _queue_form(allocation, user, limit)]
+    out = [
+        _header(snap, "Queue"),
+        _queue_form(_typed(query or {}, "allocation"), _typed(query or {}, "user"), limit),
+    ]
     if message:
         out.append(f"<div class='msg' id='filter-error'>{esc(message)}</div>")
     matching = " that matches the filter" if filters else ""

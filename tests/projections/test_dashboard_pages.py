@@ -203,6 +203,10 @@ def test_the_queue_page_filters_by_allocation_and_user_keeping_queue_positions()
     assert "value='lab/b'" in text  # the form keeps the filter
     # the parent allocation holds both leaves' work
     assert len(ids(queue_page(snap, {"allocation": ["lab"]}), "pending")) == 5
+    # as the budget tree prints an inner node (`lab/`): the same node
+    assert len(ids(queue_page(snap, {"allocation": ["lab/"]}), "pending")) == 5
+    typo = queue_page(snap, {"allocation": ["lab/zz"]})
+    assert "value='lab/zz'" in typo  # kept in the box, to be corrected
     nobody = queue_page(snap, {"user": ["nobody"]})
     assert "id='no-pending'>Nothing that matches the filter is waiting" in nobody
     assert len(ids(queue_page(snap, {"user": ["alice"]}), "pending")) == 5
