@@ -411,8 +411,9 @@ class _Reasons:
         if held is not None:
             hosts, start = held
             # when the hosts' current work may end or be preempted, judged on today's
-            # ranking: a lower bound (`queue --start` plays the ranking forward)
-            when = "now" if start <= now else f"from {clock(start, now)} at the earliest"
+            # ranking; not a bound: as ranks move, a preemption may come sooner
+            # (`queue --start` plays the ranking forward)
+            when = "now" if start <= now else f"from {clock(start, now)} as ranks stand now"
             return "Reserved", f"holds {nodelist(hosts)} for it, free {when}"
         if w.gpus > s.healthy_capacity:
             return "Resources", (
