@@ -461,17 +461,18 @@ def _img(png: bytes | str, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _when(t: float | None) -> str:
+def _when(t: float | None, *, seconds: bool = False) -> str:
     if t is None or not math.isfinite(t):
         return "—"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
+    form = "%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC"
+    return datetime.fromtimestamp(t, UTC).strftime(form)
 
 
 def _header(snap: Snapshot, title: str) -> str:
     state = snap.view.state
     return (
         f"<h1>{esc(title)}</h1><p class='sub'>cluster <b>{esc(state.cluster)}</b> · as of "
-        f"<b>{esc(_when(state.now))}</b> (the journal's latest event) · policy "
+        f"<b>{esc(_when(state.now, seconds=True))}</b> (the journal's latest event) · policy "
         f"<b>{esc(state.ordering.name)}</b> · {state.healthy_capacity} of {state.capacity} "
         f"GPUs healthy · {snap.view.records:,} records</p>"
     )
