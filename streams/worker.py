@@ -83,6 +83,8 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError, ProducerFenced
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -577,6 +579,9 @@ class Worker:
             heartbeat_interval_ms=max(500, self.session_timeout_ms // 4),
             # members finish their batch and hand over a snapshot before rejoining
             rebalance_timeout_ms=max(30_000, self.session_timeout_ms),
+            # a member joining or leaving moves only the partitions it must: the others
+            # stay where they are (kept, not reloaded); range for groups with older members
+            partition_assignment_strategy=(StickyPartitionAssignor, RangePartitionAssignor),
             **self.kafka_options,
         )
         await self._consumer.start()
