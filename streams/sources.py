@@ -231,21 +231,36 @@ def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[
     """The journal topic's lines of `cluster` (all when None), read on a thread of
     their own; with `follow`, forever."""
     found = 0
+    others: list[str] = []
     for batch in _on_own_thread(
         lambda put, stop: _consume(bootstrap, cluster, follow, put, stop),
         bootstrap,
         name="allot-journal-reader",
         depth=64,
     ):
+        if isinstance(batch, _OtherClusters):
+            others = batch
+            continue
         for line in batch:
             found += 1
             yield line
     if not found and not follow:
-        raise _no_kafka_records(bootstrap, cluster)
+        raise _no_kafka_records(bootstrap, cluster, others)
 
 
-def _no_kafka_records(bootstrap: str, cluster: str | None) -> EmptyJournal:
+class _OtherClusters(list):
+    """The reader's last word when no record was `cluster`'s: the clusters it saw."""
+
+
+def _no_kafka_records(
+    bootstrap: str, cluster: str | None, others: list[str] | None = None
+) -> EmptyJournal:
     which = f"of cluster {cluster!r} " if cluster else ""
+    if others:
+        return EmptyJournal(
+            f"the journal (topic {topics.JOURNAL} on {bootstrap}) has no records {which}"
+            f"(it holds: {', '.join(others)}); pick one with --cluster or $ALLOT_CLUSTER"
+        )
     return EmptyJournal(
         f"the journal (topic {topics.JOURNAL} on {bootstrap}) has no records {which}yet; "
         "is the scheduler running for this cluster (allot serve --kafka, --cluster)?"
@@ -341,10 +356,17 @@ async def _consume(
         ends = await asyncio.wait_for(consumer.end_offsets(tps), CONNECT_TIMEOUT_S)
         key = cluster.encode() if cluster is not None else None
         remaining = {tp for tp in tps if ends.get(tp, 0) > 0}
+        found = False
+        others: set[bytes] = set()  # other clusters' keys: named if none is `cluster`'s
         # until the end offsets seen at the start (then, when following, forever)
         last_progress = time.monotonic()
         while not stop.is_set():
-            if not follow and not remaining:
+            if not follow and (
+                not remaining
+                or time.monotonic() - last_progress > IDLE_TIMEOUT_S  # e.g. an unfinished
+            ):  # transaction holds the rest back
+                if not found and others:
+                    put(_OtherClusters(sorted(k.decode(errors="replace") for k in others)))
                 return
             batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
             lines: list[bytes] = []
@@ -352,15 +374,16 @@ async def _consume(
                 for record in batches[tp]:
                     if _keep(record.key, record.value, key, cluster):
                         lines.append(record.value)
+                    elif record.key is not None and len(others) < 10:
+                        others.add(record.key)
             if lines:
+                found = True
                 put(lines)
             if batches:
                 last_progress = time.monotonic()
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
-            if remaining and not follow and time.monotonic() - last_progress > IDLE_TIMEOUT_S:
-                return  # e.g. an unfinished transaction holds the rest back
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()

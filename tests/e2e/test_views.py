@@ -1006,3 +1006,26 @@ def test_jobs_refuse_an_id_that_names_nothing(journal: Path, command: str) -> No
     one_line_error(
         allot(command, "--journal", str(journal), "-j", "no-such-id"), "no workload 'no-such-id'"
     )
+
+
+@pytest.mark.kafka
+def test_a_cluster_with_no_records_on_kafka_names_those_that_have_some(
+    kafka_bootstrap: str, records: list[dict[str, Any]]
+) -> None:
+    """`allot why ID --kafka` without --cluster reads cluster 'default': when that has
+    nothing, the error says which clusters the topic holds (as for a file)."""
+    from streams.worker import Topics, create_topics
+
+    sfx = f".v{uuid.uuid4().hex[:8]}"
+    asyncio.run(create_topics(kafka_bootstrap, topics=Topics.suffixed(sfx)))
+    asyncio.run(
+        _produce(
+            kafka_bootstrap, f"allot.journal{sfx}", [{**r, "cluster": "c7"} for r in records], "c7"
+        )
+    )
+    result = allot(
+        "queue", "--kafka", kafka_bootstrap, env={"ALLOT_TOPIC_SUFFIX": sfx}
+    )  # no --cluster: 'default'
+    one_line_error(
+        result, "no records of cluster 'default' (it holds: c7); pick one with --cluster"
+    )
