@@ -764,9 +764,38 @@ _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "Usage
 _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+DATA_ENV = "ALLOT_DATA"
+_SOURCES = ("--data", "--kafka", "--journal")
+
+
+def _default_data(argv: list[str]) -> list[str]:
+    """`$ALLOT_DATA` stands for `--data DIR` (as `$ALLOT_KAFKA` does for --kafka) when
+    the command takes --data and names no source itself; `$ALLOT_KAFKA` wins if both are
+    set, as --kafka given alone would."""
+    import os
+
+    data = os.environ.get(DATA_ENV, "").strip()
+    if not data or os.environ.get("ALLOT_KAFKA", "").strip():
+        return argv
+    if any(a in _SOURCES or a.startswith(tuple(f"{s}=" for s in _SOURCES)) for a in argv):
+        return argv
+    command: Any = typer.main.get_command(app)
+    for word in argv:
+        if word.startswith("-"):
+            break
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command = sub
+    if any("--data" in getattr(param, "opts", ()) for param in command.params):
+        return [*argv, "--data", data]
+    return argv
+
+
 def main() -> None:
     try:
         _keep_only_invoked(sys.argv[1:])
+        sys.argv[1:] = _default_data(sys.argv[1:])
         _flow_help(app)
         if _needs_plugins(sys.argv[1:]):
             from allot.plugins import load_entry_points

@@ -25,7 +25,9 @@ KafkaOpt = Annotated[
 DataOpt = Annotated[
     Path | None,
     typer.Option(
-        "--data", help="Embedded journal folder (no broker): DIR/inbox.jsonl, DIR/journal.jsonl."
+        "--data",
+        help="Embedded journal folder (no broker): DIR/inbox.jsonl, DIR/journal.jsonl "
+        "(default $ALLOT_DATA when neither --kafka nor $ALLOT_KAFKA is given).",
     ),
 ]
 JournalOpt = Annotated[

@@ -757,3 +757,21 @@ def test_a_headroom_above_one_host_in_eight_is_said(tmp_path: Path) -> None:
     )
     default = allot(*run)
     assert default.returncode == 0 and "headroom" not in default.stderr
+
+
+def test_allot_data_stands_for_data_when_no_source_is_named(tmp_path: Path) -> None:
+    """As $ALLOT_KAFKA for --kafka: one export instead of --data on every command."""
+    data = tmp_path / "lab"
+    sent = allot("host", "register", "h1", "8", env={"ALLOT_DATA": str(data)})
+    assert sent.returncode == 0, sent.stderr
+    assert f"to folder {data})" in sent.stdout
+    served = allot("serve", "--once", "--tick", "0", env={"ALLOT_DATA": str(data)})
+    assert served.returncode == 0, served.stderr
+    listed = allot("host", "list", "--json", env={"ALLOT_DATA": str(data)})
+    assert listed.returncode == 0, listed.stderr
+    assert [h["host"] for h in json.loads(listed.stdout)["hosts"]] == ["h1"]
+    # a source on the command line wins; so does $ALLOT_KAFKA (here unreachable)
+    other = allot("host", "list", "--data", str(tmp_path / "none"), env={"ALLOT_DATA": str(data)})
+    assert other.returncode == 2 and "none: no such folder" in other.stderr
+    kafka = allot("host", "list", env={"ALLOT_DATA": str(data), "ALLOT_KAFKA": "127.0.0.1:1"})
+    assert kafka.returncode == 2 and "127.0.0.1:1" in kafka.stderr
