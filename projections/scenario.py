@@ -242,12 +242,17 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
+# --set keys the simulated launcher reads, not the scheduler (projections.simulate)
+ENGINE_KEYS = ("checkpoint_loss",)
+
+
 def _describe(
     source: str,
     error: ValidationError,
     *,
     root: type[BaseModel] = ScenarioSpec,
     prefix: tuple[Any, ...] = (),
+    also_known: tuple[str, ...] = (),
 ) -> str:
     """One line per problem: `lab.yaml: workloads[2].generate.rate_per_h: <what is wrong>`."""
     lines = []
@@ -257,7 +262,7 @@ def _describe(
         if item["type"] == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
             model = _model_at(loc, root)
-            known = list(model.model_fields) if model else []
+            known = [*also_known, *model.model_fields] if model else []
             hint = difflib.get_close_matches(key, known, n=1)
             msg = f"unknown key {key!r}"
             if hint:
@@ -734,10 +739,9 @@ def scenario_from_dict(
         try:
             config = SchedulerConfig.model_validate({**spec.config, **overrides})
         except ValidationError as exc:
-            message = _describe("--set", exc, root=SchedulerConfig)
-            if "known keys: " in message:  # the engine's own key is one too
-                message = message.replace("known keys: ", "known keys: checkpoint_loss, ", 1)
-            raise ScenarioError(message) from None
+            raise ScenarioError(
+                _describe("--set", exc, root=SchedulerConfig, also_known=ENGINE_KEYS)
+            ) from None
     return Scenario(
         spec,
         name=spec.name or default_name,

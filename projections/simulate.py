@@ -23,12 +23,13 @@ import orjson
 from domain.config import ConfigError, SchedulerConfig
 from domain.durations import parse_duration
 from projections.engine import EXECUTOR, SIMULATOR, Engine, EngineOptions
+from projections.scenario import ENGINE_KEYS
 from streams.codec import encode
 
 if TYPE_CHECKING:
     from projections.scenario import Scenario
 
-ENGINE_KEYS = {"checkpoint_loss"}  # --set keys the engine reads (not the scheduler)
+
 SCENARIO_ACTOR = "scenario"
 
 
