@@ -62,7 +62,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve the allocations, queue, GPU timeline and workload pages (/workload/ID:
         `allot why` in a browser) over HTTP, offline: no scripts or assets from the
-        network. Pages re-read the journal when it changes."""
+        network.
+
+        Pages fold what the journal gained when it changes (a refresh costs what was
+        appended, not the whole history). The queue page filters by ?allocation= and
+        ?user= and shows ?limit= rows a table (500 by default, or all)."""
         from allot.commands.common import resolve_target
         from projections.dashboard import Dashboard, file_stamp, make_server
         from streams.sources import journal_lines, journal_tail
