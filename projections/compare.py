@@ -79,6 +79,7 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         ("occupancy", ("occupancy",), "ratio"),
         ("occupancy (contended)", ("occupancy_contended",), "ratio"),
         ("idle GPU-h while work waited", ("contended_idle", "gpu_hours"), "number"),
+        ("  of it on headroom hosts", ("contended_idle", "headroom_gpu_hours"), "number"),
         ("preemptions", ("preemptions",), "count"),
         ("workloads preempted", ("workloads", "preempted"), "count"),
         ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),

@@ -582,6 +582,10 @@ def _contended_idle_rows(idle: dict[str, Any] | None) -> list[list[str]]:
         for gpus, share in idle.get("by_smallest_waiting_gpus", {}).items()
     )
     rows = [["idle while work waited (GPU-h)", fmt_num(idle.get("gpu_hours"), 1)]]
+    if idle.get("headroom_gpu_hours"):  # kept for short jobs: the price of their not waiting
+        rows.append(
+            ["… of it on hosts kept for short jobs", fmt_num(idle["headroom_gpu_hours"], 1)]
+        )
     if shares:
         rows.append(["… by the smallest waiting workload's GPUs", html.escape(shares)])
     return rows

@@ -12,8 +12,9 @@ Keys (exact, plus a few extras marked *):
 - `occupancy` (busy / healthy GPU-seconds), `occupancy_contended` (the same, only while
   some work with `min_runtime > 0` waits), `allocated_fraction`, `unallocated_fraction`
   (of busy GPU-seconds: charged vs not), *`gpu_hours`;
-- *`contended_idle` {gpu_hours, by_smallest_waiting_gpus: {GPUs: share}}: the idle
-  GPU-hours that `occupancy_contended` leaves out, by the GPUs of the smallest workload
+- *`contended_idle` {gpu_hours, headroom_gpu_hours, by_smallest_waiting_gpus: {GPUs:
+  share}}: the idle GPU-hours that `occupancy_contended` leaves out (of them, those on
+  the hosts kept for short jobs), by the GPUs of the smallest workload
   waiting at the time (idle GPUs beside waiting 1-GPU work is a scheduling loss; beside
   only whole-host work, fragmentation that work waits out);
 - `delivered` {overall, min, by_allocation, hourly_strict, *owed_gpu_h, *received_gpu_h}:
@@ -233,6 +234,9 @@ class SummaryProjection(UsageProjection):
         total = sum(idle.values())
         return {
             "gpu_hours": round(total / HOUR, 3),
+            # the part that lay on the hosts kept for short, small jobs (headroom_hosts):
+            # the price of short jobs never waiting, which no other rule could use
+            "headroom_gpu_hours": round(self.headroom_idle / HOUR, 3),
             "by_smallest_waiting_gpus": {
                 str(gpus): round(idle[gpus] / total, 4) for gpus in sorted(idle)
             }

@@ -41,6 +41,10 @@ from typing import Any
 
 from domain.tree import AllocationTree, ancestors
 
+# SchedulerConfig.headroom_hosts's default (for journals whose config.set predates it;
+# not imported: domain.config pulls in pydantic, and readers start light)
+DEFAULT_HEADROOM_HOSTS = 1
+
 HOUR = 3600.0
 
 PENDING = "pending"
@@ -191,6 +195,9 @@ class UsageProjection:
         self._on_hold: set[str] = set()
         # smallest waiting GPUs -> idle healthy GPU-seconds while contended
         self.contended_idle: dict[int, float] = {}
+        # of those, the idle GPU-seconds on the hosts kept for short jobs (headroom)
+        self.headroom_idle = 0.0
+        self._headroom: list[str] | None = None  # the headroom hosts (None: work it out)
         self._rows: dict[tuple[str, float], list[float]] = {}
         self._cluster: dict[float, list[float]] = {}
         self._hour_start = 0.0
@@ -247,6 +254,9 @@ class UsageProjection:
             self.contended_idle = {}
         if "_on_hold" not in saved:  # saved before allot hold
             self._on_hold = set()
+        if "headroom_idle" not in saved:  # saved before the headroom figure
+            self.headroom_idle = 0.0
+            self._headroom = None
 
     def advance_to(self, t: float) -> None:
         """Move time to `t` without an event (e.g. a simulation horizon)."""
@@ -335,6 +345,22 @@ class UsageProjection:
         if idle > 0:
             smallest = min(self._waiting_sizes)
             self.contended_idle[smallest] = self.contended_idle.get(smallest, 0.0) + idle * dt
+            headroom = self._headroom
+            if headroom is None:
+                headroom = self._headroom = self._headroom_hosts()
+            if headroom:
+                busy = self._busy_by_host
+                kept = sum(self.hosts[h] - busy.get(h, 0) for h in headroom)
+                self.headroom_idle += min(idle, kept) * dt
+
+    def _headroom_hosts(self) -> list[str]:
+        """The hosts the scheduler keeps for short, small jobs, as
+        `domain.state.State.recompute_headroom` picks them: the last `headroom_hosts`
+        healthy ones in registration order, never more than one healthy host in eight."""
+        want = self.config.get("headroom_hosts", DEFAULT_HEADROOM_HOSTS)
+        healthy = [h for h in self.hosts if self.healthy.get(h, True)]
+        count = min(int(want), len(healthy) // 8) if isinstance(want, int) else 0
+        return healthy[len(healthy) - count :] if count > 0 else []
 
     def _wait(self, w: _Workload) -> None:
         self._waiting_allocated += 1
@@ -405,6 +431,7 @@ class UsageProjection:
         if self.healthy[host]:
             self.capacity += gpus - (old or 0)
         self.hosts[host] = gpus
+        self._headroom = None
         self._timeline_changed()
 
     def _host_health(self, d: dict[str, Any], now: float) -> None:
@@ -416,6 +443,7 @@ class UsageProjection:
         if self.healthy[host] == healthy:
             return
         self.healthy[host] = healthy
+        self._headroom = None
         sign = 1 if healthy else -1
         self.capacity += sign * self.hosts[host]
         self._busy_healthy += sign * self._busy_by_host.get(host, 0)
@@ -444,6 +472,7 @@ class UsageProjection:
 
     def _config_set(self, d: dict[str, Any], now: float) -> None:
         self.config = dict(d.get("config") or {})
+        self._headroom = None
 
     # ------------------------------------------------------------ workload events
     def _submitted(self, d: dict[str, Any], now: float) -> None:

@@ -94,7 +94,11 @@ def test_report_shows_the_summary_numbers(report):
     assert ">wall time (s)<" in text and ">peak_rss_mb<" not in text
     assert ">preempted and not requeued<" in text and ">preempted_terminal<" not in text
     # d1 waited only while all 24 GPUs were busy: no idle time to explain
-    assert summary["contended_idle"] == {"gpu_hours": 0.0, "by_smallest_waiting_gpus": {}}
+    assert summary["contended_idle"] == {
+        "gpu_hours": 0.0,
+        "headroom_gpu_hours": 0.0,
+        "by_smallest_waiting_gpus": {},
+    }
     assert '<td class="">idle while work waited (GPU-h)</td><td class="num">0.0</td>' in text
 
 
@@ -219,3 +223,8 @@ def test_contended_idle_rows_name_what_the_smallest_waiting_workload_needed():
         ["… by the smallest waiting workload's GPUs", "1 GPU 10.0% · 16 GPUs 90.0%"],
     ]
     assert _contended_idle_rows(None) == []
+    kept = _contended_idle_rows({"gpu_hours": 5.0, "headroom_gpu_hours": 4.0})
+    assert kept == [
+        ["idle while work waited (GPU-h)", "5.0"],
+        ["… of it on hosts kept for short jobs", "4.0"],
+    ]

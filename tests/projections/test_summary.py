@@ -87,6 +87,7 @@ def test_contended_idle_is_charged_to_the_smallest_waiting_workload(mixed):
     # 1200 → 1800: 2 of 16 GPUs idle while b1 (4 GPUs) waits = 1 200 GPU-s
     assert mixed["contended_idle"] == {
         "gpu_hours": pytest.approx(1200 / HOUR, abs=1e-3),
+        "headroom_gpu_hours": 0.0,  # two hosts: none kept for short jobs
         "by_smallest_waiting_gpus": {"4": 1.0},
     }
 
@@ -336,3 +337,44 @@ def test_wait_stats_empty_is_null():
         "count": 0,
         "unplaced": 0,
     }
+
+
+def _gang_beside_headroom(headroom: int | None) -> JournalBuilder:
+    """8 hosts, h0..h5 busy, a 24-GPU gang waiting for an hour beside h6 and h7 idle;
+    `headroom`: the journal's config says so (None: no config record, the default)."""
+    from domain.config import SchedulerConfig
+
+    j = JournalBuilder()
+    if headroom is not None:
+        config = {**SchedulerConfig().model_dump(mode="json"), "headroom_hosts": headroom}
+        j.add("config.set", config=config)
+    for i in range(8):
+        j.host(f"h{i}")
+    j.budget("lab", 1).budget("lab/a", 1)
+    for i in range(6):
+        j.submit(f"r{i}", "lab/a", 8).place(f"r{i}", {f"h{i}": H8})
+    j.submit("gang", "lab/a", 24)
+    j.at(HOUR).tick()
+    return j
+
+
+@pytest.mark.parametrize(
+    ("headroom", "kept_idle"),
+    [
+        pytest.param(None, 8.0, id="default-one-host"),  # 8 hosts keep one: h7
+        pytest.param(0, 0.0, id="none-kept"),
+        pytest.param(5, 8.0, id="capped-at-one-in-eight"),
+    ],
+)
+def test_idle_time_on_the_hosts_kept_for_short_jobs_is_counted_apart(
+    headroom: int | None, kept_idle: float
+) -> None:
+    """Idle GPUs beside a waiting gang are 16; the headroom host's 8 of them are the
+    price of short jobs never waiting, not a scheduling loss."""
+    from domain.config import SchedulerConfig
+    from projections.usage import DEFAULT_HEADROOM_HOSTS
+
+    assert SchedulerConfig().headroom_hosts == DEFAULT_HEADROOM_HOSTS
+    idle = summarize(_gang_beside_headroom(headroom).events, policy="p")["contended_idle"]
+    assert idle["gpu_hours"] == pytest.approx(16.0, abs=1e-3)
+    assert idle["headroom_gpu_hours"] == pytest.approx(kept_idle, abs=1e-3)
