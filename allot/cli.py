@@ -780,6 +780,7 @@ def _default_data(argv: list[str]) -> list[str]:
     if any(a in _SOURCES or a.startswith(tuple(f"{s}=" for s in _SOURCES)) for a in argv):
         return argv
     command: Any = typer.main.get_command(app)
+    words = 0  # the command's own words (`host list`): --data goes right after them
     for word in argv:
         if word.startswith("-"):
             break
@@ -787,8 +788,11 @@ def _default_data(argv: list[str]) -> list[str]:
         if sub is None:
             break
         command = sub
+        words += 1
     if any("--data" in getattr(param, "opts", ()) for param in command.params):
-        return [*argv, "--data", data]
+        # not at the end: after `--` it would be an argument, after an option left
+        # without its value it would be that value
+        return [*argv[:words], "--data", data, *argv[words:]]
     return argv
 
 

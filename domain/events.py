@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+)
 
 from domain.upcasting import CURRENT_VERSION, upcast
 
@@ -36,12 +44,31 @@ class Envelope(BaseModel):
 # ---------------------------------------------------------------- inputs
 
 
+def _whole(value: Any) -> Any:
+    """2.0 is the count 2 (JSON has one number type; the inbox took it before strict
+    types, so old inboxes still re-derive); anything else is left to the strict check."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
 # an input's numbers and flags as JSON types, not coerced: `"gpus": true` was 1 GPU and
-# `"min_runtime": "30"` 30 seconds (a float field still takes an integer)
-Count = Annotated[int, Strict()]
+# `"min_runtime": "30"` 30 seconds (a float field still takes an integer, an integer
+# field a whole float)
+Count = Annotated[int, BeforeValidator(_whole), Strict()]
 Number = Annotated[float, Strict()]
 Seconds = Number
-Flag = Annotated[bool, Strict()]
+
+
+def _bit(value: Any) -> Any:
+    """0 and 1 are false and true (as JSON writers without booleans send them, and the
+    inbox took before strict types); anything else is left to the strict check."""
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return value
+
+
+Flag = Annotated[bool, BeforeValidator(_bit), Strict()]
 
 
 class WorkloadSubmitted(Envelope):
@@ -312,9 +339,10 @@ def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:
                 error=f"unknown input type {_clip(raise_type, 60)!r}; inputs are: {known}",
             )
         version = record.get("v", CURRENT_VERSION)
-        if version != CURRENT_VERSION:  # older ones were upcast: a newer writer, or junk
+        if type(version) is not int or version != CURRENT_VERSION:  # older ones were
+            # upcast: a newer writer, or junk (true, "1": not the version 1)
             raise _Unsupported(
-                f"version {_clip(version, 20)} of {record.get('type')} is not one this "
+                f"version {repr(version)[:20]} of {record.get('type')} is not one this "
                 f"scheduler reads (v{CURRENT_VERSION}, and older ones upcast); upgrade allot "
                 "or send v1"
             )

@@ -396,21 +396,22 @@ SUBMIT = {"type": "workload.submitted", "id": "r1", "time": 1.0, "workload": "w"
 
 RAW_CASES = [
     # a number or flag of the wrong JSON type is refused, not coerced (true was 1 GPU,
-    # "30" thirty seconds, 2.0 two GPUs)
+    # "30" thirty seconds; 2.0 is still two GPUs, see below)
     (
         "gpus-bool",
         {**SUBMIT, "gpus": True},
         "workload.rejected",
         "gpus: Input should be a valid integer",
     ),
-    ("gpus-float", {**SUBMIT, "gpus": 2.0}, "workload.rejected", "(got 2.0)"),
+    ("gpus-fraction", {**SUBMIT, "gpus": 2.5}, "workload.rejected", "(got 2.5)"),
     (
         "min-runtime-string",
         {**SUBMIT, "gpus": 1, "min_runtime": "30"},
         "workload.rejected",
         "min_runtime: Input should be a valid number (got '30')",
     ),
-    ("resumable-int", {**SUBMIT, "gpus": 1, "resumable": 1}, "workload.rejected", "resumable"),
+    ("resumable-two", {**SUBMIT, "gpus": 1, "resumable": 2}, "workload.rejected", "resumable"),
+    ("resumable-text", {**SUBMIT, "gpus": 1, "resumable": "yes"}, "workload.rejected", "resumable"),
     (
         "host-gpus-string",
         {"type": "host.registered", "id": "r1", "time": 1.0, "host": "h", "gpus": "8"},
@@ -419,6 +420,8 @@ RAW_CASES = [
     ),
     # a version this scheduler has no upcaster to: a newer writer (or junk)
     ("newer-version", {**SUBMIT, "gpus": 1, "v": 99}, "workload.rejected", "version 99 of"),
+    ("version-true", {**SUBMIT, "gpus": 1, "v": True}, "workload.rejected", "version True of"),
+    ("version-string", {**SUBMIT, "gpus": 1, "v": "1"}, "workload.rejected", "version '1' of"),
     (
         "missing-field",
         {"type": "workload.submitted", "id": "r1", "time": 1.0, "allocation": "a", "gpus": 1},
@@ -579,3 +582,11 @@ def test_ids_are_remembered_for_one_window_then_forgotten(
     assert list(c.state.ended_order) == list(c.state.ended)
     (again,) = c.submit("run", "lab/a")[:1]
     assert again.type == ("workload.rejected" if ended_remembered else "workload.submitted")
+
+
+def test_a_whole_float_is_a_count_and_0_or_1_a_flag() -> None:
+    """JSON has one number type (and some writers no booleans), and the inbox took 2.0
+    and 1 before inputs were strict: old inboxes must re-derive as journaled."""
+    event = parse_input({**SUBMIT, "gpus": 2.0, "priority": 3.0, "resumable": 1}, now=5.0)
+    assert (event.type, event.gpus, event.priority) == ("workload.submitted", 2, 3)
+    assert type(event.gpus) is int and event.resumable is True

@@ -775,3 +775,9 @@ def test_allot_data_stands_for_data_when_no_source_is_named(tmp_path: Path) -> N
     assert other.returncode == 2 and "none: no such folder" in other.stderr
     kafka = allot("host", "list", env={"ALLOT_DATA": str(data), "ALLOT_KAFKA": "127.0.0.1:1"})
     assert kafka.returncode == 2 and "127.0.0.1:1" in kafka.stderr
+    # it goes in after the command's words, not at the end: after `--` it was an
+    # argument, after an option left without its value that value
+    ended = allot("why", "--", "nope", env={"ALLOT_DATA": str(data)})
+    assert ended.returncode == 2 and "no workload 'nope'" in ended.stderr
+    dangling = allot("queue", "-o", env={"ALLOT_DATA": str(data)})
+    assert dangling.returncode == 2 and "Option '-o' requires an argument" in dangling.stderr
