@@ -687,12 +687,14 @@ def parse_format(spec: str) -> list[str]:
     """Columns from `%i %a %u %T %g %M %r` (squeue-like letters) or `id,user,reason`."""
     spec = spec.strip()
     if "%" in spec:
-        letters = re.findall(r"%(?:\.?\d+)?([A-Za-z])", spec)
+        letters = re.findall(r"%(?:\.?\d+)?([A-Za-z])", spec.replace("%%", ""))
         unknown = [f"%{c}" for c in letters if c not in _BY_LETTER]
         if unknown or not letters:
             known = " ".join(f"%{letter}={name}" for letter, name in _BY_LETTER.items())
-            what = " ".join(unknown) if unknown else repr(spec)
-            raise ViewError(f"unknown format field {what}; known: {known}")
+            what = (
+                f"unknown format field {' '.join(unknown)}" if unknown else f"no field in {spec!r}"
+            )
+            raise ViewError(f"{what}; known: {known}")
         return [_BY_LETTER[c] for c in letters]
     names = [n.strip().lower() for n in re.split(r"[,\s]+", spec) if n.strip()]
     unknown = [n for n in names if n not in QUEUE_COLUMNS]
@@ -702,7 +704,7 @@ def parse_format(spec: str) -> list[str]:
     return names
 
 
-_FIELD = re.compile(r"%(\.)?(\d+)?([A-Za-z])")
+_FIELD = re.compile(r"%%|%(\.)?(\d+)?([A-Za-z])")
 
 
 def format_template(spec: str) -> list[tuple[str, str | None, int | None, bool]] | None:
@@ -717,10 +719,13 @@ def format_template(spec: str) -> list[tuple[str, str | None, int | None, bool]]
     parts: list[tuple[str, str | None, int | None, bool]] = []
     at = 0
     for m in _FIELD.finditer(spec):
+        if m[0] == "%%":  # printf's literal %
+            continue
         width = int(m[2]) if m[2] else None
-        parts.append((spec[at : m.start()], _BY_LETTER[m[3]], width, bool(m[1])))
+        literal = spec[at : m.start()].replace("%%", "%")
+        parts.append((literal, _BY_LETTER[m[3]], width, bool(m[1])))
         at = m.end()
-    parts.append((spec[at:], None, None, False))
+    parts.append((spec[at:].replace("%%", "%"), None, None, False))
     literal = "".join(text for text, *_ in parts)
     if not literal.strip() and all(width is None for _, _, width, _ in parts):
         return None
@@ -913,19 +918,37 @@ def resolve_jobs(view: JournalView, ids: Collection[str] | None) -> set[str] | N
     if ids is None:
         return None
     histories = view.histories
+    bases: set[str] = set()  # job arrays' bases (their tasks are BASE_<index>)
+    for k, h in histories.items():
+        head, _, index = k.rpartition("_")
+        if head and index.isdigit() and _names_a_workload(h):
+            bases.add(head)
     out: set[str] = set()
     for wid in ids:
         h = histories.get(wid)
-        if h is not None and _names_a_workload(h):
-            out.add(wid)
-        elif any(
-            k.startswith(wid + "_") and k[len(wid) + 1 :].isdigit() and _names_a_workload(v)
-            for k, v in histories.items()
+        if (h is not None and _names_a_workload(h)) or wid in bases:
+            out.add(wid)  # a workload, or a job array's base: its tasks match
+            continue
+        head, _, index = wid.rpartition("_")
+        if index.isdigit() and head:  # PREFIX_3: task 3 of the array PREFIX starts
+            base = _one_base(bases, head)
+            if base is not None and f"{base}_{index}" in histories:
+                out.add(f"{base}_{index}")
+                continue
+        base = _one_base(bases, wid)
+        if base is not None and all(
+            k.rpartition("_")[0] == base for k in histories if k.startswith(wid)
         ):
-            out.add(wid)  # a job array's base: its tasks match
-        else:
-            out.add(find_workload(view, wid))
+            out.add(base)  # the start of one array's base (and of nothing else)
+            continue
+        out.add(find_workload(view, wid))
     return out
+
+
+def _one_base(bases: set[str], prefix: str) -> str | None:
+    """The one job array base `prefix` starts, if exactly one."""
+    found = [b for b in bases if b.startswith(prefix)]
+    return found[0] if len(found) == 1 else None
 
 
 def _names_a_workload(h: History) -> bool:

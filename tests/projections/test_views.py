@@ -613,6 +613,7 @@ def test_shares_say_who_manages_and_who_may_submit() -> None:
         pytest.param("%i|%u|%T", ["w1", "alice", "PENDING"], "w1|alice|PENDING", id="separators"),
         pytest.param("%.6i %4u", ["w1", "alice"], "    w1 alic", id="widths-pad-and-cut"),
         pytest.param("[%i] %T.", ["w1", "RUNNING"], "[w1] RUNNING.", id="text-around"),
+        pytest.param("%i %%", ["w1"], "w1 %", id="literal-percent"),
     ],
 )
 def test_squeue_literal_formats_keep_their_text(spec: str, cells: list[str], line: str) -> None:
@@ -633,6 +634,9 @@ def test_jobs_resolve_ids_array_bases_and_unique_prefixes() -> None:
         c.submit(wid, "lab", gpus=1)
     view = v.fold(c.journal)
     assert v.resolve_jobs(view, {"alpha", "sweep", "al"}) == {"alpha", "sweep"}
+    # the start of one array's base names the array; PREFIX_N its task N
+    assert v.resolve_jobs(view, {"swe"}) == {"sweep"}
+    assert v.resolve_jobs(view, {"swe_1"}) == {"sweep_1"}
     with pytest.raises(v.ViewError, match="'b' is the start of 2 workload ids"):
         v.resolve_jobs(view, {"b"})
     with pytest.raises(v.ViewError, match="no workload 'gamma'"):
