@@ -483,8 +483,8 @@ def empty_page(snap: Snapshot, active: str, source: str) -> str:
         body = (
             "<div class='empty' id='empty-state'><h1>No journal records yet</h1>"
             f"<p>{esc(snap.empty)}.</p><p class='hint'>The dashboard shows allocations, the "
-            "queue and the GPU timeline as soon as the scheduler has written records; it "
-            "re-reads the journal on every page load.</p></div>"
+            "queue and the GPU timeline as soon as the scheduler has written records; every "
+            "page load looks for them.</p></div>"
         )
         return page("empty journal", body, active=active, source=source)
     body = (

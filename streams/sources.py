@@ -593,6 +593,9 @@ class KafkaTail:
             lines.extend(batch)
             positions = after
         if not self.count and not lines:
+            # read once more, whole, for the error naming the clusters the topic holds
+            for _ in journal_lines(kafka=self.bootstrap, cluster=self.cluster):
+                break  # records came in meanwhile: the next refresh reads them
             raise _no_kafka_records(self.bootstrap, self.cluster)
         return lines, (positions, self.count + len(lines))
 

@@ -34,8 +34,11 @@ def test_the_dashboard_folds_only_the_new_records_of_the_topic(
         ttl=0.0,
         tail=lambda: journal_tail(kafka=kafka_bootstrap, cluster=cluster),
     )
+    produce_journal(kafka_bootstrap, [{**records[0], "cluster": f"other-{cluster}"}])
     snap = board.snapshot()
     assert not snap.ok and "has no records of cluster" in snap.empty  # nothing yet
+    # the topic holds another cluster's: the message names what it holds, as the CLI's
+    assert "(it holds: " in snap.empty and "pick one with --cluster" in snap.empty
 
     for done, upto in ((0, half), (half, len(records))):
         produce_journal(kafka_bootstrap, records[done:upto])
