@@ -655,14 +655,21 @@ def policy_summary(policy: Any) -> str:
 QUEUE_ROWS = 500  # rows per table unless ?limit=all: a page stays a few hundred kB
 
 
+def _names(text: str) -> list[str] | None:
+    """`a, b`: the comma-separated names (None: none), as `allot queue -u/-a` take them."""
+    return [n.strip() for n in text.split(",") if n.strip()] or None
+
+
 def _queue_filter(
     snap: Snapshot, query: dict[str, list[str]]
-) -> tuple[str | None, str | None, int | None, str]:
-    """?allocation= (the path and what is under it), ?user=, ?limit= (a number or all):
-    the filters, the row limit, and a message for a wrong one."""
+) -> tuple[list[str] | None, list[str] | None, int | None, str]:
+    """?allocation= (paths and what is under them), ?user= (comma-separated lists, as
+    the CLI's -a and -u), ?limit= (a number or all): the filters, the row limit, and a
+    message for a wrong one."""
     # the budget tree prints inner nodes as `vision/`: a trailing / is the same node
-    allocation = (query.get("allocation") or [""])[0].strip().rstrip("/") or None
-    user = (query.get("user") or [""])[0].strip() or None
+    wanted = _names((query.get("allocation") or [""])[0])
+    allocation = [a.rstrip("/") for a in wanted] if wanted else None
+    user = _names((query.get("user") or [""])[0])
     raw = (query.get("limit") or [str(QUEUE_ROWS)])[0].strip()
     message = ""
     limit: int | None = QUEUE_ROWS
@@ -672,8 +679,9 @@ def _queue_filter(
         limit = int(raw)
     else:
         message = f"limit {raw!r}: a number of rows or 'all'; showing {QUEUE_ROWS}"
-    if allocation is not None and allocation not in snap.view.state.tree:
-        message = f"no allocation {allocation!r}; showing every allocation"
+    unknown = [a for a in allocation or () if a not in snap.view.state.tree]
+    if unknown:
+        message = f"no allocation {unknown[0]!r}; showing every allocation"
         allocation = None
     return allocation, user, limit, message
 
@@ -720,7 +728,7 @@ def queue_page(snap: Snapshot, query: dict[str, list[str]] | None = None) -> str
     allocation, user, limit, message = _queue_filter(snap, query or {})
     rows = queue_rows(snap.view, allocation=allocation, user=user)
     fc = snap.forecast()
-    filters = {k: v for k, v in (("allocation", allocation), ("user", user)) if v}
+    filters = {k: ",".join(v) for k, v in (("allocation", allocation), ("user", user)) if v}
     pending, more_pending = _shown(
         [r for r in rows if r["state"] == "PENDING"], limit, "pending", filters
     )
@@ -875,6 +883,8 @@ def parse_time(text: str, start: float, end: float | None = None) -> float:
     from domain.durations import parse_clock, parse_duration, parse_utc
 
     text = text.strip()
+    if text.lower() == "now":  # as --since takes it: the journal's latest time
+        return end if end is not None else start
     clock = parse_clock(text, end if end is not None else start)
     if clock is not None:  # before durations: Slurm's MM:SS would read 08:03 as 8m3s
         return clock

@@ -207,6 +207,10 @@ def test_the_queue_page_filters_by_allocation_and_user_keeping_queue_positions()
     assert len(ids(queue_page(snap, {"allocation": ["lab/"]}), "pending")) == 5
     typo = queue_page(snap, {"allocation": ["lab/zz"]})
     assert "value='lab/zz'" in typo  # kept in the box, to be corrected
+    # comma-separated lists, as the CLI's -a and -u take them
+    both = queue_page(snap, {"allocation": ["lab/a,lab/b"]})
+    assert sorted(ids(both, "pending")) == ["w0", "w1", "w2", "w3", "w4"]
+    assert len(ids(queue_page(snap, {"user": ["alice, nobody"]}), "pending")) == 5
     nobody = queue_page(snap, {"user": ["nobody"]})
     assert "id='no-pending'>Nothing that matches the filter is waiting" in nobody
     assert len(ids(queue_page(snap, {"user": ["alice"]}), "pending")) == 5
@@ -250,3 +254,4 @@ def test_the_timeline_reads_a_time_of_day_as_the_pages_print_times():
     snap = snapshot(crowded_queue())  # 00:00 to 00:02 on its day
     assert timeline_window(snap, {"from": ["00:01"], "to": ["00:02"]}) == (START + 60, START + 120)
     assert timeline_window(snap, {"from": ["1m"]})[0] == START + 60  # an offset still
+    assert timeline_window(snap, {"from": ["1m"], "to": ["now"]}) == (START + 60, START + 120)
