@@ -655,11 +655,6 @@ def policy_summary(policy: Any) -> str:
 QUEUE_ROWS = 500  # rows per table unless ?limit=all: a page stays a few hundred kB
 
 
-def _names(text: str) -> list[str] | None:
-    """`a, b`: the comma-separated names (None: none), as `allot queue -u/-a` take them."""
-    return [n.strip() for n in text.split(",") if n.strip()] or None
-
-
 def _queue_filter(
     snap: Snapshot, query: dict[str, list[str]]
 ) -> tuple[list[str] | None, list[str] | None, int | None, str]:
@@ -667,9 +662,11 @@ def _queue_filter(
     the CLI's -a and -u), ?limit= (a number or all): the filters, the row limit, and a
     message for a wrong one."""
     # the budget tree prints inner nodes as `vision/`: a trailing / is the same node
-    wanted = _names((query.get("allocation") or [""])[0])
+    from projections.views import split_names
+
+    wanted = split_names((query.get("allocation") or [""])[0])
     allocation = [a.rstrip("/") for a in wanted] if wanted else None
-    user = _names((query.get("user") or [""])[0])
+    user = split_names((query.get("user") or [""])[0])
     raw = (query.get("limit") or [str(QUEUE_ROWS)])[0].strip()
     message = ""
     limit: int | None = QUEUE_ROWS

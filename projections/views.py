@@ -475,6 +475,14 @@ def matches_allocation(path: str, wanted: str | Collection[str] | None) -> bool:
     return path == wanted or path.startswith(wanted + "/")
 
 
+def split_names(text: str | None) -> list[str] | None:
+    """`a, b`: the names of a comma-separated filter (`-u a,b`, `?user=a,b`); None when
+    it names none (no filter)."""
+    if text is None:
+        return None
+    return [n.strip() for n in text.split(",") if n.strip()] or None
+
+
 def matches_user(actor: str, wanted: str | Collection[str] | None) -> bool:
     """`wanted` is the user, or several (None: anyone)."""
     if wanted is None:

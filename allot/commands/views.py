@@ -241,18 +241,13 @@ def forecast_view(
     return forecast(view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals)
 
 
-def _names(text: str | None) -> list[str] | None:
-    """`-u a,b` / `-a x,y`: the names in a comma-separated list (None: no filter)."""
-    if text is None:
-        return None
-    return [n.strip() for n in text.split(",") if n.strip()] or None
-
-
 def _allocations(view: Any, text: str | None) -> list[str] | None:
     """-a's paths: one path (a name may hold a comma) or a comma-separated list."""
+    from projections.views import split_names
+
     if text is None or text.rstrip("/") in view.state.tree:
         return None if text is None else [text]
-    return _names(text)
+    return split_names(text)
 
 
 _QUEUE_STATES = {"PD": "PENDING", "PENDING": "PENDING", "R": "RUNNING", "RUNNING": "RUNNING"}
@@ -413,6 +408,7 @@ def register(app: typer.Typer) -> None:
             queue_rows,
             render_template,
             resolve_jobs,
+            split_names,
         )
 
         def run() -> None:
@@ -425,7 +421,7 @@ def register(app: typer.Typer) -> None:
             view = fold(read())
             ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
-            rows = queue_rows(view, user=_names(user), allocation=paths, ids=ids)
+            rows = queue_rows(view, user=split_names(user), allocation=paths, ids=ids)
             _refuse_unknown_allocation(view, paths)
             if states is not None:
                 shown = _queue_states(states)
@@ -587,7 +583,7 @@ def register(app: typer.Typer) -> None:
             totals,
         )
         from projections.audit import parse_time
-        from projections.views import iso, resolve_jobs
+        from projections.views import iso, resolve_jobs, split_names
 
         def run() -> None:
             wanted = None
@@ -621,7 +617,7 @@ def register(app: typer.Typer) -> None:
             paths = _allocations(view, allocation)
             rows = acct_rows(
                 view,
-                user=_names(user),
+                user=split_names(user),
                 allocation=paths,
                 ids=ids,
                 states=wanted,
