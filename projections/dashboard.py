@@ -1067,6 +1067,15 @@ def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------ server
+def with_refresh(html_text: str, query: dict[str, list[str]]) -> str:
+    """`?refresh=N` (5 to 3600 seconds): the page reloads itself every N seconds (a wall
+    display of a live cluster); no script, a meta refresh. Anything else: unchanged."""
+    raw = (query.get("refresh") or [""])[0].strip()
+    if not raw.isdigit() or not 5 <= int(raw) <= 3600:
+        return html_text
+    return html_text.replace("<head>", f"<head><meta http-equiv='refresh' content='{int(raw)}'>", 1)
+
+
 class _Handler(BaseHTTPRequestHandler):
     dashboard: Dashboard
     log: Callable[[str], None] | None = None
@@ -1099,7 +1108,7 @@ class _Handler(BaseHTTPRequestHandler):
                 f"<p>{esc(type(exc).__name__)}: {esc(exc)}</p></div>",
                 source=self.dashboard.label,
             )
-        self._send(status, html_text)
+        self._send(status, with_refresh(html_text, parse_qs(urlsplit(self.path).query)))
 
     def route(self) -> tuple[int, str]:
         url = urlsplit(self.path)

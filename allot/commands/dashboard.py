@@ -66,7 +66,8 @@ def register(app: typer.Typer) -> None:
 
         Pages fold what the journal gained when it changes (a refresh costs what was
         appended, not the whole history). The queue page filters by ?allocation= and
-        ?user= and shows ?limit= rows a table (500 by default, or all)."""
+        ?user= and shows ?limit= rows a table (500 by default, or all). Any page with
+        ?refresh=N (5 to 3600) reloads itself every N seconds, for a wall display."""
         from allot.commands.common import resolve_target
         from projections.dashboard import Dashboard, file_stamp, make_server
         from streams.sources import journal_lines, journal_tail

@@ -313,6 +313,9 @@ def test_queue_page(server: Server, expected: dict, tmp_path: Path) -> None:
     assert f"Pending ({len(mine)})" in dom
     if len(mine) > 1:
         assert f"Showing the first 1 of {len(mine)}" in dom
+    # a wall display: the page reloads itself
+    dom = load(f"{server.url}/queue?refresh=60", tmp_path).dom
+    assert re.search(r'<meta http-equiv="refresh" content="60">', dom), dom[:500]
     assert_no_failed_requests(server)
 
 

@@ -255,3 +255,21 @@ def test_the_timeline_reads_a_time_of_day_as_the_pages_print_times():
     assert timeline_window(snap, {"from": ["00:01"], "to": ["00:02"]}) == (START + 60, START + 120)
     assert timeline_window(snap, {"from": ["1m"]})[0] == START + 60  # an offset still
     assert timeline_window(snap, {"from": ["1m"], "to": ["now"]}) == (START + 60, START + 120)
+
+
+@pytest.mark.parametrize(
+    ("value", "meta"),
+    [
+        pytest.param("30", "<meta http-equiv='refresh' content='30'>", id="reloads"),
+        pytest.param("1", None, id="too-often"),
+        pytest.param("soon", None, id="not-a-number"),
+    ],
+)
+def test_a_page_reloads_itself_when_asked(value: str, meta: str | None) -> None:
+    from projections.dashboard import page, with_refresh
+
+    html_text = with_refresh(page("Queue", "<p>x</p>"), {"refresh": [value]})
+    if meta is None:
+        assert "http-equiv" not in html_text
+    else:
+        assert html_text.count(meta) == 1 and html_text.index(meta) < html_text.index("</head>")
