@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from domain.durations import parse_duration
+from domain.headroom import DEFAULT_HEADROOM_HOSTS
 
 MAX_WINDOW = 36500 * 86400.0  # 100 years
 DURATION_KEYS = (
@@ -34,7 +35,7 @@ class SchedulerConfig(BaseModel):
         description="relative fair-share margin a beneficiary must lead a victim by to preempt it",
     )
     headroom_hosts: int = Field(
-        1,
+        DEFAULT_HEADROOM_HOSTS,
         ge=0,
         description="whole hosts kept for short, small jobs (at most one healthy host in eight)",
     )

@@ -19,6 +19,7 @@ from typing import Any
 from sortedcontainers import SortedList
 
 from domain.config import SchedulerConfig
+from domain.headroom import pick_headroom
 from domain.ledger import UsageLedger
 from domain.tree import AllocationTree
 
@@ -221,21 +222,11 @@ class State:
             self.enqueue(w)
 
     def recompute_headroom(self) -> None:
-        """The last `headroom_hosts` healthy hosts, never more than one host in eight.
-
-        Read from the end, as far as needed: it runs on every host registration, and a
-        full scan made registering n hosts cost n² (150 s for 100k hosts)."""
-        healthy = len(self.hosts) - len(self.cordoned)  # cordoned: the unhealthy hosts
-        count = min(self.config.headroom_hosts, healthy // 8)
-        chosen: list[str] = []
-        if count:
-            hosts = self.hosts
-            for name in reversed(hosts):
-                if hosts[name].healthy:
-                    chosen.append(name)
-                    if len(chosen) == count:
-                        break
-        self.headroom = frozenset(chosen)
+        """The hosts kept for short, small jobs (`domain.headroom.pick_headroom`)."""
+        hosts = self.hosts
+        newest_first = (name for name in reversed(hosts) if hosts[name].healthy)
+        healthy = len(hosts) - len(self.cordoned)  # cordoned: the unhealthy hosts
+        self.headroom = frozenset(pick_headroom(newest_first, healthy, self.config.headroom_hosts))
 
     def remember(self, order: deque[str], seen: dict[str, float], key: str) -> None:
         seen[key] = self.now

@@ -39,11 +39,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from domain.headroom import DEFAULT_HEADROOM_HOSTS, pick_headroom
 from domain.tree import AllocationTree, ancestors
-
-# SchedulerConfig.headroom_hosts's default (for journals whose config.set predates it;
-# not imported: domain.config pulls in pydantic, and readers start light)
-DEFAULT_HEADROOM_HOSTS = 1
 
 HOUR = 3600.0
 
@@ -354,13 +351,11 @@ class UsageProjection:
                 self.headroom_idle += min(idle, kept) * dt
 
     def _headroom_hosts(self) -> list[str]:
-        """The hosts the scheduler keeps for short, small jobs, as
-        `domain.state.State.recompute_headroom` picks them: the last `headroom_hosts`
-        healthy ones in registration order, never more than one healthy host in eight."""
+        """The hosts the scheduler keeps for short, small jobs now, by its own rule."""
         want = self.config.get("headroom_hosts", DEFAULT_HEADROOM_HOSTS)
         healthy = [h for h in self.hosts if self.healthy.get(h, True)]
-        count = min(int(want), len(healthy) // 8) if isinstance(want, int) else 0
-        return healthy[len(healthy) - count :] if count > 0 else []
+        wanted = want if isinstance(want, int) else 0
+        return pick_headroom(reversed(healthy), len(healthy), wanted)
 
     def _wait(self, w: _Workload) -> None:
         self._waiting_allocated += 1

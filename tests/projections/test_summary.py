@@ -371,10 +371,6 @@ def test_idle_time_on_the_hosts_kept_for_short_jobs_is_counted_apart(
 ) -> None:
     """Idle GPUs beside a waiting gang are 16; the headroom host's 8 of them are the
     price of short jobs never waiting, not a scheduling loss."""
-    from domain.config import SchedulerConfig
-    from projections.usage import DEFAULT_HEADROOM_HOSTS
-
-    assert SchedulerConfig().headroom_hosts == DEFAULT_HEADROOM_HOSTS
     idle = summarize(_gang_beside_headroom(headroom).events, policy="p")["contended_idle"]
     assert idle["gpu_hours"] == pytest.approx(16.0, abs=1e-3)
     assert idle["headroom_gpu_hours"] == pytest.approx(kept_idle, abs=1e-3)
