@@ -90,6 +90,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from domain.config import SchedulerConfig
 from streams import topics as names
+from streams.broker_watch import BrokerWatch
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore
 from streams.kafka_auth import KafkaAuthError, client_options
 from streams.log_repeats import quiet_repeats
@@ -490,11 +491,16 @@ class Worker:
         self._joined = False
         self._closing: list[asyncio.Task] = []
         self._snapshotting: asyncio.Task | None = None
+        # says in this log when the broker goes away and comes back (aiokafka retries)
+        self._watch = BrokerWatch(self.bootstrap, self.kafka_options, log)
 
     # ---------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event | None = None) -> None:
         stop = stop or asyncio.Event()
         ticker: asyncio.Task | None = None
+        logging.getLogger("aiokafka").addHandler(self._watch)
+        # its own task: a batch write stuck on the lost broker must not keep it quiet
+        watching = asyncio.create_task(self._watch.run(stop), name="allot-broker-watch")
         try:
             await self._start()
             if self.tick_every and self.tick_every > 0:
@@ -505,11 +511,13 @@ class Worker:
                     await self._snapshotting
             await self._snapshot_dirty()
         finally:
-            if ticker is not None:
-                ticker.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await ticker
+            for task in (ticker, watching):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
             await self._close()
+            logging.getLogger("aiokafka").removeHandler(self._watch)
 
     async def _loop(self, stop: asyncio.Event) -> None:
         consumer = self._consumer
@@ -1189,6 +1197,7 @@ class Worker:
                 pending.append((-1, 0, fut))
             results = await asyncio.gather(*(fut for _, _, fut in pending))
             await producer.commit_transaction()
+            self._watch.answered()
         except Exception:
             _abandon(fut for _, _, fut in pending)
             with contextlib.suppress(Exception):

@@ -8,6 +8,7 @@ dir), because it stops and restarts it; the session broker stays untouched.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import subprocess
 from collections import Counter
@@ -73,7 +74,18 @@ def broker(tmp_path: Path):
         b.stop()
 
 
-async def test_worker_survives_a_broker_restart_mid_stream(broker: Broker, tmp_path: Path) -> None:
+def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "allot.worker" and text in r.getMessage()
+    ]
+
+
+async def test_worker_survives_a_broker_restart_mid_stream(
+    broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="allot.worker")
     bootstrap = broker.bootstrap
     topics = Topics.suffixed("-restart")
     await create_topics(bootstrap, topics=topics, partitions=2)
@@ -108,8 +120,15 @@ async def test_worker_survives_a_broker_restart_mid_stream(broker: Broker, tmp_p
             await journal.wait_for(lambda recs: inputs_seen(recs) >= 1000)
         assert not task.done()
         broker.stop()
-        await asyncio.sleep(3.0)  # the worker keeps trying meanwhile
+        # the worker keeps trying meanwhile, and says once in its log that it lost Kafka
+        for _ in range(100):
+            if _said(caplog, "lost the connection to Kafka"):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
         assert not task.done(), "the worker gave up while the broker was away"
+        assert len(_said(caplog, "lost the connection to Kafka")) == 1
+        assert not _said(caplog, "answers again")
         broker.start()
         async with (
             Inbox(bootstrap, topics.inbox) as inbox,
@@ -121,6 +140,8 @@ async def test_worker_survives_a_broker_restart_mid_stream(broker: Broker, tmp_p
     finally:
         stop.set()
         worker = await asyncio.wait_for(task, WAIT_S)
+    (back,) = _said(caplog, "answers again")
+    assert bootstrap in back
     print(
         f"write failures re-derived: {worker.stats.write_failures}; "
         f"takeovers: {[(p, round(s, 2)) for p, s in worker.stats.takeovers]}"
