@@ -640,6 +640,25 @@ budget_app = typer.Typer(
 host_app = typer.Typer(help="Register hosts and report their health.", no_args_is_help=True)
 
 
+def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] | None:
+    """`--member a,b --member c` -> [a, b, c]; `--no-members` -> [] (clear); neither -> None
+    (unchanged). A name with a space would be refused by the scheduler: said here."""
+    if clear:
+        if given:
+            raise RequestError(f"{option} and --no-{option[2:]}s: give one or the other")
+        return []
+    if given is None:
+        return None
+    names = [n.strip() for text in given for n in text.split(",")]
+    bad = next((n for n in names if not n or any(c.isspace() for c in n)), None)
+    if bad is not None:
+        raise RequestError(
+            f"{option} {bad!r}: one user name each (no spaces; commas separate names)"
+            + ("; --no-" + option[2:] + "s clears them" if not bad else "")
+        )
+    return list(dict.fromkeys(names))
+
+
 # a negative WEIGHT would otherwise read as an unknown option ("No such option: -1")
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def budget_set(
@@ -649,25 +668,34 @@ def budget_set(
         list[str] | None,
         typer.Option(
             "--manager",
-            help="May change its children's budgets (repeatable). Given, the list "
-            "replaces the current managers; left out, they stay.",
+            help="May change its children's budgets (repeatable, or comma-separated: "
+            "a,b). Given, the list replaces the current managers; left out, they stay.",
         ),
     ] = None,
     member: Annotated[
         list[str] | None,
         typer.Option(
             "--member",
-            help="May submit to it (repeatable). Given, the list replaces the current "
-            "members; left out, they stay.",
+            help="May submit to it (repeatable, or comma-separated: a,b). Given, the list "
+            "replaces the current members; left out, they stay.",
         ),
     ] = None,
+    no_managers: Annotated[
+        bool, typer.Option("--no-managers", help="Clear its managers (none left).")
+    ] = False,
+    no_members: Annotated[
+        bool, typer.Option("--no-members", help="Clear its members (none left).")
+    ] = False,
     wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Create an allocation or change its weight (managers of its parent or an admin)."""
+    """Create an allocation or change its weight, managers or members.
+
+    Managers of any allocation above it may, or an admin (top-level ones: admins
+    only). `allot shares -l` shows the current managers and members."""
     with one_line_errors():
         from domain.admission import MAX_WEIGHT
 
@@ -679,6 +707,8 @@ def budget_set(
             raise RequestError(
                 f"PATH {path!r}: names separated by '/', without spaces or control characters"
             )
+        managers = _principals("--manager", manager, no_managers)
+        members = _principals("--member", member, no_members)
         target, request, verdict = _send(
             kafka,
             data,
@@ -687,8 +717,8 @@ def budget_set(
             actor=as_,
             allocation=path,
             weight=weight,
-            managers=manager,
-            members=member,
+            managers=managers,
+            members=members,
             wait=wait,
         )
     _sent(f"Budget change for {path} (weight {weight:g}) sent", target, request)

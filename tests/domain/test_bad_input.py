@@ -147,6 +147,24 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         "'lab/my team'",
     ),
     (
+        "budget-member-list-in-one-name",  # `--member bob,carol` was one principal
+        make(ev.BudgetSet, allocation="lab/b", weight=1, actor="boss", members=("bob,carol",)),
+        "budget.rejected",
+        "member 'bob,carol' is not a user name",
+    ),
+    (
+        "budget-empty-member",
+        make(ev.BudgetSet, allocation="lab/b", weight=1, actor="boss", members=("",)),
+        "budget.rejected",
+        "member '' is not a user name",
+    ),
+    (
+        "budget-manager-with-space",
+        make(ev.BudgetSet, allocation="lab/b", weight=1, actor="boss", managers=("pm two",)),
+        "budget.rejected",
+        "manager 'pm two'",
+    ),
+    (
         "budget-missing-parent",
         make(ev.BudgetSet, allocation="nope/x", weight=1, actor="root"),
         "budget.rejected",

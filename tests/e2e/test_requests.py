@@ -239,6 +239,31 @@ def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path)
     assert removed["allocation"] == "lab/tmp" and removed["actor"] == "pm"
 
 
+def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -> None:
+    def members_after(*flags: str) -> list[str]:
+        result = allot(
+            "budget", "set", "lab/team", "1", *flags, "--data", str(cluster), "--as", "pm",
+            "--wait", "20",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        sets = [r for r in journal(cluster) if r["type"] == "budget.set"]
+        assert sets[-1]["allocation"] == "lab/team"
+        return sets[-1]["members"]
+
+    # sacctmgr's users=a,b: two people, not one named "dan,erin"
+    assert members_after("--member", "dan, erin", "--member", "fay") == ["dan", "erin", "fay"]
+    assert members_after("--no-members") == []
+    for flags, says in [
+        (("--member", ""), "--no-members clears them"),
+        (("--member", "dan smith"), "'dan smith'"),
+        (("--member", "dan", "--no-members"), "give one or the other"),
+    ]:
+        line = one_line_error(
+            allot("budget", "set", "lab/team", "1", *flags, "--data", str(cluster), "--as", "pm")
+        )
+        assert says in line, line
+
+
 def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
     result = allot(
         "host", "health", "h2", "--unhealthy", "--reason", "ECC errors", "--data", str(cluster),
@@ -388,11 +413,12 @@ def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None
         common = ["submit", "--data", str(data), "-A", "lab", "-G", "4", "--min-runtime", "1h"]
         first = allot(*common, "--as", ADMIN, "--wait", "20")
         assert first.returncode == 0, first.stderr
-        second = allot(*common, "--as", ADMIN, "--wait", "3", "--parsable")
+        # long enough for a loaded machine to journal the submission (not its placement)
+        second = allot(*common, "--as", ADMIN, "--wait", "8", "--parsable")
         assert second.returncode == 1
         workload = second.stdout.strip()
         assert second.stderr.splitlines() == [
-            f"Workload {workload} accepted, still waiting to start after 3 s "
+            f"Workload {workload} accepted, still waiting to start after 8 s "
             f"(`allot why {workload}` says why)"
         ]
     finally:
