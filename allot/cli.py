@@ -311,17 +311,28 @@ def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
 
 
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
-    if quiet:
-        return
     from rich.markup import escape
 
-    engine = summary.get("engine", {})
-    console.print(
-        f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
-        f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → "
-        f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
-        soft_wrap=True,
-    )
+    if not quiet:
+        engine = summary.get("engine", {})
+        console.print(
+            f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
+            f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → "
+            f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
+            soft_wrap=True,
+        )
+    # even with --quiet: a what-if whose budget change was refused is not that what-if
+    for kind, seen in (summary.get("rejected_inputs") or {}).items():
+        if kind.startswith("workload."):
+            continue  # cancels of work that had ended: the same as in the recorded run
+        count = seen.get("count", 0)
+        err.print(
+            f"[yellow]warning:[/] {policy}: {count:,} {escape(kind)} input"
+            f"{'' if count == 1 else 's'} refused, the first: "
+            f'"{escape(str(seen.get("first", ""))[:200])}" (the run went on without '
+            f"{'it' if count == 1 else 'them'}; see {escape(str(out / policy / 'journal.jsonl'))})",
+            soft_wrap=True,
+        )
 
 
 def _rejections(summary: dict[str, Any], folder: Path) -> str:
@@ -425,6 +436,17 @@ def replay(
     ] = None,
     policy: PolicyOpt = None,
     set_: SetOpt = None,
+    budget: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--budget",
+            metavar="PATH=WEIGHT[@TIME]",
+            help="A budget what-if (repeatable): PATH=WEIGHT gives PATH that weight in "
+            "every recorded change of it (as if it always had it); PATH=WEIGHT@TIME "
+            "changes it from TIME on (a duration after the journal's first record, "
+            "e.g. 2d, or an ISO date/time).",
+        ),
+    ] = None,
     verify: Annotated[
         bool,
         typer.Option(
@@ -456,22 +478,23 @@ def replay(
     quiet: QuietOpt = False,
 ) -> None:
     """Replay a recorded journal: check determinism (--verify), or re-decide it under
-    another policy or config (a what-if).
+    another policy, config or budget (a what-if).
 
     The journal is a file, or the journal topic with --kafka. --verify checks
     determinism; otherwise re-decide its inputs (submissions with the work each
-    workload did, budget and health changes) under a new policy or config (--policy,
-    --set) — a what-if."""
+    workload did, budget and health changes) under a new policy, config or budget
+    (--policy, --set, --budget) — a what-if. `allot compare A B` then shows who
+    waits longer, by tag and by allocation."""
     import tempfile
 
     def fail(message: str) -> typer.Exit:
         typer.echo(f"error: {message}", err=True)  # one line, however long
         return typer.Exit(2)
 
-    if verify and (policy or set_):
+    if verify and (policy or set_ or budget):
         raise fail(
-            "--policy/--set have no effect with --verify: it re-decides with the journal's "
-            "own config; drop them, or give --out DIR for a what-if under them"
+            "--policy/--set/--budget have no effect with --verify: it re-decides with the "
+            "journal's own config; drop them, or give --out DIR for a what-if under them"
         )
     if verify and (out is not None or jobs is not None):
         raise fail(
@@ -494,7 +517,7 @@ def replay(
         if cluster is not None:
             raise fail("--cluster goes with --kafka (a journal file is replayed whole)")
         assert journal is not None
-        _replay(journal, out, policy, set_, verify, quiet, jobs, no_report)
+        _replay(journal, out, policy, set_, budget, verify, quiet, jobs, no_report)
         return
     from streams.sources import SourceError, journal_lines
 
@@ -513,7 +536,7 @@ def replay(
                     f.write(line + b"\n")
         except SourceError as why:
             raise fail(str(why)) from None
-        _replay(path, out, policy, set_, verify, quiet, jobs, no_report)
+        _replay(path, out, policy, set_, budget, verify, quiet, jobs, no_report)
 
 
 def _replay(
@@ -521,6 +544,7 @@ def _replay(
     out: Path | None,
     policy: list[str] | None,
     set_: list[str] | None,
+    budget: list[str] | None,
     verify: bool,
     quiet: bool,
     jobs: int | None = None,
@@ -531,7 +555,7 @@ def _replay(
 
     from allot.commands.common import ends_mid_line
     from projections.journal import journal_file
-    from projections.replay import journal_run_spec
+    from projections.replay import BudgetChange, journal_run_spec
     from projections.replay import verify as verify_journal
     from projections.simulate import check_output_folder, run_engine_options, split_overrides
 
@@ -575,6 +599,7 @@ def _replay(
         )
         return
     assert out is not None
+    budgets = [BudgetChange.parse(text) for text in budget or []]
     check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
     kept = {k: v for k, v in run_engine_options(journal).items() if k not in engine}
@@ -587,7 +612,7 @@ def _replay(
             soft_wrap=True,
         )
         engine = {**engine, **kept}
-    spec = journal_run_spec(journal, config_overrides, engine)
+    spec = journal_run_spec(journal, config_overrides, engine, budgets)
     say_cut()
     _run_policies(
         spec,

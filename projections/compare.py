@@ -9,6 +9,7 @@ import orjson
 
 from projections.journal import JournalError
 from projections.simulate import format_value
+from projections.simulate import summary_value as _get
 
 # what every summary.json of `allot simulate`/`replay` has (issue 3's schema)
 _REQUIRED = ("policy", "workloads", "delivered", "wait_s")
@@ -39,14 +40,6 @@ def load_summary(folder: Path) -> dict[str, Any]:
     return summary
 
 
-def _get(summary: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(summary, dict) or key not in summary:
-            return None
-        summary = summary[key]
-    return summary
-
-
 def _keys(summary: dict[str, Any], *keys: str) -> list[str]:
     """The names under a mapping of the summary (none if it is not one)."""
     found = _get(summary, *keys)
@@ -68,6 +61,27 @@ def _change(a: Any, b: Any, kind: str) -> str:
     if kind == "number":
         return f"{delta:+,.1f}"
     return f"{delta:+,}" if isinstance(delta, int) else f"{delta:+.3f}"
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Rows for what the two runs were told differently: config keys and budget weights
+    (summaries from before these were recorded have neither: no rows)."""
+    rows = []
+    for label, key in (("config", "config"), ("weight", "weights")):
+        va, vb = _get(a, key), _get(b, key)
+        if not isinstance(va, dict) or not isinstance(vb, dict):
+            continue
+        for name in sorted({*va, *vb}):
+            if va.get(name) != vb.get(name):
+                shown = [_show(v.get(name, "—")) for v in (va, vb)]
+                rows.append((f"{label} {name}", *shown, _change(va.get(name), vb.get(name), "")))
+    return rows
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "—"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -94,11 +108,26 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         # tag's work shows only those few waits
         specs.append((f"never started ({tag})", ("wait_s", "by_tag", tag, "unplaced"), "count"))
     leaves = sorted(
-        {*_keys(a, "delivered", "by_allocation"), *_keys(b, "delivered", "by_allocation")}
+        {
+            *_keys(a, "delivered", "by_allocation"),
+            *_keys(b, "delivered", "by_allocation"),
+            *_keys(a, "wait_s", "by_allocation"),
+            *_keys(b, "wait_s", "by_allocation"),
+        }
     )
+    # who waits longer, by allocation: a budget change moves waits between projects
+    # that share a tag (and `delivered`, measured against each run's own shares, can
+    # read 1.000 for all of them in both runs)
     for leaf in leaves:
-        specs.append((f"delivered {leaf}", ("delivered", "by_allocation", leaf), "ratio"))
-    rows = []
+        waits = ("wait_s", "by_allocation", leaf)
+        specs += [
+            (f"{leaf}: delivered", ("delivered", "by_allocation", leaf), "ratio"),
+            (f"{leaf}: GPU-h received", ("delivered", "received_gpu_h", leaf), "number"),
+            (f"{leaf}: wait p50", (*waits, "p50"), "seconds"),
+            (f"{leaf}: wait p90", (*waits, "p90"), "seconds"),
+            (f"{leaf}: never started", (*waits, "unplaced"), "count"),
+        ]
+    rows = _differences(a, b)
     for label, keys, kind in specs:
         va, vb = _get(a, *keys), _get(b, *keys)
         if kind == "text":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import heapq
+import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,8 @@ from projections.journal import (
     read_journal,
     reporting,
 )
-from projections.simulate import RunSpec
+from projections.simulate import SCENARIO_ACTOR, RunSpec
+from projections.summary import iso
 from streams.codec import encode
 
 # inputs a what-if keeps; executor reports and ticks are re-created by the simulator
@@ -121,11 +124,70 @@ def verify(
     return Verification(records, decisions, None)
 
 
+@dataclass(frozen=True)
+class BudgetChange:
+    """`--budget PATH=WEIGHT[@TIME]`: PATH's weight in a what-if. Without a time, every
+    recorded `budget.set` of PATH gets WEIGHT (as if it had always had it); with one,
+    a `budget.set` is added then (a duration after the journal's first record, or an
+    ISO date/time) and later recorded changes of PATH still apply."""
+
+    path: str
+    weight: float
+    at: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> BudgetChange:
+        from domain.admission import MAX_WEIGHT
+        from domain.tree import valid_path
+
+        where = f"--budget {text}"
+        path, eq, rest = text.partition("=")
+        value, _, at = rest.partition("@")
+        path = path.strip()
+        if not eq or not valid_path(path):
+            raise JournalError(f"{where}: give PATH=WEIGHT or PATH=WEIGHT@TIME, e.g. lab/olmo=2@1d")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = math.nan
+        if not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
+            raise JournalError(f"{where}: the weight is a number from 0 to {MAX_WEIGHT:g}")
+        if "@" in rest and not at.strip():
+            raise JournalError(f"{where}: say when after '@' (1d, 2026-11-30T12:00)")
+        return cls(path, weight, at.strip() or None)
+
+    def moment(self, start: float, end: float) -> float:
+        """When this change takes effect in a journal running from `start` to `end`."""
+        from domain.durations import parse_duration, parse_utc
+
+        assert self.at is not None
+        try:
+            t = start + parse_duration(self.at)
+        except ValueError:
+            try:
+                t = parse_utc(self.at)
+            except ValueError:
+                raise JournalError(
+                    f"--budget {self.path}={self.weight:g}@{self.at}: TIME is a duration "
+                    "after the journal's first record (1d, 36h) or an ISO date/time"
+                ) from None
+        if not start <= t <= end:
+            raise JournalError(
+                f"--budget {self.path}={self.weight:g}@{self.at}: that is outside the "
+                f"journal ({iso(start)} to {iso(end)})"
+            )
+        return t
+
+
 def journal_run_spec(
-    path: Path | str, config_overrides: dict[str, Any], engine: dict[str, Any]
+    path: Path | str,
+    config_overrides: dict[str, Any],
+    engine: dict[str, Any],
+    budgets: Sequence[BudgetChange] = (),
 ) -> RunSpec:
     """A what-if: the journal's inputs, with each workload's work derived from its run
-    intervals, re-decided by the simulator under the journal's config plus overrides."""
+    intervals, re-decided by the simulator under the journal's config plus overrides
+    (in every config change it records, too) and with `budgets` changed."""
     path = journal_file(path)
     base: dict[str, Any] | None = None
     cluster = None
@@ -133,6 +195,7 @@ def journal_run_spec(
     runtime: dict[str, float] = {}
     began: dict[str, float] = {}
     completed: set[str] = set()
+    budgeted: set[str] = set()
     count = 0
     for record in read_journal(path):
         cluster = cluster or record.cluster
@@ -143,6 +206,8 @@ def journal_run_spec(
             base = dict(record.config)
         elif kind == "workload.submitted":
             count += 1
+        elif kind == "budget.set":
+            budgeted.add(record.allocation)
         elif kind == "workload.placed":
             began[record.workload] = record.time
         elif kind in ("workload.preempted", "workload.finished", "workload.cancelled"):
@@ -158,22 +223,54 @@ def journal_run_spec(
     except ValueError as why:
         raise JournalError(str(why)) from None
     first_config = base is not None
+    assert start is not None and end is not None
+    always = {b.path: b.weight for b in budgets if b.at is None}
+    for missing in sorted(always.keys() - budgeted):
+        raise JournalError(
+            f"--budget {missing}={always[missing]:g}: the journal never sets {missing}; "
+            f"add it from a moment on with {missing}={always[missing]:g}@TIME"
+        )
+    added = sorted(
+        (
+            ev.BudgetSet(
+                id=f"what-if-budget-{n}",
+                time=b.moment(start, end),
+                cluster=cluster,
+                actor=SCENARIO_ACTOR,
+                allocation=b.path,
+                weight=b.weight,
+            )
+            for n, b in enumerate(budgets)
+            if b.at is not None
+        ),
+        key=lambda e: e.time,
+    )
 
-    def inputs() -> Iterator[Any]:
+    def recorded() -> Iterator[Any]:
         skipped_config = not first_config
         for record in read_journal(path):
             if record.type not in _KEPT:
                 continue
-            if record.type == "config.set" and not skipped_config:
-                skipped_config = True  # the base config: the engine journals its own
-                continue
-            if record.type == "workload.submitted":
+            if record.type == "config.set":
+                if not skipped_config:
+                    skipped_config = True  # the base config: the engine journals its own
+                    continue
+                # a later change (a restarted server's new --set, an admin's): the
+                # what-if's overrides hold in it too
+                yield record.model_copy(update={"config": {**record.config, **config_overrides}})
+            elif record.type == "workload.submitted":
                 work = record.runtime
                 if work is None and record.workload in completed:
                     work = runtime.get(record.workload)
                 yield record.model_copy(update={"runtime": work})
+            elif record.type == "budget.set" and record.allocation in always:
+                yield record.model_copy(update={"weight": always[record.allocation]})
             else:
                 yield record
+
+    def inputs() -> Iterator[Any]:
+        # an added change goes after the recorded inputs of its moment
+        return heapq.merge(recorded(), added, key=lambda e: e.time)
 
     return RunSpec(
         name=path.stem,
@@ -188,4 +285,4 @@ def journal_run_spec(
     )
 
 
-__all__ = ["JournalError", "Verification", "journal_run_spec", "verify"]
+__all__ = ["BudgetChange", "JournalError", "Verification", "journal_run_spec", "verify"]

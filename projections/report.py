@@ -374,16 +374,10 @@ def _wait_chart(proj: SummaryProjection) -> str:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
-    never, never_tags, again, again_tags = proj._unplaced()
+    never, again = proj._unplaced()
     panels = (
-        (axes[0], proj.waits, "Queue wait: submit → first placement", never, never_tags),
-        (
-            axes[1],
-            proj.requeue_waits,
-            "Requeue wait: preemption → next placement",
-            again,
-            again_tags,
-        ),
+        (axes[0], proj.waits, "Queue wait: submit → first placement", never),
+        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement", again),
     )
     # one colour per tag in both panels: the nine biggest of either
     biggest = sorted(
@@ -396,12 +390,12 @@ def _wait_chart(proj: SummaryProjection) -> str:
     )[:9]
     colour = {t: plt.get_cmap("tab10")((k + 1) % 10) for k, t in enumerate(sorted(biggest))}
     xmax = 60.0
-    for ax, waits, title, left, left_tags in panels:
+    for ax, waits, title, left in panels:
         groups: list[tuple[str, Any, int]] = []
         if len(waits.all):
-            groups.append(("all", waits.all, left))
+            groups.append(("all", waits.all, left.count))
         groups.extend(
-            (t, waits.by_tag[t], left_tags.get(t, 0)) for t in sorted(colour) if t in waits.by_tag
+            (t, waits.by_tag[t], left.by_tag.get(t, 0)) for t in sorted(colour) if t in waits.by_tag
         )
         for name, vals, unended in groups:
             x, y = _ecdf(vals, never=unended)
@@ -690,7 +684,8 @@ def render_html(
     title = f"allot report — {policy}"
     span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h)"
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
-    gantt_caption += "top-level allocation, shade per leaf; hatched = preemptible (unallocated or "
+    gantt_caption += "branch of the budget tree (its first level with several allocations), "
+    gantt_caption += "shade per leaf; hatched = preemptible (unallocated or "
     gantt_caption += "past protection); red outline = ended by preemption."
     if window is not None:
         gantt_caption += f" Window: {_when(window[0])} → {_when(window[1])}."

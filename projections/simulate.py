@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from domain.config import ConfigError, SchedulerConfig
+from domain.config import ConfigError, SchedulerConfig, parse_config
 from domain.durations import parse_duration
 from projections.engine import EXECUTOR, SIMULATOR, Engine, EngineOptions
 from projections.scenario import ENGINE_KEYS
@@ -117,6 +117,28 @@ def policy_config(base: SchedulerConfig, policy: str | None) -> SchedulerConfig:
         raise SimulationError(str(why)) from None
 
 
+def _keeping_policy(
+    inputs: Callable[[], Iterable[Any]], policy: str
+) -> Callable[[], Iterator[Any]]:
+    """`inputs` with each config change among them (a replayed journal's) kept to the
+    run's policy and simulator admins, from the simulator's own admin: else the
+    journal's later config would switch a `--policy` what-if back, or be refused."""
+
+    def changed() -> Iterator[Any]:
+        for event in inputs():
+            if event.type == "config.set":
+                try:
+                    config = policy_config(parse_config(event.config), policy)
+                except ValueError as why:
+                    raise SimulationError(f"config change {event.id!r}: {why}") from None
+                event = event.model_copy(
+                    update={"config": config.model_dump(mode="json"), "actor": SCENARIO_ACTOR}
+                )
+            yield event
+
+    return changed
+
+
 def check_output_folder(out: Path, policies: Iterable[str] = ()) -> None:
     """Raise SimulationError (`--out DIR: <why>`) unless the runs can write DIR/<policy>/...:
     DIR is a folder or can be made one, and files can be created there. Creates nothing
@@ -187,6 +209,7 @@ def run_policy(
     except UnknownPolicy as why:
         raise SimulationError(str(why)) from None
     config = policy_config(spec.config, policy)
+    inputs = _keeping_policy(spec.inputs, policy)
     target = out_dir / policy
     work = partial_folder(out_dir, policy)
     if work.exists():
@@ -199,7 +222,7 @@ def run_policy(
     with journal_path.open("wb", buffering=1 << 20) as journal:
 
         def records() -> Iterator[Any]:
-            for record in engine.run(spec.setup(), spec.inputs(), spec.start):
+            for record in engine.run(spec.setup(), inputs(), spec.start):
                 journal.write(encode(record) + b"\n")  # one write: whole lines if interrupted
                 yield record
 
@@ -370,9 +393,51 @@ def format_value(value: Any, kind: str) -> str:
     return str(value)
 
 
+def summary_value(summary: Any, *keys: str) -> Any:
+    """summary[k1][k2]...; None where a key is missing."""
+    for key in keys:
+        if not isinstance(summary, dict) or key not in summary:
+            return None
+        summary = summary[key]
+    return summary
+
+
+def allocation_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Per leaf allocation: delivered, wait p90 and never started, one cell per policy."""
+    get = summary_value
+    leaves = sorted(
+        {
+            leaf
+            for s in summaries.values()
+            for block in (get(s, "delivered", "by_allocation"), get(s, "wait_s", "by_allocation"))
+            if isinstance(block, dict)
+            for leaf in block
+        }
+    )
+    rows = []
+    for leaf in leaves:
+        for label, keys, kind in (
+            ("delivered", ("delivered", "by_allocation", leaf), "ratio"),
+            ("wait p90", ("wait_s", "by_allocation", leaf, "p90"), "seconds"),
+            ("never started", ("wait_s", "by_allocation", leaf, "unplaced"), "count"),
+        ):
+            rows.append(
+                (
+                    f"{leaf}: {label}",
+                    [format_value(get(s, *keys), kind) for s in summaries.values()],
+                )
+            )
+    return rows
+
+
 def comparison_markdown(summaries: dict[str, dict[str, Any]]) -> str:
     names = list(summaries)
-    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    header = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines = list(header)
     for label, cells in comparison_rows(summaries):
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    by_leaf = allocation_rows(summaries)
+    if by_leaf:
+        lines += ["", "By allocation (waits are of work that started):", "", *header]
+        lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in by_leaf]
     return "\n".join(lines) + "\n"

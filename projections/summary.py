@@ -9,6 +9,8 @@ Keys (exact, plus a few extras marked *):
 - `preemptions` (count of `workload.preempted`), *`preemptions_by_reason`;
 - *`rejected_by_reason` {error: count}: the most common reasons submissions were
   rejected (up to 10, most frequent first; `workloads.rejected` has the total);
+- *`rejected_inputs` {input type: {count, first}}: other inputs the scheduler refused
+  (budget, host and config changes, cancels), with the first one's error;
 - `occupancy` (busy / healthy GPU-seconds), `occupancy_contended` (the same, only while
   some work with `min_runtime > 0` waits), `allocated_fraction`, `unallocated_fraction`
   (of busy GPU-seconds: charged vs not), *`gpu_hours`;
@@ -20,10 +22,12 @@ Keys (exact, plus a few extras marked *):
 - `delivered` {overall, min, by_allocation, hourly_strict, *owed_gpu_h, *received_gpu_h}:
   DESIGN §2 period form over the hourly rows; leaves that were owed nothing are not in
   `by_allocation`; ratios are null when nothing was owed;
-- `wait_s` / `requeue_wait_s` {all, by_tag: {tag: ...}} each
+- `wait_s` / `requeue_wait_s` {all, by_tag: {tag: ...}, *by_allocation: {leaf: ...}} each
   {p50, p90, p99, mean, count, *unplaced}: submit → first placement, and preemption →
   next placement after a requeue. Percentiles are nearest-rank; empty → null.
   *unplaced counts workloads still waiting at the end (not in the percentiles);
+- *`config` (the scheduler config in force at the end) and *`weights` {path: weight}
+  (the budget tree then): what `allot compare` shows when two runs differ in them;
 - `engine` (passed through).
 
 Counters and waits count events whose time lies in [start, end].
@@ -74,21 +78,43 @@ def _ratio(num: float, den: float) -> float | None:
 
 
 class _Waits:
-    """Wait samples overall and by tag, as compact float arrays."""
+    """Wait samples overall, by tag and by allocation, as compact float arrays."""
 
-    __slots__ = ("all", "by_tag")
+    __slots__ = ("all", "by_allocation", "by_tag")
 
     def __init__(self) -> None:
         self.all = array("d")
         self.by_tag: dict[str, array] = {}
+        self.by_allocation: dict[str, array] = {}
 
-    def add(self, value: float, tags: tuple[str, ...]) -> None:
+    def add(self, value: float, tags: tuple[str, ...], allocation: str) -> None:
         self.all.append(value)
         for tag in tags:
             bucket = self.by_tag.get(tag)
             if bucket is None:
                 bucket = self.by_tag[tag] = array("d")
             bucket.append(value)
+        bucket = self.by_allocation.get(allocation)
+        if bucket is None:
+            bucket = self.by_allocation[allocation] = array("d")
+        bucket.append(value)
+
+
+class _Unplaced:
+    """Workloads still waiting at the end: how many, by tag and by allocation."""
+
+    __slots__ = ("by_allocation", "by_tag", "count")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.by_tag: dict[str, int] = {}
+        self.by_allocation: dict[str, int] = {}
+
+    def add(self, w: _Workload) -> None:
+        self.count += 1
+        for tag in w.tags:
+            self.by_tag[tag] = self.by_tag.get(tag, 0) + 1
+        self.by_allocation[w.allocation] = self.by_allocation.get(w.allocation, 0) + 1
 
 
 class SummaryProjection(UsageProjection):
@@ -112,6 +138,8 @@ class SummaryProjection(UsageProjection):
         self.preemptions = 0
         self.preemptions_by_reason: dict[str, int] = {}
         self.rejected_by_reason: dict[str, int] = {}  # first seen first, for ties
+        # other inputs refused (budget, host, config changes, cancels): type -> count, first error
+        self.rejected_inputs: dict[str, dict[str, Any]] = {}
         # (bin start, reason) -> count, for charts (bins of `bin_s`, an hour by default)
         self.preemptions_hourly: dict[tuple[float, str], int] = {}
         self.waits = _Waits()
@@ -138,9 +166,9 @@ class SummaryProjection(UsageProjection):
         if not self._counts():
             return
         if first_wait is not None:
-            self.waits.add(first_wait, w.tags)
+            self.waits.add(first_wait, w.tags, w.allocation)
         if requeue_wait is not None:
-            self.requeue_waits.add(requeue_wait, w.tags)
+            self.requeue_waits.add(requeue_wait, w.tags, w.allocation)
 
     def on_preempted(self, wid: str, w: _Workload, d: dict[str, Any], first: bool) -> None:
         if not self._counts():
@@ -164,10 +192,19 @@ class SummaryProjection(UsageProjection):
         if not self._counts():
             return
         kind = d.get("input_type")
-        if kind == "workload.submitted" or (kind is None and d.get("workload") not in self.live):
+        reason = str(d.get("error") or "unknown")
+        submission = kind == "workload.submitted" or (
+            kind is None
+            and d.get("type") == "workload.rejected"
+            and d.get("workload") not in self.live
+        )
+        if submission:
             self.counts["rejected"] += 1
-            reason = str(d.get("error") or "unknown")
             self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
+        else:
+            kind = kind or str(d.get("type", "")).replace(".rejected", ".?")
+            seen = self.rejected_inputs.setdefault(kind, {"count": 0, "first": reason})
+            seen["count"] += 1
 
     # ------------------------------------------------------------------ output
     def _top_rejections(self, n: int = 10) -> dict[str, int]:
@@ -175,32 +212,25 @@ class SummaryProjection(UsageProjection):
         ranked = sorted(self.rejected_by_reason.items(), key=lambda item: -item[1])
         return dict(ranked[:n])
 
-    def _unplaced(self) -> tuple[int, dict[str, int], int, dict[str, int]]:
-        first = 0
-        first_tags: dict[str, int] = {}
-        again = 0
-        again_tags: dict[str, int] = {}
+    def _unplaced(self) -> tuple[_Unplaced, _Unplaced]:
+        """Workloads waiting at the end: for their first placement, and after a requeue."""
+        first, again = _Unplaced(), _Unplaced()
         for w in self.live.values():
-            if w.running or w.submitted is None:
-                continue
-            if w.placed_once:
-                again += 1
-                for tag in w.tags:
-                    again_tags[tag] = again_tags.get(tag, 0) + 1
-            else:
-                first += 1
-                for tag in w.tags:
-                    first_tags[tag] = first_tags.get(tag, 0) + 1
-        return first, first_tags, again, again_tags
+            if not w.running and w.submitted is not None:
+                (again if w.placed_once else first).add(w)
+        return first, again
 
     @staticmethod
-    def _wait_block(waits: _Waits, unplaced: int, by_tag_unplaced: dict[str, int]):
-        tags = sorted(set(waits.by_tag) | set(by_tag_unplaced))
+    def _wait_block(waits: _Waits, unplaced: _Unplaced) -> dict[str, Any]:
+        def by(samples: dict[str, array], left: dict[str, int]) -> dict[str, Any]:
+            return {
+                k: wait_stats(samples.get(k, ()), left.get(k, 0)) for k in sorted({*samples, *left})
+            }
+
         return {
-            "all": wait_stats(waits.all, unplaced),
-            "by_tag": {
-                t: wait_stats(waits.by_tag.get(t, ()), by_tag_unplaced.get(t, 0)) for t in tags
-            },
+            "all": wait_stats(waits.all, unplaced.count),
+            "by_tag": by(waits.by_tag, unplaced.by_tag),
+            "by_allocation": by(waits.by_allocation, unplaced.by_allocation),
         }
 
     def delivered(self, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -248,7 +278,7 @@ class SummaryProjection(UsageProjection):
         tot = self.totals()
         busy_all = tot["charged_gpu_s"] + tot["unallocated_gpu_s"]
         start, end = self.period()
-        unplaced, unplaced_tags, unplaced_again, unplaced_again_tags = self._unplaced()
+        unplaced, unplaced_again = self._unplaced()
         workloads = {
             "submitted": self.counts["submitted"],
             "completed": self.counts["completed"],
@@ -273,6 +303,7 @@ class SummaryProjection(UsageProjection):
             "preemptions": self.preemptions,
             "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
             "rejected_by_reason": self._top_rejections(),
+            "rejected_inputs": dict(sorted(self.rejected_inputs.items())),
             "occupancy": _ratio(tot["busy_gpu_s"], tot["healthy_gpu_s"]),
             "occupancy_contended": _ratio(
                 tot["contended_busy_gpu_s"], tot["contended_healthy_gpu_s"]
@@ -288,10 +319,11 @@ class SummaryProjection(UsageProjection):
                 "contended_hours": round(tot["contended_s"] / HOUR, 3),
             },
             "delivered": self.delivered(),
-            "wait_s": self._wait_block(self.waits, unplaced, unplaced_tags),
-            "requeue_wait_s": self._wait_block(
-                self.requeue_waits, unplaced_again, unplaced_again_tags
-            ),
+            "wait_s": self._wait_block(self.waits, unplaced),
+            "requeue_wait_s": self._wait_block(self.requeue_waits, unplaced_again),
+            # what the run decided under, as it stood at the end (compare shows differences)
+            "config": self.config,
+            "weights": {path: node.weight for path, node in sorted(self.tree.nodes.items())},
             "engine": dict(engine)
             if engine is not None
             else {"wall_s": None, "workloads_per_s": None, "peak_rss_mb": None},

@@ -213,6 +213,12 @@ class UsageProjection:
             "workload.held": self._held,
             "workload.released": self._released,
             "workload.rejected": self._rejected,
+            # the other nouns' refusals only count (summary.json's rejected_inputs)
+            "budget.rejected": self._rejected,
+            "host.rejected": self._rejected,
+            "config.rejected": self._rejected,
+            "clock.rejected": self._rejected,
+            "input.rejected": self._rejected,
             "host.registered": self._host_registered,
             "host.health": self._host_health,
             "budget.set": self._budget_set,
@@ -672,7 +678,7 @@ class UsageProjection:
         """Finished (completed/failed/lost) or cancelled."""
 
     def on_rejected(self, d: dict[str, Any]) -> None:
-        """A `workload.rejected` record."""
+        """A `*.rejected` record (workload, budget, host or config)."""
 
     # --------------------------------------------------------------- read side
     @property

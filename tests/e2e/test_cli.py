@@ -151,7 +151,7 @@ def test_compare_shows_changes_per_tag_and_allocation(two_policies: Path) -> Non
         "compare", str(two_policies / "fairshare"), str(two_policies / "legacy-priority")
     )
     assert result.returncode == 0, result.stderr
-    for row in ("wait p90 (debug)", "preemptions", "delivered lab/eval", "delivered lab/train"):
+    for row in ("wait p90 (debug)", "preemptions", "lab/eval: delivered", "lab/train: wait p90"):
         assert row in result.stdout
     # the idle GPU-hours while work waited, from each summary, and their difference
     idle = [

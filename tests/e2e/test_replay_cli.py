@@ -91,13 +91,14 @@ def test_replay_takes_a_run_folder_as_compare_does(tiny_journal: Path, tmp_path:
 @pytest.mark.parametrize(
     ("options", "refused"),
     [
-        (["--policy", "fifo"], "--policy/--set"),
-        (["-p", "fairshare"], "--policy/--set"),
-        (["--set", "window=2d"], "--policy/--set"),
+        (["--policy", "fifo"], "--policy/--set/--budget"),
+        (["-p", "fairshare"], "--policy/--set/--budget"),
+        (["--set", "window=2d"], "--policy/--set/--budget"),
+        (["--budget", "lab=2"], "--policy/--set/--budget"),
         (["--out", "somewhere"], "--out/--jobs"),
         (["--jobs", "2"], "--out/--jobs"),
     ],
-    ids=["policy", "same-policy", "set", "out", "jobs"],
+    ids=["policy", "same-policy", "set", "budget", "out", "jobs"],
 )
 def test_replay_verify_refuses_options_it_would_ignore(
     options: list[str], refused: str, tiny_journal: Path, tmp_path: Path
@@ -137,6 +138,42 @@ def test_compare_of_a_run_and_its_replay_shows_no_changes(tmp_path: Path) -> Non
     assert occupancy[1] == occupancy[2] and occupancy[3] == "+0.000", result.stdout
     changed = [row for row in rows if row[-1] not in NO_CHANGE]
     assert not changed, result.stdout
+
+
+TEAMS = DRAINS.with_name("two_teams.yaml")
+
+
+def test_a_budget_what_if_and_its_comparison_by_allocation(tmp_path: Path) -> None:
+    """A manager's question: if lab/a had three times lab/b's weight, who would wait
+    longer? The replay says so by allocation, and a budget change the scheduler refuses
+    in the what-if is a warning, not silence."""
+    simulated = allot("simulate", str(TEAMS), "--out", str(tmp_path / "o"), "-q", "--no-report")
+    assert simulated.returncode == 0, simulated.stderr
+    journal = tmp_path / "o" / "fairshare" / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    stray = json.loads(lines[-1]) | {"type": "budget.set", "id": "stray", "actor": "eve"}
+    stray |= {"allocation": "lab/b", "weight": 5}
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text("".join([*lines[:-1], json.dumps(stray) + "\n", lines[-1]]))
+    what_if = allot(
+        "replay", str(edited), "--out", str(tmp_path / "w"), "--budget", "lab/a=3", "-q",
+        "--no-report",
+    )  # fmt: skip
+    assert what_if.returncode == 0, what_if.stderr
+    assert "warning: fairshare: 1 budget.set input refused" in what_if.stderr
+    assert "'eve' is not a manager of 'lab'" in what_if.stderr
+    result = allot(
+        "compare", str(tmp_path / "o" / "fairshare"), str(tmp_path / "w" / "fairshare"),
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    rows = {
+        cells[0]: cells[1:]
+        for line in result.stdout.splitlines()
+        if line.startswith("│") and (cells := [c.strip() for c in line.split("│")[1:-1]])
+    }
+    assert rows["weight lab/a"][:2] == ["1", "3"]
+    assert rows["lab/b: never started"][2].startswith("+"), result.stdout
+    assert rows["lab/a: GPU-h received"][2].startswith("+"), result.stdout
 
 
 def test_a_journal_cut_mid_line_is_replayed_without_that_line_and_says_so(
