@@ -20,6 +20,7 @@ from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_HOST_GPUS = 1024  # far above any real host; keeps a typo from allocating millions
+MAX_PRIORITY = 2**31 - 1  # a 32-bit column holds any priority a request may carry
 MAX_HINT_NAME = 256  # "did you mean" suggestions only between names up to this long
 _DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
 
@@ -159,6 +160,8 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
         )
     if e.gpus <= 0:
         raise Rejected(f"gpus must be at least 1, got {e.gpus}")
+    if not -MAX_PRIORITY <= e.priority <= MAX_PRIORITY:  # `allot submit` says the same
+        raise Rejected(f"priority must be from {-MAX_PRIORITY} to {MAX_PRIORITY}, got {e.priority}")
     if e.gpus > state.capacity:
         raise Rejected(
             f"asks for {e.gpus} GPUs but cluster {state.cluster!r} has {state.capacity} registered"

@@ -55,7 +55,9 @@ def _whole(value: Any) -> Any:
 # an input's numbers and flags as JSON types, not coerced: `"gpus": true` was 1 GPU and
 # `"min_runtime": "30"` 30 seconds (a float field still takes an integer, an integer
 # field a whole float)
-Count = Annotated[int, BeforeValidator(_whole), Strict()]
+# a count fits a signed 64-bit integer: JSON writers (orjson among them) hold no more,
+# and a 1e20 that became int would fail only when its record is written
+Count = Annotated[int, BeforeValidator(_whole), Strict(), Field(ge=-(2**63), le=2**63 - 1)]
 Number = Annotated[float, Strict()]
 Seconds = Number
 

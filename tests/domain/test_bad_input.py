@@ -165,6 +165,12 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         "manager 'pm two'",
     ),
     (
+        "priority-past-32-bits",  # allot submit refuses it; other writers meet the scheduler
+        submit(priority=2**40),
+        "workload.rejected",
+        "priority must be from -2147483647 to 2147483647, got 1099511627776",
+    ),
+    (
         "budget-missing-parent",
         make(ev.BudgetSet, allocation="nope/x", weight=1, actor="root"),
         "budget.rejected",
@@ -427,6 +433,20 @@ RAW_CASES = [
         {**SUBMIT, "gpus": 1, "min_runtime": "30"},
         "workload.rejected",
         "min_runtime: Input should be a valid number (got '30')",
+    ),
+    # a count past 64 bits (JSON's 1e20, or an integer orjson reads as a float) used to be
+    # accepted and crash the scheduler when its record was written, on every restart
+    (
+        "priority-1e20",
+        {**SUBMIT, "gpus": 1, "priority": 1e20},
+        "workload.rejected",
+        "priority: Input should be less than or equal to 9223372036854775807",
+    ),
+    (
+        "gpus-past-64-bits",
+        {**SUBMIT, "gpus": -(2.0**70)},
+        "workload.rejected",
+        "gpus: Input should be greater than or equal to -9223372036854775808",
     ),
     ("resumable-two", {**SUBMIT, "gpus": 1, "resumable": 2}, "workload.rejected", "resumable"),
     ("resumable-text", {**SUBMIT, "gpus": 1, "resumable": "yes"}, "workload.rejected", "resumable"),

@@ -184,7 +184,10 @@ def good_fields(kind: str) -> st.SearchStrategy[dict[str, Any]]:
                 "gpus": st.sampled_from([1, 1, 2, 4, 8, 16]),
                 "min_runtime": st.sampled_from([0, 60.0, 900, 3600]),
                 "resumable": st.booleans(),
-                "priority": st.integers(-2, 3),
+                # now and then past 64 bits (1e20 was accepted, then crashed the writer)
+                "priority": st.one_of(
+                    st.integers(-2, 3), st.integers(-2, 3), st.sampled_from([1e20, 2.0**64])
+                ),
             },
             optional={
                 "tags": st.lists(st.text(max_size=4), max_size=2),
