@@ -16,6 +16,7 @@ from domain.config import ConfigError, parse_config
 from domain.durations import format_duration
 from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
 from domain.state import RUNNING, State, Workload
+from domain.text import is_word, printable
 from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
@@ -177,7 +178,7 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
             f"{format_duration(cap)} (max_min_runtime); ask for at most {format_duration(cap)} "
             "and make longer work resumable"
         )
-    if e.name is not None and not e.name.isprintable():
+    if e.name is not None and not printable(e.name):
         raise Rejected(f"name {e.name!r} has control characters (tabs, newlines); drop them")
     for name, value in (("runtime", e.runtime), ("expected_runtime", e.expected_runtime)):
         if value is not None and (not math.isfinite(value) or value < 0):
@@ -271,7 +272,7 @@ def _may_act_under(state: State, actor: str, path: str) -> bool:
 def _bad_principal(name: str) -> bool:
     """A name no login has: empty, or with a comma (`bob,carol` is two people, not one),
     white space or control characters."""
-    return not name or "," in name or not name.isprintable() or any(c.isspace() for c in name)
+    return "," in name or not is_word(name)
 
 
 def _check_budget_set(state: State, e: ev.BudgetSet) -> None:

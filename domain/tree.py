@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from domain.text import is_word
+
 
 def parent_of(path: str) -> str | None:
     head, sep, _ = path.rpartition("/")
@@ -31,10 +33,7 @@ def ancestor_chain(path: str) -> tuple[str, ...]:
 def valid_path(path: str) -> bool:
     """Names separated by '/': each non-empty, printable, without whitespace (a tab or
     newline in a name would break every table and `squeue`-style line that shows it)."""
-    return bool(path) and all(
-        part and part.isprintable() and not any(c.isspace() for c in part)
-        for part in path.split("/")
-    )
+    return bool(path) and all(is_word(part) for part in path.split("/"))
 
 
 @dataclass(slots=True)

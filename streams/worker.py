@@ -89,6 +89,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, ProducerFenced
 from aiokafka.partitioner import DefaultPartitioner
 
 from domain.config import SchedulerConfig
+from domain.text import printable
 from streams import topics as names
 from streams.broker_watch import BrokerWatch
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore
@@ -1015,7 +1016,7 @@ class Worker:
                 cluster = key.decode()
             except UnicodeDecodeError:
                 return None, "record key is not UTF-8 text (the key names the cluster)"
-            if not cluster or len(cluster) > MAX_CLUSTER_NAME or not cluster.isprintable():
+            if not cluster or len(cluster) > MAX_CLUSTER_NAME or not printable(cluster):
                 return None, f"record key {cluster[:60]!r} is not a cluster name"
         else:
             try:

@@ -352,7 +352,9 @@ def submit(
             raise RequestError(
                 f"--priority {priority}: use a number from {-MAX_COUNT} to {MAX_COUNT}"
             )
-        if name is not None and not name.isprintable():
+        from domain.text import printable
+
+        if name is not None and not printable(name):
             raise RequestError(f"--name {name!r}: no control characters (tabs, newlines)")
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
@@ -650,7 +652,9 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
     if given is None:
         return None
     names = [n.strip() for text in given for n in text.split(",")]
-    bad = next((n for n in names if not n or any(c.isspace() for c in n)), None)
+    from domain.text import is_word
+
+    bad = next((n for n in names if not is_word(n)), None)
     if bad is not None:
         raise RequestError(
             f"{option} {bad!r}: one user name each (no spaces; commas separate names)"
