@@ -73,6 +73,15 @@ class _Diverged(Exception):
     pass
 
 
+def _given_over(recorded: SchedulerConfig, wanted: SchedulerConfig) -> SchedulerConfig:
+    """`recorded` with the keys `wanted` was given (all of them for a config that was
+    parsed from a full record)."""
+    given = wanted.model_fields_set
+    if given >= set(SchedulerConfig.model_fields):
+        return wanted
+    return recorded.with_overrides({k: v for k, v in wanted.model_dump().items() if k in given})
+
+
 class SchedulerCore:
     """One cluster's scheduler state plus where it is in the inbox."""
 
@@ -85,6 +94,7 @@ class SchedulerCore:
         self.diverged = False  # the journal could not be re-derived (see fold_journal)
         self._config_checked: Any = None
         self._config_differs = False
+        self._config_target: SchedulerConfig | None = None
 
     # ------------------------------------------------------------- recovery
     def fold_journal(self, lines: Iterable[bytes]) -> int:
@@ -124,15 +134,18 @@ class SchedulerCore:
         return len(records)
 
     def config_due(self) -> bool:
-        """Journal the wanted config before the next input? (Compared once, not per
-        record: pydantic model equality is not free.)"""
+        """Journal the wanted config before the next input? It is the recorded config
+        with the keys `wanted` was given (`model_fields_set`: `--set window=3d` changes
+        the window and keeps the journal's admins). Compared once, not per record:
+        pydantic model equality is not free."""
         checked = self._config_checked
         config, wanted = self.state.config, self.wanted
         # keyed on both: a restart with new --admin/--policy/--set sets `wanted` on a core
         # restored from a snapshot or the journal, whose cache compared the old one
         if checked is None or checked[0] is not config or checked[1] is not wanted:
             self._config_checked = (config, wanted)
-            self._config_differs = wanted is not None and wanted != config
+            self._config_target = None if wanted is None else _given_over(config, wanted)
+            self._config_differs = wanted is not None and self._config_target != config
         return self._config_differs
 
     def seen(self, record: InboxRecord) -> bool:
@@ -185,15 +198,20 @@ class SchedulerCore:
             out.inputs += 1
             # one `inbox` value for every record this input causes (encoded at once)
             source = {"inbox": [partition, offset]}
-            if self.config_due() and abs(stamped) <= MAX_TIME:
-                # the scheduler's own fact (not a request): folded without admission, so
-                # never at a time admission refuses (a broker timestamp past year 9999
-                # would become the clock, and every later input be rejected)
-                config = self.config_event(record, self.wanted)
-                evolve(state, config)
-                journal.append(encode_body(config, source))
-                for produced in decide(state, state.now, cause=config.id):
-                    journal.append(encode_body(produced, source))
+            if self.wanted is not None and abs(stamped) <= MAX_TIME:
+                if self.config_due():
+                    # the scheduler's own fact (not a request): folded without admission,
+                    # so never at a time admission refuses (a broker timestamp past year
+                    # 9999 would become the clock, and every later input be rejected)
+                    assert self._config_target is not None
+                    config = self.config_event(record, self._config_target)
+                    evolve(state, config)
+                    journal.append(encode_body(config, source))
+                    for produced in decide(state, state.now, cause=config.id):
+                        journal.append(encode_body(produced, source))
+                # the start's config is applied once (DESIGN §4): an admin's later
+                # config.set stands until the next start (it used to be reverted at once)
+                self.wanted = None
             claimed = raw.get("time")
             window = state.config.window
             too_old = (

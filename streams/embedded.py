@@ -55,6 +55,7 @@ from typing import IO, Any
 
 import orjson
 
+from domain import events as ev
 from domain.config import SchedulerConfig, parse_config
 from streams.codec import Undecodable, load_object
 from streams.core import SNAPSHOT_FORMAT, BatchResult, DeadLetter, InboxRecord, SchedulerCore
@@ -705,7 +706,11 @@ class EmbeddedScheduler:
                 break
             first = load_object(lines[0])
             core.wanted = None
-            if first.get("type") == "config.set" and isinstance(first.get("config"), dict):
+            if (
+                first.get("type") == "config.set"
+                and first.get("actor") == ev.SCHEDULER  # the server's own, not an admin's
+                and isinstance(first.get("config"), dict)
+            ):
                 core.wanted = parse_config(first["config"])
             produced = core.process(records).journal
             if produced == lines:

@@ -1562,7 +1562,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=10.0,
         help="seconds without a heartbeat before the group hands a worker's partitions on",
     )
-    parser.add_argument("--set", action="append", default=[], help="config key=value")
+    parser.add_argument(
+        "--set", action="append", default=[],
+        help="change config key=value (the others keep the journal's values)",
+    )  # fmt: skip
     parser.add_argument("-l", "--log-level", default="info")
     return parser.parse_args(argv)
 
@@ -1591,7 +1594,8 @@ def main(argv: list[str] | None = None) -> int:
     config = None  # nothing asked: keep the config each cluster's journal records
     if overrides or admins:
         try:
-            config = parse_config({**overrides, "admins": tuple(admins)})
+            # only the keys given: the others keep each cluster's recorded config
+            config = parse_config({**overrides, **({"admins": tuple(admins)} if admins else {})})
         except ConfigError as why:
             print(f"error: {why}", file=sys.stderr)
             return 2

@@ -114,11 +114,19 @@ def serve(
     ] = None,
     config_file: Annotated[
         Path | None,
-        typer.Option("--config", metavar="FILE.yaml", help="Scheduler config keys (YAML)."),
+        typer.Option(
+            "--config",
+            metavar="FILE.yaml",
+            help="Scheduler config keys (YAML); keys it leaves out keep the journal's values.",
+        ),
     ] = None,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", metavar="KEY=VALUE", help="Override a config key, e.g. window=3d."),
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Change a config key, e.g. window=3d; the others keep the journal's values.",
+        ),
     ] = None,
     policy: Annotated[
         str | None, typer.Option("--policy", help="Ordering policy (sets `ordering`).")
@@ -170,7 +178,12 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Run the scheduler: fold the inbox through the domain core into the journal."""
+    """Run the scheduler: fold the inbox through the domain core into the journal.
+
+    The config is in the journal: --admin, --policy, --set and --config change the
+    keys they name (the others keep the journal's values, or the defaults on a new
+    journal), journaled as `config.set` at the first input if that changes anything.
+    An admin's later config.set through the inbox stands until the next start."""
     from domain.durations import parse_duration
 
     with one_line_errors():

@@ -547,6 +547,52 @@ def test_a_core_restored_from_a_snapshot_sees_new_config_flags() -> None:
     assert not restored.config_due()
 
 
+def _tick(offset: int, actor: str = "x") -> InboxRecord:
+    body = make_request("clock.tick", cluster="default", actor=actor)
+    return InboxRecord(0, offset, 1_767_225_600.0 + offset, orjson.dumps(body))
+
+
+def _configs(journal: list[bytes]) -> list[dict]:
+    return [r for r in map(orjson.loads, journal) if r["type"] == "config.set"]
+
+
+def test_a_restart_with_set_changes_that_key_and_keeps_the_journals_admins() -> None:
+    """`allot serve --set window=3d` without --admin used to journal the defaults plus
+    the window: the recorded admins were dropped and anyone could act."""
+    from domain.config import SchedulerConfig, parse_config
+
+    core = SchedulerCore("default", SchedulerConfig(admins=["ops"], hysteresis=0.3))
+    core.process([_tick(0)])
+    restored = pickle.loads(pickle.dumps(core))
+    restored.wanted = parse_config({"window": "3d"})
+    (config,) = _configs(restored.process([_tick(1)]).journal)
+    assert config["actor"] == "allot"
+    assert config["config"]["window"] == 3 * 86400
+    assert config["config"]["admins"] == ["ops"] and config["config"]["hysteresis"] == 0.3
+
+
+def test_an_admins_config_change_stands_until_the_next_start() -> None:
+    """The start's config is journaled once (DESIGN §4); the server used to journal it
+    again right after an admin's change, reverting it at the next input."""
+    from domain.config import SchedulerConfig
+
+    core = SchedulerCore("default", SchedulerConfig(admins=["ops"]))
+    first = core.process([_tick(0)]).journal
+    assert [c["actor"] for c in _configs(first)] == ["allot"]
+    change = make_request(
+        "config.set", cluster="default", actor="ops", config={"admins": ["ops"], "window": "2d"}
+    )
+    out = core.process(
+        [InboxRecord(0, 1, 1_767_225_601.0, orjson.dumps(change)), _tick(2), _tick(3)]
+    ).journal
+    assert [c["actor"] for c in _configs(out)] == ["ops"]
+    assert core.state.config.window == 2 * 86400
+    # a restart with flags applies them again, over what the admin left
+    core.wanted = SchedulerConfig(admins=["ops", "carol"])
+    (again,) = _configs(core.process([_tick(4)]).journal)
+    assert again["config"]["admins"] == ["ops", "carol"] and again["config"]["window"] == 2 * 86400
+
+
 # ------------------------------------------------------------ snapshots
 
 EVERY_STEP = 1e-9  # snapshot_every: due after every step (when the last one is written)
