@@ -233,7 +233,15 @@ def _check_released(state: State, e: ev.WorkloadReleased) -> None:
         raise Rejected(f"workload {e.workload!r} is not held; nothing to release")
 
 
+MAX_REASON = 1000  # characters of a launcher's reason: a line, not a log
+
+
 def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
+    if e.reason is not None and (len(e.reason) > MAX_REASON or not printable(e.reason)):
+        raise Rejected(
+            f"reason must be one line of at most {MAX_REASON} characters, without control "
+            "characters (tabs, newlines); put logs elsewhere"
+        )
     w = _live(state, e.workload)
     if w.state != RUNNING:
         raise Rejected(f"workload {e.workload!r} is {w.state}, not running; nothing to finish")

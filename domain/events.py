@@ -112,7 +112,10 @@ class WorkloadFinished(Envelope):
     type: Literal["workload.finished"] = "workload.finished"
     workload: str
     outcome: Literal["completed", "failed", "lost"] = "completed"
-    attempt: int | None = None
+    attempt: Count | None = None
+    # what the launcher saw: the process's exit status and a few words (OOM, Xid 79)
+    exit_code: Count | None = None
+    reason: str | None = None
 
 
 class BudgetSet(Envelope):

@@ -18,6 +18,7 @@ from domain.state import RUNNING
 from projections.views import (
     History,
     JournalView,
+    ended_detail,
     iso,
     matches_allocation,
     matches_user,
@@ -222,10 +223,11 @@ def _reason(h: History, state: str) -> str:
         if q.reason == "drain":
             return f"drain (host {q.explain.get('host')} unhealthy)"
         return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
+    said = ended_detail(h.ended or {})  # the launcher's exit status and reason
     if h.preemptions and state == "COMPLETED":  # live work takes `allot queue`'s reason
         n = sum(1 for q in h.preemptions if q.requeued)
-        return f"requeued {n}x" if n else ""
-    return ""
+        return ", ".join(filter(None, [said, f"requeued {n}x" if n else ""]))
+    return said
 
 
 def totals(rows: list[AcctRow]) -> dict[str, Any]:

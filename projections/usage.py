@@ -960,13 +960,14 @@ class JournalBuilder:
             explain=explain,
         )
 
-    def finish(self, wid: str, outcome: str = "completed") -> JournalBuilder:
+    def finish(self, wid: str, outcome: str = "completed", **said: Any) -> JournalBuilder:
         return self.add(
             "workload.finished",
             actor="executor",
             workload=wid,
             outcome=outcome,
             attempt=self._attempts.get(wid, 1),
+            **said,
         )
 
     def hold(self, wid: str) -> JournalBuilder:

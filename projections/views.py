@@ -289,6 +289,8 @@ class JournalView:
             if kind == "workload.finished":
                 ended["outcome"] = event.outcome
                 ended["attempt"] = event.attempt
+                ended["exit_code"] = event.exit_code
+                ended["reason"] = event.reason
             h = self.history(wid)  # type: ignore[arg-type]
             h.ended = ended
             h.ended_seq = seq
@@ -473,6 +475,15 @@ def matches_allocation(path: str, wanted: str | Collection[str] | None) -> bool:
         return any(matches_allocation(path, one) for one in wanted)
     wanted = wanted.rstrip("/")
     return path == wanted or path.startswith(wanted + "/")
+
+
+def ended_detail(ended: dict[str, Any]) -> str:
+    """`exit 137: OOM-killed`: what the launcher said of a finished workload ("" if nothing)."""
+    code, reason = ended.get("exit_code"), ended.get("reason")
+    text = f"exit {code}" if code is not None else ""
+    if reason:
+        text = f"{text}: {reason}" if text else reason
+    return text
 
 
 def split_names(text: str | None) -> list[str] | None:
@@ -1026,6 +1037,9 @@ def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
         if e["how"] == "finished":
             record["outcome"] = e.get("outcome")
             record["attempt"] = e.get("attempt")
+            for key in ("exit_code", "reason"):
+                if e.get(key) is not None:
+                    record[key] = e[key]
         items.append((h.ended_seq, record))
     items.sort(key=lambda item: item[0])
     return [record for _, record in items]
@@ -1320,7 +1334,8 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
             state_name = how.upper()
             last = h.preemptions[-1] if h.preemptions else None
             if how == "finished":
-                what = f"finished ({e.get('outcome', 'completed')}) at {iso(e['time'])}"
+                said = ", ".join(filter(None, [e.get("outcome", "completed"), ended_detail(e)]))
+                what = f"finished ({said}) at {iso(e['time'])}"
             elif how == "cancelled":
                 what = f"cancelled by {e.get('actor')} at {iso(e['time'])}"
             elif how == "preempted" and last is not None and last.reason == "drain":

@@ -7,7 +7,8 @@ and tells the scheduler when work ends. It needs nothing but the journal (topic
 How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the journal
 -----------------------------------------------------------------------------------
 1. Read the journal of its cluster in order (a Kafka consumer on `allot.journal`
-   filtered by key = cluster, committing its own offset; or tail `DIR/journal.jsonl`).
+   with `isolation_level="read_committed"`, filtered by key = cluster, committing its
+   own offset; or tail `DIR/journal.jsonl`).
    Keep each `workload.submitted` (what to run: its name, tags, and whatever your
    submit wrapper put in them, e.g. an image or a script).
 2. `workload.placed` (`workload`, `attempt`, `hosts` = host -> GPU indices): start
@@ -26,7 +27,8 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    `outcome` `completed`, `failed` or `lost` (the node died) and the `attempt`; a
    workload that could not be started at all is reported `failed`. The attempt makes
    a late report about an old attempt harmless: the scheduler rejects it instead of
-   ending the new one.
+   ending the new one (a report without `attempt` ends the running one). Give each
+   report an id that is the same when resent, e.g. `launcher/<cluster>/<workload>/<attempt>`.
 5. `workload.cancelled`: stop it; no report is needed.
 6. On restart, re-read the journal (or resume from the committed offset) and
    reconcile: run exactly the attempts that are placed and not yet finished,
@@ -34,7 +36,8 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
 
 Requests are v1 inbox records (DESIGN §4): `type`, `v: 1`, a unique `id`, `time`
 (now; the scheduler stamps its own), `cluster`, `actor` (this launcher's principal),
-`workload`, `outcome`, `attempt`.
+`workload`, `outcome`, `attempt`, and optionally `exit_code` and `reason` (one line),
+which `allot acct` and `allot why` show.
 
 The simulated executor
 ----------------------
@@ -351,7 +354,7 @@ def register(app: typer.Typer) -> None:
             if not simulate:
                 raise TargetError(
                     "only the simulated executor is built in: use --simulate (a real launcher "
-                    "follows the contract in `allot executor --help`)"
+                    "follows the contract in README, 'How a real launcher consumes the journal')"
                 )
             if not (speed > 0 and math.isfinite(speed)):
                 raise TargetError(f"--speed must be a number > 0, got {speed:g}")

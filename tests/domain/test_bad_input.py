@@ -171,6 +171,12 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         "priority must be from -2147483647 to 2147483647, got 1099511627776",
     ),
     (
+        "report-reason-with-newline",  # one line: acct and why print it in a column
+        make(ev.WorkloadFinished, workload="run", outcome="failed", reason="a\nb", actor="root"),
+        "workload.rejected",
+        "reason must be one line",
+    ),
+    (
         "budget-missing-parent",
         make(ev.BudgetSet, allocation="nope/x", weight=1, actor="root"),
         "budget.rejected",
@@ -447,6 +453,12 @@ RAW_CASES = [
         {**SUBMIT, "gpus": -(2.0**70)},
         "workload.rejected",
         "gpus: Input should be greater than or equal to -9223372036854775808",
+    ),
+    (
+        "report-attempt-string",  # a launcher's "1" was taken as attempt 1
+        {"type": "workload.finished", "id": "r1", "time": 1.0, "workload": "w", "attempt": "1"},
+        "workload.rejected",
+        "attempt: Input should be a valid integer",
     ),
     ("resumable-two", {**SUBMIT, "gpus": 1, "resumable": 2}, "workload.rejected", "resumable"),
     ("resumable-text", {**SUBMIT, "gpus": 1, "resumable": "yes"}, "workload.rejected", "resumable"),

@@ -27,7 +27,7 @@ def lives() -> JournalBuilder:
     j.reject("refused", allocation="lab/c", gpus=2)
     j.at(600).preempt("requeued", beneficiary="done")  # 10 min in
     j.at(900).place("requeued", {"h1": H4})  # waits 5 min, runs again
-    j.at(1200).finish("done").finish("failed", outcome="failed")
+    j.at(1200).finish("done").finish("failed", outcome="failed", exit_code=137, reason="OOM-killed")
     j.place("ended", {"h0": H4}).place("noded", {"h1": [4, 5, 6, 7]})
     j.at(1500).preempt("ended", requeued=False, beneficiary="requeued")
     j.preempt("noded", "drain", requeued=False, explain={"host": "h1"})
@@ -46,7 +46,8 @@ def rows() -> dict[str, dict]:
     [
         ("done", "COMPLETED", 8, 0, 1200, 1200, 8 * 1200 / 3600, 1, ""),
         ("requeued", "RUNNING", 4, 0, None, 600 + 2700, 4 * 3300 / 3600, 2, "as allot queue says"),
-        ("failed", "FAILED", 4, 0, 1200, 1200, 4 * 1200 / 3600, 1, ""),
+        # what the launcher reported: exit status and reason
+        ("failed", "FAILED", 4, 0, 1200, 1200, 4 * 1200 / 3600, 1, "exit 137: OOM-killed"),
         ("ended", "PREEMPTED", 4, 1200, 1500, 300, 4 * 300 / 3600, 1, "fair_share for requeued"),
         ("gone", "CANCELLED", 1, None, 1800, 0, 0, 0, "by alice"),
         ("noded", "NODE_FAIL", 4, 1200, 1500, 300, 4 * 300 / 3600, 1, "drain (host h1 unhealthy)"),

@@ -405,11 +405,15 @@ def test_why_finished_and_cancelled() -> None:
     c.tree({"lab/a": 1})
     c.submit("done", "lab/a", gpus=1)
     c.submit("gone", "lab/a", gpus=1, actor="alice")
+    c.submit("oom", "lab/a", gpus=1)
     c.at("1h").finish("done", attempt=1)
+    c.finish("oom", attempt=1, outcome="failed", exit_code=137, reason="OOM-killed")
     c.cancel("gone", actor="alice")
     view = view_of(c)
     assert v.why(view, "done")["current"]["state"] == "FINISHED"
     assert "finished (completed) at 2026-01-01 01:00:00" in v.why(view, "done")["text"][-1]
+    # what the launcher said of a failure is shown with it
+    assert "finished (failed, exit 137: OOM-killed) at" in v.why(view, "oom")["text"][-1]
     assert "cancelled by alice" in v.why(view, "gone")["text"][-1]
     done = v.why(view, "done")["history"]
     assert [(e["event"], e.get("attempt")) for e in done] == [
