@@ -122,6 +122,11 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         waits = ("wait_s", "by_allocation", leaf)
         specs += [
             (f"{leaf}: delivered", ("delivered", "by_allocation", leaf), "ratio"),
+            (
+                f"{leaf}: delivered hour by hour",
+                ("delivered", "hourly_strict_by_allocation", leaf),
+                "ratio",
+            ),
             (f"{leaf}: GPU-h received", ("delivered", "received_gpu_h", leaf), "number"),
             (f"{leaf}: wait p50", (*waits, "p50"), "seconds"),
             (f"{leaf}: wait p90", (*waits, "p90"), "seconds"),

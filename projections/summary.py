@@ -19,7 +19,8 @@ Keys (exact, plus a few extras marked *):
   the hosts kept for short jobs), by the GPUs of the smallest workload
   waiting at the time (idle GPUs beside waiting 1-GPU work is a scheduling loss; beside
   only whole-host work, fragmentation that work waits out);
-- `delivered` {overall, min, by_allocation, hourly_strict, *owed_gpu_h, *received_gpu_h}:
+- `delivered` {overall, min, by_allocation, hourly_strict, *hourly_strict_by_allocation,
+  *owed_gpu_h, *received_gpu_h}:
   DESIGN §2 period form over the hourly rows; leaves that were owed nothing are not in
   `by_allocation`; ratios are null when nothing was owed;
 - `wait_s` / `requeue_wait_s` {all, by_tag: {tag: ...}, *by_allocation: {leaf: ...}} each
@@ -237,12 +238,13 @@ class SummaryProjection(UsageProjection):
         rows = self.hourly_rows() if rows is None else rows
         owed: dict[str, float] = {}
         received: dict[str, float] = {}
-        strict = 0.0
+        met_hourly: dict[str, float] = {}  # Σ_h min(received_h, owed_h), per allocation
         for r in rows:
             a = r["allocation"]
             owed[a] = owed.get(a, 0.0) + r["owed_gpu_s"]
             received[a] = received.get(a, 0.0) + r["received_gpu_s"]
-            strict += min(r["received_gpu_s"], r["owed_gpu_s"])
+            met_hourly[a] = met_hourly.get(a, 0.0) + min(r["received_gpu_s"], r["owed_gpu_s"])
+        strict = math.fsum(met_hourly.values())
         total_owed = math.fsum(owed.values())
         by_alloc = {
             a: round(min(1.0, received[a] / owed[a]), 6) for a in sorted(owed) if owed[a] > 0
@@ -253,6 +255,10 @@ class SummaryProjection(UsageProjection):
             "min": min(by_alloc.values()) if by_alloc else None,
             "by_allocation": by_alloc,
             "hourly_strict": _ratio(strict, total_owed),
+            # the same per allocation: a surplus in one hour pays no shortfall in another
+            "hourly_strict_by_allocation": {
+                a: round(met_hourly[a] / owed[a], 6) for a in sorted(owed) if owed[a] > 0
+            },
             "owed_gpu_h": {a: round(owed[a] / HOUR, 3) for a in sorted(owed)},
             "received_gpu_h": {a: round(received[a] / HOUR, 3) for a in sorted(received)},
         }

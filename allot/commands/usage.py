@@ -123,8 +123,9 @@ _COLUMNS = (
     ("ENTITLED", "entitled"),
 )
 LEGEND = (
-    "UNALLOC: ran unallocated, not charged · OWED: min(ENTITLED, DEMAND of work with "
-    "min_runtime > 0){delivered} · --json has every field"
+    "UNALLOC: ran unallocated, not charged · ENTITLED: share × healthy capacity, over "
+    "the hours it had work (an hour without any owes nothing) · OWED: min(ENTITLED, "
+    "DEMAND of work with min_runtime > 0), hour by hour{delivered} · --json has every field"
 )
 
 

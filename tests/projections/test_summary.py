@@ -143,6 +143,10 @@ def test_waits_by_tag_and_requeue(mixed):
     assert w["by_tag"]["debug"]["count"] == 1
     assert w["by_tag"]["debug"]["p90"] == 0.0
     assert set(w["by_tag"]) == {"train", "debug", "filler"}
+    # and by allocation: every started wait is in its leaf's samples, once
+    by_leaf = w["by_allocation"]
+    assert sum(x["count"] for x in by_leaf.values()) == w["all"]["count"]
+    assert max(x["p90"] for x in by_leaf.values() if x["count"]) == w["all"]["p90"]
     # f1's second placement is a requeue wait, not a queue wait
     r = mixed["requeue_wait_s"]
     assert r["all"]["count"] == 1
@@ -193,6 +197,8 @@ def test_period_form_differs_from_strict_hourly_form():
     assert d["overall"] == pytest.approx((16 + 4) / 24, abs=1e-6)
     assert d["by_allocation"]["lab/a"] == pytest.approx(20 / 24, abs=1e-6)
     assert d["hourly_strict"] == pytest.approx((12 + 4) / 24, abs=1e-6)
+    # per allocation too: hour 0's surplus pays nothing of hour 1's shortfall
+    assert d["hourly_strict_by_allocation"] == {"lab/a": pytest.approx(16 / 24, abs=1e-6)}
 
 
 def test_nothing_owed_gives_null_ratios():
