@@ -27,6 +27,9 @@ Per cluster (a journal may hold several; each gets its own fold):
   class (not on hold) has waited so far, in journal time; the histogram above only
   sees waits that ended.
 - ``allot_preemptions_total{reason}``.
+- ``allot_workloads_ended_total{state}``: workloads that ended, by how (the states of
+  `allot acct`): completed / failed / lost (the launcher's report), cancelled,
+  preempted (not requeued), node_fail (drained off an unhealthy host).
 - ``allot_fair_share_ratio{allocation}``: usage / (share × capacity × window) of every
   node of the tree, as `decide` sees it (+Inf for a zero share).
 - ``allot_delivered_ratio{allocation}``: min(1, Σ_h received_h / Σ_h owed_h) since the
@@ -118,6 +121,7 @@ QUEUE_CLASSES = ("short", "other")
 PREEMPTION_REASONS: tuple[str, ...] = get_args(
     ev.WorkloadPreempted.model_fields["reason"].annotation
 )
+ENDED_STATES = ("completed", "failed", "lost", "cancelled", "preempted", "node_fail")
 DECISION_TYPES = {
     "workload.placed": "placed",
     "workload.preempted": "preempted",
@@ -141,6 +145,7 @@ METRIC_NAMES: dict[str, str] = {
     "allot_queue_wait_seconds": "histogram",
     "allot_oldest_wait_seconds": "gauge",
     "allot_preemptions_total": "counter",
+    "allot_workloads_ended_total": "counter",
     "allot_fair_share_ratio": "gauge",
     "allot_delivered_ratio": "gauge",
     "allot_owed_gpu_seconds_total": "counter",
@@ -217,6 +222,7 @@ class _ClusterFold:
         self.waits = {c: _Histogram(QUEUE_WAIT_BUCKETS) for c in QUEUE_CLASSES}
         self.latency = _Histogram(DECISION_LATENCY_BUCKETS)
         self.preemptions = dict.fromkeys(PREEMPTION_REASONS, 0)
+        self.ended = dict.fromkeys(ENDED_STATES, 0)
         self.decisions = dict.fromkeys(DECISION_TYPES.values(), 0)
         self.rejections = dict.fromkeys(REJECTION_TYPES, 0)
         self.causes: OrderedDict[str, float] = OrderedDict()
@@ -249,7 +255,13 @@ class _ClusterFold:
                 self.latency.observe(max(0.0, end - self.causes[cause]))
             if kind == "workload.preempted":
                 self.preemptions[event.reason] = self.preemptions.get(event.reason, 0) + 1
+                if not event.requeued:
+                    self.ended["node_fail" if event.reason == "drain" else "preempted"] += 1
         else:  # inputs and rejections cause cycles
+            if kind == "workload.finished":
+                self.ended[event.outcome] += 1
+            elif kind == "workload.cancelled":
+                self.ended["cancelled"] += 1
             self.causes[event.id] = event.time
             if len(self.causes) > CAUSE_MEMORY:
                 self.causes.popitem(last=False)
@@ -377,6 +389,11 @@ class MetricsCollector(Collector):
         preemptions = CounterMetricFamily(
             "allot_preemptions", "Preemptions by reason.", labels=[*c, "reason"]
         )
+        ended = CounterMetricFamily(
+            "allot_workloads_ended",
+            "Workloads that ended, by how (allot acct's states).",
+            labels=[*c, "state"],
+        )
         fair = GaugeMetricFamily(
             "allot_fair_share_ratio",
             "usage / (share x capacity x window) per allocation (tree node).",
@@ -432,6 +449,8 @@ class MetricsCollector(Collector):
                 oldest.add_metric([name, klass], age)
             for reason, n in f.preemptions.items():
                 preemptions.add_metric([name, reason], n)
+            for how, n in f.ended.items():
+                ended.add_metric([name, how], n)
             for path, r in f.fair_share().items():
                 fair.add_metric([name, path], r)
             for path, (o, r) in f.delivered().items():
@@ -454,6 +473,7 @@ class MetricsCollector(Collector):
             waits,
             oldest,
             preemptions,
+            ended,
             fair,
             delivered,
             owed,

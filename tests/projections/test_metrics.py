@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from domain.fairshare import ratio as fair_ratio
 from projections.metrics import (
+    ENDED_STATES,
     METRIC_NAMES,
     MetricsCollector,
     exposed_series_names,
@@ -150,6 +151,23 @@ def test_preemptions_decisions_and_rejections_are_counted() -> None:
     assert value(c, "allot_rejected_inputs_total", reason="budget.rejected") == 1
     assert value(c, "allot_rejected_inputs_total", reason="host.rejected") == 0
     assert value(c, "allot_journal_records_total") == len(j.events)
+
+
+def test_ended_workloads_are_counted_by_how_they_ended() -> None:
+    j = cluster()
+    j.submit("ok", "lab/a", gpus=1).place("ok", {"h0": [0]})
+    j.submit("oom", "lab/a", gpus=1).place("oom", {"h0": [1]})
+    j.submit("gone", "lab/a", gpus=1)
+    j.submit("kept", "lab/b", gpus=8, min_runtime=0).place("kept", {"h1": H8})
+    j.submit("drained", "lab/b", gpus=1, resumable=False).place("drained", {"h0": [2]})
+    j.at(60).finish("ok").finish("oom", outcome="failed").cancel("gone")
+    j.preempt("kept", "unallocated")  # requeued: it has not ended
+    j.preempt("drained", "drain", requeued=False)
+    c = collect(j)
+    ended = {s: value(c, "allot_workloads_ended_total", state=s) for s in ENDED_STATES}
+    assert ended == {
+        "completed": 1, "failed": 1, "lost": 0, "cancelled": 1, "preempted": 0, "node_fail": 1,
+    }  # fmt: skip
 
 
 def test_decision_latency_measures_from_the_causing_record() -> None:
