@@ -153,6 +153,14 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
 
     survivor_log = logs[survivor].read_text()
     assert lost <= owned_partitions(logs[survivor]), survivor_log[-3000:]
+    # the rebalance after the kill moved only what it had to: the survivor took the dead
+    # member's partitions over and kept its own (a reload would redo its snapshot+journal)
+    takeovers = [
+        {int(x) for x in m.group(1).split(",") if x.strip()}
+        for line in survivor_log.splitlines()
+        if (m := TOOK_OVER.search(line))
+    ]
+    assert takeovers[-1] == lost, survivor_log[-3000:]
     assert takeover_s < 6 + 20, f"takeover took {takeover_s:.1f}s"
 
     inbox_records = await read_all(kafka_bootstrap, topics.inbox)
