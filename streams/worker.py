@@ -494,6 +494,7 @@ class Worker:
         self._snapshotting: asyncio.Task | None = None
         # says in this log when the broker goes away and comes back (aiokafka retries)
         self._watch = BrokerWatch(self.bootstrap, self.kafka_options, log)
+        self._config_written: set[str] = set()  # clusters whose start config is journaled
 
     # ---------------------------------------------------------------- run
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -834,7 +835,7 @@ class Worker:
                             f"snapshot of {cluster!r} is not from round {manifest['round']}"
                         )
                     core = snap["core"]
-                    core.wanted = self.config
+                    core.wanted = self._wanted(cluster)
                     cores[cluster] = core
                 journal = {int(jp): int(o) for jp, o in manifest["journal"].items()}
                 dead, scanned = int(manifest["dead"]), int(manifest["scanned"])
@@ -1002,8 +1003,14 @@ class Worker:
     def _core(self, cluster: str) -> SchedulerCore:
         core = self.cores.get(cluster)
         if core is None:
-            core = self.cores[cluster] = SchedulerCore(cluster, self.config)
+            core = self.cores[cluster] = SchedulerCore(cluster, self._wanted(cluster))
         return core
+
+    def _wanted(self, cluster: str) -> SchedulerConfig | None:
+        """The start's config for a core being built (or restored): until this process
+        has journaled it for the cluster, not again after (a core rebuilt after a failed
+        write or a rebalance would else undo an admin's later config.set)."""
+        return None if cluster in self._config_written else self.config
 
     # ---------------------------------------------------------------- batches
     def _route(
@@ -1199,6 +1206,10 @@ class Worker:
             results = await asyncio.gather(*(fut for _, _, fut in pending))
             await producer.commit_transaction()
             self._watch.answered()
+            for cluster in out:  # the start's config is in the journal now (or was not due)
+                core = self.cores.get(cluster)
+                if core is not None and core.wanted is None:
+                    self._config_written.add(cluster)
         except Exception:
             _abandon(fut for _, _, fut in pending)
             with contextlib.suppress(Exception):

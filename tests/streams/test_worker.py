@@ -372,6 +372,41 @@ async def test_a_batch_cut_short_before_its_commit_is_invisible_and_redone(
             await asyncio.wait_for(producer.stop(), 5)
 
 
+async def test_an_admins_config_change_survives_a_failed_commit(kafka_bootstrap: str) -> None:
+    """The worker's start flags are journaled once per start: a core rebuilt after a
+    failed write (or a rebalance) used to journal them again, undoing an admin's change."""
+    from aiokafka.errors import KafkaError
+
+    async with rig(kafka_bootstrap) as r:
+        ready: list[Any] = []
+        r.start(SchedulerConfig(admins=(ADMIN,), window=3 * 86400.0), on_ready=ready.append)
+        await r.inbox.setup("c")
+        await r.journal.wait_for(first("budget.set", allocation="lab/a"))
+        change = await r.inbox.send("c", "config.set", config={"admins": [ADMIN], "window": "5d"})
+        await r.journal.wait_for(lambda recs: any(x.get("id") == change["id"] for x in recs))
+        producer = ready[0].owned[0].producer
+        real_commit = producer.commit_transaction
+        failures: list[int] = []
+
+        async def refuse_once() -> None:
+            if not failures:
+                failures.append(1)
+                raise KafkaError("commit refused (injected)")
+            await real_commit()
+
+        producer.commit_transaction = refuse_once
+        await r.inbox.send(
+            "c", "workload.submitted", actor="u", workload="w", allocation="lab/a", gpus=1,
+            min_runtime=60,
+        )  # fmt: skip
+        await r.journal.wait_for(first("workload.placed", workload="w"))
+        worker = await r.halt()
+    assert failures == [1] and worker.stats.write_failures == 1
+    committed = [orjson.loads(x.value) for x in await read_all(kafka_bootstrap, r.topics.journal)]
+    configs = [(x["actor"], x["config"]["window"]) for x in committed if x["type"] == "config.set"]
+    assert configs == [("allot", 3 * 86400.0), (ADMIN, "5d")]  # as the admin sent it
+
+
 async def test_a_failed_commit_is_re_derived_and_redone_exactly_once(
     kafka_bootstrap: str,
 ) -> None:
