@@ -21,7 +21,6 @@ from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_HOST_GPUS = 1024  # far above any real host; keeps a typo from allocating millions
-MAX_PRIORITY = 2**31 - 1  # a 32-bit column holds any priority a request may carry
 MAX_HINT_NAME = 256  # "did you mean" suggestions only between names up to this long
 _DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
 
@@ -161,8 +160,6 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
         )
     if e.gpus <= 0:
         raise Rejected(f"gpus must be at least 1, got {e.gpus}")
-    if not -MAX_PRIORITY <= e.priority <= MAX_PRIORITY:  # `allot submit` says the same
-        raise Rejected(f"priority must be from {-MAX_PRIORITY} to {MAX_PRIORITY}, got {e.priority}")
     if e.gpus > state.capacity:
         raise Rejected(
             f"asks for {e.gpus} GPUs but cluster {state.cluster!r} has {state.capacity} registered"
@@ -233,15 +230,7 @@ def _check_released(state: State, e: ev.WorkloadReleased) -> None:
         raise Rejected(f"workload {e.workload!r} is not held; nothing to release")
 
 
-MAX_REASON = 1000  # characters of a launcher's reason: a line, not a log
-
-
 def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
-    if e.reason is not None and (len(e.reason) > MAX_REASON or not printable(e.reason)):
-        raise Rejected(
-            f"reason must be one line of at most {MAX_REASON} characters, without control "
-            "characters (tabs, newlines); put logs elsewhere"
-        )
     w = _live(state, e.workload)
     if w.state != RUNNING:
         raise Rejected(f"workload {e.workload!r} is {w.state}, not running; nothing to finish")

@@ -21,6 +21,7 @@ from pydantic import (
     ValidationError,
 )
 
+from domain.text import one_line
 from domain.upcasting import CURRENT_VERSION, upcast
 
 SCHEDULER = "allot"
@@ -58,8 +59,19 @@ def _whole(value: Any) -> Any:
 # a count fits a signed 64-bit integer: JSON writers (orjson among them) hold no more,
 # and a 1e20 that became int would fail only when its record is written
 Count = Annotated[int, BeforeValidator(_whole), Strict(), Field(ge=-(2**63), le=2**63 - 1)]
+MAX_PRIORITY = 2**31 - 1  # a 32-bit column holds any priority (`allot submit` says the same)
+Priority = Annotated[
+    int, BeforeValidator(_whole), Strict(), Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+]
 Number = Annotated[float, Strict()]
 Seconds = Number
+
+
+MAX_REASON = 1000  # characters of a launcher's reason: a line, not a log
+
+
+def _reason_line(value: Any) -> Any:
+    return one_line(value, MAX_REASON) if isinstance(value, str) else value
 
 
 def _bit(value: Any) -> Any:
@@ -80,7 +92,7 @@ class WorkloadSubmitted(Envelope):
     gpus: Count
     min_runtime: Seconds = 0.0
     resumable: Flag = False
-    priority: Count = 0
+    priority: Priority = 0
     tags: tuple[str, ...] = ()
     name: str | None = None
     # seconds of work the workload needs: read only by simulated executors
@@ -113,9 +125,10 @@ class WorkloadFinished(Envelope):
     workload: str
     outcome: Literal["completed", "failed", "lost"] = "completed"
     attempt: Count | None = None
-    # what the launcher saw: the process's exit status and a few words (OOM, Xid 79)
+    # what the launcher saw: the process's exit status and a few words (OOM, Xid 79),
+    # kept to one line (a stderr tail is not refused: the report must end the work)
     exit_code: Count | None = None
-    reason: str | None = None
+    reason: Annotated[str | None, BeforeValidator(_reason_line)] = None
 
 
 class BudgetSet(Envelope):

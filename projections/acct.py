@@ -177,6 +177,8 @@ def acct_rows(
                 "preemptions": len(h.preemptions),
                 "tags": list(s.tags) if s is not None else [],
                 "reason": live_reason.get(wid) or _reason(h, name),
+                # the launcher's exit status, as a number (sacct's ExitCode)
+                "exit_code": (h.ended or {}).get("exit_code"),
             }
         )
         order.append(h.submitted_seq if s is not None else rejection.seq)

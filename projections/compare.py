@@ -64,23 +64,34 @@ def _change(a: Any, b: Any, kind: str) -> str:
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """Rows for what the two runs were told differently: config keys and budget weights
-    (summaries from before these were recorded have neither: no rows)."""
+    """Rows for the config keys and budget weights in force at the end of each run that
+    differ (a change made during one run shows only if its end state differs; summaries
+    from before these were recorded have neither: no rows)."""
+    from domain.config import DURATION_KEYS
+
     rows = []
     for label, key in (("config", "config"), ("weight", "weights")):
         va, vb = _get(a, key), _get(b, key)
         if not isinstance(va, dict) or not isinstance(vb, dict):
             continue
         for name in sorted({*va, *vb}):
-            if va.get(name) != vb.get(name):
-                shown = [_show(v.get(name, "—")) for v in (va, vb)]
-                rows.append((f"{label} {name}", *shown, _change(va.get(name), vb.get(name), "")))
+            if va.get(name) == vb.get(name):
+                continue
+            kind = "seconds" if label == "config" and name in DURATION_KEYS else ""
+            shown = [_show(v.get(name), kind) for v in (va, vb)]
+            rows.append((f"{label} {name}", *shown, _change(va.get(name), vb.get(name), kind)))
     return rows
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, kind: str) -> str:
+    if value is None:
+        return "—"
+    if kind == "seconds" and isinstance(value, int | float):
+        return format_value(value, "seconds")
     if isinstance(value, list):
         return ",".join(map(str, value)) or "—"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in sorted(value.items())) or "—"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

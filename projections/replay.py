@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,9 @@ def verify(
     return Verification(records, decisions, None)
 
 
+_WHAT_IF_ID = re.compile(r"what-if-(?P<round>\d+)-budget-\d+")
+
+
 @dataclass(frozen=True)
 class BudgetChange:
     """`--budget PATH=WEIGHT[@TIME]`: PATH's weight in a what-if. Without a time, every
@@ -196,6 +200,7 @@ def journal_run_spec(
     began: dict[str, float] = {}
     completed: set[str] = set()
     budgeted: set[str] = set()
+    rounds = [0]  # what-if rounds already in the journal (a what-if of a what-if)
     count = 0
     for record in read_journal(path):
         cluster = cluster or record.cluster
@@ -208,6 +213,8 @@ def journal_run_spec(
             count += 1
         elif kind == "budget.set":
             budgeted.add(record.allocation)
+            if (m := _WHAT_IF_ID.fullmatch(record.id)) is not None:
+                rounds.append(int(m["round"]))
         elif kind == "workload.placed":
             began[record.workload] = record.time
         elif kind in ("workload.preempted", "workload.finished", "workload.cancelled"):
@@ -233,7 +240,7 @@ def journal_run_spec(
     added = sorted(
         (
             ev.BudgetSet(
-                id=f"what-if-budget-{n}",
+                id=f"what-if-{max(rounds) + 1}-budget-{n}",
                 time=b.moment(start, end),
                 cluster=cluster,
                 actor=SCENARIO_ACTOR,

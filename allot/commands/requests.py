@@ -651,14 +651,16 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
         return []
     if given is None:
         return None
-    names = [n.strip() for text in given for n in text.split(",")]
     from domain.text import is_word
 
+    # `a,,b` and `a,` name a and b; only a list that names nobody is a mistake
+    names = [n.strip() for text in given for n in text.split(",") if n.strip()]
+    if not names:
+        raise RequestError(f"{option} names nobody; --no-{option[2:]}s clears the list")
     bad = next((n for n in names if not is_word(n)), None)
     if bad is not None:
         raise RequestError(
             f"{option} {bad!r}: one user name each (no spaces; commas separate names)"
-            + ("; --no-" + option[2:] + "s clears them" if not bad else "")
         )
     return list(dict.fromkeys(names))
 

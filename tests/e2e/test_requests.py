@@ -251,10 +251,10 @@ def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -
         return sets[-1]["members"]
 
     # sacctmgr's users=a,b: two people, not one named "dan,erin"
-    assert members_after("--member", "dan, erin", "--member", "fay") == ["dan", "erin", "fay"]
+    assert members_after("--member", "dan, erin,", "--member", "fay,,dan") == ["dan", "erin", "fay"]
     assert members_after("--no-members") == []
     for flags, says in [
-        (("--member", ""), "--no-members clears them"),
+        (("--member", ""), "names nobody; --no-members clears the list"),
         (("--member", "dan smith"), "'dan smith'"),
         (("--member", "dan", "--no-members"), "give one or the other"),
     ]:

@@ -90,6 +90,11 @@ def test_each_life_reads_as_sacct_would(
     assert r["reason"] == reason
 
 
+def test_the_launchers_exit_code_is_a_number_too(rows: dict[str, dict]) -> None:
+    assert rows["failed"]["exit_code"] == 137
+    assert rows["done"]["exit_code"] is None
+
+
 def test_filters_and_totals(rows: dict[str, dict]) -> None:
     view = fold(lives().events)
     t0 = lives().start

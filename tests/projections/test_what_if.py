@@ -62,7 +62,7 @@ def test_a_change_from_a_moment_on_is_added_after_that_moments_inputs(base, tmp_
     start = before["period"]["start"]
     after = what_if(journal, tmp_path, "lab/b=0@6h")
     journaled = records(tmp_path / "fairshare")
-    (added,) = [r for r in journaled if r["id"] == "what-if-budget-0"]
+    (added,) = [r for r in journaled if r["id"] == "what-if-1-budget-0"]
     assert added["time"] == start + 6 * HOUR and added["weight"] == 0.0
     assert added["allocation"] == "lab/b" and added["actor"] == "scenario"
     assert not [r for r in journaled if r["type"].endswith(".rejected")]
@@ -71,6 +71,20 @@ def test_a_change_from_a_moment_on_is_added_after_that_moments_inputs(base, tmp_
         after["delivered"]["received_gpu_h"]["lab/a"]
         > before["delivered"]["received_gpu_h"]["lab/a"]
     )
+
+
+def test_a_what_if_of_a_what_if_adds_its_own_changes(base, tmp_path: Path) -> None:
+    """Both rounds' added changes stand: the second's ids used to repeat the first's and
+    be refused as duplicates."""
+    journal, _ = base
+    what_if(journal, tmp_path / "one", "lab/b=2@2h")
+    second = what_if(
+        tmp_path / "one" / "fairshare" / "journal.jsonl", tmp_path / "two", "lab/b=1@3h"
+    )
+    journaled = records(tmp_path / "two" / "fairshare")
+    added = [r["id"] for r in journaled if r["id"].startswith("what-if-")]
+    assert added == ["what-if-1-budget-0", "what-if-2-budget-0"]
+    assert second["rejected_inputs"] == {} and second["weights"]["lab/b"] == 1.0
 
 
 @pytest.mark.parametrize(
