@@ -631,6 +631,8 @@ def compare(
     dir_b: Annotated[Path, typer.Argument(help="Another run folder: <out>/<policy>")],
 ) -> None:
     """Show what changed between two runs: waits by tag, preemptions, delivered per allocation."""
+    from rich.markup import escape
+
     from projections.compare import compare_summaries, load_summary
 
     a, b = load_summary(dir_a), load_summary(dir_b)
@@ -643,6 +645,14 @@ def compare(
     for row in rows:
         table.add_row(*row)
     console.print(table)
+    for folder, summary in ((dir_a, a), (dir_b, b)):
+        if "config" not in summary or "by_allocation" not in summary.get("wait_s", {}):
+            err.print(
+                f"note: {escape(str(folder))} was summarized by an older allot: it has no "
+                "config, weights or waits by allocation (— above); `allot replay "
+                f"{escape(str(folder))} --out DIR` re-runs it with them",
+                soft_wrap=True,
+            )
 
 
 @app.command()

@@ -124,7 +124,9 @@ class WorkloadFinished(Envelope):
     type: Literal["workload.finished"] = "workload.finished"
     workload: str
     outcome: Literal["completed", "failed", "lost"] = "completed"
-    attempt: Count | None = None
+    # lax, unlike the other counts: the previous release took "1" as attempt 1, and its
+    # inboxes must re-derive as journaled
+    attempt: int | None = None
     # what the launcher saw: the process's exit status and a few words (OOM, Xid 79),
     # kept to one line (a stderr tail is not refused: the report must end the work)
     exit_code: Count | None = None

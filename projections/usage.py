@@ -204,27 +204,7 @@ class UsageProjection:
         self._tl_values: list[tuple[int, dict[str, float]]] = []
         self._shares: dict[str, float] = {}
         self._closed = False
-        self._handlers: dict[str, Callable[[dict[str, Any], float], None]] = {
-            "workload.submitted": self._submitted,
-            "workload.placed": self._placed,
-            "workload.preempted": self._preempted,
-            "workload.finished": self._finished,
-            "workload.cancelled": self._cancelled,
-            "workload.held": self._held,
-            "workload.released": self._released,
-            "workload.rejected": self._rejected,
-            # the other nouns' refusals only count (summary.json's rejected_inputs)
-            "budget.rejected": self._rejected,
-            "host.rejected": self._rejected,
-            "config.rejected": self._rejected,
-            "clock.rejected": self._rejected,
-            "input.rejected": self._rejected,
-            "host.registered": self._host_registered,
-            "host.health": self._host_health,
-            "budget.set": self._budget_set,
-            "budget.removed": self._budget_removed,
-            "config.set": self._config_set,
-        }
+        self._handlers = self._event_handlers()
 
     # ------------------------------------------------------------------ folding
     def apply(self, event: Any) -> None:
@@ -247,8 +227,34 @@ class UsageProjection:
                 f"a {d.get('type')!r} record with a field of the wrong type: {why}"
             ) from None
 
+    def _event_handlers(self) -> dict[str, Callable[[dict[str, Any], float], None]]:
+        """Record type -> fold step. Rebuilt on load, never taken from a saved table: a
+        table saved by older code would otherwise keep its older list."""
+        return {
+            "workload.submitted": self._submitted,
+            "workload.placed": self._placed,
+            "workload.preempted": self._preempted,
+            "workload.finished": self._finished,
+            "workload.cancelled": self._cancelled,
+            "workload.held": self._held,
+            "workload.released": self._released,
+            "workload.rejected": self._rejected,
+            # the other nouns' refusals only count (summary.json's rejected_inputs)
+            "budget.rejected": self._rejected,
+            "host.rejected": self._rejected,
+            "config.rejected": self._rejected,
+            "clock.rejected": self._rejected,
+            "input.rejected": self._rejected,
+            "host.registered": self._host_registered,
+            "host.health": self._host_health,
+            "budget.set": self._budget_set,
+            "budget.removed": self._budget_removed,
+            "config.set": self._config_set,
+        }
+
     def __setstate__(self, saved: dict[str, Any]) -> None:
         self.__dict__.update(saved)
+        self._handlers = self._event_handlers()
         if "_waiting_sizes" not in saved:  # saved (allot usage) before contended_idle
             self._waiting_sizes = {}
             for w in self.live.values():

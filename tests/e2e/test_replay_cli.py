@@ -176,6 +176,20 @@ def test_a_budget_what_if_and_its_comparison_by_allocation(tmp_path: Path) -> No
     assert rows["lab/a: GPU-h received"][2].startswith("+"), result.stdout
 
 
+def test_compare_says_when_a_summary_is_from_an_older_allot(tmp_path: Path) -> None:
+    simulated = allot("simulate", str(TEAMS), "--out", str(tmp_path / "o"), "-q", "--no-report")
+    assert simulated.returncode == 0, simulated.stderr
+    old = tmp_path / "old"
+    old.mkdir()
+    summary = json.loads((tmp_path / "o" / "fairshare" / "summary.json").read_text())
+    del summary["config"], summary["weights"], summary["wait_s"]["by_allocation"]
+    (old / "summary.json").write_text(json.dumps(summary))
+    result = allot("compare", str(old), str(tmp_path / "o" / "fairshare"))
+    assert result.returncode == 0, result.stderr
+    assert f"note: {old} was summarized by an older allot" in result.stderr.replace("\n", " ")
+    assert "fairshare" not in result.stderr  # the new run needs no note
+
+
 def test_a_journal_cut_mid_line_is_replayed_without_that_line_and_says_so(
     tiny_journal: Path, tmp_path: Path
 ) -> None:

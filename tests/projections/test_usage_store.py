@@ -168,6 +168,16 @@ def test_a_state_saved_before_contended_idle_keeps_folding(journal: Path, tmp_pa
     assert restored.totals() == whole.totals()
 
 
+def test_a_state_saved_by_older_code_folds_the_record_types_added_since() -> None:
+    """The record types a projection folds come from the code, not from the saved table
+    (a table saved before `budget.rejected` was folded kept its older list)."""
+    old = UsageProjection()
+    del old._handlers["budget.rejected"]
+    restored = pickle.loads(pickle.dumps(old))
+    assert "budget.rejected" in restored._handlers
+    assert restored._handlers.keys() == UsageProjection()._handlers.keys()
+
+
 def test_a_file_of_several_clusters_is_read_one_cluster_at_a_time(
     journal: Path, tmp_path: Path
 ) -> None:
