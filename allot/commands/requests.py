@@ -665,11 +665,36 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
     return list(dict.fromkeys(names))
 
 
+def _current_weight(kafka: str | None, data: Path | None, cluster: str, path: str) -> float:
+    """PATH's weight as the journal has it now (for a change of managers or members)."""
+    from allot.commands.views import journal_reader
+    from projections.journal import JournalError
+    from projections.views import ViewError, fold
+    from streams.sources import SourceError
+
+    target = resolve_target(kafka, data)
+    try:
+        node = fold(
+            journal_reader(target.kafka, target.data, None, cluster)()
+        ).state.tree.nodes.get(path)
+    except (ViewError, SourceError, JournalError) as why:
+        raise RequestError(f"cannot read {path}'s weight from {target.label}: {why}") from None
+    if node is None:
+        raise RequestError(f"{path} does not exist yet: give its WEIGHT to create it")
+    return node.weight
+
+
 # a negative WEIGHT would otherwise read as an unknown option ("No such option: -1")
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def budget_set(
     path: Annotated[str, typer.Argument(help="Allocation path, e.g. lab/olmo/pretrain.")],
-    weight: Annotated[float, typer.Argument(help="Share among its siblings (0 to 1e6).")],
+    weight: Annotated[
+        float | None,
+        typer.Argument(
+            help="Share among its siblings (0 to 1e6); left out, it keeps its weight (to "
+            "change only managers or members, as sacctmgr modify does)."
+        ),
+    ] = None,
     manager: Annotated[
         list[str] | None,
         typer.Option(
@@ -705,7 +730,7 @@ def budget_set(
     with one_line_errors():
         from domain.admission import MAX_WEIGHT
 
-        if not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):  # it would be refused
+        if weight is not None and not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
             raise RequestError(f"WEIGHT {weight:g}: a weight is a number from 0 to {MAX_WEIGHT:g}")
         from domain.tree import valid_path  # imported here: audit commands start light
 
@@ -715,6 +740,13 @@ def budget_set(
             )
         managers = _principals("--manager", manager, no_managers)
         members = _principals("--member", member, no_members)
+        if weight is None:
+            if managers is None and members is None:
+                raise RequestError(
+                    "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
+                    "--no-members)"
+                )
+            weight = _current_weight(kafka, data, cluster, path)
         target, request, verdict = _send(
             kafka,
             data,

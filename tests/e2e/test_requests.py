@@ -253,6 +253,14 @@ def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -
     # sacctmgr's users=a,b: two people, not one named "dan,erin"
     assert members_after("--member", "dan, erin,", "--member", "fay,,dan") == ["dan", "erin", "fay"]
     assert members_after("--no-members") == []
+    # no WEIGHT: only the members change, the weight stays (sacctmgr modify)
+    result = allot(
+        "budget", "set", "lab/team", "--member", "gus", "--data", str(cluster), "--as", "pm",
+        "--wait", "20",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    last = [r for r in journal(cluster) if r["type"] == "budget.set"][-1]
+    assert (last["allocation"], last["weight"], last["members"]) == ("lab/team", 1.0, ["gus"])
     for flags, says in [
         (("--member", ""), "names nobody; --no-members clears the list"),
         (("--member", "dan smith"), "'dan smith'"),
@@ -260,6 +268,14 @@ def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -
     ]:
         line = one_line_error(
             allot("budget", "set", "lab/team", "1", *flags, "--data", str(cluster), "--as", "pm")
+        )
+        assert says in line, line
+    for path, flags, says in [
+        ("lab/team", (), "nothing to change"),
+        ("lab/nobody", ("--member", "x"), "lab/nobody does not exist yet: give its WEIGHT"),
+    ]:
+        line = one_line_error(
+            allot("budget", "set", path, *flags, "--data", str(cluster), "--as", "pm")
         )
         assert says in line, line
 
