@@ -23,6 +23,7 @@ from allot.commands.common import (
     TargetError,
     ends_mid_line,
     quiet_on_closed_pipe,
+    terminal_safe,
 )
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
@@ -74,7 +75,7 @@ def _answer(fn: Any) -> Any:
     import sys
 
     try:
-        with quiet_on_closed_pipe():
+        with terminal_safe(), quiet_on_closed_pipe():
             return fn()
     except OSError as why:
         raise _fail(f"cannot read: {why}") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -194,6 +195,54 @@ class _CheckedStdout:
 def stdout_to_devnull() -> None:
     """Later flushes (at exit) must not fail again on a closed or full stdout."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+# what a terminal would act on inside journal data (a workload id, a tag, a host's
+# reason): every control character but newline and tab, and ESC unless it starts a
+# colour (SGR) sequence, which the tables write themselves. Shown as \x1b, not obeyed:
+# OSC window titles, links and clipboard writes, cursor moves, a CR over the line.
+_UNSAFE = re.compile(r"\x1b(?!\[[0-9;]*m)|[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` with every control character shown as an escape (\x1b), none obeyed: for
+    one table cell (a tab or newline would break the row too)."""
+    return _CONTROL.sub(_escape, text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # in a table cell, tab and newline too
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+class _SafeText:
+    """A text stream that shows a terminal's control sequences in what it writes as
+    escapes (`_UNSAFE`), so data read from a journal cannot drive the terminal."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def write(self, text: Any) -> int:
+        if isinstance(text, str):
+            self._inner.write(_UNSAFE.sub(_escape, text))
+            return len(text)
+        return self._inner.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextmanager
+def terminal_safe() -> Iterator[None]:
+    """While a read command prints journal data: stdout and stderr through `_SafeText`."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _SafeText(out), _SafeText(err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 @contextmanager

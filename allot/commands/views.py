@@ -26,6 +26,8 @@ from allot.commands.common import (
     pipe_console,
     plural,
     quiet_on_closed_pipe,
+    terminal_safe,
+    visible,
 )
 
 if TYPE_CHECKING:
@@ -115,6 +117,9 @@ def aligned_lines(
     characters line up), two spaces apart; columns named in `right` right-aligned."""
     from rich.cells import cell_len
 
+    # a cell is journal data: its control characters are shown, not obeyed (an ESC
+    # colour code in a workload id would otherwise colour the table)
+    cells = [[visible(c) for c in row] for row in cells]
     widths = [cell_len(h) for h in headers]
     for row in cells:
         widths = [max(w, cell_len(c)) for w, c in zip(widths, row, strict=True)]
@@ -282,7 +287,7 @@ def _refuse_unknown_allocation(view: Any, allocations: list[str] | None) -> None
 def _answer(fn: Any) -> Any:
     """Run `fn`, turning every expected failure into one line on stderr and exit 2."""
     try:
-        with quiet_on_closed_pipe():
+        with terminal_safe(), quiet_on_closed_pipe():
             return fn()
     except OSError as why:
         raise _fail(f"cannot read the journal: {why}") from None

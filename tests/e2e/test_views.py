@@ -1029,3 +1029,31 @@ def test_a_cluster_with_no_records_on_kafka_names_those_that_have_some(
     one_line_error(
         result, "no records of cluster 'default' (it holds: c7); pick one with --cluster"
     )
+
+
+# what a terminal obeys: an OSC window title, a clear-line, a carriage return, a colour
+HOSTILE = "\x1b]0;pwned\x07\x1b[2K\r\x1b[31m"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["queue"], ["queue", "--long"], ["why", "w-evil"], ["acct"], ["host", "list"], ["shares"]],
+    ids=["queue", "queue-long", "why", "acct", "host-list", "shares"],
+)
+def test_journal_data_cannot_drive_the_terminal(tmp_path: Path, command: list[str]) -> None:
+    """Ids, tags and reasons come from whoever writes the inbox: a read command shows
+    their control characters as escapes (\\x1b) instead of writing them out."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder().host("h0").host(f"h1{HOSTILE}")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("w-evil", "lab/a", 8, tags=(f"t{HOSTILE}",), actor=f"eve{HOSTILE}")
+    j.submit(f"w2{HOSTILE}", "lab/a", 16)
+    j.health("h0", False, reason=f"xid{HOSTILE}")
+    journal = j.write(tmp_path / "journal.jsonl")
+    result = allot(*command, "--journal", str(journal))
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout + result.stderr
+    for raw in ("\x1b]", "\x07", "\x1b[2K", "\r", "\x1b[31m"):
+        assert raw not in shown, (raw, shown)
+    assert "\\x1b]0;pwned\\x07" in shown or command[0] == "shares"
