@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from domain import events as ev
@@ -21,6 +22,8 @@ from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_HOST_GPUS = 1024  # far above any real host; keeps a typo from allocating millions
+MAX_NAME = 256  # characters of an id, actor, workload or host name, tag or workload name
+MAX_TAGS = 64
 MAX_HINT_NAME = 256  # "did you mean" suggestions only between names up to this long
 _DECISION_TYPES = frozenset({"workload.placed", "workload.preempted", "host.drained"})
 
@@ -59,18 +62,41 @@ def admit(state: State, event: Any) -> Any:
             id=state.next_id(),
             time=now,
             cluster=state.cluster,
-            actor=event.actor,
-            ref=event.id,
+            actor=_clipped(event.actor),
+            ref=_clipped(event.id),
             error=str(why),
-            workload=getattr(event, "workload", None),
-            allocation=getattr(event, "allocation", None),
-            host=getattr(event, "host", None),
+            workload=_clipped(getattr(event, "workload", None)),
+            allocation=_clipped(getattr(event, "allocation", None)),
+            host=_clipped(getattr(event, "host", None)),
             gpus=_copied_gpus(getattr(event, "gpus", None)),
         )
     return event if event.time == now else event.model_copy(update={"time": now})
 
 
+def _some(names: Sequence[str], shown: int = 5) -> str:
+    """`a, b, c and 7 more`: whom to ask, without journaling a list of thousands in every
+    rejection that names them."""
+    head = ", ".join(n[:MAX_NAME] for n in names[:shown])
+    return head + (f" and {len(names) - shown:,} more" if len(names) > shown else "")
+
+
+def _clipped(value: str | None) -> str | None:
+    """A refused input's name as its rejection keeps it: the first MAX_NAME characters
+    (a megabyte-long id is not journaled again in full)."""
+    return value if value is None or len(value) <= MAX_NAME else value[:MAX_NAME]
+
+
+def _check_length(what: str, value: str | None) -> None:
+    if value is not None and len(value) > MAX_NAME:
+        raise Rejected(f"{what} of {len(value):,} characters; at most {MAX_NAME}")
+
+
 def _check_common(state: State, event: Any) -> None:
+    # ids are remembered for the whole window (duplicates): their size is the memory's
+    _check_length("id", event.id)
+    _check_length("actor", event.actor)
+    for field in ("workload", "host"):
+        _check_length(field, getattr(event, field, None))
     if event.cluster != state.cluster:
         raise Rejected(
             f"sent to cluster {event.cluster!r} but this scheduler runs {state.cluster!r}; "
@@ -123,7 +149,7 @@ def reject_old_claim(state: State, event: Any, stamped: float) -> Any:
 
 def _require_admin(state: State, actor: str, what: str) -> None:
     if not state.is_admin(actor):
-        raise Rejected(f"{actor!r} may not {what}; ask an admin ({', '.join(state.config.admins)})")
+        raise Rejected(f"{actor!r} may not {what}; ask an admin ({_some(state.config.admins)})")
 
 
 def _leaf(state: State, path: str) -> None:
@@ -156,7 +182,7 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
     if not state.tree.may_submit(e.actor, e.allocation) and e.actor not in state.config.admins:
         raise Rejected(
             f"{e.actor!r} is not a member of {e.allocation!r}; ask one of its managers "
-            f"({', '.join(sorted(state.tree.managers_above(e.allocation))) or 'an admin'}) to add you"
+            f"({_some(sorted(state.tree.managers_above(e.allocation))) or 'an admin'}) to add you"
         )
     if e.gpus <= 0:
         raise Rejected(f"gpus must be at least 1, got {e.gpus}")
@@ -177,6 +203,11 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
         )
     if e.name is not None and not printable(e.name):
         raise Rejected(f"name {e.name!r} has control characters (tabs, newlines); drop them")
+    _check_length("name", e.name)
+    if len(e.tags) > MAX_TAGS:
+        raise Rejected(f"{len(e.tags):,} tags; at most {MAX_TAGS}")
+    for tag in e.tags:
+        _check_length("a tag", tag)
     for name, value in (("runtime", e.runtime), ("expected_runtime", e.expected_runtime)):
         if value is not None and (not math.isfinite(value) or value < 0):
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
@@ -254,7 +285,7 @@ def _check_budget_target(state: State, path: str, actor: str) -> None:
     if parent not in state.tree:
         raise Rejected(f"parent {parent!r} does not exist; create it first")
     if not _may_act_under(state, actor, parent):
-        managers = ", ".join(sorted(state.tree.managers_above(parent))) or "an admin"
+        managers = _some(sorted(state.tree.managers_above(parent))) or "an admin"
         raise Rejected(f"{actor!r} is not a manager of {parent!r}; ask {managers}")
 
 

@@ -356,6 +356,8 @@ def parse_input(raw: dict[str, Any], now: float = 0.0) -> Event:
                 ref=ref,
                 time=now,
                 cluster=_clip(raw.get("cluster")) or "default",
+                # who sent it, as claimed (without one it read as the scheduler's own)
+                actor=_clip(raw.get("actor")) or "unknown",
                 error=f"unknown input type {_clip(raise_type, 60)!r}; inputs are: {known}",
             )
         version = record.get("v", CURRENT_VERSION)

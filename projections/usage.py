@@ -1003,7 +1003,7 @@ class JournalBuilder:
         )
 
     def tick(self) -> JournalBuilder:
-        return self.add("clock.tick")
+        return self.add("clock.tick", actor="allot-ticker")
 
     def dicts(self) -> list[dict[str, Any]]:
         """The wire form (what `journal.jsonl` holds, one dict per line)."""

@@ -146,6 +146,16 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         "budget.rejected",
         "'lab/my team'",
     ),
+    # sizes: ids are remembered for the window, so a megabyte id was a megabyte of memory
+    ("huge-input-id", make(ev.ClockTick, id="i" * 300), "clock.rejected", "id of 300 characters"),
+    (
+        "huge-workload-id",
+        submit(workload="w" * 1000),
+        "workload.rejected",
+        "workload of 1,000 characters; at most 256",
+    ),
+    ("too-many-tags", submit(tags=tuple(map(str, range(65)))), "workload.rejected", "65 tags"),
+    ("huge-tag", submit(tags=("t" * 257,)), "workload.rejected", "a tag of 257 characters"),
     (
         "budget-missing-parent",
         make(ev.BudgetSet, allocation="nope/x", weight=1, actor="root"),
@@ -316,7 +326,7 @@ def test_bad_input_is_rejected_and_changes_nothing(
     assert rejected.type == rejection
     assert fragment in rejected.error, rejected.error
     if not event.type.endswith(".rejected"):  # an edge rejection keeps its own ref
-        assert rejected.ref == event.id
+        assert rejected.ref == event.id[:256]  # a huge id is kept in part
     assert rejected.cluster == "test"
     assert rejected.time == c.now  # stamped with the scheduler's time
     assert fingerprint(c.state) == before
@@ -355,6 +365,13 @@ def test_rejection_copies_what_was_rejected() -> None:
         "workload.submitted",
         3,
     )
+
+
+def test_a_rejection_keeps_only_the_start_of_a_huge_name() -> None:
+    c = _cluster()
+    (r,) = c.send(submit(workload="w" * 100_000, id="j" * 100_000)(c))
+    assert r.type == "workload.rejected"
+    assert (len(r.ref), len(r.workload)) == (256, 256)
 
 
 def test_a_rejection_copies_no_absurd_gpu_count() -> None:
