@@ -39,6 +39,7 @@ from itertools import islice
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from domain.admission import MAX_TIME
 from projections.report import fmt_dur, fmt_num, fmt_pct
 
 Lines = Callable[[], Iterable[bytes]]
@@ -928,7 +929,14 @@ def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float,
     b = parse_time(b_text, t0, t1) if b_text else max(t1, a + 1.0)
     if b <= a:
         raise RangeError("the range is empty: 'to' must be after 'from'")
+    if not (a >= 0 and b <= MAX_TIME):  # datetime cannot show it (a 500 before)
+        raise RangeError("times are from 1970 to the year 9999")
+    if b - a > MAX_WINDOW_S:
+        raise RangeError("a picture shows at most a year: narrow 'from' and 'to'")
     return a, b
+
+
+MAX_WINDOW_S = 366 * 86400.0
 
 
 def _offset(t: float, t0: float) -> str:

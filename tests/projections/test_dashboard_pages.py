@@ -258,6 +258,21 @@ def test_the_timeline_reads_a_time_of_day_as_the_pages_print_times():
 
 
 @pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ({"from": ["0s"], "to": ["1e15"]}, "from 1970 to the year 9999"),  # was a 500
+        ({"from": ["0s"], "to": ["400d"]}, "at most a year"),
+    ],
+    ids=["past-year-9999", "longer-than-a-year"],
+)
+def test_a_timeline_range_no_picture_can_show_is_said(query, says):
+    from projections.dashboard import RangeError, timeline_window
+
+    with pytest.raises(RangeError, match=says):
+        timeline_window(snapshot(crowded_queue()), query)
+
+
+@pytest.mark.parametrize(
     ("value", "meta"),
     [
         pytest.param("30", "<meta http-equiv='refresh' content='30'>", id="reloads"),
