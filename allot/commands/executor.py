@@ -370,7 +370,12 @@ def register(app: typer.Typer) -> None:
             )
             stop = threading.Event()  # SIGTERM stops it like Ctrl-C, with its last line
             with contextlib.suppress(ValueError):  # not the main thread (tests)
-                signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                # set from a thread: the handler runs in the main thread, which may be
+                # inside stop.wait() holding the lock set() takes (a deadlock)
+                signal.signal(
+                    signal.SIGTERM,
+                    lambda *_: threading.Thread(target=stop.set, daemon=True).start(),
+                )
             sent = run_executor(
                 target, cluster, speed=speed, once=once, log=log, banner=banner, stop=stop
             )

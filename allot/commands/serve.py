@@ -15,7 +15,6 @@ import contextlib
 import inspect
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -364,7 +363,7 @@ def _serve_embedded(
         snapshot_every=snapshot_s,
     )
     recovery = scheduler.start()
-    stop = threading.Event()
+    stop = _StopFlag()
     try:
         if metrics is not None:
             metrics.start()
@@ -393,8 +392,8 @@ def _serve_embedded(
                     ticked = make_request("clock.tick", cluster=cluster, actor=TICKER_ACTOR)
                     append_requests(folder, [ticked])
                     next_tick = time.monotonic() + tick_s
-                if not n:
-                    stop.wait(IDLE_POLL_S)
+                if not n and not stop.is_set():
+                    time.sleep(IDLE_POLL_S)
     finally:
         scheduler.close()
         if metrics is not None:
@@ -405,7 +404,22 @@ def _serve_embedded(
     )
 
 
-def _install_stop_handlers(stop: threading.Event) -> None:
+class _StopFlag:
+    """Set by a signal handler, read by the loop. Not a threading.Event: its set() takes
+    the lock the main thread holds inside Event.wait(), so a Ctrl-C that arrived there
+    deadlocked the server for good (it ignored every later signal)."""
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
+
+
+def _install_stop_handlers(stop: _StopFlag) -> None:
     """Ctrl-C / SIGTERM finish the current batch, then stop (no half-written batch)."""
 
     def handler(signum: int, frame: Any) -> None:
