@@ -126,11 +126,14 @@ class _Fold:
         sinks = (
             [self.usage, self.gantt] if self.fine is None else [self.usage, self.gantt, self.fine]
         )
+        from projections.journal import gc_paused
+
         view = self.view
-        for event in events:
-            view.add(event)
-            for sink in sinks:
-                sink.apply(event)
+        with gc_paused():
+            for event in events:
+                view.add(event)
+                for sink in sinks:
+                    sink.apply(event)
 
     def snapshot(self, journal: Callable[[], Iterable[Any]]) -> Snapshot:
         """What is folded, as pages read it: closed copies of the usage projections (a

@@ -102,10 +102,13 @@ def scheduler_state(view: Any, journal: Iterable[Any] | None) -> State:
         and start is not None
         and (state.charged.next_edge(state.now) == view.tail_edge)
     ):
+        from projections.journal import gc_paused
+
         warm = State(state.cluster)
         records = iter(journal)
-        for record in islice(records, start):
-            evolve(warm, record)
+        with gc_paused():
+            for record in islice(records, start):
+                evolve(warm, record)
         tail = list(records)
         made = [event_to_dict(d) for _, decisions in rederive(warm, tail) for d in decisions]
         if warm.now == state.now and made == [event_to_dict(r) for r in tail if not is_cause(r)]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -100,3 +103,29 @@ def read_journal(path: Path | str) -> Iterator[Any]:
     path = journal_file(path)
     for number, line in iter_lines(path):
         yield decode_record(path, number, line)
+
+
+_gc_lock = threading.Lock()
+_gc_paused = 0  # folds running with the collector off (threads of the dashboard)
+_gc_was_enabled = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a journal is folded: a fold allocates
+    millions of small objects that live on, and the collector kept re-scanning them
+    (about 45% of a 564k-record fold). A fold makes next to no cycles; the collector is
+    back on when the last fold in any thread ends."""
+    global _gc_paused, _gc_was_enabled
+    with _gc_lock:
+        if _gc_paused == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_paused += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_paused -= 1
+            if _gc_paused == 0 and _gc_was_enabled:
+                gc.enable()

@@ -144,8 +144,12 @@ class History:
 class JournalView:
     """A folded journal: the scheduler's state plus per-workload history."""
 
-    def __init__(self) -> None:
+    def __init__(self, live_only: bool = False) -> None:
         self.state: State | None = None
+        # live_only: keep the history of live workloads only, and no rejections (what
+        # `queue`, `shares` and `host list` read): memory bounded by the live queue, not
+        # by every workload the journal ever held
+        self.live_only = live_only
         self.histories: dict[str, History] = {}
         self.rejections: dict[str, Rejection] = {}  # by ref (the rejected input's id)
         self.records = 0
@@ -246,7 +250,7 @@ class JournalView:
             h.preemptions.append(p)
             if event.requeued:
                 h.pending_since = event.time
-            if event.beneficiary:
+            if event.beneficiary and (not self.live_only or event.beneficiary in state.workloads):
                 self.history(event.beneficiary).caused.append(p)
         elif kind == "host.registered":
             self.host_since.setdefault(event.host, event.time)
@@ -262,7 +266,7 @@ class JournalView:
                 self.host_drained.pop(event.host, None)
         elif kind == "host.drained":
             self.host_drained[event.host] = event.time
-        elif kind.endswith(".rejected"):
+        elif kind.endswith(".rejected") and not self.live_only:
             r = Rejection(
                 event.id,
                 event.time,
@@ -280,6 +284,9 @@ class JournalView:
             if r.workload:
                 self.history(r.workload).rejections.append(r)
         if was_live and wid not in state.workloads:
+            if self.live_only:
+                self.histories.pop(wid, None)  # type: ignore[arg-type]
+                return
             how = {
                 "workload.finished": "finished",
                 "workload.cancelled": "cancelled",
@@ -296,11 +303,15 @@ class JournalView:
             h.ended_seq = seq
 
 
-def fold(events: Iterable[Any]) -> JournalView:
-    """Fold journal events (models) into a view; ViewError if there are none."""
-    view = JournalView()
-    for event in events:
-        view.add(event)
+def fold(events: Iterable[Any], live_only: bool = False) -> JournalView:
+    """Fold journal events (models) into a view; ViewError if there are none.
+    `live_only`: only what live workloads need (see JournalView)."""
+    from projections.journal import gc_paused
+
+    view = JournalView(live_only)
+    with gc_paused():
+        for event in events:
+            view.add(event)
     view.require()
     return view
 
@@ -405,7 +416,12 @@ class _Reasons:
     def fits(self, w: Workload, allocated: bool, short: bool) -> bool:
         return self.cycle.fits(w, allocated, short)
 
-    def reason(self, w: Workload, allocated: bool, ahead: list[Workload]) -> tuple[str, str]:
+    def reason(
+        self, w: Workload, allocated: bool, ahead: int, first: Workload | None
+    ) -> tuple[str, str]:
+        """`ahead`: how many pending workloads the scheduler considers before `w`,
+        `first` the first of them (a count, not a list: a list per row made a queue of
+        20k pending quadratic)."""
         s, cycle = self.state, self.cycle
         now = s.now
         short = s.short_small(w)
@@ -421,12 +437,8 @@ class _Reasons:
             return "Resources", (
                 f"needs {w.gpus} GPUs; the cluster has {s.healthy_capacity} healthy GPUs"
             )
-        blocked_ahead = [a for a in ahead if a.state == PENDING]
-        first = blocked_ahead[0] if blocked_ahead else None
-        behind = (
-            f"behind {len(blocked_ahead)} higher-ranked pending workload"
-            f"{'s' if len(blocked_ahead) != 1 else ''}"
-            + (f" (first: {first.id} of {first.allocation})" if first else "")
+        behind = f"behind {ahead} higher-ranked pending workload{'s' if ahead != 1 else ''}" + (
+            f" (first: {first.id} of {first.allocation})" if first else ""
         )
         if self.fits(w, allocated, short):
             return "Priority", behind
@@ -540,17 +552,18 @@ def queue_rows(
     reasons.plan(pending)
 
     rows: list[QueueRow] = []
-    ahead: list[Workload] = []
+    first = pending[0][1] if pending else None
     for position, (key, w, allocated) in enumerate(pending, start=1):
         wanted = _wanted(w, user, allocation, ids)
         if wanted:
-            reason, detail = reasons.reason(w, allocated, ahead)
+            reason, detail = reasons.reason(
+                w, allocated, position - 1, first if position > 1 else None
+            )
             h = view.histories.get(w.id)
             since = h.pending_since if h and h.pending_since is not None else w.submit_time
             row = _row(view, w, "PENDING", now - since, reason, detail, ranking)
             row.update(position=position, allocated=allocated, sort_key=_key_json(key))
             rows.append(row)
-        ahead.append(w)
     for w in sorted(held, key=lambda w: (w.submit_time, id_order(w.id))):
         if not _wanted(w, user, allocation, ids):
             continue
@@ -1356,7 +1369,7 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
         if h.submitted is None and h.rejections:
             return {"state": "REJECTED", "text": "rejected; never ran"}
         return {"state": "UNKNOWN", "text": "not live (ended outside the window kept here)"}
-    rows = [r for r in queue_rows(view) if r["id"] == wid]
+    rows = [r for r in queue_rows(view, ids=[wid]) if r["id"] == wid]
     row = rows[0] if rows else None
     if w.state == RUNNING:
         text = (

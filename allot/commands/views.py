@@ -226,12 +226,17 @@ def journal_reader(
 
 
 def load_view(
-    kafka: str | None, data: Path | None, journal: Path | None, cluster: str | None
+    kafka: str | None,
+    data: Path | None,
+    journal: Path | None,
+    cluster: str | None,
+    live_only: bool = False,
 ) -> Any:
-    """Fold the journal named by the options into a `projections.views.JournalView`."""
+    """Fold the journal named by the options into a `projections.views.JournalView`
+    (`live_only`: without the history of ended workloads, for views of what is live)."""
     from projections.views import fold
 
-    return fold(journal_reader(kafka, data, journal, cluster)())
+    return fold(journal_reader(kafka, data, journal, cluster)(), live_only=live_only)
 
 
 def forecast_view(
@@ -423,7 +428,7 @@ def register(app: typer.Typer) -> None:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
             horizon_s = horizon_seconds(horizon)
             read = journal_reader(kafka, data, journal, cluster)
-            view = fold(read())
+            view = fold(read(), live_only=True)  # the queue is what is live
             ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
             rows = queue_rows(view, user=split_names(user), allocation=paths, ids=ids)
@@ -711,7 +716,7 @@ def register(app: typer.Typer) -> None:
         from projections.views import share_rows, shares_header
 
         def run() -> None:
-            view = load_view(kafka, data, journal, cluster)
+            view = load_view(kafka, data, journal, cluster, live_only=True)
             rows = share_rows(view)
             header = shares_header(view)
             if json_:
@@ -778,7 +783,7 @@ def register(app: typer.Typer) -> None:
         from projections.views import host_rows, shares_header
 
         def run() -> None:
-            view = load_view(kafka, data, journal, cluster)
+            view = load_view(kafka, data, journal, cluster, live_only=True)
             rows = host_rows(view)
             header = shares_header(view)
             if json_:
