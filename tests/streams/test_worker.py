@@ -372,10 +372,27 @@ async def test_a_batch_cut_short_before_its_commit_is_invisible_and_redone(
             await asyncio.wait_for(producer.stop(), 5)
 
 
+def refuse_next_commit(producer: Any) -> list[int]:
+    """Make `producer`'s next commit fail once (a broker that restarted mid-transaction);
+    the list it returns gets an entry when it did."""
+    from aiokafka.errors import KafkaError
+
+    real_commit = producer.commit_transaction
+    failures: list[int] = []
+
+    async def refuse_once() -> None:
+        if not failures:
+            failures.append(1)
+            raise KafkaError("commit refused (injected)")
+        await real_commit()
+
+    producer.commit_transaction = refuse_once
+    return failures
+
+
 async def test_an_admins_config_change_survives_a_failed_commit(kafka_bootstrap: str) -> None:
     """The worker's start flags are journaled once per start: a core rebuilt after a
     failed write (or a rebalance) used to journal them again, undoing an admin's change."""
-    from aiokafka.errors import KafkaError
 
     async with rig(kafka_bootstrap) as r:
         ready: list[Any] = []
@@ -385,16 +402,7 @@ async def test_an_admins_config_change_survives_a_failed_commit(kafka_bootstrap:
         change = await r.inbox.send("c", "config.set", config={"admins": [ADMIN], "window": "5d"})
         await r.journal.wait_for(lambda recs: any(x.get("id") == change["id"] for x in recs))
         producer = ready[0].owned[0].producer
-        real_commit = producer.commit_transaction
-        failures: list[int] = []
-
-        async def refuse_once() -> None:
-            if not failures:
-                failures.append(1)
-                raise KafkaError("commit refused (injected)")
-            await real_commit()
-
-        producer.commit_transaction = refuse_once
+        failures = refuse_next_commit(producer)
         await r.inbox.send(
             "c", "workload.submitted", actor="u", workload="w", allocation="lab/a", gpus=1,
             min_runtime=60,
@@ -413,7 +421,6 @@ async def test_a_failed_commit_is_re_derived_and_redone_exactly_once(
     """The broker refuses one commit (e.g. it restarted mid-transaction): the worker's
     cores are then ahead of the journal, so it drops them, takes the partition over
     again from the journal, and folds the same inputs once more — exactly once."""
-    from aiokafka.errors import KafkaError
 
     async with rig(kafka_bootstrap) as r:
         ready: list[Any] = []
@@ -421,16 +428,7 @@ async def test_a_failed_commit_is_re_derived_and_redone_exactly_once(
         await r.inbox.setup("c")
         await r.journal.wait_for(first("budget.set", allocation="lab/a"))
         producer = ready[0].owned[0].producer
-        real_commit = producer.commit_transaction
-        failures = []
-
-        async def refuse_once() -> None:
-            if not failures:
-                failures.append(1)
-                raise KafkaError("commit refused (injected)")
-            await real_commit()
-
-        producer.commit_transaction = refuse_once
+        failures = refuse_next_commit(producer)
         sub = await r.inbox.send(
             "c", "workload.submitted", actor="u", workload="w", allocation="lab/a", gpus=1,
             min_runtime=60,
