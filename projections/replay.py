@@ -232,10 +232,12 @@ def journal_run_spec(
     first_config = base is not None
     assert start is not None and end is not None
     always = {b.path: b.weight for b in budgets if b.at is None}
-    for missing in sorted(always.keys() - budgeted):
+    never = sorted(always.keys() - budgeted)
+    if never:
+        path, weight = never[0], always[never[0]]
         raise JournalError(
-            f"--budget {missing}={always[missing]:g}: the journal never sets {missing}; "
-            f"add it from a moment on with {missing}={always[missing]:g}@TIME"
+            f"--budget {path}={weight:g}: the journal never sets {path}; "
+            f"add it from a moment on with {path}={weight:g}@TIME"
         )
     added = sorted(
         (
