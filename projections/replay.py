@@ -234,10 +234,10 @@ def journal_run_spec(
     always = {b.path: b.weight for b in budgets if b.at is None}
     never = sorted(always.keys() - budgeted)
     if never:
-        path, weight = never[0], always[never[0]]
+        leaf, weight = never[0], always[never[0]]
         raise JournalError(
-            f"--budget {path}={weight:g}: the journal never sets {path}; "
-            f"add it from a moment on with {path}={weight:g}@TIME"
+            f"--budget {leaf}={weight:g}: the journal never sets {leaf}; "
+            f"add it from a moment on with {leaf}={weight:g}@TIME"
         )
     added = sorted(
         (
