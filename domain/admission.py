@@ -299,6 +299,10 @@ def _may_act_under(state: State, actor: str, path: str) -> bool:
 
 def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
     _check_budget_target(state, e.allocation, e.actor)
+    if e.weight is None:
+        if e.allocation not in state.tree:
+            raise Rejected(f"{e.allocation!r} does not exist yet: give its weight to create it")
+        return
     if not math.isfinite(e.weight) or not 0 <= e.weight <= MAX_WEIGHT:
         raise Rejected(f"weight must be a number from 0 to {MAX_WEIGHT:g}, got {e.weight:g}")
     parent = parent_of(e.allocation)

@@ -136,7 +136,9 @@ class WorkloadFinished(Envelope):
 class BudgetSet(Envelope):
     type: Literal["budget.set"] = "budget.set"
     allocation: str
-    weight: Number
+    # None: keep the current weight (a change of managers or members only, decided on
+    # the scheduler's state rather than a client's possibly stale read of it)
+    weight: Number | None = None
     managers: tuple[str, ...] | None = None
     members: tuple[str, ...] | None = None
 

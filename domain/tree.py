@@ -113,18 +113,21 @@ class AllocationTree:
     def set(
         self,
         path: str,
-        weight: float,
+        weight: float | None,
         managers: tuple[str, ...] | None = None,
         members: tuple[str, ...] | None = None,
     ) -> None:
+        """Create or change `path`; a None weight keeps the current one (0 for a new
+        node, which admission refuses)."""
         node = self.nodes.get(path)
         if node is None:
-            node = self.nodes[path] = Node(path, weight)
+            node = self.nodes[path] = Node(path, weight or 0.0)
             parent = parent_of(path)
             siblings = self.roots if parent is None else self.nodes[parent].children
             siblings.append(path)
             siblings.sort()
-        node.weight = weight
+        if weight is not None:
+            node.weight = weight
         if managers is not None:
             node.managers = tuple(managers)
         if members is not None:

@@ -461,7 +461,10 @@ class UsageProjection:
         for anc in ancestors(path)[:-1]:
             if anc not in self.tree:  # parents come first in a journal; be lenient
                 self.tree.set(anc, 1.0)
-        self.tree.set(path, float(d.get("weight", 0.0)), d.get("managers"), d.get("members"))
+        weight = d.get("weight")  # None: kept (a change of managers or members)
+        self.tree.set(
+            path, None if weight is None else float(weight), d.get("managers"), d.get("members")
+        )
         self._shares_changed()
 
     def _budget_removed(self, d: dict[str, Any], now: float) -> None:

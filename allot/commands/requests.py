@@ -665,25 +665,6 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
     return list(dict.fromkeys(names))
 
 
-def _current_weight(kafka: str | None, data: Path | None, cluster: str, path: str) -> float:
-    """PATH's weight as the journal has it now (for a change of managers or members)."""
-    from allot.commands.views import journal_reader
-    from projections.journal import JournalError
-    from projections.views import ViewError, fold
-    from streams.sources import SourceError
-
-    target = resolve_target(kafka, data)
-    try:
-        node = fold(
-            journal_reader(target.kafka, target.data, None, cluster)()
-        ).state.tree.nodes.get(path)
-    except (ViewError, SourceError, JournalError) as why:
-        raise RequestError(f"cannot read {path}'s weight from {target.label}: {why}") from None
-    if node is None:
-        raise RequestError(f"{path} does not exist yet: give its WEIGHT to create it")
-    return node.weight
-
-
 # a negative WEIGHT would otherwise read as an unknown option ("No such option: -1")
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def budget_set(
@@ -691,8 +672,8 @@ def budget_set(
     weight: Annotated[
         float | None,
         typer.Argument(
-            help="Share among its siblings (0 to 1e6); left out, it keeps its weight (to "
-            "change only managers or members, as sacctmgr modify does)."
+            help="Share among its siblings (0 to 1e6); left out, the scheduler keeps its "
+            "current weight (to change only managers or members, as sacctmgr modify does)."
         ),
     ] = None,
     manager: Annotated[
@@ -740,13 +721,11 @@ def budget_set(
             )
         managers = _principals("--manager", manager, no_managers)
         members = _principals("--member", member, no_members)
-        if weight is None:
-            if managers is None and members is None:
-                raise RequestError(
-                    "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
-                    "--no-members)"
-                )
-            weight = _current_weight(kafka, data, cluster, path)
+        if weight is None and managers is None and members is None:
+            raise RequestError(
+                "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
+                "--no-members)"
+            )
         target, request, verdict = _send(
             kafka,
             data,
@@ -759,7 +738,8 @@ def budget_set(
             members=members,
             wait=wait,
         )
-    _sent(f"Budget change for {path} (weight {weight:g}) sent", target, request)
+    what = f"weight {weight:g}" if weight is not None else "weight kept"
+    _sent(f"Budget change for {path} ({what}) sent", target, request)
     _report_verdict(f"the budget change for {path}", f"Budget of {path} set", target, wait, verdict)
 
 

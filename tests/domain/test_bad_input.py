@@ -157,6 +157,12 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
     ("too-many-tags", submit(tags=tuple(map(str, range(65)))), "workload.rejected", "65 tags"),
     ("huge-tag", submit(tags=("t" * 257,)), "workload.rejected", "a tag of 257 characters"),
     (
+        "budget-without-weight-for-a-new-allocation",
+        make(ev.BudgetSet, allocation="lab/zz", actor="boss", members=("x",)),
+        "budget.rejected",
+        "'lab/zz' does not exist yet: give its weight to create it",
+    ),
+    (
         "budget-missing-parent",
         make(ev.BudgetSet, allocation="nope/x", weight=1, actor="root"),
         "budget.rejected",
@@ -372,6 +378,17 @@ def test_a_rejection_keeps_only_the_start_of_a_huge_name() -> None:
     (r,) = c.send(submit(workload="w" * 100_000, id="j" * 100_000)(c))
     assert r.type == "workload.rejected"
     assert (len(r.ref), len(r.workload)) == (256, 256)
+
+
+def test_a_budget_change_without_a_weight_keeps_the_schedulers_weight() -> None:
+    """`allot budget set PATH --member ...`: the weight stays what the scheduler has,
+    even if a weight change is still in flight behind the client's last read."""
+    c = _cluster()
+    c.budget("lab/a", 5)
+    (out,) = c.send(make(ev.BudgetSet, allocation="lab/a", actor="boss", members=("x", "y"))(c))
+    assert out.type == "budget.set" and out.weight is None
+    node = c.state.tree.nodes["lab/a"]
+    assert (node.weight, node.members) == (5.0, ("x", "y"))
 
 
 def test_a_rejection_copies_no_absurd_gpu_count() -> None:
