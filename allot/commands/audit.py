@@ -24,6 +24,7 @@ from allot.commands.common import (
     ends_mid_line,
     quiet_on_closed_pipe,
     terminal_safe,
+    visible,
 )
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
@@ -63,7 +64,8 @@ audit_app = typer.Typer(
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    # an error may quote journal data (an ambiguous id's candidates): shown, not obeyed
+    typer.echo(f"error: {visible(' '.join(message.split()))}", err=True)
     return typer.Exit(2)
 
 

@@ -236,13 +236,15 @@ class _SafeText:
 
 @contextmanager
 def terminal_safe() -> Iterator[None]:
-    """While a read command prints journal data: stdout and stderr through `_SafeText`."""
-    out, err = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _SafeText(out), _SafeText(err)  # type: ignore[assignment]
+    """While a read command prints journal data: stdout through `_SafeText`. Not stderr:
+    progress bars draw there with the very sequences it escapes; error lines pass
+    through `visible` instead."""
+    out = sys.stdout
+    sys.stdout = _SafeText(out)  # type: ignore[assignment]
     try:
         yield
     finally:
-        sys.stdout, sys.stderr = out, err
+        sys.stdout = out
 
 
 @contextmanager

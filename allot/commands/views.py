@@ -92,7 +92,8 @@ FORMAT_HELP = (
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {' '.join(message.split())}", err=True)
+    # an error may quote journal data (an ambiguous id's candidates): shown, not obeyed
+    typer.echo(f"error: {visible(' '.join(message.split()))}", err=True)
     return typer.Exit(2)
 
 
@@ -428,7 +429,9 @@ def register(app: typer.Typer) -> None:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
             horizon_s = horizon_seconds(horizon)
             read = journal_reader(kafka, data, journal, cluster)
-            view = fold(read(), live_only=True)  # the queue is what is live
+            # the queue is what is live; -j resolves ids against every workload the
+            # journal knows (an ended id names nothing in the queue, not another job)
+            view = fold(read(), live_only=jobs is None)
             ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
             rows = queue_rows(view, user=split_names(user), allocation=paths, ids=ids)
@@ -880,12 +883,14 @@ def register(app: typer.Typer) -> None:
             if json_:
                 _emit_json(answer)
                 return
+            # every line quotes journal data (ids, tags, reasons): escapes shown, none
+            # obeyed, colours included (the tables' own styling is not in these lines)
             for line in answer["text"]:
-                typer.echo(line)
+                typer.echo(visible(line))
             if "history" in answer:
-                typer.echo(_history_title(answer))
+                typer.echo(visible(_history_title(answer)))
                 for line in _history_lines(answer["history"]):
-                    typer.echo(line)
+                    typer.echo(visible(line))
 
         _answer(run)
 

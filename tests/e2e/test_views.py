@@ -1037,9 +1037,12 @@ HOSTILE = "\x1b]0;pwned\x07\x1b[2K\r\x1b[31m"
 
 @pytest.mark.parametrize(
     "command",
-    [["queue"], ["queue", "--long"], ["why", "w-evil"], ["acct"], ["host", "list"], ["shares"]],
-    ids=["queue", "queue-long", "why", "acct", "host-list", "shares"],
-)
+    [
+        ["queue"], ["queue", "--long"], ["why", "w-evil"], ["acct"], ["host", "list"],
+        ["shares"], ["why", "w"],
+    ],
+    ids=["queue", "queue-long", "why", "acct", "host-list", "shares", "ambiguous-id-error"],
+)  # fmt: skip
 def test_journal_data_cannot_drive_the_terminal(tmp_path: Path, command: list[str]) -> None:
     """Ids, tags and reasons come from whoever writes the inbox: a read command shows
     their control characters as escapes (\\x1b) instead of writing them out."""
@@ -1052,8 +1055,17 @@ def test_journal_data_cannot_drive_the_terminal(tmp_path: Path, command: list[st
     j.health("h0", False, reason=f"xid{HOSTILE}")
     journal = j.write(tmp_path / "journal.jsonl")
     result = allot(*command, "--journal", str(journal))
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == (2 if command == ["why", "w"] else 0), result.stderr
     shown = result.stdout + result.stderr
     for raw in ("\x1b]", "\x07", "\x1b[2K", "\r", "\x1b[31m"):
         assert raw not in shown, (raw, shown)
     assert "\\x1b]0;pwned\\x07" in shown or command[0] == "shares"
+
+
+def test_queue_of_an_ended_job_id_is_empty_not_another_job(journal: Path, records) -> None:
+    """`squeue -j` of a finished job shows nothing; the queue folds only live work, and
+    an ended id had matched a live one by prefix (or was 'not in the journal')."""
+    done = next(r["workload"] for r in records if r["type"] == "workload.finished")
+    result = allot("queue", "-j", done, "--journal", str(journal), "--json")
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout)["workloads"] == []
