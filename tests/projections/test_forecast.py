@@ -39,7 +39,10 @@ def _future(records: list, cut: int) -> tuple[dict, dict]:
 
 def _check_every_cut(records: list) -> tuple[int, int]:
     """Forecast from before every input after the last submission; (starts, ends) checked."""
-    submitted_by = max(i for i, r in enumerate(records) if r.type == "workload.submitted")
+    # (a run whose every submission was refused, e.g. 16 GPUs on one host: every cut)
+    submitted_by = max(
+        (i for i, r in enumerate(records) if r.type == "workload.submitted"), default=-1
+    )
     cuts = [i for i, r in enumerate(records) if i > submitted_by and is_cause(r)]
     checked_starts = checked_ends = 0
     for cut in cuts:
