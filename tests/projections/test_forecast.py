@@ -43,7 +43,7 @@ def _check_every_cut(records: list) -> tuple[int, int]:
     submitted_by = max(
         (i for i, r in enumerate(records) if r.type == "workload.submitted"), default=-1
     )
-    cuts = [i for i, r in enumerate(records) if i > submitted_by and is_cause(r)]
+    cuts = [i for i, r in enumerate(records) if i > max(submitted_by, 0) and is_cause(r)]
     checked_starts = checked_ends = 0
     for cut in cuts:
         view = fold(records[:cut])
@@ -153,7 +153,7 @@ def test_a_test_only_submission_starts_where_and_when_a_real_one_would(
     so only cuts where the real run journals the same records before it are compared."""
     records = simulated_run(seed, hosts, count)
     submitted_by = max(i for i, r in enumerate(records) if r.type == "workload.submitted")
-    cuts = [i for i, r in enumerate(records) if i > submitted_by and is_cause(r)]
+    cuts = [i for i, r in enumerate(records) if i > max(submitted_by, 0) and is_cause(r)]
     compared = 0
     for cut in cuts:
         view = fold(records[:cut])
