@@ -940,6 +940,35 @@ def timeline_window(snap: Snapshot, query: dict[str, list[str]]) -> tuple[float,
 
 
 MAX_WINDOW_S = 366 * 86400.0
+GPU_ROWS = 1024  # GPUs one timeline picture shows; a bigger cluster is paged (?gpu=N)
+
+
+def first_gpu_row(n_rows: int, query: dict[str, list[str]]) -> int:
+    """`?gpu=N`: the picture starts at GPU row N (1-based, as its axis says); 0-based."""
+    text = (query.get("gpu") or [""])[0].strip()
+    if not text:
+        return 0
+    if not text.isdigit() or not 1 <= int(text) <= max(1, n_rows):
+        raise RangeError(f"gpu={text!r}: a GPU row from 1 to {max(1, n_rows):,}")
+    return int(text) - 1
+
+
+def _gpu_pages(n_rows: int, first: int, query: dict[str, list[str]]) -> str:
+    """Links to the previous and next GPU_ROWS GPUs of a cluster bigger than a picture."""
+    if n_rows <= GPU_ROWS:
+        return ""
+    keep = {k: v[0] for k, v in query.items() if k in ("from", "to") and v}
+
+    def link(start: int, text: str) -> str:
+        return f"<a href='/timeline?{esc(urlencode({**keep, 'gpu': start + 1}))}'>{text}</a>"
+
+    last = min(n_rows, first + GPU_ROWS)
+    parts = [f"GPUs {first + 1:,}–{last:,} of {n_rows:,}"]
+    if first > 0:
+        parts.insert(0, link(max(0, first - GPU_ROWS), "← previous"))
+    if last < n_rows:
+        parts.append(link(last, "next →"))
+    return f"<p class='sub' id='gpu-pages'>{' · '.join(parts)}</p>"
 
 
 def _offset(t: float, t0: float) -> str:
@@ -959,11 +988,13 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     status = 200
     try:
         w0, w1 = timeline_window(snap, query)
+        first = first_gpu_row(g.n_rows, query)
         message = ""
     except RangeError as why:
         status = 400
         message = f"<div class='msg' id='range-error'>{esc(why)}</div>"
         w0, w1 = default_window(snap)
+        first = 0
     a_val = (query.get("from") or [_offset(w0, t0)])[0]
     b_val = (query.get("to") or [_offset(w1, t0)])[0]
     out.append(
@@ -987,13 +1018,15 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
         f"<b data-k='intervals'>{shown}</b> run intervals on <b>{g.n_rows}</b> GPUs, "
         f"<b data-k='preempted'>{preempted}</b> ended by preemption.</p>"
     )
-    key = ("gantt", round(w0, 3), round(w1, 3))
+    out.append(_gpu_pages(g.n_rows, first, query))
+    key = ("gantt", round(w0, 3), round(w1, 3), first)
     with snap.lock, _DRAW:
         if key not in snap.charts:
             if len(snap.charts) > 32:  # bounded: drop the oldest ranges
                 for old in [k for k in snap.charts if k not in ("usage", "forecast")][:16]:
                     del snap.charts[old]
-            snap.charts[key] = base64.b64encode(gantt_png(g, window=(w0, w1))).decode("ascii")
+            png = gantt_png(g, window=(w0, w1), first_row=first, max_rows=GPU_ROWS)
+            snap.charts[key] = base64.b64encode(png).decode("ascii")
         chart = snap.charts[key]
     out.append(
         f"<figure>{_img(chart, 'GPU timeline')}<figcaption>Rows are GPUs (host/index), bars "

@@ -287,13 +287,16 @@ class GanttCollector:
         *,
         window: tuple[float, float] | None = None,
         max_rows: int = 1024,
+        first_row: int = 0,
         title: str | None = None,
         dpi: int = 100,
     ) -> tuple[float, float]:
         """Draw the window (default: busiest 24 h) to `out` as PNG; returns the window."""
         import matplotlib.pyplot as plt
 
-        fig, (w0, w1) = self.figure(window=window, max_rows=max_rows, title=title, dpi=dpi)
+        fig, (w0, w1) = self.figure(
+            window=window, max_rows=max_rows, first_row=first_row, title=title, dpi=dpi
+        )
         fig.savefig(out, format="png", dpi=dpi)
         plt.close(fig)
         return w0, w1
@@ -303,10 +306,12 @@ class GanttCollector:
         *,
         window: tuple[float, float] | None = None,
         max_rows: int = 1024,
+        first_row: int = 0,
         title: str | None = None,
         dpi: int = 100,
     ) -> tuple[Any, tuple[float, float]]:
-        """The matplotlib Figure of the window (the caller closes it) and the window."""
+        """The matplotlib Figure of the window (the caller closes it) and the window:
+        GPU rows `first_row` to `first_row + max_rows` (a big cluster, a page at a time)."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -318,7 +323,8 @@ class GanttCollector:
         w0, w1 = window if window is not None else self.busiest_window()
         if w1 <= w0:
             w1 = w0 + 1.0
-        n_rows = min(self.n_rows, max_rows) if self.n_rows else 1
+        first = max(0, min(first_row, self.n_rows - 1)) if self.n_rows else 0
+        n_rows = min(self.n_rows - first, max_rows) if self.n_rows else 1
         span = w1 - w0
         unit, unit_name = time_unit(span)
 
@@ -327,7 +333,7 @@ class GanttCollector:
         fig, ax = plt.subplots(figsize=(14, height), dpi=dpi)
 
         top_color, rgb = self.colors()
-        solid, hatched, outlines = _bars(self, w0, w1, n_rows, t0, unit)
+        solid, hatched, outlines = _bars(self, w0, w1, n_rows, t0, unit, first)
         # thin white edges separate neighbouring bars; dropped when bars are tiny
         edge = (1, 1, 1, 0.9) if n_rows <= 256 else "none"
         if solid[0].size:
@@ -353,9 +359,12 @@ class GanttCollector:
         bands = []
         for host, a, b in self.unhealthy:
             r0 = self.host_row0.get(host)
-            if r0 is None or r0 >= n_rows or b <= w0 or a >= w1:
+            if r0 is None or b <= w0 or a >= w1:
                 continue
-            r1 = min(n_rows, r0 + self.host_gpus[host])
+            r0, r1 = r0 - first, r0 - first + self.host_gpus[host]
+            if r1 <= 0 or r0 >= n_rows:
+                continue
+            r0, r1 = max(0, r0), min(n_rows, r1)
             x0, x1 = (max(a, w0) - t0) / unit, (min(b, w1) - t0) / unit
             bands.append([(x0, r0), (x1, r0), (x1, r1), (x0, r1)])
         if bands:
@@ -374,15 +383,17 @@ class GanttCollector:
 
         ax.set_xlim((w0 - t0) / unit, (w1 - t0) / unit)
         ax.set_ylim(n_rows, 0)
-        shown_hosts = [h for h in self.hosts if self.host_row0[h] < n_rows]
+        shown_hosts = [h for h in self.hosts if first <= self.host_row0[h] < first + n_rows]
         if len(shown_hosts) <= 200:
             for h in shown_hosts[1:]:
-                ax.axhline(self.host_row0[h], color="#bbbbbb", lw=0.4, zorder=0.5)
+                ax.axhline(self.host_row0[h] - first, color="#bbbbbb", lw=0.4, zorder=0.5)
         step = max(1, math.ceil(len(shown_hosts) / 40))
         ticks = shown_hosts[::step]
         ax.set_yticks(
             [
-                self.host_row0[h] + min(self.host_gpus[h], n_rows - self.host_row0[h]) / 2
+                self.host_row0[h]
+                - first
+                + min(self.host_gpus[h], first + n_rows - self.host_row0[h]) / 2
                 for h in ticks
             ]
         )
@@ -396,7 +407,7 @@ class GanttCollector:
         ax.set_ylabel(
             f"GPUs by host ({self.n_rows} GPUs)"
             if n_rows == self.n_rows
-            else f"GPUs by host (first {n_rows} of {self.n_rows})"
+            else f"GPUs by host ({first + 1:,}–{first + n_rows:,} of {self.n_rows:,})"
         )
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -494,10 +505,17 @@ def _hatch_overlay(fig: Any, ax: Any, rects: np.ndarray, period: int = 7) -> Non
 
 
 def _bars(
-    g: GanttCollector, w0: float, w1: float, n_rows: int, t0: float, unit: float
+    g: GanttCollector,
+    w0: float,
+    w1: float,
+    n_rows: int,
+    t0: float,
+    unit: float,
+    first: int = 0,
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], np.ndarray]:
     """Rectangles (N, 4, 2) for solid and hatched parts (with leaf indices) and for the
-    red outlines, one per contiguous block of GPU rows of an interval in the window."""
+    red outlines, one per contiguous block of GPU rows of an interval in the window
+    (rows `first` to `first + n_rows`, drawn from 0)."""
     empty = (np.zeros((0, 4, 2)), np.zeros(0, dtype=int))
     if not len(g.start):
         return empty, empty, np.zeros((0, 4, 2))
@@ -519,7 +537,7 @@ def _bars(
     blk_r1: list[int] = []
     for i in sel.tolist():
         r = rows[off[i] : off[i] + length[i]]
-        r = r[r < n_rows]
+        r = r[(r >= first) & (r < first + n_rows)] - first
         if not r.size:
             continue
         breaks = np.nonzero(np.diff(r) != 1)[0]

@@ -288,3 +288,41 @@ def test_a_page_reloads_itself_when_asked(value: str, meta: str | None) -> None:
         assert "http-equiv" not in html_text
     else:
         assert html_text.count(meta) == 1 and html_text.index(meta) < html_text.index("</head>")
+
+
+def big_cluster() -> JournalBuilder:
+    """130 hosts of 8 GPUs (1,040 GPUs: more than one timeline picture), work on the
+    first and the last host."""
+    j = JournalBuilder()
+    for i in range(130):
+        j.host(f"h{i}")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("first", "lab/a", 8).place("first", {"h0": list(range(8))})
+    j.submit("last", "lab/a", 8).place("last", {"h129": list(range(8))})
+    j.at(3600).tick()
+    return j
+
+
+def test_a_cluster_bigger_than_a_picture_is_paged_by_gpu_rows():
+    """The timeline drew the first 1,024 GPUs and no way to see the rest (a 10k-GPU lab
+    showed a tenth of itself)."""
+    from projections.dashboard import timeline_page
+    from projections.gantt import _bars
+
+    snap = snapshot(big_cluster())
+    status, page = timeline_page(snap, {})
+    assert status == 200
+    pages = re.search(r"<p class='sub' id='gpu-pages'>(.*?)</p>", page)[1]
+    assert "GPUs 1–1,024 of 1,040" in pages and "next →" in pages and "previous" not in pages
+    assert "gpu=1025" in html.unescape(pages)
+    status, page = timeline_page(snap, {"gpu": ["1025"]})
+    pages = re.search(r"<p class='sub' id='gpu-pages'>(.*?)</p>", page)[1]
+    assert status == 200 and "GPUs 1,025–1,040 of 1,040" in pages and "← previous" in pages
+    # the second page draws the last host's work, in its own rows
+    g = snap.gantt
+    w0, w1 = g.first_time, g.last_time
+    solid, _, _ = _bars(g, w0, w1, 16, w0, 1.0, first=1024)
+    assert len(solid[0]) == 1 and solid[0][0][:, 1].min() >= 0  # rows 1024.. drawn from 0
+    assert len(_bars(g, w0, w1, 1024, w0, 1.0)[0][0]) == 1  # the first page: h0's only
+    status, page = timeline_page(snap, {"gpu": ["5000"]})
+    assert status == 400 and "a GPU row from 1 to 1,040" in html.unescape(page)
