@@ -48,6 +48,8 @@ Per cluster (a journal may hold several; each gets its own fold):
 - ``allot_rejected_inputs_total{reason}``: by the ``*.rejected`` record type.
 - ``allot_journal_records_total``, ``allot_journal_last_record_timestamp_seconds`` and
   ``allot_journal_lag_seconds`` (wall clock − the last record's time).
+- ``allot_scheduler_recovering``: 1 while `allot serve --metrics-port` rebuilds its
+  state (only this is exposed then), else 0.
 - ``allot_journal_unreadable_records_total`` (no cluster label):
   corrupt records a following `allot metrics` skipped rather than stop serving.
 
@@ -157,6 +159,7 @@ METRIC_NAMES: dict[str, str] = {
     "allot_journal_last_record_timestamp_seconds": "gauge",
     "allot_journal_lag_seconds": "gauge",
     "allot_journal_unreadable_records_total": "counter",
+    "allot_scheduler_recovering": "gauge",
 }
 
 
@@ -331,6 +334,10 @@ class MetricsCollector(Collector):
         self.clusters: dict[str, _ClusterFold] = {}
         self.skipped = 0  # records of types this version does not know
         self.unreadable = 0  # records a follower skipped as corrupt (see allot metrics)
+        # a scheduler rebuilding its state: only this is exposed meanwhile (the numbers
+        # of a half-folded journal would mislead; an exporter that does not answer at
+        # all looks dead, AllotMetricsDown)
+        self.recovering = False
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- folding
@@ -371,6 +378,17 @@ class MetricsCollector(Collector):
             return iter(self._families())
 
     def _families(self) -> list[Metric]:
+        recovering = GaugeMetricFamily(
+            "allot_scheduler_recovering",
+            "1 while the scheduler rebuilds its state from snapshot and journal (nothing "
+            "else is exposed meanwhile), else 0.",
+        )
+        recovering.add_metric([], 1.0 if self.recovering else 0.0)
+        if self.recovering:
+            return [recovering]
+        return [recovering, *self._journal_families()]
+
+    def _journal_families(self) -> list[Metric]:
         c = ["cluster"]
         gpus = GaugeMetricFamily("allot_gpus", "GPUs by state.", labels=[*c, "state"])
         workloads = GaugeMetricFamily(

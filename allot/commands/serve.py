@@ -219,8 +219,9 @@ def serve(
 
 class JournalMetrics:
     """`--metrics-port`: a `MetricsCollector` fed the journal lines the scheduler
-    recovers and writes, served by prometheus_client's HTTP server once recovery is
-    done (so the first scrape sees the whole journal)."""
+    recovers and writes, served by prometheus_client's HTTP server from the start (a
+    port in use fails at once); until `ready()` it shows only
+    `allot_scheduler_recovering 1`, so no scrape sees a half-folded journal."""
 
     def __init__(self, port: int, bind: str) -> None:
         from projections.metrics import MetricsCollector
@@ -246,11 +247,16 @@ class JournalMetrics:
                         f"allot serve: warning: metrics skip a journal record: {why}", err=True
                     )
 
+    def ready(self) -> None:
+        """Recovery is done: expose what the journal says."""
+        self.collector.recovering = False
+
     def start(self) -> None:
         from prometheus_client import start_http_server
 
         if self.server is not None:
             return
+        self.collector.recovering = True
         try:
             self.server, _thread = start_http_server(
                 self.port, addr=self.bind, registry=self.collector.registry()
@@ -309,6 +315,7 @@ def _serve_kafka(
     options: dict[str, Any] = {}
     if metrics is not None:
         options["on_journal"] = lambda _cluster, lines, **kw: metrics.feed(lines, **kw)
+        options["on_ready"] = lambda _worker: metrics.ready()
     try:
         if metrics is not None:
             metrics.start()  # listening now: a port in use fails before any Kafka work
@@ -362,11 +369,18 @@ def _serve_embedded(
         on_journal=metrics.feed if metrics else None,
         snapshot_every=snapshot_s,
     )
-    recovery = scheduler.start()
+    if metrics is not None:
+        metrics.start()  # answering while it recovers (a long recovery looked dead)
+    try:
+        recovery = scheduler.start()
+    except BaseException:
+        if metrics is not None:
+            metrics.stop()
+        raise
     stop = _StopFlag()
     try:
         if metrics is not None:
-            metrics.start()
+            metrics.ready()
         repaired = (
             f", {recovery.repaired} records of a cut-short input re-derived"
             if recovery.repaired

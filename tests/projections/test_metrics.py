@@ -382,3 +382,16 @@ def test_metric_names_match_what_is_scraped() -> None:
     # the parser strips _total from counter family names
     declared = {n.removesuffix("_total") for n in METRIC_NAMES}
     assert emitted == declared
+
+
+def test_a_recovering_scheduler_shows_only_that_it_recovers() -> None:
+    """`serve --metrics-port` answers while it rebuilds its state (a long recovery
+    looked like a dead exporter) but shows no half-folded numbers meanwhile."""
+    c = collect(cluster())
+    c.recovering = True
+    text = exposition(c.registry())
+    assert "allot_scheduler_recovering 1.0" in text
+    assert {m for m in re.findall(r"^(allot_\w+)", text, re.M)} == {"allot_scheduler_recovering"}
+    c.recovering = False
+    text = exposition(c.registry())
+    assert "allot_scheduler_recovering 0.0" in text and "allot_gpus{" in text
