@@ -356,6 +356,16 @@ def submit(
 
         if name is not None and not printable(name):
             raise RequestError(f"--name {name!r}: no control characters (tabs, newlines)")
+        from domain.admission import MAX_NAME, MAX_TAGS
+
+        # the scheduler's own limits, said before anything is sent
+        if name is not None and len(name) > MAX_NAME:
+            raise RequestError(f"--name: {len(name):,} characters; at most {MAX_NAME}")
+        if len(tag or []) > MAX_TAGS:
+            raise RequestError(f"--tag: {len(tag or []):,} tags; at most {MAX_TAGS}")
+        long_tag = next((t for t in tag or [] if len(t) > MAX_NAME), None)
+        if long_tag is not None:
+            raise RequestError(f"--tag: a tag of {len(long_tag):,} characters; at most {MAX_NAME}")
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
         expected_s = _duration("--expected-runtime", expected_runtime)

@@ -344,6 +344,12 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert line == "error: --gpus 0: a workload needs at least 1 GPU"
     line = one_line_error(allot("host", "register", "h9", "2000", "--data", str(cluster)))
     assert line == "error: GPUS 2000: a host has 1 to 1024 GPUs"
+    # the scheduler's size limits, said before sending
+    line = one_line_error(allot(*base, "--min-runtime", "1m", "--tag", "t" * 300))
+    assert line == "error: --tag: a tag of 300 characters; at most 256"
+    many = [a for i in range(65) for a in ("--tag", f"t{i}")]
+    line = one_line_error(allot(*base, "--min-runtime", "1m", *many))
+    assert line == "error: --tag: 65 tags; at most 64"
     assert (cluster / "inbox.jsonl").read_bytes() == inbox  # nothing was sent
 
     result = allot("submit", "--allocation", "lab/olmo", "--gpus", "1", "--min-runtime", "1m")
