@@ -125,8 +125,8 @@ class WorkloadFinished(Envelope):
     workload: str
     outcome: Literal["completed", "failed", "lost"] = "completed"
     # lax, unlike the other counts: the previous release took "1" as attempt 1, and its
-    # inboxes must re-derive as journaled
-    attempt: int | None = None
+    # inboxes must re-derive as journaled (bounded as they are: nothing past 64 bits)
+    attempt: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None
     # what the launcher saw: the process's exit status and a few words (OOM, Xid 79),
     # kept to one line (a stderr tail is not refused: the report must end the work)
     exit_code: Count | None = None

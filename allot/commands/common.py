@@ -204,13 +204,13 @@ def stdout_to_devnull() -> None:
 _UNSAFE = re.compile(r"\x1b(?!\[[0-9;]*m)|[\x00-\x08\x0b-\x1a\x1c-\x1f\x7f-\x9f]")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # in a table cell, tab and newline too
+
+
 def visible(text: str) -> str:
     """`text` with every control character shown as an escape (\x1b), none obeyed: for
     one table cell (a tab or newline would break the row too)."""
     return _CONTROL.sub(_escape, text)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # in a table cell, tab and newline too
 
 
 def _escape(match: re.Match[str]) -> str:

@@ -348,9 +348,11 @@ def submit(
             raise RequestError(f"--gpus {gpus}: a workload needs at least 1 GPU")
         if gpus > MAX_COUNT:
             raise RequestError(f"--gpus {gpus}: more GPUs than any cluster has")
-        if abs(priority) > MAX_COUNT:
+        from domain.events import MAX_PRIORITY
+
+        if abs(priority) > MAX_PRIORITY:  # the scheduler's bound, said before sending
             raise RequestError(
-                f"--priority {priority}: use a number from {-MAX_COUNT} to {MAX_COUNT}"
+                f"--priority {priority}: use a number from {-MAX_PRIORITY} to {MAX_PRIORITY}"
             )
         from domain.text import printable
 
@@ -654,7 +656,8 @@ host_app = typer.Typer(help="Register hosts and report their health.", no_args_i
 
 def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] | None:
     """`--member a,b --member c` -> [a, b, c]; `--no-members` -> [] (clear); neither -> None
-    (unchanged). A name with a space would be refused by the scheduler: said here."""
+    (unchanged). A name with a space or a comma inside is refused here (the old CLI sent
+    `a,b` as one principal)."""
     if clear:
         if given:
             raise RequestError(f"{option} and --no-{option[2:]}s: give one or the other")

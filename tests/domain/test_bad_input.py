@@ -464,6 +464,12 @@ RAW_CASES = [
         "workload.rejected",
         "gpus: Input should be greater than or equal to -9223372036854775808",
     ),
+    (
+        "report-attempt-past-64-bits",  # lax ("1" is attempt 1, as before) but bounded
+        {"type": "workload.finished", "id": "r1", "time": 1.0, "workload": "w", "attempt": 10**20},
+        "workload.rejected",
+        "attempt: Input should be less than or equal to 9223372036854775807",
+    ),
     ("resumable-two", {**SUBMIT, "gpus": 1, "resumable": 2}, "workload.rejected", "resumable"),
     ("resumable-text", {**SUBMIT, "gpus": 1, "resumable": "yes"}, "workload.rejected", "resumable"),
     (
