@@ -419,7 +419,6 @@ def allocation_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, lis
         for label, keys, kind in (
             ("delivered", ("delivered", "by_allocation", leaf), "ratio"),
             ("wait p90", ("wait_s", "by_allocation", leaf, "p90"), "seconds"),
-            ("never started", ("wait_s", "by_allocation", leaf, "unplaced"), "count"),
         ):
             rows.append(
                 (
@@ -427,6 +426,14 @@ def allocation_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, lis
                     [format_value(get(s, *keys), kind) for s in summaries.values()],
                 )
             )
+        # `27 of 60`, as the main table says it (the percentiles are of started work)
+        waits = [get(s, "wait_s", "by_allocation", leaf) for s in summaries.values()]
+        rows.append(
+            (
+                f"{leaf}: never started",
+                [(never_started(w) or "0") if isinstance(w, dict) else "—" for w in waits],
+            )
+        )
     return rows
 
 
