@@ -14,7 +14,7 @@ as `squeue --start`'s does.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -60,6 +60,7 @@ class Forecast:
     # the future as journal records, up to the horizon or until every live workload's
     # start and end are known (all of it with `forecast(..., keep_records=True)`)
     records: list[Any] = field(default_factory=list)
+    played: int = 0  # records the future ran to before every question asked was answered
 
 
 def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
@@ -123,13 +124,16 @@ def forecast(
     journal: Iterable[Any] | None = None,
     arrivals: Sequence[Any] = (),
     keep_records: bool = False,
+    wanted: Collection[str] | None = None,
 ) -> Forecast:
     """Play the view's state forward for `horizon_s` seconds; the view is not changed.
     `journal`: the records the view folded, read again (see `scheduler_state`).
     `arrivals`: submissions to add at the view's `now` (`allot submit --test-only`);
     they go through admission like any request, so `rejected` says why one would be
     refused, and their work is their `runtime`, else their `expected_runtime`.
-    `keep_records`: play on to the horizon and keep the records (for `timeline`)."""
+    `keep_records`: play on to the horizon and keep the records (for `timeline`).
+    `wanted`: only these workloads' starts and ends are asked for (`allot why`, `submit
+    --test-only`): the play stops once they are known, not once every live one's is."""
     if not horizon_s > 0:
         raise ValueError(f"the forecast horizon must be > 0 seconds, got {horizon_s}")
     state = view.require()
@@ -165,8 +169,12 @@ def forecast(
     engine = Engine(cluster=state.cluster, config=state.config, options=options)
     engine.resume(future, work, done)
     starts, ends, rejected = result.starts, result.ends, result.rejected
+    asked = None if wanted is None else frozenset(wanted) & live
+    if asked is not None and not asked:
+        return result  # nothing live to ask about
     victims: dict[str, list[str]] = {}  # beneficiary -> victims preempted for it so far
     for record in engine.play(arrivals):
+        result.played += 1
         if keep_records:
             result.records.append(record)
         kind = record.type
@@ -187,10 +195,23 @@ def forecast(
             ends[wid] = ExpectedEnd(record.time, "finished")
         elif kind == "workload.rejected" and wid in arriving:
             rejected[wid] = record.error
-        answered = len(starts) + len(rejected) == len(pending)
-        if answered and len(ends) + len(rejected) == len(live) and not keep_records:
-            break  # every question answered
+        if keep_records:
+            continue
+        if asked is None:
+            answered = len(starts) + len(rejected) == len(pending)
+            if answered and len(ends) + len(rejected) == len(live):
+                break  # every question answered
+        elif wid in asked and all(_known(result, w) for w in asked):
+            break  # every question asked answered
     return result
+
+
+def _known(fc: Forecast, wid: str) -> bool:
+    """Is all the forecast can say of `wid` known: rejected, or its start (when pending)
+    and its end?"""
+    if wid in fc.rejected:
+        return True
+    return (wid not in fc.pending or wid in fc.starts) and wid in fc.ends
 
 
 def timeline(view: Any, fc: Forecast) -> Any:

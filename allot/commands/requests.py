@@ -477,7 +477,7 @@ def _test_only(
     read = journal_reader(target.kafka, target.data, None, cluster)
     try:
         view = fold(read())
-        fc = forecast_view(view, read, horizon_s, arrivals)
+        fc = forecast_view(view, read, horizon_s, arrivals, wanted=[a.workload for a in arrivals])
     except (ViewError, SourceError, JournalError) as why:
         raise RequestError(f"cannot forecast from {target.label}: {why}") from None
     with quiet_on_closed_pipe():

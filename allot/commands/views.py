@@ -241,15 +241,21 @@ def load_view(
 
 
 def forecast_view(
-    view: Any, read: Callable[[], Iterator[Any]], horizon_s: float, arrivals: Any = ()
+    view: Any,
+    read: Callable[[], Iterator[Any]],
+    horizon_s: float,
+    arrivals: Any = (),
+    wanted: Any = None,
 ) -> Any:
     """`projections.forecast.forecast` of `view`, re-reading only the records it folded
-    (a live journal may have grown since)."""
+    (a live journal may have grown since); `wanted`: the workloads asked about."""
     from itertools import islice
 
     from projections.forecast import forecast
 
-    return forecast(view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals)
+    return forecast(
+        view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals, wanted=wanted
+    )
 
 
 def _allocations(view: Any, text: str | None) -> list[str] | None:
@@ -1008,7 +1014,8 @@ def _why_from_journal(
     answer["history_source"] = {"kind": "journal"}
     from projections.forecast import add_expectations
 
-    add_expectations(answer, view, lambda: forecast_view(view, read, horizon_s))
+    wanted = (answer["workload"],)
+    add_expectations(answer, view, lambda: forecast_view(view, read, horizon_s, wanted=wanted))
     if db is None:
         return answer
     from projections.audit import AuditError, connect, workload_records

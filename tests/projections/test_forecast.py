@@ -117,6 +117,34 @@ def test_a_short_horizon_leaves_late_starts_unknown() -> None:
     assert sentences(near, wid, view.state.now)[0] == "expected start: not within 1h"
 
 
+@pytest.mark.parametrize(("seed", "hosts", "count"), [(2, 3, 40), (4, 4, 60)], ids=str)
+def test_asking_about_one_workload_stops_once_it_is_answered(
+    seed: int, hosts: int, count: int
+) -> None:
+    # `allot why` asks about one workload: the same answer, from a shorter future
+    records = simulated_run(seed, hosts, count)
+    cut = next(i for i, r in enumerate(records) if i > 60 and is_cause(r))
+    view = fold(records[:cut])
+    full = forecast(view, horizon_s=30 * 24 * HOUR, journal=records[:cut])
+    shorter = 0
+    for wid in sorted(view.state.workloads):
+        one = forecast(view, horizon_s=30 * 24 * HOUR, journal=records[:cut], wanted=[wid])
+        assert (one.starts.get(wid), one.ends.get(wid)) == (
+            full.starts.get(wid),
+            full.ends.get(wid),
+        )
+        assert one.played <= full.played
+        shorter += one.played < full.played
+    assert shorter >= 3
+
+
+def test_asking_about_no_live_workload_plays_nothing() -> None:
+    records = simulated_run(seed=2, hosts=3, count=40)
+    cut = next(i for i, r in enumerate(records) if i > 60 and is_cause(r))
+    fc = forecast(fold(records[:cut]), wanted=["no-such-workload"])
+    assert fc.played == 0 and not fc.starts and not fc.ends
+
+
 @pytest.mark.parametrize("horizon", [0.0, -1.0], ids=["zero", "negative"])
 def test_a_horizon_must_be_positive(horizon: float) -> None:
     view = fold(simulated_run(seed=1, hosts=2, count=5)[:10])
