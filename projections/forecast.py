@@ -93,24 +93,30 @@ def scheduler_state(view: Any, journal: Iterable[Any] | None) -> State:
     on), so the first cycle of a cold copy may decide otherwise than the scheduler.
     The first input of the latest usage bucket that has one ran a full cycle, which
     rebuilds all of that: with `journal` (the same records the view folded, read
-    again) the facts are folded up to that input and the rest re-derived
-    (`domain.rederive`). Should a re-made decision differ from the journal's (a
+    again), or from the copy the view kept at that input (`JournalView.tail_copy`, when
+    it knew the journal's last time ahead), the facts are folded up to that input and
+    the rest re-derived (`domain.rederive`). Should a re-made decision differ from the journal's (a
     journal written by other code), or without `journal`, the cold copy is used."""
     state = view.require()
     start = view.tail_start
+    copied = view.tail_copy is not None and view.tail_copy_at == start
     if (
-        journal is not None
+        (journal is not None or copied)
         and start is not None
         and (state.charged.next_edge(state.now) == view.tail_edge)
     ):
-        from projections.journal import gc_paused
+        if copied:  # the view kept the state at `start` and the records after it
+            warm = pickle.loads(view.tail_copy)
+            tail = view.tail_records
+        else:
+            from projections.journal import gc_paused
 
-        warm = State(state.cluster)
-        records = iter(journal)
-        with gc_paused():
-            for record in islice(records, start):
-                evolve(warm, record)
-        tail = list(records)
+            warm = State(state.cluster)
+            records = iter(journal)
+            with gc_paused():
+                for record in islice(records, start):
+                    evolve(warm, record)
+            tail = list(records)
         made = [event_to_dict(d) for _, decisions in rederive(warm, tail) for d in decisions]
         if warm.now == state.now and made == [event_to_dict(r) for r in tail if not is_cause(r)]:
             return warm

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import pickle
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ class History:
 class JournalView:
     """A folded journal: the scheduler's state plus per-workload history."""
 
-    def __init__(self, live_only: bool = False) -> None:
+    def __init__(self, live_only: bool = False, last_time: float | None = None) -> None:
         self.state: State | None = None
         # live_only: keep the history of live workloads only, and no rejections (what
         # `queue`, `shares` and `host list` read): memory bounded by the live queue, not
@@ -159,6 +160,14 @@ class JournalView:
         # journal from there rebuilds what its cycles remember (`projections.forecast`)
         self.tail_start: int | None = None
         self.tail_edge: float | None = None
+        # `last_time`, the time of the journal's last record when known ahead (a file's
+        # end): the state before the first input of its bucket is kept (pickled, at
+        # `tail_copy_at`) with the records from there on, so that the forecast need not
+        # fold the journal a second time to re-derive the tail
+        self.last_time = last_time
+        self.tail_copy: bytes | None = None
+        self.tail_copy_at: int | None = None
+        self.tail_records: list[Any] = []
         # per host: (time, actor, reason, healthy) of the report that last changed its
         # health, and when it was registered and drained (for `allot host list`)
         self.host_health: dict[str, tuple[float, str, str, bool]] = {}
@@ -184,6 +193,12 @@ class JournalView:
             h = self.histories[wid] = History(wid)
         return h
 
+    def _last_bucket(self, event: Any) -> bool:
+        """Is `event` (an input) in the usage bucket of the journal's last record?"""
+        assert self.state is not None and self.last_time is not None
+        charged = self.state.charged
+        return charged.next_edge(event.time) == charged.next_edge(self.last_time)
+
     def add(self, event: Any) -> None:
         state = self.state
         if state is None:
@@ -194,6 +209,12 @@ class JournalView:
                 f"the journal holds records of clusters {state.cluster!r} and "
                 f"{event.cluster!r}; pick one with --cluster"
             )
+        if self.tail_copy is not None:
+            self.tail_records.append(event)
+        elif self.last_time is not None and is_cause(event) and self._last_bucket(event):
+            self.tail_copy = pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
+            self.tail_copy_at = self.records
+            self.tail_records.append(event)
         wid = getattr(event, "workload", None)
         was_live = wid is not None and wid in state.workloads
         try:
@@ -209,6 +230,11 @@ class JournalView:
             edge = state.charged.next_edge(event.time)
             if edge != self.tail_edge:
                 self.tail_start, self.tail_edge = seq, edge
+                if self.tail_copy_at is not None and seq != self.tail_copy_at:
+                    # a bucket after the one expected last (the journal grew as it was
+                    # read): the copy is of no use, and the records must not pile up
+                    self.tail_copy, self.tail_copy_at, self.last_time = None, None, None
+                    self.tail_records = []
         kind = event.type
         if kind == "workload.submitted":
             h = self.history(event.workload)
@@ -303,12 +329,15 @@ class JournalView:
             h.ended_seq = seq
 
 
-def fold(events: Iterable[Any], live_only: bool = False) -> JournalView:
+def fold(
+    events: Iterable[Any], live_only: bool = False, last_time: float | None = None
+) -> JournalView:
     """Fold journal events (models) into a view; ViewError if there are none.
-    `live_only`: only what live workloads need (see JournalView)."""
+    `live_only`: only what live workloads need; `last_time`: the time of the last
+    record, when known ahead (see JournalView)."""
     from projections.journal import gc_paused
 
-    view = JournalView(live_only)
+    view = JournalView(live_only, last_time)
     with gc_paused():
         for event in events:
             view.add(event)

@@ -84,6 +84,44 @@ def journal_lines(
     )
 
 
+def last_record_time(
+    *, data: Path | None = None, journal: Path | None = None, cluster: str | None = None
+) -> float | None:
+    """The `time` of a journal file's last complete record, read from its end, or None
+    (a Kafka journal, no such file, another cluster's record last, no time): lets a fold
+    know ahead which records its last usage bucket holds (`projections.views`)."""
+    if journal is not None:
+        path = Path(journal)
+    elif data is not None:
+        path = Path(data) / "journal.jsonl"
+    else:
+        return None
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - _END_BYTES))
+            block = f.read()
+    except OSError:
+        return None
+    complete = block[: block.rfind(b"\n") + 1].splitlines()
+    for line in reversed(complete[1:] if len(block) == _END_BYTES else complete):
+        if not line.strip():
+            continue
+        try:
+            record = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(record, dict) or not _matches(line, cluster):
+            return None
+        time = record.get("time")
+        ok = isinstance(time, int | float) and not isinstance(time, bool)
+        return float(time) if ok else None
+    return None
+
+
+_END_BYTES = 1 << 16  # a journal record is far smaller (an input is at most 1 MB, rarely)
+
+
 # ------------------------------------------------------------------ files
 
 

@@ -461,11 +461,11 @@ def _test_only(
     """`allot submit --test-only`: the forecast with `requests` added; nothing is sent."""
     from pydantic import ValidationError
 
-    from allot.commands.views import forecast_view, journal_reader
+    from allot.commands.views import fold_for_forecast, forecast_view, journal_reader
     from domain.events import parse_event
     from domain.upcasting import upcast
     from projections.journal import JournalError
-    from projections.views import ViewError, fold
+    from projections.views import ViewError
     from streams.sources import SourceError
 
     try:
@@ -476,7 +476,7 @@ def _test_only(
         raise RequestError(f"the scheduler would reject it: {where}: {first['msg']}") from None
     read = journal_reader(target.kafka, target.data, None, cluster)
     try:
-        view = fold(read())
+        view = fold_for_forecast(read, target.kafka, target.data, None, cluster)
         fc = forecast_view(view, read, horizon_s, arrivals, wanted=[a.workload for a in arrivals])
     except (ViewError, SourceError, JournalError) as why:
         raise RequestError(f"cannot forecast from {target.label}: {why}") from None

@@ -226,6 +226,29 @@ def journal_reader(
     return read
 
 
+def fold_for_forecast(
+    read: Callable[[], Iterator[Any]],
+    kafka: str | None,
+    data: Path | None,
+    journal: Path | None,
+    cluster: str | None,
+    live_only: bool = False,
+) -> Any:
+    """`fold(read())` for a view that will be forecast: told a journal file's last time
+    ahead, it keeps what the forecast would otherwise fold the journal again for."""
+    from allot.commands.common import resolve_target
+    from projections.views import fold
+    from streams.sources import last_record_time
+
+    target = resolve_target(kafka, data, journal, writable=False)
+    last = (
+        None
+        if target.kafka
+        else last_record_time(data=target.data, journal=target.journal, cluster=cluster)
+    )
+    return fold(read(), live_only=live_only, last_time=last)
+
+
 def load_view(
     kafka: str | None,
     data: Path | None,
@@ -437,7 +460,10 @@ def register(app: typer.Typer) -> None:
             read = journal_reader(kafka, data, journal, cluster)
             # the queue is what is live; -j resolves ids against every workload the
             # journal knows (an ended id names nothing in the queue, not another job)
-            view = fold(read(), live_only=jobs is None)
+            if wants_forecast:
+                view = fold_for_forecast(read, kafka, data, journal, cluster, jobs is None)
+            else:
+                view = fold(read(), live_only=jobs is None)
             ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
             rows = queue_rows(view, user=split_names(user), allocation=paths, ids=ids)
@@ -1003,11 +1029,10 @@ def _why_from_journal(
     horizon_s: float,
 ) -> dict[str, Any]:
     """The answer from the journal; the history from it, or from `db` when given."""
-    from projections.views import fold
     from projections.views import why as explain
 
     read = journal_reader(kafka, data, journal, cluster)
-    view = fold(read())
+    view = fold_for_forecast(read, kafka, data, journal, cluster)
     answer = explain(view, workload)
     if "workload" not in answer:
         return answer  # a rejected request's id

@@ -37,8 +37,10 @@ def _future(records: list, cut: int) -> tuple[dict, dict]:
     return starts, ends
 
 
-def _check_every_cut(records: list) -> tuple[int, int]:
-    """Forecast from before every input after the last submission; (starts, ends) checked."""
+def _check_every_cut(records: list, copy: bool = False) -> tuple[int, int]:
+    """Forecast from before every input after the last submission; (starts, ends) checked.
+    `copy`: the view is told the last record's time as it folds (a journal file's end)
+    and keeps the tail itself; else the forecast reads the journal again."""
     # (a run whose every submission was refused, e.g. 16 GPUs on one host: every cut)
     submitted_by = max(
         (i for i, r in enumerate(records) if r.type == "workload.submitted"), default=-1
@@ -46,9 +48,15 @@ def _check_every_cut(records: list) -> tuple[int, int]:
     cuts = [i for i, r in enumerate(records) if i > max(submitted_by, 0) and is_cause(r)]
     checked_starts = checked_ends = 0
     for cut in cuts:
-        view = fold(records[:cut])
+        if copy:
+            view = fold(records[:cut], last_time=records[cut - 1].time)
+            assert view.tail_copy is not None and view.tail_copy_at == view.tail_start
+            again = None
+        else:
+            view = fold(records[:cut])
+            again = records[:cut]
         pending = {wid for wid, w in view.state.workloads.items() if w.state == "pending"}
-        fc = forecast(view, horizon_s=30 * 24 * HOUR, journal=records[:cut])
+        fc = forecast(view, horizon_s=30 * 24 * HOUR, journal=again)
         starts, ends = _future(records, cut)
         expected_starts = {wid: starts[wid] for wid in pending}
         assert {wid: (s.time, s.hosts) for wid, s in fc.starts.items()} == expected_starts
@@ -71,6 +79,31 @@ def test_with_no_new_input_the_forecast_is_what_happens(seed: int, hosts: int, c
     # first cycle otherwise than the scheduler did at one of the cuts
     starts, ends = _check_every_cut(simulated_run(seed, hosts, count))
     assert starts > 20 and ends > 20  # the run went on long enough to be worth it
+
+
+@pytest.mark.parametrize(
+    ("seed", "hosts", "count"),
+    [(2, 3, 40), (4, 4, 60)],
+    ids=["3-hosts", "4-hosts-many"],
+)
+def test_a_view_told_the_journals_end_forecasts_without_reading_it_again(
+    seed: int, hosts: int, count: int
+) -> None:
+    # (4-hosts-many: a cold copy would be wrong at one cut, so the kept tail is used)
+    starts, ends = _check_every_cut(simulated_run(seed, hosts, count), copy=True)
+    assert starts > 20 and ends > 20
+
+
+def test_a_journal_that_grew_past_the_expected_end_keeps_no_tail() -> None:
+    records = simulated_run(seed=2, hosts=3, count=40)
+    later = records[0].time + 3 * HOUR  # some usage buckets on
+    cut = next(i for i, r in enumerate(records) if r.time > later and is_cause(r))
+    # told an end in an earlier bucket than the journal's: the copy made there is
+    # dropped when a later bucket begins, and the forecast is the re-read one's
+    early = fold(records[:cut], last_time=records[0].time)
+    assert early.tail_copy is None and early.tail_records == []
+    exact = forecast(fold(records[:cut]), journal=records[:cut])
+    assert forecast(early, journal=records[:cut]).starts == exact.starts
 
 
 @settings(
