@@ -238,12 +238,32 @@ def _config_set(state: State, e: ev.ConfigSet) -> None:
     if state.config.ordering != old.ordering:
         state.ordering = resolve_ordering(state.config.ordering)
         state.requeue_all()
+        _renew_lifelong_protection(state)
     elif (
         state.config.short_job_max_gpus != old.short_job_max_gpus
         or state.config.short_job_max_min_runtime != old.short_job_max_min_runtime
     ):
         state.requeue_all()
     state.recompute_headroom()
+
+
+def _renew_lifelong_protection(state: State) -> None:
+    """Running work the old policy protected until it ends (legacy-priority, within its
+    cap) takes the new policy's terms as from its start: else a switch away from
+    legacy-priority would leave it never time-sliced and never drained."""
+    for w in state.workloads.values():
+        if w.state != RUNNING or not math.isinf(w.protected_until):
+            continue
+        _, until = state.ordering.terms(state, w, w.charged, w.start)
+        if math.isinf(until):
+            continue  # the new policy protects it until it ends too
+        top = state.tree.top_level(w.allocation)
+        state.legacy_protected[top] = state.legacy_protected.get(top, 0) - w.held
+        w.protected_until = until
+        if until > state.now:
+            heapq.heappush(state.protection_ends, (until, w.id, w.attempt))
+        else:
+            state.expose(w)
 
 
 _FOLDS = {

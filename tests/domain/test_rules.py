@@ -1040,6 +1040,39 @@ def test_legacy_drain_waits_for_non_preemptible_work() -> None:
     assert c.drained() == ["h0"]
 
 
+@pytest.mark.parametrize(
+    ("switch_at", "exposed_at_switch"),
+    [("30m", False), ("2h", True)],
+    ids=["within-min-runtime", "past-min-runtime"],
+)
+def test_leaving_legacy_priority_ends_lifelong_protection(
+    switch_at: str, exposed_at_switch: bool
+) -> None:
+    # legacy work within its cap is protected until it ends; under fairshare it has
+    # its contract's terms from its start: time-sliced and drained once past them
+    c = _legacy(legacy_caps={"a": 8})
+    c.submit("np", "a/x", gpus=8, min_runtime="1h", priority=1)
+    assert c.placed("np").protected_until is None
+    c.at(switch_at).configure(ordering="fairshare")
+    w = c.state.workloads["np"]
+    assert w.protected_until == c.placed("np").time + 3600.0
+    assert w.exposed is exposed_at_switch
+    assert c.state.legacy_protected.get("a", 0) == 0
+    c.at("3h").submit("b", "b/x", gpus=8, min_runtime="1h")
+    p = c.preempted("np")
+    assert p is not None and p.beneficiary == "b"
+
+
+def test_leaving_legacy_priority_lets_a_failing_host_drain() -> None:
+    c = _legacy(legacy_caps={"a": 8})
+    c.submit("np", "a/x", gpus=8, min_runtime="1h", priority=1)
+    c.at("10m").configure(ordering="fairshare")
+    c.at("20m").health("h0", False)
+    assert c.preempted("np") is None  # still within its minimum runtime
+    c.at("1h").tick()
+    assert c.preempted("np").reason == "drain" and c.drained() == ["h0"]
+
+
 # --------------------------------------------------------------------------------------
 # explain and attempts
 
