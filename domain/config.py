@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from domain.durations import parse_duration
 from domain.headroom import DEFAULT_HEADROOM_HOSTS
@@ -64,6 +71,21 @@ class SchedulerConfig(BaseModel):
             raise ValueError("must be at most 36500d")
         return value
 
+    @field_validator("legacy_caps")
+    @classmethod
+    def _top_level(cls, value: dict[str, int], info: ValidationInfo) -> dict[str, int]:
+        # caps are per top-level allocation: a deeper path would be silently ignored
+        # (a journal recorded before this check is folded as it was)
+        if not (info.context or {}).get("recorded"):
+            deeper = sorted(k for k in value if "/" in k.strip("/"))
+            if deeper:
+                raise ValueError(
+                    f"caps are per top-level allocation; {', '.join(map(repr, deeper[:3]))} "
+                    f"{'is' if len(deeper) == 1 else 'are'} not one (use e.g. "
+                    f"{deeper[0].strip('/').split('/')[0]!r})"
+                )
+        return value
+
     @field_validator("bucket")
     @classmethod
     def _whole_seconds(cls, value: float) -> float:
@@ -77,16 +99,20 @@ class SchedulerConfig(BaseModel):
 
     def with_overrides(self, overrides: dict[str, Any]) -> SchedulerConfig:
         """A copy with `overrides` validated; raises ConfigError naming the key."""
-        return parse_config({**self.model_dump(), **overrides})
+        # (the caps are judged only when given: a recorded config is kept as it was)
+        merged = {**self.model_dump(), **overrides}
+        return parse_config(merged, recorded="legacy_caps" not in overrides)
 
 
 class ConfigError(ValueError):
     pass
 
 
-def parse_config(raw: dict[str, Any]) -> SchedulerConfig:
+def parse_config(raw: dict[str, Any], recorded: bool = False) -> SchedulerConfig:
+    """`raw` validated; `recorded`: a journal's config, folded as it was accepted even
+    where today's checks are stricter."""
     try:
-        return SchedulerConfig.model_validate(raw)
+        return SchedulerConfig.model_validate(raw, context={"recorded": recorded})
     except ValidationError as exc:
         problems = []
         for item in exc.errors():

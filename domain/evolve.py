@@ -231,7 +231,7 @@ def _host_drained(state: State, e: ev.HostDrained) -> None:
 
 def _config_set(state: State, e: ev.ConfigSet) -> None:
     old = state.config
-    state.config = parse_config(e.config)
+    state.config = parse_config(e.config, recorded=True)
     state.placement = resolve_placement(state.config.placement)
     state.charged.reconfigure(state.config.window, state.config.bucket)
     state.unallocated.reconfigure(state.config.window, state.config.bucket)

@@ -226,7 +226,9 @@ def journal_run_spec(
     if cluster is None:
         raise JournalError(f"{path}: the journal is empty; nothing to replay")
     try:
-        config = parse_config({**(base or {}), **config_overrides})
+        config = parse_config(
+            {**(base or {}), **config_overrides}, recorded="legacy_caps" not in config_overrides
+        )
     except ValueError as why:
         raise JournalError(str(why)) from None
     first_config = base is not None

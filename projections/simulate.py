@@ -128,7 +128,7 @@ def _keeping_policy(
         for event in inputs():
             if event.type == "config.set":
                 try:
-                    config = policy_config(parse_config(event.config), policy)
+                    config = policy_config(parse_config(event.config, recorded=True), policy)
                 except ValueError as why:
                     raise SimulationError(f"config change {event.id!r}: {why}") from None
                 event = event.model_copy(

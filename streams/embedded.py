@@ -711,7 +711,7 @@ class EmbeddedScheduler:
                 and first.get("actor") == ev.SCHEDULER  # the server's own, not an admin's
                 and isinstance(first.get("config"), dict)
             ):
-                core.wanted = parse_config(first["config"])
+                core.wanted = parse_config(first["config"], recorded=True)
             produced = core.process(records).journal
             if produced == lines:
                 folded += len(lines)

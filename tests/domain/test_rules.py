@@ -1041,6 +1041,37 @@ def test_legacy_drain_waits_for_non_preemptible_work() -> None:
 
 
 @pytest.mark.parametrize(
+    ("caps", "refused"),
+    [({"a": 4}, False), ({"a/x": 4}, True), ({"a": 4, "b/x": 2}, True)],
+    ids=["top-level", "leaf", "one-of-two"],
+)
+def test_legacy_caps_name_top_level_allocations(caps: dict, refused: bool) -> None:
+    # a cap on a deeper path would be ignored: refused, naming the top level to use
+    c = _legacy()
+    out = c.configure(ordering="legacy-priority", legacy_caps=caps)
+    assert bool(c.rejections(out)) is refused
+    if refused:
+        assert "caps are per top-level allocation" in c.rejections(out)[0].error
+    else:
+        assert c.state.config.legacy_caps == caps
+
+
+def test_a_recorded_config_with_a_deep_cap_still_folds() -> None:
+    # journals written before caps were judged replay as they were accepted
+    from domain import State, evolve
+    from domain import events as ev
+
+    state = State("c")
+    evolve(
+        state,
+        ev.ConfigSet(
+            id="c1", time=1.0, cluster="c", actor="allot", config={"legacy_caps": {"a/x": 4}}
+        ),
+    )
+    assert state.config.legacy_caps == {"a/x": 4}
+
+
+@pytest.mark.parametrize(
     ("switch_at", "exposed_at_switch"),
     [("30m", False), ("2h", True)],
     ids=["within-min-runtime", "past-min-runtime"],
