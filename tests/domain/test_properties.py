@@ -397,6 +397,16 @@ class JournalModel:
         assert e.requeued == self.submitted[e.workload].resumable
         self.release(e)
 
+    def on_config_set(self, state: State, e: Any) -> None:
+        # leaving legacy-priority: work protected until it ends is protected for its
+        # contract's minimum runtime from its start, as fairshare would have placed it
+        if state.ordering.name == "legacy-priority":
+            return
+        for wid, placed in list(self.running.items()):
+            if placed.protected_until is None:
+                until = placed.time + self.submitted[wid].min_runtime
+                self.running[wid] = placed.model_copy(update={"protected_until": until})
+
     def on_host_drained(self, state: State, e: Any) -> None:
         assert not state.hosts[e.host].healthy
         assert not any(h == e.host for h, _ in self.owner), f"{e.host} drained while busy"
