@@ -470,6 +470,15 @@ class _Reasons:
             f" (first: {first.id} of {first.allocation})" if first else ""
         )
         if self.fits(w, allocated, short):
+            if ahead == 0:
+                # nothing is ahead of it and it fits: the incremental cycles since the
+                # last full one have not looked where it fits (a full cycle at every
+                # usage bucket edge does)
+                edge = s.charged.next_edge(now)
+                return "Priority", (
+                    "first in line and it could start now; the scheduler's next full "
+                    f"cycle starts it by {clock(edge, now)} at the latest"
+                )
             return "Priority", behind
         saved = cycle.reservations
         if saved:
