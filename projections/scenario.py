@@ -42,7 +42,7 @@ from pydantic import (
 
 from domain.admission import MAX_HOST_GPUS
 from domain.config import SchedulerConfig
-from domain.durations import parse_utc
+from domain.durations import format_duration, parse_utc
 from domain.events import BudgetSet, HostHealth, HostRegistered, WorkloadSubmitted
 from domain.tree import ancestors, parent_of, valid_path
 from projections.generate import Duration, GenerateSpec, samples
@@ -524,6 +524,7 @@ class Scenario:
             subs = result.submissions
             self._check_trace_allocations(i, entry.trace, subs)
             subs.sort(key=_submit_time)  # readers sort already; a cheap no-op then
+            self._check_trace_span(i, entry.trace, subs)
             for sub in subs:
                 workload = sub.get("workload")
                 if workload is None:
@@ -538,6 +539,23 @@ class Scenario:
             self._traces[i] = subs
             self.trace_stats[i] = result
             result.submissions = []  # the scenario keeps the one list
+
+    def _check_trace_span(self, index: int, spec: TraceSpec, subs: list[dict[str, Any]]) -> None:
+        """Without a horizon the run lasts until the last submission has ended: one more
+        than ten years after the start (a placeholder date among the rows) is refused, as
+        such a horizon is, for memory's sake."""
+        if self.horizon is not None or not subs:
+            return
+        last = spec.offset + subs[-1]["time"]
+        if last <= MAX_HORIZON_S:
+            return
+        raise self._error(
+            f"workloads[{index}].trace",
+            f"{spec.file}: its submissions span {format_duration(subs[-1]['time'] - subs[0]['time'])}"
+            f" and the last comes {format_duration(last)} after the start, more than"
+            f" {MAX_HORIZON_S / 86400:.0f}d (ten years) of simulated time; check the trace"
+            " for a placeholder date, or set a horizon to simulate only its beginning",
+        )
 
     def _check_trace_allocations(
         self, index: int, spec: TraceSpec, subs: list[dict[str, Any]]

@@ -35,20 +35,29 @@ OPTIONAL = ("gpu_time",)
 
 
 def parse_timestamp(text: str, column: str) -> float:
-    """Seconds since the epoch; naive timestamps are UTC."""
+    """Seconds since the epoch, from 1970 to 9999; naive timestamps are UTC."""
     require(text, column)
     try:
-        return parse_utc(text)
+        seconds = parse_utc(text)
     except ValueError:
         try:
             seconds = float(text)  # epoch seconds, as some exports write it
         except ValueError:
             seconds = math.nan
-        if not (math.isfinite(seconds) and 0 <= seconds <= MAX_EPOCH_S):
+        if not _in_range(seconds):
             raise BadValue(
                 column, f"{text!r} is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
             ) from None
         return seconds
+    if not _in_range(seconds):
+        # a placeholder like 0001-01-01 rebased the other rows two thousand years
+        # later: a 3-job trace simulated for ever, its memory growing
+        raise BadValue(column, f"{text!r} is out of range (a time from 1970 to 9999)")
+    return seconds
+
+
+def _in_range(seconds: float) -> bool:
+    return math.isfinite(seconds) and 0 <= seconds <= MAX_EPOCH_S
 
 
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:

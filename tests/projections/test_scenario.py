@@ -1077,3 +1077,62 @@ def test_trace_rows_after_the_horizon_are_counted(
     if horizon is not None:
         raw["horizon"] = horizon
     assert load(tmp_path, raw).beyond_horizon() == late
+
+
+TEN_YEARS = 3650 * 86400
+
+
+@pytest.mark.parametrize(
+    ("trace", "text", "horizon", "refused"),
+    [
+        pytest.param(
+            {"format": "philly", "allocation_prefix": "lab/olmo/"},
+            "timestamp,duration,num_gpus,cluster\n1970-01-01 00:00:00,60,1,evals\n"
+            "2017-10-03 09:00:00,60,1,evals\n",
+            None,
+            r"workloads\[0\]\.trace: t\.csv: its submissions span 17442d9h and the last comes"
+            r" 17442d9h after the start, more than 3650d \(ten years\) of simulated time; check"
+            r" the trace for a placeholder date",
+            id="philly-1970-placeholder",
+        ),
+        pytest.param(
+            {"format": "philly", "allocation_prefix": "lab/olmo/"},
+            "timestamp,duration,num_gpus,cluster\n1970-01-01 00:00:00,60,1,evals\n"
+            "2017-10-03 09:00:00,60,1,evals\n",
+            "1d",
+            None,
+            id="philly-placeholder-with-a-horizon",
+        ),
+        pytest.param(
+            {"format": "allot-csv", "offset": "1d"},
+            f"submit_time,runtime,gpus,allocation\n0,60,1,lab/olmo/evals\n"
+            f"{TEN_YEARS},60,1,lab/olmo/evals\n",
+            None,
+            r"the last comes 3651d after the start",
+            id="offset-pushes-past",
+        ),
+        pytest.param(
+            {"format": "allot-csv"},
+            f"submit_time,runtime,gpus,allocation\n{TEN_YEARS},60,1,lab/olmo/evals\n",
+            None,
+            None,
+            id="ten-years-exactly",
+        ),
+    ],
+)
+def test_trace_spanning_more_than_ten_years_needs_a_horizon(
+    tmp_path: Path, trace: dict[str, Any], text: str, horizon: str | None, refused: str | None
+) -> None:
+    """The explicit horizon is bounded to ten years for memory's sake; without one, the
+    run lasted until a 1970 placeholder's 2017 neighbours had ended: 47 years."""
+    import projections.traces  # noqa: F401
+
+    (tmp_path / "t.csv").write_text(text)
+    raw = base(workloads=[{"trace": {"file": "t.csv", **trace}}])
+    if horizon is not None:
+        raw["horizon"] = horizon
+    if refused is None:
+        assert load(tmp_path, raw).workload_count == text.count("\n") - 1
+        return
+    with pytest.raises(ScenarioError, match=refused):
+        load(tmp_path, raw)

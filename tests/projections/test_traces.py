@@ -494,6 +494,24 @@ def test_allocation_map_missing_file(tmp_path: Path) -> None:
             "'-inf' is not a timestamp",
             id="philly-infinite-time",
         ),
+        # an ISO time had no range check: a 0001-01-01 placeholder row moved the others
+        # two thousand years after the trace start (a 3-job run simulated for ever)
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,a", "0001-01-01 00:00:00,60,1,60,a"],
+            3,
+            "timestamp",
+            "'0001-01-01 00:00:00' is out of range (a time from 1970 to 9999)",
+            id="philly-placeholder-year-1",
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "1969-12-31T23:59:59Z,60,1,60,a"],
+            2,
+            "timestamp",
+            "'1969-12-31T23:59:59Z' is out of range",
+            id="philly-before-1970",
+        ),
         pytest.param(
             "philly",
             [PHILLY_HEADER, "2017-10-03 09:00:00,60,99999999999999999999,60,a"],
