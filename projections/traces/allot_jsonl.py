@@ -1,15 +1,21 @@
 """`allot-jsonl`: the submissions file `allot trace import` writes, and reads back.
 
 One JSON object per line in the `workload.submitted` contract (DESIGN §4; see
-`domain.events.WorkloadSubmitted`), `time` relative to the trace start. Optional
-contract fields the source trace did not have (`min_runtime`, `resumable`,
-`priority`, `runtime`, `name`) are left out, so the scenario still decides them.
+`domain.events.WorkloadSubmitted`), `time` relative to the trace start. Fields the
+source trace did not have (`actor`, `workload`, `min_runtime`, `resumable`,
+`priority`, `runtime`, `name`) are left out, so the scenario still decides them as
+for the trace itself: the submitter by the allocation's members, the id unique in
+the scenario.
+
+Files written before that carry `"actor": "trace"` and ids `w0000001`, ... for rows
+the source did not name; they read as if left out (see `_legacy_actor`, `_legacy_id`).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import secrets
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,6 +30,7 @@ from projections.traces.common import (
     Submission,
     TraceError,
     TraceResult,
+    check_unique_id,
     finish,
     iter_lines,
     skip_bad_row,
@@ -41,11 +48,14 @@ def to_record(sub: Submission, n: int) -> dict[str, Any]:
         "id": f"trace-{n}",
         "time": float(sub["time"]),
         "cluster": "default",
-        "actor": sub.get("actor") or "trace",
-        "workload": sub.get("workload") or f"w{n:07d}",
-        "allocation": sub["allocation"],
-        "gpus": int(sub["gpus"]),
     }
+    # an invented submitter is no member of a scenario's leaves, and invented ids
+    # collide between two imported files: left out, the scenario picks both
+    for key in ("actor", "workload"):
+        if sub.get(key):
+            record[key] = sub[key]
+    record["allocation"] = sub["allocation"]
+    record["gpus"] = int(sub["gpus"])
     for key in ("min_runtime", "resumable", "priority"):
         if sub.get(key) is not None:
             record[key] = sub[key]
@@ -117,6 +127,29 @@ def _text(record: dict[str, Any], key: str, *, required: bool = False) -> str | 
     return value
 
 
+# what earlier imports wrote for a row the source did not name (see the module's doc)
+_LEGACY_ACTOR = "trace"
+_LEGACY_RECORD_ID = re.compile(r"trace-(\d+)")
+
+
+def _actor(record: dict[str, Any]) -> str | None:
+    actor = _text(record, "actor")
+    return None if actor == _LEGACY_ACTOR else actor
+
+
+def _workload(record: dict[str, Any]) -> str | None:
+    workload = _text(record, "workload")
+    return None if workload is not None and _legacy_id(record, workload) else workload
+
+
+def _legacy_id(record: dict[str, Any], workload: str) -> bool:
+    """`w0000007` in the record `trace-7`: the id an earlier import made up from the
+    record's position (tied to the record's own id, so that a row a source named
+    `w0000001` elsewhere in the file keeps its name)."""
+    match = _LEGACY_RECORD_ID.fullmatch(str(record.get("id", "")))
+    return match is not None and workload == f"w{int(match.group(1)):07d}"
+
+
 def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
     """One line's object as a submission (None: it asks for no GPU)."""
     if not isinstance(raw, dict):
@@ -139,8 +172,8 @@ def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
         time=time or 0.0,
         allocation=allocations(tenant or ""),
         gpus=gpus,
-        workload=_text(raw, "workload"),
-        actor=_text(raw, "actor"),
+        workload=_workload(raw),
+        actor=_actor(raw),
         runtime=_number(raw, "runtime"),
         min_runtime=_number(raw, "min_runtime"),
         resumable=resumable,
@@ -153,6 +186,7 @@ def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
 
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
     result = TraceResult()
+    first_use: dict[str, int] = {}  # workload id -> the line that named it
     for number, line in iter_lines(path):
         result.rows += 1
         try:
@@ -161,6 +195,7 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
             except orjson.JSONDecodeError as exc:
                 raise BadValue(None, f"not JSON: {exc}") from None
             sub = parse_record(raw, allocations)
+            check_unique_id(sub, first_use, number)
         except BadValue as exc:
             where = f" field {exc.column}:" if exc.column else ""
             message = f"{path}:{number}:{where} {exc.message}"

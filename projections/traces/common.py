@@ -316,6 +316,18 @@ class Row:
         return self.cells[i].strip()
 
 
+def check_unique_id(sub: Submission | None, first_use: dict[str, int], line: int) -> None:
+    """A workload id named on an earlier line is a bad row: a scenario refuses it."""
+    named = sub.get("workload") if sub is not None else None
+    if named is None:
+        return
+    if named in first_use:
+        raise BadValue(
+            "workload", f"workload id {named!r} is used again (first on line {first_use[named]})"
+        )
+    first_use[named] = line
+
+
 RowParser = Callable[[Row], "Submission | None"]
 
 
@@ -366,15 +378,7 @@ def read_csv(
                 row.cells = cells
                 try:
                     sub = parse_row(row)
-                    named = sub.get("workload") if sub is not None else None
-                    if named is not None:
-                        if named in first_use:  # a scenario refuses it: so does the import
-                            raise BadValue(
-                                "workload",
-                                f"workload id {named!r} is used again (first on line "
-                                f"{first_use[named]})",
-                            )
-                        first_use[named] = reader.line_num
+                    check_unique_id(sub, first_use, reader.line_num)
                 except BadValue as exc:
                     where = f" column {exc.column}:" if exc.column else ""
                     message = f"{path}:{reader.line_num}:{where} {exc.message}"

@@ -1136,3 +1136,32 @@ def test_trace_spanning_more_than_ten_years_needs_a_horizon(
         return
     with pytest.raises(ScenarioError, match=refused):
         load(tmp_path, raw)
+
+
+def test_imported_traces_leave_actor_and_ids_to_the_scenario(tmp_path: Path) -> None:
+    """An imported file said `"actor": "trace"` (no member of lab/olmo/pretrain: every
+    submission rejected) and numbered its rows w0000001, ...: two imported files in one
+    scenario were refused ("workload id 'w0000001' ... is used twice")."""
+    from projections.traces import read_trace, write_submissions
+
+    philly = tmp_path / "philly.csv"
+    philly.write_text(
+        "timestamp,duration,num_gpus,cluster\n2017-10-03 09:00:00,60,1,pretrain\n"
+        "2017-10-03 09:01:00,60,1,pretrain\n"
+    )
+    openb = tmp_path / "openb.csv"
+    openb.write_text(
+        "name,num_gpu,qos,creation_time,deletion_time,scheduled_time\n,1,pretrain,0,60,0\n"
+    )
+    for source, fmt in ((philly, "philly"), (openb, "alibaba-openb")):
+        result = read_trace(source, fmt, allocation_prefix="lab/olmo/")
+        write_submissions(result.submissions, source.with_suffix(".jsonl"))
+    raw = base(
+        workloads=[
+            {"trace": {"file": "philly.jsonl", "format": "allot-jsonl"}},
+            {"trace": {"file": "openb.jsonl", "format": "allot-jsonl"}},
+        ]
+    )
+    events = submitted(load(tmp_path, raw))
+    assert sorted(e.workload for e in events) == ["0-000000", "0-000001", "1-000000"]
+    assert {e.actor for e in events} == {"alice"}  # the leaf's first member, as for the CSV

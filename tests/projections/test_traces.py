@@ -122,7 +122,8 @@ EXPECTED = {
             priority=1,
             tags=["train", "big"],
         ),
-        sub(45.5, "lab/tulu/sft", 2, workload="w0000002", actor="trace", name="sft sweep"),
+        # written by an earlier import: its made-up actor and id read as unnamed
+        sub(45.5, "lab/tulu/sft", 2, name="sft sweep"),
     ],
 }
 
@@ -781,8 +782,6 @@ def test_record_omits_what_the_trace_does_not_say() -> None:
         "id": "trace-3",
         "time": 1800.0,
         "cluster": "default",
-        "actor": "trace",
-        "workload": "w0000003",
         "allocation": "6214e9",
         "gpus": 4,
         "tags": [],
@@ -829,20 +828,12 @@ def test_import_round_trips_through_allot_jsonl(tmp_path: Path, fmt: str, fixtur
     result = run(FIXTURES / fixture, "--format", fmt, "--out", out)
     assert result.exit_code == 0, result.output
     records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
-    for record in records:  # the workload.submitted contract
-        WorkloadSubmitted.model_validate(record)
+    for record in records:  # the workload.submitted contract, once a scenario names them
+        WorkloadSubmitted.model_validate({"actor": "someone", "workload": "an-id", **record})
     assert [r["id"] for r in records] == [f"trace-{n}" for n in range(1, len(records) + 1)]
 
     read_back = read_trace(out, "allot-jsonl").submissions
-    expected = [
-        {
-            **s,
-            "workload": s["workload"] or f"w{n:07d}",
-            "actor": s["actor"] or "trace",
-        }
-        for n, s in enumerate(EXPECTED[fmt], start=1)
-    ]
-    assert read_back == expected
+    assert read_back == EXPECTED[fmt]  # nothing made up on the way
     assert [to_record(s, n) for n, s in enumerate(read_back, start=1)] == records
 
     again = tmp_path / "again.jsonl"
@@ -979,3 +970,74 @@ def test_a_workload_id_used_twice_is_a_row_error(tmp_path: Path) -> None:
     assert info.value.row_error
     kept = read_trace(path, "allot-csv", skip_bad=True)
     assert [s["workload"] for s in kept.submissions] == ["same", "other"]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "lines", "workloads"),
+    [
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a", "1,60,1,a,w0000001"],
+            [None, "w0000001"],
+            id="csv-unnamed-row-1-and-one-named-w0000001",
+        ),
+        pytest.param(
+            "philly",
+            [PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,a", "2017-10-03 09:01:00,60,1,60,a"],
+            [None, None],
+            id="philly-names-none",
+        ),
+    ],
+)
+def test_import_makes_up_no_actor_or_workload_id(
+    tmp_path: Path, fmt: str, lines: list[str], workloads: list[str | None]
+) -> None:
+    """Every import wrote `"actor": "trace"` (no member of a scenario's leaves) and ids
+    w0000001, ... (two imported files collided, and a row named w0000001 with them)."""
+    out = tmp_path / "subs.jsonl"
+    assert run(write(tmp_path, "t.csv", *lines), "--format", fmt, "--out", out).exit_code == 0
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [r.get("workload") for r in records] == workloads
+    assert all("actor" not in r for r in records)
+    assert [s["workload"] for s in read_trace(out, "allot-jsonl").submissions] == workloads
+
+
+@pytest.mark.parametrize(
+    ("record", "workload", "actor"),
+    [
+        pytest.param(
+            {"id": "trace-7", "actor": "trace", "workload": "w0000007"}, None, None, id="legacy"
+        ),
+        pytest.param(
+            {"id": "trace-2", "actor": "bob", "workload": "w0000001"},
+            "w0000001",
+            "bob",
+            id="named-like-another-position",
+        ),
+        pytest.param({"actor": "alice", "workload": "w0000001"}, "w0000001", "alice", id="no-id"),
+        pytest.param({"id": "trace-1"}, None, None, id="new-unnamed"),
+    ],
+)
+def test_earlier_imports_made_up_actor_and_id_read_as_unnamed(
+    tmp_path: Path, record: dict[str, Any], workload: str | None, actor: str | None
+) -> None:
+    line = orjson.dumps({"time": 0, "allocation": "a", "gpus": 1, **record}).decode()
+    [read] = read_trace(write(tmp_path, "old.jsonl", line), "allot-jsonl").submissions
+    assert (read["workload"], read["actor"]) == (workload, actor)
+
+
+def test_a_workload_id_used_twice_in_jsonl_is_a_row_error(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "dup.jsonl",
+        '{"time": 0, "allocation": "a", "gpus": 1, "workload": "same"}',
+        "",
+        '{"time": 1, "allocation": "a", "gpus": 1, "workload": "same"}',
+    )
+    with pytest.raises(TraceError) as info:
+        read_trace(path, "allot-jsonl")
+    assert str(info.value) == (
+        f"{path}:3: field workload: workload id 'same' is used again (first on line 1)"
+    )
+    assert info.value.row_error
+    assert len(read_trace(path, "allot-jsonl", skip_bad=True).submissions) == 1
