@@ -11,8 +11,9 @@ files start near 0). Semantics, as documented with the trace:
   pods) is skipped and counted.
 - Submit time = `creation_time`. The pod starts at `scheduled_time`, which is empty
   for pods deleted before being scheduled (`pod_phase` Pending); they start at
-  `creation_time` instead. Runtime = `deletion_time - start`; an empty or 0
-  `deletion_time` means the pod never ended (it runs until the horizon). A pod
+  `creation_time` instead, as do pods whose `scheduled_time` is 0 or before their
+  creation (no pod ran before it existed). Runtime = `deletion_time - start`; an
+  empty or 0 `deletion_time` means the pod never ended (it runs until the horizon). A pod
   scheduled after its deletion did no work (runtime 0); one deleted before it was
   created is a malformed row.
 - `qos` (LS, BE, Burstable, Guaranteed, ...) becomes a tag and is the tenant mapped
@@ -67,8 +68,7 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
                 raise BadValue(
                     "deletion_time", f"{deletion_text!r} is before creation_time {created:g}"
                 )
-            start = created if scheduled is None else scheduled
-            runtime = max(0.0, deleted - start)
+            runtime = max(0.0, deleted - _start(created, scheduled))
         return submission(
             time=created,
             allocation=allocations(qos),
@@ -81,3 +81,12 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
     return finish(
         read_csv(path, required=REQUIRED, parse_row=parse_row, skip_bad=skip_bad), rebase=True
     )
+
+
+def _start(created: float, scheduled: float | None) -> float:
+    """When the pod began running: a scheduled time of 0, like an empty one, means never
+    scheduled (0 - creation made a pod run longer than it existed), and no pod ran
+    before it was created."""
+    if not scheduled:
+        return created
+    return max(created, scheduled)

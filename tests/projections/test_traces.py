@@ -267,7 +267,10 @@ def test_openb_pods_without_gpu_are_skipped_and_counted(tmp_path: Path) -> None:
     [
         pytest.param("100", "400", "150", 250.0, id="scheduled-to-deleted"),
         pytest.param("100", "400", "", 300.0, id="never-scheduled-from-creation"),
-        pytest.param("0", "400", "0", 400.0, id="scheduled-at-zero-is-a-time"),
+        pytest.param("0", "400", "0", 400.0, id="created-and-scheduled-at-zero"),
+        # a pod ran longer than it existed: deleted - scheduled, scheduled before created
+        pytest.param("100", "400", "0", 300.0, id="scheduled-zero-is-unscheduled"),
+        pytest.param("100", "400", "50", 300.0, id="scheduled-before-creation"),
         pytest.param("100", "", "120", None, id="no-deletion-unfinished"),
         pytest.param("100", "0", "120", None, id="deletion-zero-unfinished"),
         pytest.param("100", "110", "120", 0.0, id="scheduled-after-deletion"),
