@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from domain.durations import parse_duration
+from domain.events import MAX_PRIORITY
 
 # ---------------------------------------------------------------- schema
 
@@ -157,7 +158,8 @@ class GenerateSpec(_Strict):
     runtime: RuntimeSpec
     min_runtime: Duration = 900.0
     resumable: bool = False
-    priority: int = 0
+    # the domain's bound: beyond it every submission failed to build, a traceback
+    priority: int = Field(0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     tags: list[str] = Field(default_factory=list)
     user: str | None = Field(None, min_length=1)
     expected_runtime: bool = False

@@ -43,7 +43,13 @@ from pydantic import (
 from domain.admission import MAX_HOST_GPUS
 from domain.config import SchedulerConfig
 from domain.durations import format_duration, parse_utc
-from domain.events import BudgetSet, HostHealth, HostRegistered, WorkloadSubmitted
+from domain.events import (
+    MAX_PRIORITY,
+    BudgetSet,
+    HostHealth,
+    HostRegistered,
+    WorkloadSubmitted,
+)
 from domain.tree import ancestors, parent_of, valid_path
 from projections.generate import Duration, GenerateSpec, samples
 
@@ -109,7 +115,7 @@ class TraceSpec(_Strict):
     # defaults for rows that do not say
     min_runtime: Duration | None = None
     resumable: bool | None = None
-    priority: int | None = None
+    priority: int | None = Field(None, ge=-MAX_PRIORITY, le=MAX_PRIORITY)  # as a row's
     tags: list[str] = Field(default_factory=list)  # added to every row's tags
     allocation_prefix: str = ""
     allocation_map: str | None = None

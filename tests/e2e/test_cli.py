@@ -316,6 +316,34 @@ def test_simulate_refuses_a_trace_whose_rows_go_to_no_allocation(tmp_path: Path)
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("entry", "where"),
+    [
+        pytest.param(
+            "  - generate: {seed: 1, allocation: a/x, count: 2, arrival: burst, gpus: 1,"
+            " runtime: 1h, priority: 2147483648}\n",
+            "s.yaml: workloads[0].generate.priority: Input should be less than or equal to",
+            id="generate",
+        ),
+        pytest.param(
+            "  - trace: {file: t.csv, format: allot-csv, priority: -2147483648}\n",
+            "s.yaml: workloads[0].trace.priority: Input should be greater than or equal to",
+            id="trace",
+        ),
+    ],
+)
+def test_simulate_refuses_a_priority_beyond_the_domains_bound(
+    tmp_path: Path, entry: str, where: str
+) -> None:
+    """Every submission failed to build: a pydantic traceback, OUT/.fairshare.partial left."""
+    (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n0,600,1,a/x\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(REJECTING + entry)
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"))
+    one_line_error(result, where)
+    assert not (tmp_path / "out").exists()
+
+
 def test_simulate_says_how_many_rows_skip_bad_skipped(tmp_path: Path) -> None:
     rows = ["0,600,1,a/x", "x,600,1,a/x", "60,600,1,a/x", "120,600,nope,a/x"]
     (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n" + "\n".join(rows))

@@ -403,7 +403,20 @@ WRONG_VALUE = [
         r"allocations\[1\]\.path: duplicate allocation 'a'",
         id="duplicate-path",
     ),
-    pytest.param(("horizon",), "soon", r"horizon: not a duration: 'soon'", id="horizon"),
+    # beyond the domain's bound every submission failed to build: a pydantic traceback,
+    # and OUT/.fairshare.partial left behind
+    pytest.param(
+        ("workloads", 0, "generate", "priority"),
+        2**31,
+        r"workloads\[0\]\.generate\.priority: Input should be less than or equal to 2147483647",
+        id="generate-priority",
+    ),
+    pytest.param(
+        ("workloads", 0),
+        {"trace": {"file": "t.csv", "format": "allot-csv", "priority": -(2**31)}},
+        r"workloads\[0\]\.trace\.priority: Input should be greater than or equal to -2147483647",
+        id="trace-priority",
+    ),
     pytest.param(  # idle time to year 1e30 ran for ever, memory growing
         ("horizon",), 1e30, r"horizon: horizon must be at most 3650d", id="horizon-centuries"
     ),

@@ -540,6 +540,14 @@ def test_allocation_map_missing_file(tmp_path: Path) -> None:
             "'-99999999999999999999' is too large",
             id="csv-huge-priority",
         ),
+        pytest.param(  # the domain's bound (domain.events.MAX_PRIORITY), not 64 bits
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a,,,,,2147483647", "0,60,1,a,,,,,2147483648"],
+            3,
+            "priority",
+            "'2147483648' is too large (at most 2,147,483,647)",
+            id="csv-priority-just-beyond",
+        ),
         pytest.param(
             "alibaba-openb",
             [OPENB_HEADER, "p,1,1,1e300,1000,,LS,Running,100,150,100"],
@@ -632,6 +640,11 @@ def test_malformed_row_message_matches_the_documented_shape(tmp_path: Path) -> N
             '{"time": 1, "allocation": "a", "gpus": 1, "resumable": "yes"}',
             "field resumable",
             id="resumable-string",
+        ),
+        pytest.param(
+            '{"time": 1, "allocation": "a", "gpus": 1, "priority": -2147483648}',
+            "field priority: -2147483648 is too large (at most 2,147,483,647)",
+            id="priority-just-beyond",
         ),
         pytest.param(
             '{"time": 1, "allocation": "a", "gpus": 1, "priority": 99999999999999999999}',
