@@ -601,7 +601,7 @@ class Scenario:
 
     def _read_trace(self, index: int, spec: TraceSpec) -> Any:
         try:
-            from projections.traces import load_allocation_map, read_trace
+            from projections.traces import SCENARIO_KEYS, load_allocation_map, read_trace
         except ImportError as exc:  # pragma: no cover - the trace readers ship with allot
             raise self._error(
                 f"workloads[{index}].trace", f"trace readers unavailable: {exc}"
@@ -617,6 +617,7 @@ class Scenario:
                 allocation_map=mapping,
                 allocation_prefix=spec.allocation_prefix,
                 skip_bad=spec.skip_bad,
+                names=SCENARIO_KEYS,
             )
         except (ValueError, OSError) as exc:
             raise self._error(f"workloads[{index}].trace", str(exc)) from None

@@ -25,7 +25,10 @@ from pathlib import Path
 from projections.traces import alibaba_openb, allot_csv, allot_jsonl, philly
 from projections.traces.allot_jsonl import to_record, write_submissions
 from projections.traces.common import (
+    CLI_OPTIONS,
+    SCENARIO_KEYS,
     Allocations,
+    OptionNames,
     Submission,
     TraceError,
     TraceResult,
@@ -49,19 +52,24 @@ def read_trace(
     allocation_map: dict[str, str] | None = None,
     allocation_prefix: str = "",
     skip_bad: bool = False,
+    names: OptionNames = CLI_OPTIONS,
 ) -> TraceResult:
-    """Read a trace file of format `fmt` (one of FORMATS); raises TraceError."""
+    """Read a trace file of format `fmt` (one of FORMATS); raises TraceError. `names`:
+    how errors call the allocation options (the command's flags or a scenario's keys)."""
     reader = _READERS.get(fmt)
     if reader is None:
         raise TraceError(f"unknown trace format {fmt!r}; use one of: {', '.join(FORMATS)}")
-    allocations = Allocations(allocation_map, allocation_prefix)
+    allocations = Allocations(allocation_map, allocation_prefix, names)
     result = reader(Path(path), allocations, skip_bad=skip_bad)
     result.unmapped = dict(sorted(allocations.unmapped.items(), key=lambda kv: (-kv[1], kv[0])))
     return result
 
 
 __all__ = [
+    "CLI_OPTIONS",
     "FORMATS",
+    "SCENARIO_KEYS",
+    "OptionNames",
     "Submission",
     "TraceError",
     "TraceResult",

@@ -105,15 +105,40 @@ def submission(
 # ------------------------------------------------------------------ allocations
 
 
+@dataclass(frozen=True)
+class OptionNames:
+    """How the user gave the reader's options, for the errors that name them: the
+    command's flags, or a scenario's trace keys."""
+
+    prefix: str = "--allocation-prefix"
+    map: str = "--allocation-map"
+
+
+CLI_OPTIONS = OptionNames()
+SCENARIO_KEYS = OptionNames(prefix="allocation_prefix", map="allocation_map")
+
+_PATH_RULE = "names separated by '/', without spaces or control characters"
+
+
 class Allocations:
     """Source tenant (VC, app, qos) -> allocation path: the map, else `<prefix><tenant>`."""
 
-    __slots__ = ("mapping", "prefix", "unmapped")
+    __slots__ = ("mapping", "names", "prefix", "unmapped")
 
-    def __init__(self, mapping: dict[str, str] | None, prefix: str) -> None:
+    def __init__(
+        self, mapping: dict[str, str] | None, prefix: str, names: OptionNames = CLI_OPTIONS
+    ) -> None:
         self.mapping = mapping or {}
         self.prefix = prefix or ""
+        self.names = names
         self.unmapped: dict[str, int] = {}  # with a map: tenants it missed, and their rows
+        # a prefix no tenant can complete was blamed on every row in turn, and with
+        # skip_bad every row was skipped: an empty file, exit 0
+        if self.prefix and not valid_path(self.prefix + "x"):
+            raise TraceError(
+                f"{names.prefix} {self.prefix!r} makes no allocation path with a tenant after"
+                f" it ({_PATH_RULE}), e.g. vc/ or lab/olmo/"
+            )
 
     def __call__(self, tenant: str) -> str:
         mapped = self.mapping.get(tenant)
@@ -127,8 +152,7 @@ class Allocations:
             shown = tenant if len(tenant) <= 40 else tenant[:37] + "..."
             raise BadValue(
                 None,
-                f"{shown!r} makes no allocation path (names separated by '/', without "
-                "spaces or control characters); --allocation-map can name it",
+                f"{shown!r} makes no allocation path ({_PATH_RULE}); {self.names.map} can name it",
             )
         return path
 
@@ -192,10 +216,11 @@ def load_allocation_map(path: Path | str) -> dict[str, str]:
         tenant = str(key).strip()
         if not tenant:
             raise TraceError(f"{path}: allocation map has an empty tenant name")
-        if not isinstance(value, str) or not value.strip():
+        if not isinstance(value, str) or not valid_path(value.strip()):
+            # `LS: lab/latency sensitive` was written to every LS row as its allocation
             raise TraceError(
-                f"{path}: tenant {tenant!r}: allocation must be a path like lab/olmo/pretrain, "
-                f"got {value!r}"
+                f"{path}: tenant {tenant!r}: allocation must be a path like lab/olmo/pretrain "
+                f"({_PATH_RULE}), got {value!r}"
             )
         mapping[tenant] = value.strip()
     return mapping

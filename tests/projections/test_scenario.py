@@ -1178,3 +1178,33 @@ def test_imported_traces_leave_actor_and_ids_to_the_scenario(tmp_path: Path) -> 
     events = submitted(load(tmp_path, raw))
     assert sorted(e.workload for e in events) == ["0-000000", "0-000001", "1-000000"]
     assert {e.actor for e in events} == {"alice"}  # the leaf's first member, as for the CSV
+
+
+@pytest.mark.parametrize(
+    ("trace", "text", "message"),
+    [
+        pytest.param(
+            {"allocation_prefix": "lab/my olmo/"},
+            "submit_time,runtime,gpus,allocation\n0,60,1,evals\n",
+            r"lab\.yaml: workloads\[0\]\.trace: allocation_prefix 'lab/my olmo/' makes no"
+            r" allocation path",
+            id="prefix",
+        ),
+        pytest.param(
+            {},
+            "submit_time,runtime,gpus,allocation\n0,60,1,lab/my evals\n",
+            r"makes no allocation path .*; allocation_map can name it$",
+            id="row-hint",
+        ),
+    ],
+)
+def test_trace_errors_name_the_scenarios_keys_not_the_commands_flags(
+    tmp_path: Path, trace: dict[str, Any], text: str, message: str
+) -> None:
+    """They said --allocation-prefix and --allocation-map, options a scenario has not."""
+    import projections.traces  # noqa: F401
+
+    (tmp_path / "t.csv").write_text(text)
+    raw = base(workloads=[{"trace": {"file": "t.csv", "format": "allot-csv", **trace}}])
+    with pytest.raises(ScenarioError, match=message):
+        load(tmp_path, raw)

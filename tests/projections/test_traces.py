@@ -376,6 +376,14 @@ def test_empty_allocation_map_maps_nothing(tmp_path: Path) -> None:
         pytest.param(["vc1: 3"], r"tenant 'vc1': allocation must be a path.*got 3", id="number"),
         pytest.param(["vc1: ''"], r"tenant 'vc1': allocation must be a path", id="empty-path"),
         pytest.param(["vc1: [a, b]"], r"tenant 'vc1': allocation must be a path", id="list-value"),
+        # was written to every LS row as its allocation
+        pytest.param(
+            ["LS: lab/latency sensitive"],
+            r"tenant 'LS': allocation must be a path like lab/olmo/pretrain \(names separated by"
+            r" '/', without spaces or control characters\), got 'lab/latency sensitive'",
+            id="space-in-path",
+        ),
+        pytest.param(["vc1: lab//a"], r"tenant 'vc1': .*got 'lab//a'", id="empty-name"),
         pytest.param(["vc1: a", "vc1: b"], r":? ?line 2: tenant 'vc1' is mapped twice", id="twice"),
         pytest.param(
             ["vc1: a", "vc2: [b"], r"map\.yaml:\d+: allocation map is not valid YAML", id="yaml"
@@ -607,6 +615,43 @@ def test_a_tenant_that_makes_no_allocation_path_is_a_row_error(
     with pytest.raises(TraceError, match="makes no allocation path") as info:
         read_trace(path, "allot-csv")
     assert info.value.row_error
+    assert str(info.value).endswith("; --allocation-map can name it")
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["my lab/", "/", "lab//", "lab\t/"],
+    ids=["space", "slash-first", "empty-name", "tab"],
+)
+def test_an_allocation_prefix_that_makes_no_path_is_refused_once(
+    tmp_path: Path, prefix: str
+) -> None:
+    """It was blamed on every row ("'vc1' makes no allocation path"), and skip_bad
+    skipped them all: an empty import, exit 0."""
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,vc1")
+    for skip_bad in (False, True):
+        with pytest.raises(TraceError) as info:
+            read_trace(path, "philly", allocation_prefix=prefix, skip_bad=skip_bad)
+        assert str(info.value).startswith(
+            f"--allocation-prefix {prefix!r} makes no allocation path with a tenant after it"
+        )
+        assert not info.value.row_error
+
+
+@pytest.mark.parametrize("prefix", ["vc/", "vc-", "lab/olmo/"])
+def test_an_allocation_prefix_completed_by_the_tenant_is_fine(tmp_path: Path, prefix: str) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,vc1")
+    [row] = read_trace(path, "philly", allocation_prefix=prefix).submissions
+    assert row["allocation"] == prefix + "vc1"
+
+
+def test_import_with_a_bad_prefix_writes_nothing_even_with_skip_bad(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,vc1")
+    out = tmp_path / "subs.jsonl"
+    result = run(path, "-f", "philly", "--allocation-prefix", "my lab/", "--skip-bad", "-o", out)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --allocation-prefix 'my lab/' makes no allocation")
+    assert not out.exists()
 
 
 def test_malformed_row_message_matches_the_documented_shape(tmp_path: Path) -> None:
