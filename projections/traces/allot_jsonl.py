@@ -31,6 +31,7 @@ from projections.traces.common import (
     TraceError,
     TraceResult,
     check_unique_id,
+    check_utf8,
     finish,
     iter_lines,
     skip_bad_row,
@@ -190,6 +191,7 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
     for number, line in iter_lines(path):
         result.rows += 1
         try:
+            check_utf8(line)
             try:
                 raw = orjson.loads(line)
             except orjson.JSONDecodeError as exc:

@@ -12,6 +12,7 @@ import csv
 import gzip
 import io
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,17 +313,42 @@ def optional_text(text: str) -> str | None:
 
 
 def open_text(path: Path) -> io.TextIOBase:
-    """The file as text: UTF-8 with or without BOM, any line ending, gzip if `.gz`."""
+    """The file as text: UTF-8 with or without BOM, any line ending, gzip if `.gz`.
+
+    Bytes that are not UTF-8 come through as lone surrogates (`surrogateescape`), for
+    `check_utf8` to refuse with the line they are on: a strict decoder raised 8 KiB
+    ahead of the line being read (the error named the wrong line) and ended the read,
+    so skip_bad could not skip the row."""
     try:
         if path.suffix == ".gz":
-            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
-        return open(path, encoding="utf-8-sig", newline="")
+            return io.TextIOWrapper(
+                gzip.open(path, "rb"),
+                encoding="utf-8-sig",
+                errors="surrogateescape",
+                newline="",
+            )
+        return open(path, encoding="utf-8-sig", errors="surrogateescape", newline="")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{path}: is a directory, not a trace file") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot open: {exc.strerror or exc}") from None
+
+
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a bad byte
+
+
+def check_utf8(text: str) -> None:
+    """Refuse text read from bytes that are not UTF-8 (see `open_text`), saying why."""
+    if text.isascii() or not _ESCAPED_BYTE.search(text):
+        return
+    try:
+        text.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(None, f"not UTF-8 text: {exc.reason}") from None
+    # the bytes of cells joined together may decode where each cell's did not
+    raise BadValue(None, "not UTF-8 text")
 
 
 class Row:
@@ -375,6 +401,10 @@ def read_csv(
                 raise TraceError(
                     f"{path}: empty file; expected a header with {', '.join(required)}"
                 )
+            try:
+                check_utf8("".join(header))
+            except BadValue as exc:
+                raise TraceError(f"{path}:{reader.line_num}: header: {exc.message}") from None
             index: dict[str, int] = {}
             for i, name in enumerate(header):
                 index.setdefault(name.strip().lower(), i)
@@ -402,6 +432,7 @@ def read_csv(
                 result.rows += 1
                 row.cells = cells
                 try:
+                    check_utf8("".join(cells))
                     sub = parse_row(row)
                     check_unique_id(sub, first_use, reader.line_num)
                 except BadValue as exc:
@@ -417,10 +448,6 @@ def read_csv(
                 result.submissions.append(sub)
         except csv.Error as exc:
             raise TraceError(f"{path}:{reader.line_num}: unreadable CSV: {exc}") from None
-        except UnicodeDecodeError as exc:
-            raise TraceError(
-                f"{path}: not UTF-8 text near line {reader.line_num + 1}: {exc.reason}"
-            ) from None
         except (OSError, EOFError) as exc:  # e.g. a truncated .gz
             raise TraceError(f"{path}: cannot read: {exc}") from None
     return result
@@ -444,16 +471,12 @@ def _time(sub: Submission) -> float:
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) for each non-blank line of a text file."""
+    """(line number, text) for each non-blank line of a text file; a line that was not
+    UTF-8 is for the caller's `check_utf8`."""
     with open_text(path) as handle:
-        number = 0
         try:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
                     yield number, line
-        except UnicodeDecodeError as exc:
-            raise TraceError(
-                f"{path}: not UTF-8 text near line {number + 1}: {exc.reason}"
-            ) from None
         except (OSError, EOFError) as exc:
             raise TraceError(f"{path}: cannot read: {exc}") from None

@@ -1102,3 +1102,40 @@ def test_a_workload_id_used_twice_in_jsonl_is_a_row_error(tmp_path: Path) -> Non
     )
     assert info.value.row_error
     assert len(read_trace(path, "allot-jsonl", skip_bad=True).submissions) == 1
+
+
+@pytest.mark.parametrize(
+    ("fmt", "header", "row", "gz"),
+    [
+        pytest.param("philly", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,a", False, id="philly"),
+        pytest.param("philly", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,60,a", True, id="gzip"),
+        pytest.param(
+            "allot-jsonl", None, '{"time": 0, "allocation": "a", "gpus": 1}', False, id="jsonl"
+        ),
+    ],
+)
+def test_bytes_not_utf8_name_their_own_line_and_skip_bad_skips_them(
+    tmp_path: Path, fmt: str, header: str | None, row: str, gz: bool
+) -> None:
+    """The decoder read 8 KiB ahead: a bad byte on line 3001 was "near line 2891", and
+    it ended the import even with skip_bad."""
+    lines = ([header] if header else []) + [row] * 3000
+    bad = len(lines) + 1  # the line the bad byte is on
+    lines += [row.replace("a", "caf\xe9", 1)] + [row] * 200
+    data = "\n".join(lines).encode("latin-1") + b"\n"  # \xe9 alone is not UTF-8
+    path = tmp_path / ("t.csv.gz" if gz else "t.csv")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    with pytest.raises(TraceError) as info:
+        read_trace(path, fmt)
+    assert str(info.value).startswith(f"{path}:{bad}: not UTF-8 text: ")
+    assert info.value.row_error
+    result = read_trace(path, fmt, skip_bad=True)
+    assert (len(result.submissions), result.skipped_bad) == (3200, 1)
+
+
+def test_a_header_not_utf8_is_a_file_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(PHILLY_HEADER.encode() + b",\xff\n2017-10-03 09:00:00,60,1,60,a\n")
+    with pytest.raises(TraceError, match=r"t\.csv:1: header: not UTF-8 text") as info:
+        read_trace(path, "philly", skip_bad=True)
+    assert not info.value.row_error
