@@ -285,9 +285,27 @@ def parse_seconds(text: str, column: str) -> float:
     try:
         return parse_duration(text)
     except ValueError:
-        raise BadValue(
-            column, f"{text!r} is not a duration (use seconds or e.g. 30s, 15m, 8h, 7d)"
-        ) from None
+        raise BadValue(column, _not_seconds(text)) from None
+
+
+def _not_seconds(text: str) -> str:
+    """Why a duration cell was refused: `-30` is a duration of the wrong sign, `inf` a
+    number but no time; calling them "not a duration" sent users looking at the form."""
+    if text.startswith("-") and _is_duration(text[1:]):
+        return f"{text!r} must be >= 0"
+    try:
+        float(text)
+    except ValueError:
+        return f"{text!r} is not a duration (use seconds or e.g. 30s, 15m, 8h, 7d)"
+    return f"{text!r} is not a finite number of seconds"
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except ValueError:
+        return False
+    return True
 
 
 def optional_seconds(text: str, column: str) -> float | None:

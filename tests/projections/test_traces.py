@@ -432,13 +432,30 @@ def test_allocation_map_missing_file(tmp_path: Path) -> None:
             "missing value",
             id="philly-no-cluster",
         ),
+        # the real reason, not "is not a duration"
         pytest.param(
             "philly",
             [PHILLY_HEADER, "2017-10-03 09:00:00,-5,1,60,a"],
             2,
             "duration",
-            "'-5' is not a duration",
+            "'-5' must be >= 0",
             id="philly-negative-duration",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,-15m,1,a"],
+            2,
+            "runtime",
+            "'-15m' must be >= 0",
+            id="csv-negative-duration-with-unit",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, "0,60,1,a,,,-inf"],
+            2,
+            "min_runtime",
+            "'-inf' is not a finite number of seconds",
+            id="csv-infinite-duration",
         ),
         pytest.param(
             "allot-csv",
