@@ -32,6 +32,8 @@ from projections.traces.common import (
     Row,
     Submission,
     TraceResult,
+    checked_name,
+    checked_tags,
     finish,
     is_missing,
     optional_text,
@@ -74,8 +76,8 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
             allocation=allocations(qos),
             gpus=math.ceil(num_gpu),
             runtime=runtime,
-            tags=[qos],
-            name=optional_text(row["name"]),
+            tags=checked_tags([qos], "qos"),
+            name=checked_name(optional_text(row["name"]), "name"),
         )
 
     return finish(

@@ -17,6 +17,9 @@ from projections.traces.common import (
     Row,
     Submission,
     TraceResult,
+    checked_id,
+    checked_name,
+    checked_tags,
     finish,
     optional_seconds,
     optional_text,
@@ -53,14 +56,14 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
             time=time,
             allocation=allocations(tenant),
             gpus=gpus,
-            workload=optional_text(row["workload"]),
-            actor=optional_text(row["user"]),
+            workload=checked_id(optional_text(row["workload"]), "workload"),
+            actor=checked_id(optional_text(row["user"]), "user"),
             runtime=runtime,
             min_runtime=min_runtime,
             resumable=resumable,
             priority=priority,
-            tags=tags,
-            name=optional_text(row["name"]),
+            tags=checked_tags(tags, "tags"),
+            name=checked_name(optional_text(row["name"]), "name"),
         )
 
     return finish(

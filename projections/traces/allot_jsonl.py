@@ -32,6 +32,9 @@ from projections.traces.common import (
     TraceResult,
     check_unique_id,
     check_utf8,
+    checked_id,
+    checked_name,
+    checked_tags,
     finish,
     iter_lines,
     skip_bad_row,
@@ -173,14 +176,14 @@ def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
         time=time or 0.0,
         allocation=allocations(tenant or ""),
         gpus=gpus,
-        workload=_workload(raw),
-        actor=_actor(raw),
+        workload=checked_id(_workload(raw), "workload"),
+        actor=checked_id(_actor(raw), "actor"),
         runtime=_number(raw, "runtime"),
         min_runtime=_number(raw, "min_runtime"),
         resumable=resumable,
         priority=_integer(raw, "priority", minimum=None),
-        tags=tags,
-        name=_text(raw, "name"),
+        tags=checked_tags(tags, "tags"),
+        name=checked_name(_text(raw, "name"), "name"),
     )
     return sub if gpus > 0 else None
 

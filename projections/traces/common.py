@@ -20,7 +20,9 @@ from typing import Any
 
 import yaml
 
+from domain.admission import MAX_NAME, MAX_TAGS
 from domain.durations import parse_duration
+from domain.text import printable
 from domain.tree import valid_path
 
 Submission = dict[str, Any]
@@ -325,6 +327,35 @@ def parse_bool(text: str, column: str) -> bool | None:
 
 def optional_text(text: str) -> str | None:
     return None if is_missing(text) else text
+
+
+# Names the scheduler's admission would refuse (domain.admission: every such job was
+# imported, then rejected one by one in the simulation): bad rows here, by its rules.
+
+
+def checked_id(text: str | None, column: str) -> str | None:
+    """A workload id or user: at most MAX_NAME characters."""
+    if text is not None and len(text) > MAX_NAME:
+        raise BadValue(column, f"{len(text):,} characters; at most {MAX_NAME}")
+    return text
+
+
+def checked_name(text: str | None, column: str) -> str | None:
+    """A workload's name: printable (no tab or newline) and at most MAX_NAME characters."""
+    if text is not None and not printable(text):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise BadValue(column, f"{shown!r} has control characters (tabs, newlines)")
+    return checked_id(text, column)
+
+
+def checked_tags(tags: list[str], column: str) -> list[str]:
+    """At most MAX_TAGS tags of at most MAX_NAME characters each."""
+    if len(tags) > MAX_TAGS:
+        raise BadValue(column, f"{len(tags):,} tags; at most {MAX_TAGS}")
+    for tag in tags:
+        if len(tag) > MAX_NAME:
+            raise BadValue(column, f"a tag of {len(tag):,} characters; at most {MAX_NAME}")
+    return tags
 
 
 # ------------------------------------------------------------------ files

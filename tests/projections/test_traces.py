@@ -573,6 +573,72 @@ def test_allocation_map_missing_file(tmp_path: Path) -> None:
             "'2147483648' is too large (at most 2,147,483,647)",
             id="csv-priority-just-beyond",
         ),
+        # names the scheduler refuses (domain.admission): imported, every such job was
+        # then rejected in the simulation
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER + ",name", f"0,60,1,a,,,,,,,{'n' * 256}", f"0,60,1,a,,,,,,,{'n' * 257}"],
+            3,
+            "name",
+            "257 characters; at most 256",
+            id="csv-long-name",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER + ",name", '0,60,1,a,,,,,,,"sweep\tlr"'],
+            2,
+            "name",
+            "'sweep\\tlr' has control characters",
+            id="csv-name-with-a-tab",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, f"0,60,1,a,{'w' * 257}"],
+            2,
+            "workload",
+            "257 characters; at most 256",
+            id="csv-long-workload",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, f"0,60,1,a,,{'u' * 257}"],
+            2,
+            "user",
+            "257 characters; at most 256",
+            id="csv-long-user",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, f"0,60,1,a,,,,,,{';'.join(f't{i}' for i in range(65))}"],
+            2,
+            "tags",
+            "65 tags; at most 64",
+            id="csv-too-many-tags",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER, f"0,60,1,a,,,,,,ok;{'t' * 257}"],
+            2,
+            "tags",
+            "a tag of 257 characters; at most 256",
+            id="csv-long-tag",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, '"pod\x01",1,1,1,1000,,LS,Running,100,150,100'],
+            2,
+            "name",
+            "'pod\\x01' has control characters",
+            id="openb-name-control",
+        ),
+        pytest.param(
+            "alibaba-openb",
+            [OPENB_HEADER, f"p,1,1,1,1000,,{'Q' * 257},Running,100,150,100"],
+            2,
+            "qos",
+            "a tag of 257 characters; at most 256",
+            id="openb-long-qos",
+        ),
         pytest.param(
             "alibaba-openb",
             [OPENB_HEADER, "p,1,1,1e300,1000,,LS,Running,100,150,100"],
@@ -704,6 +770,23 @@ def test_malformed_row_message_matches_the_documented_shape(tmp_path: Path) -> N
             id="resumable-string",
         ),
         pytest.param(
+            '{"time": 1, "allocation": "a", "gpus": 1, "name": "two\\nlines"}',
+            "field name: 'two\\nlines' has control characters",
+            id="name-newline",
+        ),
+        pytest.param(
+            orjson.dumps(
+                {"time": 1, "allocation": "a", "gpus": 1, "tags": [str(i) for i in range(65)]}
+            ).decode(),
+            "field tags: 65 tags; at most 64",
+            id="too-many-tags",
+        ),
+        pytest.param(
+            orjson.dumps({"time": 1, "allocation": "a", "gpus": 1, "actor": "a" * 300}).decode(),
+            "field actor: 300 characters; at most 256",
+            id="long-actor",
+        ),
+        pytest.param(
             '{"time": 1, "allocation": "a", "gpus": 1, "priority": -2147483648}',
             "field priority: -2147483648 is too large (at most 2,147,483,647)",
             id="priority-just-beyond",
@@ -792,6 +875,13 @@ def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
             1,
             1,
             id="openb",
+        ),
+        pytest.param(
+            "allot-csv",
+            [CSV_HEADER + ",name", "0,60,1,a,,,,,,,ok", f"1,60,1,a,,,,,,,{'n' * 300}"],
+            1,
+            1,
+            id="allot-csv-long-name",
         ),
         pytest.param(
             "allot-jsonl",
