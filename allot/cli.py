@@ -393,7 +393,7 @@ def simulate(
     check_output_folder(out)  # before the scenario's traces are read
     config_overrides, engine = split_overrides(set_ or [])
     sc = load_scenario(scenario, config_overrides)
-    for line in sc.skipped_rows():
+    for line in sc.skipped_rows() + sc.late_health():
         typer.echo(f"warning: {line}", err=True)
     late = sc.beyond_horizon()
     if late:

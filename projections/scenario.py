@@ -405,6 +405,18 @@ class Scenario:
             count += sum(1 for sub in subs if sub["time"] > cut)
         return count
 
+    def late_health(self) -> list[str]:
+        """A line per `health` entry after the horizon (never simulated), for the user to
+        see as the late trace rows are: they used to be dropped without a word."""
+        if self.horizon is None:
+            return []
+        return [
+            f"{self.source}: health[{i}].at: {format_duration(item.at)} comes after the horizon"
+            f" ({format_duration(self.horizon)}): this health change is not simulated"
+            for i, item in enumerate(self.spec.health)
+            if item.at > self.horizon
+        ]
+
     def skipped_rows(self) -> list[str]:
         """A line per trace entry whose `skip_bad: true` skipped malformed rows (worded as
         `allot trace import --skip-bad` reports them), for the user to see."""

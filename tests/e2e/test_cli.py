@@ -344,6 +344,21 @@ def test_simulate_refuses_a_priority_beyond_the_domains_bound(
     assert not (tmp_path / "out").exists()
 
 
+def test_simulate_warns_of_health_changes_after_the_horizon(tmp_path: Path) -> None:
+    """Late trace rows got a warning; late health changes were dropped silently."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        REJECTING + "  - generate: {seed: 1, allocation: a/x, count: 1, arrival: burst, gpus: 1,"
+        " runtime: 1h}\nhealth:\n  - {at: 13h, host: h1}\n"
+    )
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        "warning: s.yaml: health[0].at: 13h comes after the horizon (12h): this health change"
+        " is not simulated"
+    ]
+
+
 def test_simulate_says_how_many_rows_skip_bad_skipped(tmp_path: Path) -> None:
     rows = ["0,600,1,a/x", "x,600,1,a/x", "60,600,1,a/x", "120,600,nope,a/x"]
     (tmp_path / "t.csv").write_text("submit_time,runtime,gpus,allocation\n" + "\n".join(rows))

@@ -238,6 +238,32 @@ def test_health_sorted_and_merged(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("horizon", "late"),
+    [
+        pytest.param(None, [], id="no-horizon"),
+        pytest.param("1d", [], id="all-inside-one-at-the-horizon"),
+        pytest.param(
+            "12h",
+            [
+                "lab.yaml: health[1].at: 1d comes after the horizon (12h): this health change"
+                " is not simulated"
+            ],
+            id="one-after",
+        ),
+    ],
+)
+def test_health_after_the_horizon_is_named(
+    tmp_path: Path, horizon: str | None, late: list[str]
+) -> None:
+    """`allot simulate` warns with these lines, as it does for late trace rows: health
+    changes after the horizon were dropped without a word."""
+    raw = base(health=[{"at": "1h", "host": 0}, {"at": "1d", "host": 1}])
+    if horizon is not None:
+        raw["horizon"] = horizon
+    assert load(tmp_path, raw).late_health() == late
+
+
+@pytest.mark.parametrize(
     "host", [pytest.param(4, id="index-too-big"), pytest.param("h9", id="name"), "gpu1", -1]
 )
 def test_health_unknown_host(tmp_path: Path, host: Any) -> None:
