@@ -109,26 +109,43 @@ def format_duration(seconds: float) -> str:
     return "".join(out)
 
 
-def parse_moment(text: str, latest: float) -> float:
+_NOW_OFFSET = re.compile(
+    r"now\s*([+-])\s*(\d+(?:\.\d+)?)\s*"
+    r"(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?",
+    re.IGNORECASE,
+)
+_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_moment(text: str, latest: float, end: bool = False) -> float:
     """A moment as `--since`/`--until` take it: `now` (= `latest`, the journal's latest
-    time), a time of day (`07:13`, see `parse_clock`), a duration before `latest`
-    (`7d`, `12h`) or an ISO date/time (UTC unless it says otherwise). ValueError with
-    the accepted forms."""
+    time) or sacct's `now-1hour`/`now-2d`, a time of day (`07:13`, see `parse_clock`;
+    with `end`, as `--until` reads it, that time on `latest`'s day, as sacct's -E does),
+    a duration before `latest` (`7d`, `12h`) or an ISO date/time (UTC unless it says
+    otherwise; `20261201` too, not 20 million seconds). ValueError with the forms."""
     text = text.strip()
     if text.lower() == "now":
         return latest
+    offset = _NOW_OFFSET.fullmatch(text)
+    if offset is not None:
+        sign, count, unit = offset.groups()
+        size = _UNIT_SECONDS[(unit or "s")[0].lower()]
+        return latest + (1 if sign == "+" else -1) * float(count) * size
     clock = parse_clock(text, latest)
     if clock is not None:
+        if end and clock < latest - latest % 86400.0:
+            return clock + 86400.0  # today's, though later than the latest record
         return clock
-    try:
-        return latest - parse_duration(text)
-    except ValueError:
-        pass
+    if not (text.isdigit() and len(text) == 8):  # YYYYMMDD is a date (ISO basic form)
+        try:
+            return latest - parse_duration(text)
+        except ValueError:
+            pass
     try:
         return parse_utc(text)
     except ValueError:
         raise ValueError(
             f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
-            "a time of day such as 07:13, or a duration before the journal's latest record "
-            "such as 7d or 12h"
+            "a time of day such as 07:13, now-1hour, or a duration before the journal's "
+            "latest record such as 7d or 12h"
         ) from None

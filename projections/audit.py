@@ -423,14 +423,14 @@ def latest_time(con: duckdb.DuckDBPyConnection) -> float:
     return float(row[0])
 
 
-def parse_time(text: str, now: float) -> float:
+def parse_time(text: str, now: float, end: bool = False) -> float:
     """`domain.durations.parse_moment` (`now`, `07:13`, `7d`, an ISO date or time) with
     `now` the journal's latest event time; AuditError when it is none of them."""
     from projections.timeline import domain_module
 
     durations = domain_module("durations")  # not the whole domain package: start-up time
     try:
-        return durations.parse_moment(text, now)
+        return durations.parse_moment(text, now, end)
     except ValueError as why:
         raise AuditError(str(why)) from None
 
@@ -446,7 +446,7 @@ def _window(
 ) -> tuple[float, float]:
     now = latest_time(con)
     lo = parse_time(since, now) if since else float("-inf")
-    hi = parse_time(until, now) if until else now
+    hi = parse_time(until, now, end=True) if until else now
     if hi < lo:
         raise AuditError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
     return lo, hi

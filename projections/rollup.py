@@ -275,7 +275,7 @@ def iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def parse_time(value: float | str, latest: float) -> float:
+def parse_time(value: float | str, latest: float, end: bool = False) -> float:
     """Epoch seconds, or text as `domain.durations.parse_moment` reads it (`now`,
     `07:13`, `7d`, an ISO date or time), durations and times of day before `latest`."""
     from domain.durations import parse_moment
@@ -283,7 +283,7 @@ def parse_time(value: float | str, latest: float) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     try:
-        return parse_moment(str(value), latest)
+        return parse_moment(str(value), latest, end)
     except ValueError as why:
         raise RollupError(str(why)) from None
 
@@ -376,7 +376,7 @@ class Rollup:
         if not clusters:
             raise RollupError("the journal is empty: no records to roll up")
         latest = max(c.last for c in clusters.values())
-        hi = latest if until is None else parse_time(until, latest)
+        hi = latest if until is None else parse_time(until, latest, end=True)
         window: float | None = None
         if since is None:
             windows = [c.window for c in clusters.values() if c.window is not None]

@@ -655,7 +655,7 @@ def register(app: typer.Typer) -> None:
                 raise TargetError(str(why)) from None
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since is not None else None
-            hi = parse_time(until, view.now) if until is not None else None
+            hi = parse_time(until, view.now, end=True) if until is not None else None
             if lo is not None and hi is not None and hi < lo:
                 raise TargetError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
             ids = resolve_jobs(view, _job_ids(jobs))

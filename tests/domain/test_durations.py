@@ -138,6 +138,12 @@ NOON = 1_767_268_800.0  # 2026-01-01 12:00:00 UTC
         pytest.param("08:03:30", NOON - 3 * 3600 - 56 * 60 - 30, id="with-seconds"),
         pytest.param("2h", NOON - 7200, id="duration-before"),
         pytest.param("2026-01-01 03:00", NOON - 9 * 3600, id="iso"),
+        pytest.param("20260101", NOON - 12 * 3600, id="iso-basic-date-not-seconds"),
+        pytest.param("now-1hour", NOON - 3600, id="sacct-now-minus-hour"),
+        pytest.param("now-2h", NOON - 7200, id="now-minus-h"),
+        pytest.param("now-90", NOON - 90, id="now-minus-seconds"),
+        pytest.param("now+1day", NOON + 86400, id="now-plus-day"),
+        pytest.param("NOW-1week", NOON - 7 * 86400, id="now-minus-week"),
     ],
 )
 def test_a_moment_is_now_a_time_of_day_a_duration_before_or_a_date(
@@ -152,3 +158,17 @@ def test_a_moment_is_now_a_time_of_day_a_duration_before_or_a_date(
 def test_what_is_no_moment_names_the_forms(text: str) -> None:
     with pytest.raises(ValueError, match="a time of day such as 07:13"):
         parse_moment(text, NOON)
+
+
+@pytest.mark.parametrize(
+    ("text", "moment"),
+    [
+        pytest.param("23:59", NOON + 11 * 3600 + 59 * 60, id="later-today"),
+        pytest.param("07:13", NOON - 4 * 3600 - 47 * 60, id="earlier-today"),
+        pytest.param("12:00", NOON, id="this-moment"),
+        pytest.param("2h", NOON - 7200, id="duration-before"),
+    ],
+)
+def test_an_end_time_of_day_is_todays_as_sacct_E_reads_it(text: str, moment: float) -> None:
+    """`acct -S 00:00 -E 23:59` read 23:59 as yesterday's: an end before the start."""
+    assert parse_moment(text, NOON, end=True) == moment
