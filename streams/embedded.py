@@ -40,6 +40,7 @@ a re-derivation from it that disagrees with the journal starts over from the beg
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -139,7 +140,9 @@ def _complete_size(fd: int, size: int) -> int:
 
 def _append(path: Path, data: bytes) -> None:
     """Append whole lines (call with the folder lock held): a torn tail left by a crash
-    is cut off first, then the data is written, flushed and fsynced."""
+    is cut off first, then the data is written, flushed and fsynced. All or nothing: a
+    write that fails (a full disk) is cut off again, so no part of a batch (the first
+    94 tasks of a refused 200-task array) is left to be read as accepted."""
     if not data:
         return
     created = not path.exists()
@@ -147,16 +150,22 @@ def _append(path: Path, data: bytes) -> None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as why:
         raise EmbeddedError(f"cannot open {path}: {why.strerror or why}") from None
+    whole: int | None = None
     try:
         size = os.fstat(fd).st_size
+        whole = size
         if size and os.pread(fd, 1, size - 1) != b"\n":
-            os.ftruncate(fd, _complete_size(fd, size))
+            whole = _complete_size(fd, size)
+            os.ftruncate(fd, whole)
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
     except OSError as why:
+        if whole is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, whole)
         raise EmbeddedError(f"cannot write {path}: {why.strerror or why}") from None
     finally:
         os.close(fd)
@@ -416,8 +425,20 @@ def read_dead_letters(folder: Path | str) -> Iterator[dict[str, Any]]:
             if not lines:
                 return
             for line in lines:
-                if line.strip():
-                    yield orjson.loads(line)
+                if not line.strip():
+                    continue
+                try:
+                    letter = orjson.loads(line)
+                except orjson.JSONDecodeError as why:
+                    letter = why
+                if not isinstance(letter, dict):
+                    # a hand-damaged line stopped the scheduler with no file named (or a
+                    # traceback): say where, as for a corrupt journal record
+                    raise EmbeddedError(
+                        f"{Path(folder) / DLQ_FILE}: a line that is not a dead letter "
+                        f"({str(letter)[:80]}): {line[:80]!r}; remove or mend it"
+                    )
+                yield letter
 
 
 def _inbox_offset(raw: dict[str, Any]) -> int | None:
@@ -833,8 +854,6 @@ class EmbeddedScheduler:
             snapshot,
             self.folder / SNAPSHOT_FILE,
             fork=self.fork_snapshots,
-            # the serve lock dies with this process, not with a snapshot still writing
-            close_in_child=() if self._serve_fd is None else (self._serve_fd,),
         )
         self._last_snapshot = time.monotonic()
         self._unsnapshotted = 0

@@ -141,14 +141,13 @@ def _frames(data: bytes, count: int) -> list[bytes]:
     return blobs
 
 
-def fork_to_file(
-    obj: Any, path: Path, *, fork: bool = True, close_in_child: tuple[int, ...] = ()
-) -> int | None:
+def fork_to_file(obj: Any, path: Path, *, fork: bool = True) -> int | None:
     """Write `blob_of(obj)` to `path` atomically (a temporary file, fsync, rename,
     fsync of the folder) from a forked child; returns its pid (reap it with `reaped`).
     Without `fork` (or when it fails) the file is written inline and None returned.
-    `close_in_child`: descriptors the child closes first, e.g. one holding the parent's
-    flock, which the child would otherwise keep after the parent died."""
+    The child first closes every descriptor it inherited but stdin/out/err: one holding
+    the parent's flock, or its --metrics-port socket, would outlive a parent killed
+    mid-snapshot and refuse the restart."""
     if fork and can_fork():
         try:
             pid = _fork()
@@ -157,9 +156,7 @@ def fork_to_file(
         if pid == 0:  # the child: never returns
             code = 1
             try:
-                for fd in close_in_child:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                os.closerange(3, _open_max())
                 _write_file(obj, path)
                 code = 0
             finally:
@@ -168,6 +165,13 @@ def fork_to_file(
             return pid
     _write_file(obj, path)
     return None
+
+
+def _open_max() -> int:
+    try:
+        return min(int(os.sysconf("SC_OPEN_MAX")), 1 << 20)
+    except (OSError, ValueError):
+        return 4096
 
 
 def reaped(pid: int, *, wait: bool = False) -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import signal
 import time
@@ -358,7 +359,7 @@ def _serve_embedded(
     metrics: JournalMetrics | None = None,
     snapshot_s: float | None = None,
 ) -> None:
-    from streams.embedded import EmbeddedScheduler, append_requests
+    from streams.embedded import EmbeddedError, EmbeddedScheduler, append_requests
     from streams.inbox import make_request
 
     scheduler = EmbeddedScheduler(
@@ -399,12 +400,19 @@ def _serve_embedded(
             scheduler.drain()
         else:
             _install_stop_handlers(stop)
+            tick_failures = _AtMostEvery(60.0)
             next_tick = time.monotonic() + tick_s
             while not stop.is_set():
                 n = scheduler.step()
                 if tick_s and time.monotonic() >= next_tick:
                     ticked = make_request("clock.tick", cluster=cluster, actor=TICKER_ACTOR)
-                    append_requests(folder, [ticked])
+                    try:
+                        append_requests(folder, [ticked])
+                    except EmbeddedError as why:
+                        # a missed tick is harmless (the next one moves the clock): a
+                        # full disk stopped the whole scheduler here, for good; a
+                        # journal write that fails still stops it (step() raises)
+                        tick_failures.say(f"allot serve: no clock tick written: {why}")
                     next_tick = time.monotonic() + tick_s
                 if not n and not stop.is_set():
                     time.sleep(IDLE_POLL_S)
@@ -416,6 +424,24 @@ def _serve_embedded(
         f"allot serve: stopped at inbox offset {scheduler.offset} "
         f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run)"
     )
+
+
+class _AtMostEvery:
+    """Says a repeated warning once per `every_s` seconds, with how many it held back."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.last = -math.inf
+        self.held = 0
+
+    def say(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every_s:
+            self.held += 1
+            return
+        more = f" ({self.held} more like it since)" if self.held else ""
+        typer.echo(text + more, err=True)
+        self.last, self.held = now, 0
 
 
 class _StopFlag:

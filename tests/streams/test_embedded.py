@@ -822,3 +822,35 @@ def test_an_input_larger_than_a_broker_takes_is_a_dead_letter_and_refused_at_sen
     with pytest.raises(InboxError, match="the scheduler takes at most 1,048,576"):
         EmbeddedInbox(tmp_path / "d").send([request])
     assert not (tmp_path / "d" / INBOX_FILE).exists()
+
+
+def test_an_append_that_fails_part_way_leaves_none_of_its_lines(tmp_path: Path) -> None:
+    # a full disk mid-batch had left the first tasks of a refused array in the inbox,
+    # to be read as accepted; a file-size limit fails the write the same way
+    path = tmp_path / "inbox.jsonl"
+    path.write_bytes(b'{"a":1}\n{"torn')
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from pathlib import Path
+        from streams.embedded import EmbeddedError, _append
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        try:
+            _append(Path({str(path)!r}), b'{{"b":2}}\\n' * 2000)
+        except EmbeddedError as why:
+            print("refused:", why)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.startswith("refused: cannot write")
+    assert path.read_bytes() == b'{"a":1}\n'  # the torn tail cut, nothing of the batch
+
+
+@pytest.mark.parametrize("line", [b"oops{", b"[1]", b'"text"'], ids=["not-json", "list", "string"])
+def test_a_damaged_dead_letter_line_is_named(tmp_path: Path, line: bytes) -> None:
+    (tmp_path / "dlq.jsonl").write_bytes(b'{"inbox": [0, 3], "error": "x"}\n' + line + b"\n")
+    with pytest.raises(EmbeddedError, match=r"dlq\.jsonl: a line that is not a dead letter"):
+        list(read_dead_letters(tmp_path))

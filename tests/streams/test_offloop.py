@@ -100,7 +100,7 @@ def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None
     lock = tmp_path / ".serve.lock"
     held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    pid = fork_to_file(_SlowToPickle(6.0), tmp_path / "snap", close_in_child=(held,))
+    pid = fork_to_file(_SlowToPickle(6.0), tmp_path / "snap")
     assert pid is not None
     try:
         os.close(held)  # the parent is gone
@@ -120,3 +120,33 @@ def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None
     finally:
         assert reaped(pid, wait=True) == 0
     assert (tmp_path / "snap").exists()
+
+
+def test_a_snapshot_child_does_not_keep_its_parents_listening_port(tmp_path: Path) -> None:
+    """`--metrics-port`: a restart right after a kill -9 found the port still taken by
+    the snapshot child the dead scheduler had forked."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    pid = fork_to_file(_SlowToPickle(6.0), tmp_path / "snap")
+    assert pid is not None
+    try:
+        server.close()  # the parent is gone
+        again = socket.socket()
+        try:
+            deadline = time.monotonic() + 4.0  # the child closes its copy as it starts
+            while True:
+                try:
+                    again.bind(("127.0.0.1", port))
+                    break
+                except OSError:  # until the child is done, without the fix
+                    assert time.monotonic() < deadline, "the snapshot child holds the port"
+                    time.sleep(0.02)
+            assert reaped(pid) is None  # while the child still writes
+        finally:
+            again.close()
+    finally:
+        assert reaped(pid, wait=True) == 0
