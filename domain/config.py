@@ -32,7 +32,14 @@ class SchedulerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     window: float = Field(7 * 86400.0, description="fair-share lookback window (seconds)")
-    bucket: float = Field(3600.0, description="usage bucket width; the window slides by buckets")
+    bucket: float = Field(
+        900.0,
+        description=(
+            "usage bucket width: the window slides by buckets, and fair-share ratios are "
+            "read as of the last bucket edge (recomputed once per bucket, like Slurm's "
+            "PriorityCalcPeriod)"
+        ),
+    )
     max_min_runtime: float = Field(8 * 3600.0, description="cap on a workload's min_runtime")
     ordering: str = Field("fairshare", description="ordering policy name or module:attr")
     placement: str = Field("pack", description="placement policy name or module:attr")

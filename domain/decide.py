@@ -74,7 +74,10 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     full cycle (no GPUs freed, no protection ended, no budget, host or config change,
     no window bucket left), only the newly submitted workloads are tried, on that
     cycle's snapshot and against its failures. Blocked work is re-examined at the next
-    such change — at the latest at the next bucket edge.
+    such change — at the latest at the next bucket edge. Ratios are read as of the
+    last bucket edge (`UsageLedger.ranked_reader`), so the ranking a quick or light
+    cycle reuses is exactly the one a full cycle would take: they may look at less,
+    never judge on stale numbers.
     """
     if not state.cordoned:
         # nothing to drain and nothing fresh to try on an unchanged cluster: no cycle
@@ -155,7 +158,6 @@ class Blocked:
     shape_version: int
     edge: float
     ranking: Ranking
-    exposures: int  # the state's count of protection ends at the time
     # group -> (sort key, GPUs, room): work later in the order needing at least as many
     # GPUs and a minimum runtime over `room` cannot fit (room -inf: whatever its runtime)
     failed: dict[tuple[Any, ...], list[tuple[Any, int, float]]]
@@ -449,13 +451,9 @@ class Cycle:
         s = self.state
         last = s.blocked
         self.victim_cache = {}
-        if light and s.exposures != last.exposures:
-            # a protection ended: judge on fresh ratios, as a full cycle would, and go
-            # full if the window has moved the order since (every verdict may change)
-            ranking = s.ordering.rank(s, self.now)
-            light = ranking.ranks == last.ranking.ranks
-        else:
-            ranking = last.ranking if light else s.ordering.rank(s, self.now)
+        # ratios are read as of the last bucket edge, and a light cycle runs before the
+        # next one with the same budget tree and hosts: the last ranking is today's
+        ranking = last.ranking if light else s.ordering.rank(s, self.now)
         self.ranking = ranking
         # what changes during this cycle (work exposed the moment it is placed, GPUs a
         # preemption left over) is for the next one to look at
@@ -542,7 +540,6 @@ class Cycle:
             shape_version=s.shape_version,
             edge=edge,
             ranking=ranking,
-            exposures=s.exposures,
             failed=failures,
             reservations=self.reservations,
             holders=self.holders,

@@ -21,14 +21,15 @@ class Ranking:
 
 
 def ratio(state: State, path: str, now: float) -> float:
-    """usage / (share x capacity x window); +inf for a zero-share node."""
+    """usage / (share x capacity x window), usage as of the last bucket edge (see
+    `UsageLedger.ranked_reader`); +inf for a zero-share node."""
     share = state.tree.share(path)
     if share <= 0:
         return math.inf
     budget = share * state.capacity * state.config.window
     if budget <= 0:
         return 0.0
-    return state.charged.usage(path, now) / budget
+    return state.charged.ranked_reader(now)(path) / 1000.0 / budget
 
 
 def fair_tree(state: State, now: float) -> Ranking:
@@ -40,7 +41,7 @@ def fair_tree(state: State, now: float) -> Ranking:
     ranks = ranking.ranks
     capacity = state.capacity
     window = state.config.window
-    usage_ms = state.charged.reader(now)  # ledger.usage_ms(path, now), `now` converted once
+    usage_ms = state.charged.ranked_reader(now)  # as of the last bucket edge
     inf = math.inf
 
     def visit(paths: list[str]) -> None:

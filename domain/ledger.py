@@ -86,8 +86,11 @@ class UsageLedger:
             acc.rate += delta_gpus
 
     def _window_start(self, now_ms: int) -> int:
-        edge = now_ms - self.window_ms
-        return edge - edge % self.bucket_ms
+        # the window ends at the last bucket edge, so its start (like the ranking read
+        # from it, `ranked_reader`) moves only at bucket edges, whatever the window's width
+        size = self.bucket_ms
+        edge = now_ms - now_ms % size - self.window_ms
+        return edge - edge % size
 
     def usage_ms(self, path: str, now: float) -> int:
         """GPU-ms charged to `path` in the window ending at `now`."""
@@ -121,6 +124,39 @@ class UsageLedger:
 
         return usage_ms
 
+    def ranked_reader(self, now: float) -> Callable[[str], int]:
+        """GPU-ms charged in the window as it stood at the last bucket edge at or before
+        `now`, for many paths. Fair-share ratios are read from it, so they change only
+        at bucket edges (as Slurm recomputes priorities every PriorityCalcPeriod): every
+        cycle until the next edge ranks on the same numbers, and a cycle that reuses the
+        last full cycle's ranking (quick, light) decides as a full one would."""
+        now_ms = to_ms(now)
+        size = self.bucket_ms
+        edge = now_ms - now_ms % size
+        first = self._window_start(now_ms)
+        accounts = self.accounts
+
+        def usage_ms(path: str) -> int:
+            acc = accounts.get(path)
+            if acc is None:
+                return 0
+            buckets = acc.buckets
+            while buckets and buckets[0][0] < first:
+                acc.in_window -= buckets.popleft()[1]
+            amount = acc.in_window
+            since = acc.since
+            if since > edge:  # accrual written past the edge (buckets are edge-aligned)
+                for i in range(len(buckets) - 1, -1, -1):
+                    start, gpu_ms = buckets[i]
+                    if start < edge:
+                        break
+                    amount -= gpu_ms
+            elif since < edge and acc.rate:
+                amount += acc.rate * (edge - max(since, first))
+            return amount
+
+        return usage_ms
+
     def usage(self, path: str, now: float) -> float:
         """GPU-seconds in the window ending at `now`."""
         return self.usage_ms(path, now) / 1000.0
@@ -137,9 +173,12 @@ class UsageLedger:
         acc = self.accounts.get(path)
         return acc.rate if acc else 0
 
-    def next_edge(self, now: float) -> float:
-        """The next moment a bucket leaves the window (ratios may reorder then)."""
+    def last_edge(self, now: float) -> float:
+        """The last bucket edge at or before `now`: what ratios are read as of."""
         now_ms = to_ms(now)
-        edge = now_ms - self.window_ms
-        nxt = edge - edge % self.bucket_ms + self.bucket_ms
-        return (nxt + self.window_ms) / 1000.0
+        return (now_ms - now_ms % self.bucket_ms) / 1000.0
+
+    def next_edge(self, now: float) -> float:
+        """The next bucket edge: a bucket leaves the window and ratios are read anew."""
+        now_ms = to_ms(now)
+        return (now_ms - now_ms % self.bucket_ms + self.bucket_ms) / 1000.0

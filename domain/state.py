@@ -123,7 +123,6 @@ class State:
         # where something changed since the last cycle: GPUs freed, or work past its
         # protection (victims appeared); a light cycle looks for victims only here
         self.changed_hosts: dict[str, None] = {}
-        self.exposures = 0  # protection ends so far (a light cycle after one re-ranks)
         self.fresh: list[str] = []  # submitted since the last full cycle
         self.blocked: Any = None  # the last full cycle's outcome (domain.decide.Blocked)
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
@@ -247,7 +246,6 @@ class State:
         """`w`'s protection has ended: its hosts become places victims may be found."""
         w.exposed = True
         self.version += 1
-        self.exposures += 1
         group = self.exposed.setdefault((w.charged, w.allocation, w.priority), {})
         for name, gpus in w.hosts.items():
             self.hosts[name].exposed += len(gpus)

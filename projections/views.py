@@ -878,7 +878,8 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     ascending; ties: larger share, then path), so leaf ranks read top down.
 
     Each row: path, name, depth, leaf, weight, share, usage_gpu_h (charged in the
-    window ending at the journal's latest time), ratio (None = infinite: zero share),
+    window as of the last bucket edge, `ratios_as_of` in the header: ratios and ranks
+    are read from it), ratio (None = infinite: zero share),
     rank (leaves), running (charged GPUs now), unallocated (GPUs running unallocated),
     entitled (share x healthy capacity), pending (GPUs of pending work), managers and
     members (as `allot budget set` last gave them).
@@ -888,6 +889,7 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     now = state.now
     tree = state.tree
     ranking = fair_tree(state, now)
+    ranked_usage = state.charged.ranked_reader(now)  # what the ratios were read from
     pending: dict[str, int] = {}
     for w in state.workloads.values():
         if w.state == PENDING:
@@ -907,7 +909,7 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
                     "leaf": not node.children,
                     "weight": node.weight,
                     "share": num(node.share, 6),
-                    "usage_gpu_h": round(state.charged.usage(p, now) / 3600.0, 3),
+                    "usage_gpu_h": round(ranked_usage(p) / 3_600_000.0, 3),
                     "ratio": num(ratios[p], 6),
                     "rank": ranking.ranks.get(p),
                     "running": state.charged.rate(p),
@@ -940,6 +942,8 @@ def shares_header(source: JournalView | Iterable[Any]) -> dict[str, Any]:
         "time": state.now,
         "policy": state.ordering.name,
         "window_s": state.config.window,
+        "ratios_as_of": iso(state.charged.last_edge(state.now)),
+        "bucket_s": state.config.bucket,
         "capacity": state.capacity,
         "healthy_capacity": state.healthy_capacity,
     }

@@ -738,8 +738,10 @@ def register(app: typer.Typer) -> None:
         Siblings are listed in Fair-Tree order (lower fair-share ratio first), so leaf
         ranks read top down. WEIGHT: among siblings; SHARE: of the cluster (product of
         weight/sum of sibling weights along the path); USAGE: charged GPU-hours in the
-        lookback window; RATIO: usage / (share x capacity x window), lower is served
-        first ('inf' for a zero share); RUN/ENT: GPUs running charged now vs entitled
+        lookback window as of the last usage bucket edge (like sshare's usage, it is
+        recomputed once per bucket, config key `bucket`, 15 minutes by default);
+        RATIO: usage / (share x capacity x window), lower is served first ('inf' for
+        a zero share); RUN/ENT: GPUs running charged now vs entitled
         (share x healthy capacity); UNALLOC: GPUs running unallocated; PEND: GPUs
         requested by pending work. --long adds MANAGERS (may change the budgets
         under it, and submit to it) and MEMBERS (may submit to it); a leaf with no
@@ -759,7 +761,8 @@ def register(app: typer.Typer) -> None:
                 return
             title = (
                 f"cluster {header['cluster']} · as of {header['now']} UTC · window "
-                f"{format_duration(header['window_s'])} · {header['healthy_capacity']} of "
+                f"{format_duration(header['window_s'])}, usage and ratios as of "
+                f"{header['ratios_as_of'][11:16]} · {header['healthy_capacity']} of "
                 f"{header['capacity']} GPUs healthy · policy {header['policy']}"
             )
             table = _table()

@@ -20,7 +20,12 @@ class OrderingPolicy(Protocol):
     # may pending work that is not allocated preempt anything (legacy levels: yes)
     unallocated_may_preempt: bool
 
-    def rank(self, state: State, now: float) -> Ranking: ...
+    def rank(self, state: State, now: float) -> Ranking:
+        """Leaf ranks for one cycle. Quick and light cycles reuse the last full cycle's
+        ranking until the next usage bucket edge or budget, host or config change, so
+        read usage as of the last edge (`state.charged.ranked_reader(now)`, as the
+        built-in fair share does), not the live ledger."""
+        ...
 
     def queue_key(self, w: Workload) -> tuple[Any, ...]: ...
 

@@ -93,11 +93,13 @@ class Cluster:
         self.name = name
         self.start = start
         self.now = start
-        self.state = State(name, config=SchedulerConfig(**config))
+        self.state = State(name, config=SchedulerConfig())
         self.journal: list[Any] = []
         self.inputs: list[Any] = []
         self.last: list[Any] = []
         self._ids = 0
+        if config:  # in the journal, so a projection folding it decides alike
+            self.configure(**config)
         for i in range(hosts):
             self.host(f"h{i}", gpus_per_host)
 
@@ -288,7 +290,10 @@ def _is_rejection(event: Any) -> bool:
 
 
 def cluster(hosts: int = 2, gpus_per_host: int = 8, **config: Any) -> Cluster:
-    """A cluster of `hosts` x `gpus_per_host`, config keys as in SchedulerConfig."""
+    """A cluster of `hosts` x `gpus_per_host`, config keys as in SchedulerConfig.
+    Usage buckets are a minute unless given, so ratios move at the minute marks these
+    small scenarios are written in (they are read only at bucket edges)."""
+    config.setdefault("bucket", "1m")
     return Cluster(hosts=hosts, gpus_per_host=gpus_per_host, **config)
 
 

@@ -105,8 +105,8 @@ NEXT_EDGE_CASES = [
     (3, 0.5, 1.0),
     (3, 1.0, 2.0),
     (3, 3.25, 4.0),
-    (2.5, 0.0, 0.5),
-    (2.5, 3.2, 3.5),
+    (2.5, 0.0, 1.0),  # a window of no whole buckets is rounded up to them
+    (2.5, 3.2, 4.0),
 ]
 
 
@@ -115,7 +115,7 @@ NEXT_EDGE_CASES = [
     NEXT_EDGE_CASES,
     ids=[f"window-{w}h-at-{n}h" for w, n, _ in NEXT_EDGE_CASES],
 )
-def test_next_edge_is_when_a_bucket_leaves(window_h: float, now_h: float, edge_h: float) -> None:
+def test_next_edge_is_the_next_bucket_edge(window_h: float, now_h: float, edge_h: float) -> None:
     ledger = _ledger(window_h=window_h)
     assert ledger.next_edge(now_h * H) == pytest.approx(edge_h * H)
 
@@ -125,7 +125,7 @@ def test_usage_drops_exactly_at_next_edge() -> None:
     ledger.change_rate("a", 1, 0.0)
     ledger.change_rate("a", -1, H)
     edge = ledger.next_edge(3.2 * H)
-    assert edge == pytest.approx(3.5 * H)
+    assert edge == pytest.approx(4 * H)
     assert ledger.usage("a", edge - 0.001) == H
     assert ledger.usage("a", edge) == 0.0
 
@@ -161,3 +161,57 @@ def test_a_long_gap_keeps_one_window_of_buckets_and_the_exact_numbers(gap_days: 
     assert ledger.total("lab/a", gap) == 3 * gap
     assert ledger.usage("lab/a", gap) == 3 * min(gap, 7 * 86400)
     assert ledger.usage("lab", gap) == ledger.usage("lab/a", gap)
+
+
+# one GPU accrues to lab/a from `start` h to `stop` h (None: still running); window 3 h,
+# buckets of 1 h; the ranked usage read at `now` h is the window's as of the last edge
+RANKED_CASES = [
+    # (start, stop, now, expected GPU-h)
+    (0.0, None, 0.5, 0.0),  # nothing before the first edge
+    (0.0, None, 1.0, 1.0),  # exactly at an edge
+    (0.0, None, 1.7, 1.0),  # still running: accrual since the edge waits for the next
+    (0.0, 1.4, 1.7, 1.0),  # stopped mid-bucket: written past the edge, not counted yet
+    (0.0, 1.4, 2.0, 1.4),
+    (0.2, 0.6, 0.9, 0.0),
+    (0.2, 0.6, 1.0, 0.4),
+    (0.0, None, 4.5, 3.0),  # the window as of 4 h: buckets from 1 h
+    (0.0, 1.5, 4.5, 0.5),
+    (0.0, 1.5, 5.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("start_h", "stop_h", "now_h", "expected_h"),
+    RANKED_CASES,
+    ids=[f"{a}-{b}h-read-at-{n}h" for a, b, n, _ in RANKED_CASES],
+)
+def test_ranked_usage_is_the_window_as_of_the_last_edge(
+    start_h: float, stop_h: float | None, now_h: float, expected_h: float
+) -> None:
+    ledger = _ledger()
+    ledger.change_rate("lab/a", 1, start_h * H)
+    if stop_h is not None:
+        ledger.change_rate("lab/a", -1, stop_h * H)
+    ranked = ledger.ranked_reader(now_h * H)
+    assert ranked("lab/a") == round(expected_h * H * 1000)
+    assert ranked("lab") == ranked("lab/a")  # ancestors accrue alike
+
+
+def test_ranked_usage_is_the_live_usage_read_at_the_edge() -> None:
+    """Whatever rates change inside a bucket, every read until the next edge gives what
+    a live read at the edge gave: the ranking cannot move between edges."""
+    ledger = _ledger(window_h=2.5)
+    changes = [(0.3, 2), (1.1, 1), (1.25, -2), (2.6, 4), (3.05, -1), (3.5, -2), (4.2, 1)]
+    reads = [0.0, 0.4, 1.0, 1.2, 1.3, 1.99, 2.0, 2.7, 3.0, 3.6, 4.0, 4.3]
+    timeline = sorted([(t, 1, d) for t, d in changes] + [(t, 0, 0) for t in reads])
+    live_at_edge: dict[int, int] = {}
+    ranked: dict[int, set[int]] = {}
+    for t, is_change, delta in timeline:  # reads before changes at the same moment
+        if is_change:
+            ledger.change_rate("a", delta, t * H)
+            continue
+        if t == int(t):
+            live_at_edge[int(t)] = ledger.usage_ms("a", t * H)
+        ranked.setdefault(int(t), set()).add(ledger.ranked_reader(t * H)("a"))
+    assert ranked == {edge: {live} for edge, live in live_at_edge.items()}
+    assert len(set(live_at_edge.values())) > 3  # the edges saw different usage

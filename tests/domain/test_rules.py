@@ -331,7 +331,7 @@ def test_fair_share_preemption_only_after_protection(
 
 
 def test_protected_work_is_preempted_once_protection_ends_without_new_input() -> None:
-    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c = cluster(hosts=1, bucket="1h").tree({"lab/a": 1, "lab/b": 1})
     c.submit("a", "lab/a", gpus=8, min_runtime="1h")
     c.at("10m").submit("b", "lab/b", gpus=8, min_runtime="15m")
     assert next_wakeup(c.state) == c.start + H  # the moment protection ends
@@ -354,7 +354,7 @@ HYSTERESIS_CASES = [
     ids=["within-margin", "smaller-margin", "beyond-margin", "no-margin"],
 )
 def test_hysteresis_margin(hysteresis: float, lead: float, preempted: bool) -> None:
-    c = cluster(hosts=1, hysteresis=hysteresis).tree({"lab/a": 1, "lab/b": 1})
+    c = cluster(hosts=1, hysteresis=hysteresis, bucket="1s").tree({"lab/a": 1, "lab/b": 1})
     _use(c, "lab/b", 8, "b-history")  # b: 8 GPU-h from 0 to 1h
     c.submit("a", "lab/a", gpus=8, min_runtime="15m")  # a from 1h on
     c.at(H + lead * H).submit("b", "lab/b", gpus=8, min_runtime="15m")
@@ -364,6 +364,42 @@ def test_hysteresis_margin(hysteresis: float, lead: float, preempted: bool) -> N
         compared = p.explain["compared"]
         assert compared["lab/a"] > compared["lab/b"] * (1 + hysteresis)
         assert compared["lab/a"] == pytest.approx(lead * compared["lab/b"], rel=1e-3)
+
+
+RANKED_AT_EDGE_CASES = [
+    # b ran 8 GPU-h (0-1 h), then a runs 8 GPUs from 1 h; b asks at `ask`, ticks follow:
+    # ratios are read as of the last hourly edge, so a out-ranks b only as of 3 h
+    # (a 16 GPU-h vs b 8), though a's live usage passed b's just after 2 h
+    ("2h30m", ["2h59m"], None),
+    ("2h30m", ["2h59m", "3h"], "3h"),
+    ("3h10m", [], "3h10m"),
+]
+
+
+@pytest.mark.parametrize(
+    ("ask", "ticks", "preempted_at"),
+    RANKED_AT_EDGE_CASES,
+    ids=["not-before-the-edge", "at-the-edge", "after-the-edge"],
+)
+def test_ratios_move_only_at_bucket_edges(
+    ask: str, ticks: list[str], preempted_at: str | None
+) -> None:
+    c = cluster(hosts=1, bucket="1h", hysteresis=0.0).tree({"lab/a": 1, "lab/b": 1})
+    _use(c, "lab/b", 8, "b-history")
+    c.submit("a", "lab/a", gpus=8, min_runtime="15m")
+    c.at(ask).submit("b", "lab/b", gpus=8, min_runtime="15m")
+    if preempted_at is None or seconds(preempted_at) > seconds(ask):
+        assert next_wakeup(c.state) == c.start + 3 * H  # the next edge
+    for tick in ticks:
+        c.at(tick).tick()
+    p = c.preempted("a")
+    assert (p and p.time - c.start) == (preempted_at and seconds(preempted_at))
+    if p is not None:
+        owed = 0.5 * 8 * 168  # GPU-h: half the 8 GPUs over the 7-day window
+        assert p.explain["compared"] == {
+            "lab/a": pytest.approx(16 / owed, abs=1e-6),
+            "lab/b": pytest.approx(8 / owed, abs=1e-6),
+        }
 
 
 def test_no_fair_share_preemption_within_one_allocation() -> None:

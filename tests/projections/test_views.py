@@ -668,16 +668,18 @@ def test_a_view_of_live_work_only_answers_queue_shares_and_hosts_as_the_full_one
 
 def test_work_first_in_line_that_could_start_says_when_the_scheduler_looks_again() -> None:
     # a1, preempted and requeued by b1, may preempt the unallocated u at once; the
-    # incremental cycles leave it to the next full one: the reason must not say
-    # "behind 0 higher-ranked pending workloads"
-    c = cluster(hosts=2).tree({"lab/a": 1, "lab/b": 1})
+    # incremental cycles leave it to the next full one, at the next bucket edge: the
+    # reason must not say "behind 0 higher-ranked pending workloads"
+    c = cluster(hosts=2, bucket="10m").tree({"lab/a": 1, "lab/b": 1})
     c.submit("u", "lab/a", gpus=8, min_runtime=0)
     c.submit("a1", "lab/a", gpus=2, min_runtime="1m")
     c.submit("a2", "lab/a", gpus=6, min_runtime="8h")
     c.at("10m").submit("b1", "lab/b", gpus=2, min_runtime="15m")
     assert c.preempted("a1") is not None
-    c.at("30m").tick()
+    c.at("15m").tick()
     row = next(r for r in v.queue_rows(v.fold(c.journal)) if r["id"] == "a1")
     assert row["state"] == "PENDING" and row["reason"] == "Priority"
     assert "behind" not in row["detail"]
-    assert row["detail"].endswith("starts it by 01:00 at the latest")
+    assert row["detail"].endswith("starts it by 00:20 at the latest")
+    c.at("20m").tick()
+    assert c.placed("a1") is not None and c.preempted("u") is not None
