@@ -48,8 +48,10 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     4. Place: put the next workload on free GPUs — one host if it fits on one, else
        whole hosts (gang) — never on a headroom host unless it is short and small or
        unallocated, and on a reserved host only if it cannot delay the reservation.
-    5. Preempt: otherwise, if it may preempt, free the fewest GPUs of eligible victims
-       (unallocated first, then the lowest ranked, then the most recently started).
+    5. Preempt: otherwise, if it may preempt, free GPUs from eligible victims: on the
+       host (or hosts, for a gang) where that preempts the fewest charged GPUs, then the
+       fewest GPUs; on a host, unallocated work first, then resumable work (it is
+       requeued, not ended), then the lowest ranked, then the most recently started.
     6. Reserve: each of the first MAX_RESERVATIONS allocated workloads that fit neither
        way reserves the hosts that free soonest for it (protection ends, declared
        runtimes); later work backfills them only if it cannot delay that start.
@@ -953,7 +955,7 @@ class Cycle:
                     held += v.held
                     if v.charged:
                         charged += v.held
-                cost = (held, charged, host.index)
+                cost = (charged, held, host.index)
                 if best is None or cost < best[0]:
                     best = (cost, host, victims)
         if best is None:
@@ -978,9 +980,9 @@ class Cycle:
                 continue  # some of it may not be preempted by `w`
             if not self.usable(host, w, allocated, short):
                 continue
-            options.append(((held, charged, host.index), host, victims.get(host.name, [])))
+            options.append(((charged, held, host.index), host, victims.get(host.name, [])))
         options.sort(key=_first)
-        chosen: list[Host] = []
+        chosen: list[tuple[Host, list[Any]]] = []
         picked: dict[str, tuple[Workload, str]] = {}
         total = 0
         for _, host, cands in options:
@@ -991,12 +993,22 @@ class Cycle:
                 more.setdefault(c[1].id, (c[1], c[3]))
             if len(more) > len(picked) and not self.reclaim_holds(w, list(more.values())):
                 continue  # clearing it would take a borrower below its entitlement
-            chosen.append(host)
+            chosen.append((host, cands))
             total += host.gpus
             picked = more
         if total < w.gpus:
             return None
-        return chosen, list(picked.values())
+        # on hosts of mixed sizes a later, bigger host can make an earlier one needless:
+        # give back the costliest hosts the gang can do without, with the victims no
+        # kept host needs (fewer victims never breaks the reclaim rule)
+        for i in range(len(chosen) - 1, -1, -1):
+            host = chosen[i][0]
+            if total - host.gpus >= w.gpus and len(chosen) > 1:
+                del chosen[i]
+                total -= host.gpus
+                needed = {c[1].id for _, cands in chosen for c in cands}
+                picked = {vid: v for vid, v in picked.items() if vid in needed}
+        return [host for host, _ in chosen], list(picked.values())
 
     def reserve(self, w: Workload, short: bool) -> None:
         """Hold the hosts that free soonest for `w`, one of the first MAX_RESERVATIONS
@@ -1185,11 +1197,34 @@ def _first(item: tuple[Any, ...]) -> Any:
 
 
 def _fewest_hosts(hosts: list[Host], need: int) -> list[Host] | None:
-    """Whole hosts adding up to `need` GPUs: the biggest first, then registration order."""
-    chosen, total = [], 0
-    for h in sorted(hosts, key=lambda h: (-h.gpus, h.index)):
+    """Whole hosts adding up to `need` GPUs: as few hosts as can, and of those the fewest
+    GPUs (on hosts of mixed sizes the biggest first may overshoot: 12 + 8 where 8 + 8
+    does); of each size the first registered."""
+    ordered = sorted(hosts, key=lambda h: (-h.gpus, h.index))
+    count = total = 0
+    for h in ordered:  # the biggest first: the fewest hosts there can be
         if total >= need:
             break
-        chosen.append(h)
+        count += 1
         total += h.gpus
-    return chosen if total >= need else None
+    if total < need:
+        return None
+    by_size: dict[int, list[Host]] = {}
+    for h in ordered:
+        by_size.setdefault(h.gpus, []).append(h)
+    if len(by_size) == 1:
+        return ordered[:count]
+    # the fewest GPUs of `count` hosts: (hosts, GPUs) -> how many of each size, as
+    # reachable with the sizes so far (a handful of sizes, a few dozen hosts)
+    reach: dict[tuple[int, int], tuple[int, ...]] = {(0, 0): ()}
+    for size, group in by_size.items():
+        nxt: dict[tuple[int, int], tuple[int, ...]] = {}
+        for (n, gpus), taken in reach.items():
+            for more in range(min(len(group), count - n) + 1):
+                nxt.setdefault((n + more, gpus + more * size), (*taken, more))
+        reach = nxt
+    gpus = min(g for n, g in reach if n == count and g >= need)
+    chosen: list[Host] = []
+    for group, more in zip(by_size.values(), reach[(count, gpus)], strict=True):
+        chosen.extend(group[:more])
+    return chosen

@@ -258,6 +258,37 @@ def test_placement_policy_chooses_host(policy: str, expected: str) -> None:
     assert c.placed("w").explain["placement"] == policy
 
 
+MIXED_GANG_CASES = [
+    # (host sizes h0.., gang GPUs, busy with unallocated filler?, expected hosts)
+    ([12, 8, 8], 16, False, {"h1", "h2"}),  # 8 + 8, not 12 + 8
+    ([12, 8, 8], 20, False, {"h0", "h1"}),
+    ([12, 8, 4], 16, False, {"h0", "h2"}),  # 12 + 4: two hosts, no GPU left over
+    ([4, 4, 12], 16, True, {"h0", "h2"}),  # preempting: not h0 + h1 + h2 (20 GPUs)
+    ([4, 4, 12], 20, True, {"h0", "h1", "h2"}),  # all three when it needs them
+]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "gpus", "filled", "expected"),
+    MIXED_GANG_CASES,
+    ids=["free-8+8", "free-12+8", "free-12+4", "preempt-no-extra-host", "preempt-all-needed"],
+)
+def test_a_gang_on_hosts_of_mixed_sizes_takes_no_more_than_it_needs(
+    sizes: list[int], gpus: int, filled: bool, expected: set[str]
+) -> None:
+    c = cluster(hosts=0).tree({"lab/a": 1})
+    for i, size in enumerate(sizes):
+        c.host(f"h{i}", size)
+    if filled:
+        for i, size in enumerate(sizes):
+            c.submit(f"filler{i}", "lab/a", gpus=size, min_runtime=0)
+            assert set(c.placed(f"filler{i}").hosts) == {f"h{i}"}
+    c.submit("gang", "lab/a", gpus=gpus, min_runtime="15m")
+    assert set(c.placed("gang").hosts) == expected
+    preempted = {e.workload for e in c.journal if e.type == "workload.preempted"}
+    assert preempted == ({f"filler{h[1:]}" for h in expected} if filled else set())
+
+
 # --------------------------------------------------------------------------------------
 # Rule 6: preemption
 
@@ -400,6 +431,24 @@ def test_ratios_move_only_at_bucket_edges(
             "lab/a": pytest.approx(16 / owed, abs=1e-6),
             "lab/b": pytest.approx(8 / owed, abs=1e-6),
         }
+
+
+def test_a_short_job_takes_unallocated_filler_before_charged_work_on_another_host() -> None:
+    # rule 6 (unallocated first) across hosts, and rule 11 (filler on the headroom host is
+    # preempted the moment a short job needs the room): one charged GPU elsewhere is
+    # fewer GPUs, but it is work an allocation pays for (and, not resumable, would end)
+    c = cluster(hosts=8, headroom_hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    assert c.state.headroom == {"h7"}
+    for i in range(6):
+        c.submit(f"big{i}", "lab/a", gpus=8, min_runtime="1h")
+    for i in range(8):
+        c.submit(f"one{i}", "lab/a", gpus=1, min_runtime="1h", resumable=False)
+    c.submit("filler", "lab/a", gpus=8, min_runtime=0)
+    assert set(c.placed("filler").hosts) == {"h7"}
+    c.at("2h").submit("debug", "lab/b", gpus=1, min_runtime="15m")
+    preempted = [e.workload for e in c.last if e.type == "workload.preempted"]
+    assert preempted == ["filler"]
+    assert set(c.placed("debug").hosts) == {"h7"}
 
 
 def test_no_fair_share_preemption_within_one_allocation() -> None:

@@ -667,15 +667,19 @@ def test_a_view_of_live_work_only_answers_queue_shares_and_hosts_as_the_full_one
 
 
 def test_work_first_in_line_that_could_start_says_when_the_scheduler_looks_again() -> None:
-    # a1, preempted and requeued by b1, may preempt the unallocated u at once; the
-    # incremental cycles leave it to the next full one, at the next bucket edge: the
-    # reason must not say "behind 0 higher-ranked pending workloads"
-    c = cluster(hosts=2, bucket="10m").tree({"lab/a": 1, "lab/b": 1})
+    # a1 (short), preempted and requeued by b1 (not short: the headroom host h7 is not
+    # for it), may preempt the unallocated u on h7 at once; the incremental cycles leave
+    # it to the next full one, at the next bucket edge: the reason must not say "behind
+    # 0 higher-ranked pending workloads"
+    c = cluster(hosts=8, headroom_hosts=1, bucket="10m").tree({"lab/a": 1, "lab/b": 1})
+    for i in range(6):
+        c.submit(f"t{i}", "lab/a", gpus=8, min_runtime="8h")
+    c.submit("a2", "lab/a", gpus=6, min_runtime="8h")
     c.submit("u", "lab/a", gpus=8, min_runtime=0)
     c.submit("a1", "lab/a", gpus=2, min_runtime="1m")
-    c.submit("a2", "lab/a", gpus=6, min_runtime="8h")
-    c.at("10m").submit("b1", "lab/b", gpus=2, min_runtime="15m")
-    assert c.preempted("a1") is not None
+    assert set(c.placed("u").hosts) == {"h7"} and set(c.placed("a1").hosts) == {"h6"}
+    c.at("10m").submit("b1", "lab/b", gpus=2, min_runtime="1h")
+    assert c.preempted("a1") is not None and c.preempted("u") is None
     c.at("15m").tick()
     row = next(r for r in v.queue_rows(v.fold(c.journal)) if r["id"] == "a1")
     assert row["state"] == "PENDING" and row["reason"] == "Priority"
