@@ -32,6 +32,14 @@ class Account:
     total: int = 0  # lifetime gpu_ms written
 
 
+def _in_window(acc: Account, first: int) -> int:
+    """The sum of `acc`'s buckets from `first` on, dropping the older ones for good."""
+    buckets = acc.buckets
+    while buckets and buckets[0][0] < first:
+        acc.in_window -= buckets.popleft()[1]
+    return acc.in_window
+
+
 class UsageLedger:
     """One ledger per kind of time (charged, unallocated)."""
 
@@ -99,30 +107,8 @@ class UsageLedger:
             return 0
         now_ms = to_ms(now)
         first = self._window_start(now_ms)
-        buckets = acc.buckets
-        while buckets and buckets[0][0] < first:
-            acc.in_window -= buckets.popleft()[1]
         pending = acc.rate * (now_ms - max(acc.since, first)) if now_ms > acc.since else 0
-        return acc.in_window + max(0, pending)
-
-    def reader(self, now: float) -> Callable[[str], int]:
-        """`usage_ms(path, now)` for many paths at one `now`."""
-        now_ms = to_ms(now)
-        first = self._window_start(now_ms)
-        accounts = self.accounts
-
-        def usage_ms(path: str) -> int:
-            acc = accounts.get(path)
-            if acc is None:
-                return 0
-            buckets = acc.buckets
-            while buckets and buckets[0][0] < first:
-                acc.in_window -= buckets.popleft()[1]
-            since = acc.since
-            pending = acc.rate * (now_ms - max(since, first)) if now_ms > since else 0
-            return acc.in_window + max(0, pending)
-
-        return usage_ms
+        return _in_window(acc, first) + max(0, pending)
 
     def ranked_reader(self, now: float) -> Callable[[str], int]:
         """GPU-ms charged in the window as it stood at the last bucket edge at or before
@@ -140,10 +126,8 @@ class UsageLedger:
             acc = accounts.get(path)
             if acc is None:
                 return 0
+            amount = _in_window(acc, first)
             buckets = acc.buckets
-            while buckets and buckets[0][0] < first:
-                acc.in_window -= buckets.popleft()[1]
-            amount = acc.in_window
             since = acc.since
             if since > edge:  # accrual written past the edge (buckets are edge-aligned)
                 for i in range(len(buckets) - 1, -1, -1):
