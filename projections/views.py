@@ -1019,6 +1019,37 @@ def resolve_jobs(view: JournalView, ids: Collection[str] | None) -> set[str] | N
     return out
 
 
+def resolve_live(view: JournalView, wid: str) -> str:
+    """For a request about a live workload (cancel, hold, release): `wid` itself when a
+    live or recently ended workload has it, else the one live workload whose id it
+    starts (`PREFIX_N`: task N of a job array whose base PREFIX starts); `wid` unchanged
+    when it starts none (the scheduler answers: unknown, or ended); ViewError listing
+    them when it starts several. Reads the state only, so a `live_only` view will do."""
+    state = view.require()
+    live = state.workloads
+    if wid in live or wid in state.ended:
+        return wid
+    head, sep, index = wid.rpartition("_")
+    if sep and head and index.isdigit():
+        # task N of an array: never another index that merely starts with N (_1 -> _10)
+        found = [
+            k
+            for k in live
+            if k.rpartition("_")[2] == index and k.rpartition("_")[0].startswith(head)
+        ]
+    else:
+        found = [k for k in live if k.startswith(wid)]
+    if len(found) <= 1:
+        return found[0] if found else wid
+    found.sort(key=id_order)
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    bases = {k.rpartition("_")[0] for k in found}
+    hint = "give more of the id"
+    if len(bases) == 1 and all("_" in k and k.rpartition("_")[2].isdigit() for k in found):
+        hint += f", or name tasks of the job array as '{bases.pop()}_[SPEC]'"
+    raise ViewError(f"{wid!r} is the start of {len(found)} live workload ids ({shown}); {hint}")
+
+
 def _one_base(bases: set[str], prefix: str) -> str | None:
     """The one job array base `prefix` starts, if exactly one."""
     found = [b for b in bases if b.startswith(prefix)]

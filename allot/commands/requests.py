@@ -31,6 +31,7 @@ from allot.commands.common import (
     plural,
     quiet_on_closed_pipe,
     resolve_target,
+    visible,
     whoami,
 )
 
@@ -552,10 +553,38 @@ IdsArg = Annotated[
     list[str],
     typer.Argument(
         metavar="ID...",
-        help="Workload ids (as `allot submit` printed); 'BASE_[SPEC]' names tasks of a "
-        "job array, e.g. 'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
+        help="Workload ids (as `allot submit` printed; a unique prefix of a live one is "
+        "enough, as for `allot why`); 'BASE_[SPEC]' names tasks of a job array, e.g. "
+        "'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
     ),
 ]
+
+# a whole id as `allot submit` makes them: a ULID, or task N of a job array (ULID_N)
+_WHOLE_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:_\d+)?$")
+
+
+def _whole_ids(target: Target, cluster: str, ids: list[str]) -> list[str]:
+    """`ids` with each unique prefix of a live workload's id replaced by that id, as
+    the journal names it (`projections.views.resolve_live`); several matches are a
+    RequestError listing them. Whole ids (as `allot submit` prints them) are sent as
+    given without reading the journal; so is everything when the journal cannot be
+    read (a new folder, no journal topic yet): the scheduler answers."""
+    if all(_WHOLE_ID.match(wid) for wid in ids):
+        return ids
+    from allot.commands.views import journal_reader
+    from projections.journal import JournalError
+    from projections.views import ViewError, fold, resolve_live
+    from streams.sources import SourceError
+
+    try:
+        view = fold(journal_reader(target.kafka, target.data, None, cluster)(), live_only=True)
+    except (SourceError, ViewError, JournalError, OSError):
+        return ids
+    try:
+        whole = [wid if _WHOLE_ID.match(wid) else resolve_live(view, wid) for wid in ids]
+    except ViewError as why:  # an ambiguous prefix; its candidates are journal data
+        raise RequestError(visible(str(why))) from None
+    return list(dict.fromkeys(whole))
 
 
 def _about_workloads(
@@ -577,6 +606,7 @@ def _about_workloads(
         if wait is not None and len(ids) > 1:
             raise RequestError("--wait works for one workload; follow several with `allot queue`")
         target = resolve_target(*target_options)
+        ids = _whole_ids(target, cluster, ids)
         actor = whoami(as_)
         # cancels go last id first: a job array's tasks start in index order, so its
         # waiting tail goes before the running head, whose freed GPUs would otherwise

@@ -936,3 +936,105 @@ def test_hold_keeps_pending_work_off_free_gpus_until_release(tmp_path: Path) -> 
     finally:
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=30)
+
+
+# ------------------------------------------------------------------ id prefixes
+
+RUN = "01KQ8M4XJ7AAAAAAAAAAAAAAAA"  # live, running
+WAIT = "01KQ8M4XJ7BBBBBBBBBBBBBBBB"  # live, pending
+DONE = "01KQ8M4XK0CCCCCCCCCCCCCCCC"  # ended
+SWEEP = "01KQ9ZZZZZDDDDDDDDDDDDDDDD"  # a job array's base; tasks 0-3, pending
+
+
+def _prefix_folder(folder: Path) -> Path:
+    """An embedded folder whose journal holds RUN (running), WAIT (pending), DONE
+    (ended) and the job array SWEEP_[0-3] (pending); no scheduler reads its inbox."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="default").host("h0").budget("lab", 1)
+    j.submit(DONE, "lab", 8).place(DONE, {"h0": list(range(8))}).at(60).finish(DONE)
+    j.submit(RUN, "lab", 8).place(RUN, {"h0": list(range(8))})
+    j.submit(WAIT, "lab", 8)
+    for i in range(4):
+        j.submit(f"{SWEEP}_{i}", "lab", 8)
+    folder.mkdir()
+    j.write(folder / "journal.jsonl")
+    return folder
+
+
+def _sent(folder: Path) -> list[tuple[str, str]]:
+    """(type, workload) of each request in the folder's inbox, in order."""
+    lines = (folder / "inbox.jsonl").read_bytes().splitlines()
+    requests = [orjson.loads(orjson.loads(line)["value"]) for line in lines]
+    return [(r["type"], r["workload"]) for r in requests]
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "sent"),
+    [
+        pytest.param("cancel", ["01KQ8M4XJ7A"], [RUN], id="cancel-prefix"),
+        pytest.param("hold", ["01KQ8M4XJ7B"], [WAIT], id="hold-prefix"),
+        pytest.param("release", ["01KQ8M4XJ7B"], [WAIT], id="release-prefix"),
+        pytest.param("cancel", [RUN], [RUN], id="whole-id"),
+        # a prefix of the array's base and a task index: that task, not _10 or _1x
+        pytest.param("hold", ["01KQ9Z_2"], [f"{SWEEP}_2"], id="array-task"),
+        pytest.param("cancel", ["01KQ9Z_[1-2]"], [f"{SWEEP}_2", f"{SWEEP}_1"], id="array-spec"),
+        pytest.param("hold", [f"{SWEEP}_[0,3]"], [f"{SWEEP}_0", f"{SWEEP}_3"], id="whole-tasks"),
+        # DONE has ended: 01KQ8M4XK names no live workload, so the scheduler answers
+        pytest.param("cancel", ["01KQ8M4XK"], ["01KQ8M4XK"], id="ended-sent-as-given"),
+        pytest.param("cancel", ["nope"], ["nope"], id="unknown-sent-as-given"),
+    ],
+)
+def test_cancel_hold_release_take_a_unique_prefix_as_why_does(
+    tmp_path: Path, command: str, given: list[str], sent: list[str]
+) -> None:
+    data = _prefix_folder(tmp_path / "data")
+    result = allot(command, *given, "--data", str(data))
+    assert result.returncode == 0, result.stderr
+    kind = {"cancel": "cancelled", "hold": "held", "release": "released"}[command]
+    assert _sent(data) == [(f"workload.{kind}", wid) for wid in sent]
+    if len(sent) == 1:
+        assert result.stdout.startswith(f"{command.title()} of workload {sent[0]} sent")
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "says"),
+    [
+        pytest.param(
+            "cancel",
+            "01KQ8M4XJ7",
+            f"error: '01KQ8M4XJ7' is the start of 2 live workload ids ({RUN}, {WAIT}); "
+            "give more of the id",
+            id="two-workloads",
+        ),
+        pytest.param(
+            "hold",
+            "01KQ9Z",
+            f"error: '01KQ9Z' is the start of 4 live workload ids ({SWEEP}_0, {SWEEP}_1, "
+            f"{SWEEP}_2, {SWEEP}_3); give more of the id, or name tasks of the job array "
+            f"as '{SWEEP}_[SPEC]'",
+            id="an-arrays-tasks",
+        ),
+    ],
+)
+def test_an_ambiguous_prefix_is_one_line_naming_the_candidates(
+    tmp_path: Path, command: str, given: str, says: str
+) -> None:
+    data = _prefix_folder(tmp_path / "data")
+    result = allot(command, given, WAIT, "--data", str(data))
+    assert result.returncode == 2
+    assert one_line_error(result) == says
+    assert not (data / "inbox.jsonl").exists() or _sent(data) == []  # nothing was sent
+
+
+def test_whole_ids_are_sent_without_reading_the_journal(tmp_path: Path) -> None:
+    """As before: a whole id (as `allot submit` prints it) needs no journal, so one
+    that cannot be read does not matter; neither does it for a prefix (the scheduler
+    answers)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "journal.jsonl").write_bytes(b"not json\n")
+    for given in (RUN, f"{SWEEP}_[1-2]", "01KQ8M4XJ7A"):
+        result = allot("cancel", given, "--data", str(data))
+        assert result.returncode == 0, result.stderr
+    assert [wid for _, wid in _sent(data)] == [RUN, f"{SWEEP}_2", f"{SWEEP}_1", "01KQ8M4XJ7A"]

@@ -648,6 +648,46 @@ def test_jobs_resolve_ids_array_bases_and_unique_prefixes() -> None:
     assert v.resolve_jobs(view, None) is None
 
 
+@pytest.mark.parametrize(
+    ("given", "resolved"),
+    [
+        pytest.param("alp", "alpha", id="unique-prefix"),
+        pytest.param("alpha", "alpha", id="whole-id"),
+        pytest.param("swe_10", "sweep_10", id="task-of-a-prefixed-base"),
+        # sweep_1 has ended: its id is kept (the scheduler says so), never sweep_10
+        pytest.param("sweep_1", "sweep_1", id="ended-task-is-not-another-index"),
+        pytest.param("swe_1", "swe_1", id="ended-task-by-prefix-is-not-another-index"),
+        pytest.param("ended", "ended", id="ended-whole-id"),
+        pytest.param("end", "end", id="only-ended-work-starts-it"),
+        pytest.param("zzz", "zzz", id="nothing-starts-it"),
+    ],
+)
+def test_requests_resolve_a_prefix_among_live_work(given: str, resolved: str) -> None:
+    """`allot cancel/hold/release` read ids with `resolve_live`: a unique prefix of a
+    live workload, else the id as given for the scheduler to answer."""
+    c = cluster(hosts=4)
+    c.tree({"lab": 1})
+    for wid in ("alpha", "sweep_1", "sweep_10", "ended", "ended-too"):
+        c.submit(wid, "lab", gpus=1)
+    for wid in ("sweep_1", "ended", "ended-too"):
+        c.finish(wid)
+    assert v.resolve_live(v.fold(c.journal, live_only=True), given) == resolved
+
+
+def test_an_ambiguous_prefix_among_live_work_names_the_candidates() -> None:
+    c = cluster(hosts=1)
+    c.tree({"lab": 1})
+    for wid in ("beta", "bravo", "sweep_0", "sweep_1"):
+        c.submit(wid, "lab", gpus=1)
+    view = v.fold(c.journal, live_only=True)
+    with pytest.raises(
+        v.ViewError, match=r"'b' is the start of 2 live workload ids \(beta, bravo\)"
+    ):
+        v.resolve_live(view, "b")
+    with pytest.raises(v.ViewError, match=r"or name tasks of the job array as 'sweep_\[SPEC\]'"):
+        v.resolve_live(view, "sw")
+
+
 @pytest.mark.parametrize("cut", [0.3, 0.6, 1.0], ids=["early", "middle", "end"])
 def test_a_view_of_live_work_only_answers_queue_shares_and_hosts_as_the_full_one(
     cut: float,
