@@ -143,24 +143,27 @@ def print_rows(
     right: frozenset[str] = frozenset(),
     dim: list[bool] | None = None,
     strong: list[bool] | None = None,
+    header: bool = True,
 ) -> None:
     """A table at its natural width, as `print_table` prints it, for tables of
     thousands of rows (a queue): rich measures every cell several times, which took
     longer than reading the journal; this pads each cell once. Bold header and
-    `strong` rows, dim `dim` rows, only on a terminal (and not with NO_COLOR)."""
+    `strong` rows, dim `dim` rows, only on a terminal (and not with NO_COLOR).
+    `header=False`: the rows alone, without the title and the column names."""
     import os
     import sys
 
     styled = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     bold = (lambda t: f"\x1b[1m{t}\x1b[0m") if styled else (lambda t: t)
     faint = (lambda t: f"\x1b[2m{t}\x1b[0m") if styled else (lambda t: t)
-    header, *lines = aligned_lines(headers, cells, right)
-    out = [bold(title), bold(header)]
+    names, *lines = aligned_lines(headers, cells, right)
+    out = [bold(title), bold(names)] if header else []
     out += [
         bold(text) if strong and strong[i] else faint(text) if dim and dim[i] else text
         for i, text in enumerate(lines)
     ]
-    typer.echo("\n".join(out))
+    if out:
+        typer.echo("\n".join(out))
 
 
 def _ratio(value: float | None) -> str:
@@ -378,7 +381,12 @@ def register(app: typer.Typer) -> None:
         jobs: JobsOpt = None,
         noheader: Annotated[
             bool,
-            typer.Option("--noheader", "-h", help="No header line (with --format), as squeue -h."),
+            typer.Option(
+                "--noheader",
+                "-h",
+                help="No title or header line, as squeue -h: one line per workload (and "
+                "nothing when none), without the footnotes.",
+            ),
         ] = False,
         states: Annotated[
             str | None,
@@ -504,7 +512,9 @@ def register(app: typer.Typer) -> None:
                     lines = [render_template(template, line) for line in [headers, *cells]]
                 else:
                     lines = aligned_lines(headers, cells)
-                typer.echo("\n".join(lines[1:] if noheader else lines))
+                lines = lines[1:] if noheader else lines
+                if lines:  # squeue -h of an empty queue prints nothing, not an empty line
+                    typer.echo("\n".join(lines))
                 return
             if start:
                 columns = START_COLUMNS + (
@@ -525,7 +535,10 @@ def register(app: typer.Typer) -> None:
                 cells,
                 right=frozenset({"GPUS", "WAIT/TIME", "POS", "RANK", "RATIO", "PRIO"}),
                 dim=[row["state"] == "RUNNING" for row in rows],
+                header=not noheader,
             )
+            if noheader:  # squeue -h: the rows alone, for scripts
+                return
             if not rows:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
@@ -563,7 +576,12 @@ def register(app: typer.Typer) -> None:
         ] = False,
         noheader: Annotated[
             bool,
-            typer.Option("--noheader", "-n", help="No header line (with -p), as sacct -n."),
+            typer.Option(
+                "--noheader",
+                "-n",
+                help="No title or header line, as sacct -n: one line per workload (and "
+                "nothing when none), without the totals line.",
+            ),
         ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
@@ -685,7 +703,7 @@ def register(app: typer.Typer) -> None:
                     }
                 )
                 return
-            if not rows and not parsable:
+            if not rows and not parsable and not noheader:
                 typer.echo(
                     "no workloads"
                     + (" for that filter" if user or allocation or jobs or state else "")
@@ -704,7 +722,10 @@ def register(app: typer.Typer) -> None:
                 headers,
                 cells,
                 right=RIGHT_ALIGNED,
+                header=not noheader,
             )
+            if noheader:  # sacct -n: the rows alone, for scripts
+                return
             states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
             ran = (
                 f"{total['window_gpu_hours']:,.1f} GPU-hours run in the window "

@@ -208,6 +208,37 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
 
 
 @pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        pytest.param("queue", [], id="queue"),
+        pytest.param("queue", ["--long"], id="queue-long"),
+        pytest.param("queue", ["--start"], id="queue-start"),
+        pytest.param("queue", ["-u", "nobody"], id="queue-empty"),
+        pytest.param("queue", ["-o", "%i %T", "-u", "nobody"], id="queue-format-empty"),
+        pytest.param("acct", [], id="acct"),
+        pytest.param("acct", ["-u", "bob"], id="acct-user"),
+        pytest.param("acct", ["-u", "nobody"], id="acct-empty"),
+    ],
+)
+def test_noheader_leaves_the_rows_of_the_table_alone(
+    journal: Path, command: str, args: list[str]
+) -> None:
+    """squeue -h and sacct -n: one line per workload, without the title, the column
+    names and the lines after them; not only with --format or -p."""
+    flag = "-h" if command == "queue" else "-n"
+    table = allot(command, "--journal", str(journal), *args)
+    bare = allot(command, "--journal", str(journal), *args, flag)
+    assert bare.returncode == 0, bare.stderr
+    rows = orjson.loads(allot(command, "--journal", str(journal), *args, "--json").stdout)
+    count = len(rows["workloads"])
+    assert count or "nobody" in args
+    if "-o" in args:  # --format prints the column names without a title
+        assert bare.stdout == "".join(line + "\n" for line in table.stdout.splitlines()[1:])
+        return
+    assert bare.stdout.splitlines() == table.stdout.splitlines()[2 : 2 + count]
+
+
+@pytest.mark.parametrize(
     ("args", "needle"),
     [
         (["-o", "id,bogus"], "unknown field bogus"),
