@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,6 +143,37 @@ def test_queue_options(journal: Path, args: list[str], check: Any) -> None:
     result = allot("queue", "--journal", str(journal), *args)
     assert result.returncode == 0, result.stderr
     assert check(result.stdout), result.stdout
+
+
+def _format_help(command: str) -> str:
+    """The --format help of `allot COMMAND`, as `--help` prints it (unwrapped)."""
+    import typer
+
+    from allot.cli import app
+
+    params = typer.main.get_command(app).commands[command].params  # type: ignore[attr-defined]
+    return next(p.help for p in params if "--format" in p.opts)
+
+
+@pytest.mark.parametrize(
+    ("letter", "name"),
+    [(letter, name) for name, (letter, _, _) in v.QUEUE_COLUMNS.items()],
+    ids=list(v.QUEUE_COLUMNS),
+)
+def test_queue_format_help_names_each_field_as_format_reads_it(letter: str, name: str) -> None:
+    """`%S start_time` in the help, while `-o start_time` was an unknown column."""
+    assert re.search(rf"%{letter} {name}\b", _format_help("queue"))
+    assert v.parse_format(name) == v.parse_format(f"%{letter}") == [name]
+
+
+def test_acct_format_help_names_only_fields_format_reads() -> None:
+    from projections.acct import parse_acct_format
+
+    text = re.sub(r"\([^)]*\)", "", _format_help("acct")).split(":", 1)[1]  # no asides
+    text = text.replace("sacct's", "").replace("work too.", "")
+    names = [n.strip() for n in re.split(r"[,;]", text) if n.strip()]
+    assert len(names) == 23  # every field, and sacct's names for some
+    assert parse_acct_format(",".join(names))
 
 
 @pytest.mark.parametrize("command", ["queue", "acct"])
