@@ -119,6 +119,20 @@ def expand_ids(ids: list[str]) -> list[str]:
     return list(out)
 
 
+def _tags(given: list[str] | None) -> list[str]:
+    """`--tag a,b --tag c` -> [a, b, c], as --member reads its lists: every view shows
+    a workload's tags joined by commas, so a tag with a comma inside read as two."""
+    tags: list[str] = []
+    for text in given or ():
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        if not names:
+            raise RequestError(
+                f"--tag {text!r} names no tag; e.g. --tag debug or --tag debug,short"
+            )
+        tags += names
+    return tags
+
+
 def _wait_seconds(text: str) -> float:
     from domain.durations import parse_duration
 
@@ -273,7 +287,10 @@ def submit(
         int, typer.Option("--priority", help="Order inside its allocation (higher first).")
     ] = 0,
     tag: Annotated[
-        list[str] | None, typer.Option("--tag", help="A tag, e.g. debug (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--tag", help="A tag, e.g. debug (repeatable, or comma-separated: debug,short)."
+        ),
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="A human-readable name.")] = None,
     runtime: Annotated[
@@ -364,9 +381,10 @@ def submit(
         # the scheduler's own limits, said before anything is sent
         if name is not None and len(name) > MAX_NAME:
             raise RequestError(f"--name: {len(name):,} characters; at most {MAX_NAME}")
-        if len(tag or []) > MAX_TAGS:
-            raise RequestError(f"--tag: {len(tag or []):,} tags; at most {MAX_TAGS}")
-        long_tag = next((t for t in tag or [] if len(t) > MAX_NAME), None)
+        tags = _tags(tag)
+        if len(tags) > MAX_TAGS:
+            raise RequestError(f"--tag: {len(tags):,} tags; at most {MAX_TAGS}")
+        long_tag = next((t for t in tags if len(t) > MAX_NAME), None)
         if long_tag is not None:
             raise RequestError(f"--tag: a tag of {len(long_tag):,} characters; at most {MAX_NAME}")
         min_s = _duration("--min-runtime", min_runtime)
@@ -394,7 +412,7 @@ def submit(
                 min_runtime=min_s,
                 resumable=resumable,
                 priority=priority,
-                tags=list(tag or []),
+                tags=tags,
                 name=name,
                 runtime=run_s,
                 expected_runtime=expected_s,

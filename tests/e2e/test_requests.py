@@ -381,6 +381,55 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert (cluster / "inbox.jsonl").read_bytes() == inbox  # still nothing sent
 
 
+@pytest.mark.parametrize(
+    ("tags", "sent"),
+    [
+        pytest.param(["a,b"], ["a", "b"], id="comma-list"),
+        pytest.param(["a,b", "c"], ["a", "b", "c"], id="lists-and-repeats"),
+        pytest.param([" a , b,"], ["a", "b"], id="spaces-and-a-trailing-comma"),
+        pytest.param(["debug"], ["debug"], id="one"),
+        pytest.param([], [], id="none"),
+    ],
+)
+def test_tags_split_on_commas_as_slurm_lists_do(
+    tmp_path: Path, tags: list[str], sent: list[str]
+) -> None:
+    """`--tag a,b` had sent one tag 'a,b', which every view shows as two (a,b)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    flags = [a for t in tags for a in ("--tag", t)]
+    result = allot(
+        "submit", "-A", "lab", "-G", "1", "--min-runtime", "0", *flags, "--data", str(data)
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = (data / "inbox.jsonl").read_bytes().splitlines()
+    assert orjson.loads(orjson.loads(line)["value"])["tags"] == sent
+
+
+@pytest.mark.parametrize(
+    ("tags", "says"),
+    [
+        pytest.param([","], "error: --tag ',' names no tag; e.g. --tag debug", id="no-tag"),
+        pytest.param(
+            [",".join(f"t{i}" for i in range(65))],
+            "error: --tag: 65 tags; at most 64",
+            id="too-many",
+        ),
+    ],
+)
+def test_bad_tag_lists_are_one_line_and_send_nothing(
+    tmp_path: Path, tags: list[str], says: str
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    flags = [a for t in tags for a in ("--tag", t)]
+    result = allot(
+        "submit", "-A", "lab", "-G", "1", "--min-runtime", "0", *flags, "--data", str(data)
+    )
+    assert one_line_error(result).startswith(says)
+    assert not (data / "inbox.jsonl").exists()
+
+
 def test_a_data_folder_that_did_not_exist_is_named(tmp_path: Path) -> None:
     """A typo in --data would leave the request where no scheduler looks: say so."""
     typo = tmp_path / "lba"
