@@ -173,6 +173,9 @@ class JournalView:
         self.host_health: dict[str, tuple[float, str, str, bool]] = {}
         self.host_since: dict[str, float] = {}
         self.host_drained: dict[str, float] = {}
+        # allocations `budget.removed` took out of the tree (and not set again since),
+        # with when: their past work is still the journal's (`allot acct -a PATH`)
+        self.removed_allocations: dict[str, float] = {}
 
     @property
     def now(self) -> float:
@@ -278,6 +281,10 @@ class JournalView:
                 h.pending_since = event.time
             if event.beneficiary and (not self.live_only or event.beneficiary in state.workloads):
                 self.history(event.beneficiary).caused.append(p)
+        elif kind == "budget.removed":
+            self.removed_allocations[event.allocation] = event.time
+        elif kind == "budget.set":
+            self.removed_allocations.pop(event.allocation, None)
         elif kind == "host.registered":
             self.host_since.setdefault(event.host, event.time)
         elif kind == "host.health":

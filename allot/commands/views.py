@@ -289,8 +289,11 @@ def _allocations(view: Any, text: str | None) -> list[str] | None:
     """-a's paths: one path (a name may hold a comma) or a comma-separated list."""
     from projections.views import split_names
 
-    if text is None or text.rstrip("/") in view.state.tree:
-        return None if text is None else [text]
+    if text is None:
+        return None
+    path = text.rstrip("/")
+    if path in view.state.tree or path in view.removed_allocations:
+        return [text]
     return split_names(text)
 
 
@@ -309,14 +312,27 @@ def _queue_states(text: str) -> set[str]:
     return {_QUEUE_STATES[x] for x in asked}
 
 
-def _refuse_unknown_allocation(view: Any, allocations: list[str] | None) -> None:
+def _refuse_unknown_allocation(
+    view: Any, allocations: list[str] | None, removed_too: bool = False
+) -> None:
     """-a naming nothing in the budget tree is a typo, not an empty answer (squeue
-    refuses an unknown partition)."""
-    from projections.views import matches_allocation
+    refuses an unknown partition). `removed_too`: an allocation `budget.removed` took
+    out of the tree counts (its past work is in the journal: `allot acct`)."""
+    from projections.views import iso, matches_allocation
 
+    removed = view.removed_allocations
     for allocation in allocations or ():
         if any(matches_allocation(path, allocation) for path in view.state.tree.nodes):
             continue
+        gone = [p for p in removed if matches_allocation(p, allocation)]
+        if gone and removed_too:
+            continue
+        if gone:
+            raise TargetError(
+                f"-a {allocation}: removed from cluster {view.cluster}'s budget tree at "
+                f"{iso(max(removed[p] for p in gone))} UTC, so nothing of it is live; "
+                f"`allot acct -a {allocation}` lists its past work"
+            )
         raise TargetError(
             f"-a {allocation}: no such allocation in cluster {view.cluster}'s budget tree "
             "(`allot shares` lists them)"
@@ -688,7 +704,7 @@ def register(app: typer.Typer) -> None:
                 since=lo,
                 until=hi,
             )
-            _refuse_unknown_allocation(view, paths)
+            _refuse_unknown_allocation(view, paths, removed_too=True)
             total = totals(rows)
             if json_:
                 _emit_json(

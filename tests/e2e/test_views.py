@@ -299,6 +299,63 @@ def test_acct_errors_are_one_line(journal: Path, args: list[str], needle: str) -
     one_line_error(allot("acct", "--journal", str(journal), *args), needle)
 
 
+def _removed_allocation(folder: Path) -> Path:
+    """A journal where lab/gone ran `old` (finished), then was removed; lab/a runs
+    `live`; lab/back was removed and set again."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder().host("h0").budget("lab", 1).budget("lab/a", 1).budget("lab/gone", 1)
+    j.budget("lab/back", 1).add("budget.removed", actor="admin", allocation="lab/back")
+    j.budget("lab/back", 1)
+    j.submit("old", "lab/gone", 4).place("old", {"h0": [0, 1, 2, 3]})
+    j.at(3600).finish("old").add("budget.removed", actor="admin", allocation="lab/gone")
+    j.submit("live", "lab/a", 4).place("live", {"h0": [0, 1, 2, 3]})
+    return j.write(folder / "journal.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("args", "ids"),
+    [
+        pytest.param(["-a", "lab/gone"], ["old"], id="removed"),
+        pytest.param(["-a", "lab/gone/"], ["old"], id="removed-trailing-slash"),
+        pytest.param(["-a", "lab/gone,lab/a"], ["old", "live"], id="removed-and-live"),
+        pytest.param(["-a", "lab"], ["old", "live"], id="above-it"),
+        pytest.param(["-a", "lab/gone", "-u", "nobody"], [], id="removed-no-match"),
+        pytest.param(["-a", "lab/back"], [], id="removed-and-set-again"),
+    ],
+)
+def test_acct_lists_the_past_work_of_a_removed_allocation(
+    tmp_path: Path, args: list[str], ids: list[str]
+) -> None:
+    """sacct keeps the jobs of a deleted account: `-a PATH` of an allocation that
+    `budget remove` took out of the tree had been refused as no such allocation."""
+    journal = _removed_allocation(tmp_path)
+    result = allot("acct", "--journal", str(journal), "--json", *args)
+    assert result.returncode == 0, result.stderr
+    assert [r["id"] for r in orjson.loads(result.stdout)["workloads"]] == ids
+
+
+@pytest.mark.parametrize(
+    ("command", "allocation", "says"),
+    [
+        pytest.param("acct", "lab/typo", "-a lab/typo: no such allocation", id="acct-typo"),
+        pytest.param("queue", "lab/typo", "-a lab/typo: no such allocation", id="queue-typo"),
+        pytest.param(
+            "queue",
+            "lab/gone",
+            "-a lab/gone: removed from cluster test's budget tree at 2026-01-01 01:00:00 UTC, "
+            "so nothing of it is live; `allot acct -a lab/gone` lists its past work",
+            id="queue-removed",
+        ),
+    ],
+)
+def test_a_typo_and_in_the_queue_a_removed_allocation_are_refused(
+    tmp_path: Path, command: str, allocation: str, says: str
+) -> None:
+    journal = _removed_allocation(tmp_path)
+    one_line_error(allot(command, "--journal", str(journal), "-a", allocation), says)
+
+
 # ------------------------------------------------------------------ shares
 
 
