@@ -116,11 +116,17 @@ class ResumableUsage:
                     continue
                 self.last_line = body
                 try:
-                    raw = upcast(orjson.loads(body))
+                    raw = orjson.loads(body)
                 except orjson.JSONDecodeError:
                     raise UsageStoreError(
                         f"{self.journal}: record {self.records + 1} is not JSON"
                     ) from None
+                if not self.first_line:  # an inbox's records carry no type: say so
+                    from streams.sources import inbox_not_journal, is_inbox_record
+
+                    if is_inbox_record(raw):
+                        raise UsageStoreError(inbox_not_journal(self.journal))
+                raw = upcast(raw)
                 if not self.first_line:
                     self.first_line = body
                 cluster = _cluster_of(raw)

@@ -161,9 +161,30 @@ def _require_file(path: Path, what: str) -> None:
         raise SourceError(f"{path}: no such {what}")
 
 
+def is_inbox_record(record: Any) -> bool:
+    """Is `record` (a decoded line) an embedded inbox's request, `{"ts": ..., "value":
+    "<request text>"}` (`streams.embedded`), rather than a journal record?"""
+    return (
+        isinstance(record, dict)
+        and "type" not in record
+        and "ts" in record
+        and ("value" in record or "value_b64" in record)
+    )
+
+
+def inbox_not_journal(path: Path) -> str:
+    """What to say when `path`, an embedded folder's inbox, is read as a journal."""
+    journal = path.parent / "journal.jsonl"
+    return (
+        f"{path} is an embedded inbox (requests not yet scheduled), not a journal; the "
+        f"scheduler's journal is {journal}: --journal {journal}, or --data {path.parent}"
+    )
+
+
 def _read_file(path: Path, cluster: str | None, what: str) -> Iterator[bytes]:
     found = 0
     seen: set[str] = set()
+    first = True
     with path.open("rb") as f:
         for line in f:
             if not line.endswith(b"\n"):
@@ -171,6 +192,11 @@ def _read_file(path: Path, cluster: str | None, what: str) -> Iterator[bytes]:
             line = line.strip()
             if not line:
                 continue
+            if first:  # an inbox's records carry no type: it would read as empty
+                first = False
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    if is_inbox_record(orjson.loads(line)):
+                        raise SourceError(inbox_not_journal(path))
             if _matches(line, cluster):
                 found += 1
                 yield line
@@ -188,6 +214,8 @@ def _no_records(path: Path, cluster: str | None, what: str, seen: set[str]) -> E
             f"{path}: no records of cluster {cluster!r} (it holds: {others}); "
             "pick one with --cluster"
         )
+    if path.name == "inbox.jsonl" and (path.parent / "journal.jsonl").is_file():
+        return EmptyJournal(inbox_not_journal(path))
     return EmptyJournal(f"{path}: the {what} is empty (no complete records yet)")
 
 

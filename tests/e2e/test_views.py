@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -354,6 +355,40 @@ def test_a_typo_and_in_the_queue_a_removed_allocation_are_refused(
 ) -> None:
     journal = _removed_allocation(tmp_path)
     one_line_error(allot(command, "--journal", str(journal), "-a", allocation), says)
+
+
+@pytest.mark.parametrize(
+    ("command", "inbox"),
+    [
+        pytest.param(["queue"], "requests", id="queue"),
+        pytest.param(["acct"], "requests", id="acct"),
+        pytest.param(["shares"], "requests", id="shares"),
+        pytest.param(["host", "list"], "requests", id="host-list"),
+        pytest.param(["why", "x"], "requests", id="why"),
+        pytest.param(["usage"], "requests", id="usage"),
+        pytest.param(["queue", "--cluster", "c1"], "requests", id="queue-of-a-cluster"),
+        pytest.param(["queue"], "empty", id="queue-empty-inbox"),
+    ],
+)
+def test_an_inbox_read_as_a_journal_says_so(
+    tmp_path: Path, journal: Path, command: list[str], inbox: str
+) -> None:
+    """`--journal DIR/inbox.jsonl` had read as "the journal is empty": its records wrap
+    requests the scheduler has not taken yet, and carry no journal record type."""
+    data = tmp_path / "data"
+    data.mkdir()
+    if inbox == "requests":
+        for args in (("budget", "set", "lab", "1"), ("host", "register", "h0", "8")):
+            assert allot(*args, "--data", str(data)).returncode == 0
+    else:
+        (data / "inbox.jsonl").write_bytes(b"")
+        shutil.copy(journal, data / "journal.jsonl")
+    one_line_error(
+        allot(*command, "--journal", str(data / "inbox.jsonl")),
+        f"{data / 'inbox.jsonl'} is an embedded inbox (requests not yet scheduled), not a "
+        f"journal; the scheduler's journal is {data / 'journal.jsonl'}: --journal "
+        f"{data / 'journal.jsonl'}, or --data {data}",
+    )
 
 
 # ------------------------------------------------------------------ shares
