@@ -581,6 +581,42 @@ IdsArg = Annotated[
 _WHOLE_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:_\d+)?$")
 
 
+def _live_view(target: Target, cluster: str) -> Any:
+    """The journal's live workloads (a `live_only` JournalView), or None when it cannot
+    be read (a new folder, no journal topic yet)."""
+    from allot.commands.views import journal_reader
+    from projections.journal import JournalError
+    from projections.views import ViewError, fold
+    from streams.sources import SourceError
+
+    try:
+        return fold(journal_reader(target.kafka, target.data, None, cluster)(), live_only=True)
+    except (SourceError, ViewError, JournalError, OSError):
+        return None
+
+
+def _cancel_order(target: Target, cluster: str, ids: list[str]) -> list[str]:
+    """The order to cancel `ids` in: work that waits before work that runs (a running
+    workload's freed GPUs would otherwise start waiting work of the same list just
+    before its own cancel arrives), each part last id first (a job array starts its
+    tasks in index order). Without a readable journal, last id first."""
+    backwards = ids[::-1]
+    if len(ids) < 2:
+        return backwards
+    view = _live_view(target, cluster)
+    if view is None:
+        return backwards
+    from domain.state import RUNNING
+    from projections.views import ViewError
+
+    try:
+        live = view.require().workloads
+    except ViewError:  # nothing scheduled yet
+        return backwards
+    running = {wid for wid in ids if (w := live.get(wid)) is not None and w.state == RUNNING}
+    return [w for w in backwards if w not in running] + [w for w in backwards if w in running]
+
+
 def _whole_ids(target: Target, cluster: str, ids: list[str]) -> list[str]:
     """`ids` with each unique prefix of a live workload's id replaced by that id, as
     the journal names it (`projections.views.resolve_live`); several matches are a
@@ -589,14 +625,10 @@ def _whole_ids(target: Target, cluster: str, ids: list[str]) -> list[str]:
     read (a new folder, no journal topic yet): the scheduler answers."""
     if all(_WHOLE_ID.match(wid) for wid in ids):
         return ids
-    from allot.commands.views import journal_reader
-    from projections.journal import JournalError
-    from projections.views import ViewError, fold, resolve_live
-    from streams.sources import SourceError
+    from projections.views import ViewError, resolve_live
 
-    try:
-        view = fold(journal_reader(target.kafka, target.data, None, cluster)(), live_only=True)
-    except (SourceError, ViewError, JournalError, OSError):
+    view = _live_view(target, cluster)
+    if view is None:
         return ids
     try:
         whole = [wid if _WHOLE_ID.match(wid) else resolve_live(view, wid) for wid in ids]
@@ -626,10 +658,7 @@ def _about_workloads(
         target = resolve_target(*target_options)
         ids = _whole_ids(target, cluster, ids)
         actor = whoami(as_)
-        # cancels go last id first: a job array's tasks start in index order, so its
-        # waiting tail goes before the running head, whose freed GPUs would otherwise
-        # start the next task just before its own cancel arrives
-        order = ids[::-1] if kind == "workload.cancelled" else ids
+        order = _cancel_order(target, cluster, ids) if kind == "workload.cancelled" else ids
         requests = [make_request(kind, cluster=cluster, actor=actor, workload=wid) for wid in order]
         verdict = _send_all(target, requests, wait)
     if len(requests) == 1:

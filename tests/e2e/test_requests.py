@@ -915,6 +915,44 @@ def test_cancelling_a_job_array_starts_none_of_its_waiting_tasks(tmp_path: Path)
         server.communicate(timeout=30)
 
 
+def test_cancelling_a_list_with_running_work_last_starts_none_of_the_waiting(
+    tmp_path: Path,
+) -> None:
+    """scancel A B C where C runs and A, B wait for its GPUs: cancelled last id first,
+    C went first and its GPUs started B just before B's own cancel arrived."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        for args in [
+            ("host", "register", "h1", "4"),
+            ("budget", "set", "lab", "1"),
+            ("budget", "set", "lab/x", "1"),
+        ]:
+            assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
+        wait_for(data, lambda r: r.get("allocation") == "lab/x")
+        ids = []
+        for _ in range(3):
+            result = allot(
+                "submit", "--data", str(data), "-A", "lab/x", "-G", "4", "--min-runtime",
+                "1h", "--parsable", "--as", ADMIN,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            ids.append(result.stdout.strip())
+        running, *waiting = ids
+        wait_for(data, lambda r: r.get("workload") == ids[-1])
+        result = allot("cancel", *waiting, running, "--data", str(data), "--as", ADMIN)
+        assert result.returncode == 0, result.stderr
+        wait_for(data, lambda r: r["type"] == "workload.cancelled" and r["workload"] == running)
+        records = journal(data)
+        started = {r["workload"] for r in records if r["type"] == "workload.placed"}
+        assert started == {running}
+        cancelled = [r["workload"] for r in records if r["type"] == "workload.cancelled"]
+        assert sorted(cancelled) == sorted(ids) and cancelled[-1] == running
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
 def test_an_array_with_wait_reports_its_first_tasks_verdict(cluster: Path) -> None:
     """sbatch --array fails at once for a user the account refuses: so does --wait."""
     common = ["--data", str(cluster), "--allocation", "lab/vision", "--gpus", "1"]
