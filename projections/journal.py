@@ -93,7 +93,8 @@ def decode_record(path: Path, number: int, line: bytes) -> Any:
     except ValidationError as why:
         raw = orjson.loads(line)
         what = describe_validation_error(why)
-        if "type" not in raw and "value" in raw:  # {"ts": ..., "value": "<request>"}
+        # {"ts": ..., "value": "<request>"}, or the header of an inbox started again
+        if "type" not in raw and ("value" in raw or "inbox_base" in raw):
             what = "a request in an embedded inbox, not yet decided; replay the journal.jsonl beside it"
         raise JournalError(f"{path}:{number}: not a journal record: {what}") from None
 

@@ -5,7 +5,8 @@ Files in DIR:
 - `inbox.jsonl` — requests, one line each: `{"ts": <append wall time>, "value": "<raw
   request text>"}` (`"value_b64"` instead of `"value"` for bytes that are not UTF-8).
   The raw text is kept as sent, so even bytes that are not JSON survive to the DLQ.
-  A request's inbox offset is its 0-based line number (partition 0).
+  A request's inbox offset is its 0-based line number (partition 0), counted from the
+  header's `inbox_base` in an inbox that was started again (see below).
 - `journal.jsonl` — journal records exactly as `SchedulerCore` encodes them (each
   carries `inbox: [0, offset]` of the input that caused it).
 - `dlq.jsonl` — dead letters: `{"inbox": [0, offset], "error": ..., "value": ...}`.
@@ -25,7 +26,18 @@ checks it line for line, then appends whatever a crash cut short. Re-deriving, r
 than only folding the journal's records, also restores what `decide` remembers between
 inputs (`State.blocked`, the last full cycle's ranking), so decisions after a restart
 are exactly those of an uninterrupted run and `allot replay --verify` reproduces them.
-A journal that does not match its inbox is folded as recorded, with a warning.
+A journal that does not match an inbox still holding the requests it records (the
+journal was edited, or written by other code) is folded as recorded, with a warning.
+
+An inbox cut back, replaced, rotated or removed by hand (at rest or under a running
+`allot serve`, whose reader checks the bytes before its position and that the name
+still is its file) no longer numbers its lines as the journal's offsets: reading on
+from the last recorded offset skipped the requests sent since, or refused to start.
+The journal stands; the inbox is kept as `inbox.jsonl.replaced-<time>` and started
+again with a header line `{"inbox_base": N}`, N one past the last offset the journal or
+the DLQ records, carrying the requests they do not hold (by request id; dead letters by
+their bytes), so none is lost and none applied twice (`EmbeddedScheduler._rebase`). A
+later restart folds the journal before N as recorded and re-derives the rest.
 
 Snapshots (`snapshot.pickle`): every `snapshot_every` seconds of serving (60 by
 default) a forked child pickles the core together with where it stands in the inbox
@@ -43,8 +55,10 @@ import base64
 import contextlib
 import fcntl
 import hashlib
+import heapq
 import os
 import pickle
+import shutil
 import sys
 import time
 import zlib
@@ -57,9 +71,17 @@ from typing import IO, Any
 import orjson
 
 from domain import events as ev
+from domain.admission import MAX_NAME
 from domain.config import SchedulerConfig, parse_config
 from streams.codec import Undecodable, load_object
-from streams.core import SNAPSHOT_FORMAT, BatchResult, DeadLetter, InboxRecord, SchedulerCore
+from streams.core import (
+    MAX_INPUT_BYTES,
+    SNAPSHOT_FORMAT,
+    BatchResult,
+    DeadLetter,
+    InboxRecord,
+    SchedulerCore,
+)
 from streams.offloop import fork_to_file, reaped
 
 INBOX_FILE = "inbox.jsonl"
@@ -70,6 +92,7 @@ SERVE_LOCK_FILE = ".serve.lock"
 SNAPSHOT_FILE = "snapshot.pickle"
 SNAPSHOT_EVERY_S = 60.0
 _TAIL = 4096  # bytes before a snapshot's position that must still be the same
+_GUARD = 512  # bytes before a guarded reader's position checked at each refill
 PARTITION = 0  # the embedded inbox has one partition
 _CHUNK = 1 << 20
 
@@ -284,6 +307,15 @@ class Mark:
             return False
 
 
+def _bytes_at(path: Path, start: int, end: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(start)
+            return f.read(end - start)
+    except OSError:
+        return b""
+
+
 def _tail_hash(path: Path, pos: int) -> str:
     start = max(0, pos - _TAIL)
     with path.open("rb") as f:
@@ -294,28 +326,66 @@ def _tail_hash(path: Path, pos: int) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class FileChanged(EmbeddedError):
+    """A file read as append-only was cut, replaced or rewritten under its reader."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path} {reason}")
+        self.reason = reason
+
+
 class LineReader:
     """Complete lines of an append-only file, read incrementally without the lock.
 
     A last line without its newline is not returned (it is a write in progress or one
     cut short by a crash); the position stays before it, so it is read once complete
-    or, if a later append cut it off, the new lines are read in its place."""
+    or, if a later append cut it off, the new lines are read in its place.
 
-    def __init__(self, path: Path | str, start: Mark | None = None) -> None:
+    With `guard`, a file that is no longer the one read (cut back by hand, replaced by
+    another file, removed) raises `FileChanged` instead of being read on from the old
+    position: each refill checks that the bytes just before it are still those read,
+    and a read that finds nothing new checks the path still names the open file."""
+
+    def __init__(self, path: Path | str, start: Mark | None = None, *, guard: bool = False) -> None:
         self.path = Path(path)
         self.pos = 0 if start is None else start.pos  # after the last complete line read
         self.line = 0 if start is None else start.line  # number of the next line
         self._file: IO[bytes] | None = None
         self._buf = b""  # bytes read from the file; self._buf[self._at] is at self.pos
         self._at = 0
+        self.guard = guard
+        self._seen = b""  # (guard) the last bytes before the buffer's start, as read
+        self._id: tuple[int, int] | None = None  # (guard) device and inode of the open file
+        if guard and self.pos:
+            # a start checked by `Mark.holds` just now: the bytes before it are the file's
+            self._seen = _bytes_at(self.path, max(0, self.pos - _GUARD), self.pos)
 
     def _open(self) -> IO[bytes] | None:
         if self._file is None:
             try:
                 self._file = self.path.open("rb")
             except FileNotFoundError:
+                if self.guard and self.pos:
+                    raise FileChanged(
+                        self.path, f"is gone (after {self.line} lines were read from it)"
+                    ) from None
                 return None
+            if self.guard:
+                st = os.fstat(self._file.fileno())
+                self._id = (st.st_dev, st.st_ino)
         return self._file
+
+    def _check_same_file(self) -> None:
+        """(guard) The path still names the file being read."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != self._id:
+            raise FileChanged(
+                self.path,
+                f"was replaced or removed after {self.line} lines were read from it",
+            )
 
     def close(self) -> None:
         if self._file is not None:
@@ -335,10 +405,28 @@ class LineReader:
                 # refill from the first unread byte: bytes after the last newline may be
                 # a torn tail that a later append replaced, so they are never kept
                 rest = len(buf) - at
-                f.seek(self.pos)
-                data = f.read(_CHUNK if rest < _CHUNK else 2 * rest)
+                want = _CHUNK if rest < _CHUNK else 2 * rest
+                if self.guard:
+                    seen = (self._seen + buf[max(0, at - _GUARD) : at])[-_GUARD:]
+                    f.seek(self.pos - len(seen))
+                    data = f.read(len(seen) + want)
+                    if data[: len(seen)] != seen:
+                        if out:  # lines read before it stand: the next read raises
+                            break
+                        raise FileChanged(
+                            self.path,
+                            f"no longer holds the {self.line} lines read from it",
+                        )
+                    data = data[len(seen) :]
+                else:
+                    f.seek(self.pos)
+                    data = f.read(want)
                 if len(data) <= rest and data == buf[at:]:
+                    if self.guard and not out:
+                        self._check_same_file()
                     break  # nothing new
+                if self.guard:
+                    self._seen = seen
                 buf, at = data, 0
                 continue
             out.append(buf[at:nl])
@@ -361,33 +449,64 @@ class LineReader:
         self.close()
 
 
+def inbox_header(path: Path) -> tuple[int, int]:
+    """(offset of the first request, byte length of the header line) of an inbox that
+    starts with a header line `{"inbox_base": N, ...}` (written when the inbox was
+    started again: see `EmbeddedScheduler._rebase`); (0, 0) for one without."""
+    head = _bytes_at(path, 0, 1024)
+    nl = head.find(b"\n")
+    base = _header_base(head[:nl]) if nl > 0 else None
+    return (0, 0) if base is None else (base, nl + 1)
+
+
+def _header_base(line: bytes) -> int | None:
+    if b'"inbox_base"' not in line:
+        return None
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(raw, dict) or "value" in raw or "value_b64" in raw:
+        return None
+    base = raw.get("inbox_base")
+    return base if type(base) is int and base >= 0 else None
+
+
 class InboxReader:
-    """DIR/inbox.jsonl as `InboxRecord`s, incrementally."""
+    """DIR/inbox.jsonl as `InboxRecord`s, incrementally. A request's offset is its line
+    number among the requests, counted from the header's base (0 without one). The
+    reader is guarded: an inbox cut, replaced or removed under it raises `FileChanged`."""
 
     def __init__(self, folder: Path | str, start: int = 0) -> None:
-        self.lines = LineReader(Path(folder) / INBOX_FILE)
+        path = Path(folder) / INBOX_FILE
+        self.base, size = inbox_header(path)
+        self.header = 1 if size else 0  # lines before the first request
+        self.lines = LineReader(path, Mark(1, size, "") if size else None, guard=True)
         self.last_ts = 0.0
-        if start:
+        if start > self.base:
             self.skip_to(start)
 
     @property
     def offset(self) -> int:
         """The offset the next read starts at."""
-        return self.lines.line
+        return self.base + self.lines.line - self.header
 
     def skip_to(self, offset: int) -> None:
-        while self.lines.line < offset:
-            if not self.read(min(offset - self.lines.line, 100_000)):
+        while self.offset < offset:
+            if not self.read(min(offset - self.offset, 100_000)):
                 break
 
     def resume(self, mark: Mark, last_ts: float) -> None:
         """Continue from a snapshot's position (checked by `Mark.holds`)."""
         self.lines.close()
-        self.lines = LineReader(self.lines.path, mark)
+        path = self.lines.path
+        self.base, size = inbox_header(path)
+        self.header = 1 if size else 0
+        self.lines = LineReader(path, mark, guard=True)
         self.last_ts = last_ts
 
     def read(self, limit: int | None = None) -> list[InboxRecord]:
-        first = self.lines.line
+        first = self.offset
         records = []
         for n, line in enumerate(self.lines.read(limit)):
             record = decode_request(line, first + n, self.last_ts)
@@ -400,7 +519,7 @@ class InboxReader:
 
 
 def read_inbox(folder: Path | str, start: int = 0, limit: int | None = None) -> list[InboxRecord]:
-    """Inbox records from offset `start` (0-based line number)."""
+    """Inbox records from offset `start`."""
     reader = InboxReader(folder, start)
     try:
         return reader.read(limit)
@@ -449,6 +568,46 @@ def _inbox_offset(raw: dict[str, Any]) -> int | None:
         except (TypeError, ValueError):
             return None
     return None
+
+
+def _recorded_request(raw: dict[str, Any]) -> str | None:
+    """The request id a journal record keeps: an input's `id`, a rejection's `ref` (None
+    for decisions and the scheduler's own config.set)."""
+    kind = raw.get("type")
+    if not isinstance(kind, str):
+        return None
+    if kind in ev.INPUT_TYPES:
+        if kind == "config.set" and raw.get("actor") == ev.SCHEDULER:
+            return None
+        value = raw.get("id")
+    elif kind.endswith(".rejected"):
+        value = raw.get("ref")
+    else:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _request_keys(value: bytes) -> tuple[frozenset[str], bool] | None:
+    """What the journal may keep of request `value`'s id (see `_recorded_request`): the
+    id itself, as its rejection clips it at parsing or at admission; and whether it is
+    a string id (a request without one can only be rejected). None: not a request but
+    a dead letter."""
+    if len(value) > MAX_INPUT_BYTES:
+        return None
+    try:
+        raw = load_object(value)
+    except Undecodable:
+        return None
+    rid = raw.get("id")
+    keys = {ev._clip(rid) or "?"}  # a rejection at parsing keeps this as its ref
+    if isinstance(rid, str):
+        keys.update((rid, rid[:MAX_NAME]))  # accepted; rejected at admission
+    return frozenset(keys), isinstance(rid, str)
+
+
+def _digest(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # ---------------------------------------------------------------- the loop
@@ -565,7 +724,13 @@ class EmbeddedScheduler:
         """Take the serve lock and rebuild the state (see `_recover`)."""
         self._take_serve_lock()
         try:
-            recovery = self._recover()
+            for attempt in range(3):
+                try:
+                    recovery = self._recover()
+                    break
+                except FileChanged:  # cut or replaced while being re-derived: look again
+                    if attempt == 2:
+                        raise
             if self.on_journal is not None:
                 with LineReader(self.folder / JOURNAL_FILE) as reader:
                     while lines := reader.read(50_000):
@@ -643,11 +808,15 @@ class EmbeddedScheduler:
             return None
         try:
             snapshot = pickle.loads(zlib.decompress(path.read_bytes()))
+            base, header = inbox_header(self.folder / INBOX_FILE)
+            header_lines = 1 if header else 0
             fits = (
                 snapshot["format"] == SNAPSHOT_FORMAT
                 and snapshot["cluster"] == self.cluster
                 and isinstance(snapshot["core"], SchedulerCore)
-                and snapshot["core"].positions.get(PARTITION, -1) + 1 == snapshot["inbox"].line
+                and snapshot["inbox"].line >= header_lines
+                and snapshot["core"].positions.get(PARTITION, -1) + 1
+                == base + snapshot["inbox"].line - header_lines
                 and snapshot["inbox"].holds(self.folder / INBOX_FILE)
                 and snapshot["journal"].holds(self.folder / JOURNAL_FILE)
             )
@@ -684,6 +853,19 @@ class EmbeddedScheduler:
         core = self.core
         folded = repaired = 0
         mismatch: str | None = None
+        pending = next(groups, None)
+        if snapshot is None and reader.base:
+            # the inbox was started again at its base (see `_rebase`): the requests before
+            # it are in no inbox, so their records are folded as recorded
+            prefix: list[bytes] = []
+            while pending is not None and pending[0] is not None and pending[0] < reader.base:
+                prefix.extend(pending[1])
+                pending = next(groups, None)
+                if len(prefix) >= FOLD_BATCH:
+                    folded += self._fold(prefix)
+                    prefix = []
+            folded += self._fold(prefix) if prefix else 0
+            core.positions[PARTITION] = max(core.positions.get(PARTITION, -1), reader.base - 1)
 
         def replay_dead(before: int) -> bool:
             """Process the records before offset `before`: each must be a dead letter."""
@@ -706,7 +888,6 @@ class EmbeddedScheduler:
                         return False
             return True
 
-        pending = next(groups, None)
         while pending is not None:
             offset, lines = pending
             pending = next(groups, None)
@@ -752,10 +933,13 @@ class EmbeddedScheduler:
         if mismatch is not None and snapshot is not None:
             return None
         if mismatch is not None:
-            self._warn(
-                f"{mismatch}; folding {self.folder / JOURNAL_FILE} as recorded (decisions "
-                "after this restart may differ from a replay)"
-            )
+            # is it the inbox that changed (cut, replaced, edited), or the journal?
+            changed = self._inbox_differs()
+            if changed is None:
+                self._warn(
+                    f"{mismatch}; folding {self.folder / JOURNAL_FILE} as recorded (decisions "
+                    "after this restart may differ from a replay)"
+                )
             reader.close()
             self.core = core = SchedulerCore(self.cluster, None)
             folded = 0
@@ -770,7 +954,12 @@ class EmbeddedScheduler:
             core.positions[PARTITION] = max(
                 core.positions.get(PARTITION, -1), max(dead, default=-1)
             )
-            self.reader = reader = InboxReader(self.folder, core.positions[PARTITION] + 1)
+            if changed is not None:
+                self._rebase(changed)  # the journal's records stand; new requests follow
+                assert self.reader is not None
+                reader = self.reader
+            else:
+                self.reader = reader = InboxReader(self.folder, core.positions[PARTITION] + 1)
             repaired = 0
 
         core.wanted = self.config
@@ -786,6 +975,173 @@ class EmbeddedScheduler:
         covered = 0 if snapshot is None else snapshot["journal"].line
         return Recovery(folded=folded, resumed_at=resume, repaired=repaired, from_snapshot=covered)
 
+    def _inbox_differs(self) -> str | None:
+        """Why DIR/inbox.jsonl is not the inbox the journal and the DLQ were folded from,
+        or None when it is (a journal that does not re-derive from it was edited, or
+        written by other code). At every offset they record, from the inbox's base on,
+        the inbox must hold that request: the id an input or its rejection recorded, the
+        bytes of a dead letter."""
+        dead = []
+        for letter in read_dead_letters(self.folder):
+            offset = _inbox_offset(letter)
+            if offset is not None:
+                dead.append((offset, None, _digest(letter.get("value"))))
+        dead.sort(key=lambda item: item[0])
+
+        def journaled() -> Iterator[tuple[int, str | None, str | None]]:
+            for offset, lines in self._journal_groups():
+                if offset is not None:
+                    for line in lines:
+                        ref = _recorded_request(load_object(line))
+                        if ref is not None:
+                            yield offset, ref, None
+                            break
+
+        reader = InboxReader(self.folder)
+        last = -1
+        try:
+            for offset, ref, digest in heapq.merge(journaled(), dead, key=lambda item: item[0]):
+                if offset < reader.base or offset <= last:
+                    continue  # before the inbox's base; or twice (the journal's own problem)
+                last = offset
+                reader.skip_to(offset)
+                got = reader.read(1) if reader.offset == offset else []
+                if not got:
+                    return f"it ends at offset {reader.offset}; the journal records offset {offset}"
+                value = got[0].value
+                if ref is not None:
+                    keys = _request_keys(value)
+                    if keys is None or ref not in keys[0]:
+                        return (
+                            f"its request at offset {offset} is not {ref!r}, which the journal "
+                            "recorded there"
+                        )
+                elif _digest(value.decode("utf-8", "replace")) != digest:
+                    return (
+                        f"its request at offset {offset} is not the dead letter the DLQ "
+                        "recorded there"
+                    )
+        except FileChanged as why:
+            return f"it {why.reason}"
+        finally:
+            reader.close()
+        return None
+
+    def _rebase(self, why: str) -> None:
+        """Start DIR/inbox.jsonl again: it no longer holds what the journal was folded
+        from (`why`: cut back, replaced or edited by hand), so its line numbers are not
+        the offsets the journal records, and reading on from the recorded offset would
+        skip new requests (or read old ones as new).
+
+        The journal's records stand. Under the folder lock (no request is appended
+        meanwhile) the inbox is kept as `inbox.jsonl.replaced-<time>` and replaced by
+        one whose header gives the offset its first request has: one past the last
+        offset the journal or the DLQ records, so offsets never repeat. It carries the
+        requests of the old inbox that the journal and the DLQ do not hold (by request
+        id; a dead letter by its bytes), in their order: those sent after the cut.
+        Requests they hold are left out, so none is applied twice; one without a string
+        id can only be rejected, so it is carried. Replay is unchanged: it reads the
+        journal only."""
+        inbox = self.folder / INBOX_FILE
+        if self._snapshot_pid is not None:  # its inbox position is about to mean nothing
+            reaped(self._snapshot_pid, wait=True)
+            self._snapshot_pid = None
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        with folder_lock(self.folder):
+            old_base, header = inbox_header(inbox)
+            with LineReader(inbox, Mark(1, header, "") if header else None) as lines:
+                raw = [line for chunk in iter(lambda: lines.read(50_000), []) for line in chunk]
+            records: list[InboxRecord] = []
+            last_ts = 0.0
+            for n, line in enumerate(raw):
+                records.append(decode_request(line, n, last_ts))
+                last_ts = records[-1].timestamp
+            keys = [_request_keys(r.value) for r in records]
+            dead = [
+                _digest(r.value.decode("utf-8", "replace")) if k is None else None
+                for r, k in zip(records, keys, strict=True)
+            ]
+            refs, letters, top = self._recorded_in(
+                {key for k in keys if k is not None and k[1] for key in k[0]},
+                {d for d in dead if d is not None},
+            )
+            carried = [
+                r
+                for r, k, d in zip(records, keys, dead, strict=True)
+                if not (d in letters if k is None else k[1] and not refs.isdisjoint(k[0]))
+            ]
+            base = max(top, self.core.positions.get(PARTITION, -1), old_base - 1) + 1
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            aside = self.folder / f"{INBOX_FILE}.replaced-{stamp}"
+            n = 1
+            while aside.exists():
+                n += 1
+                aside = self.folder / f"{INBOX_FILE}.replaced-{stamp}-{n}"
+            head = {"inbox_base": base, "replaces": aside.name if inbox.exists() else None}
+            data = orjson.dumps(head) + b"\n"
+            data += b"".join(encode_request(r.value, r.timestamp) + b"\n" for r in carried)
+            tmp = self.folder / f"{INBOX_FILE}.tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if inbox.exists():  # kept whole (a crash before the swap leaves both)
+                    try:
+                        os.link(inbox, aside)
+                    except OSError:
+                        shutil.copyfile(inbox, aside)
+                os.replace(tmp, inbox)
+            except OSError as why_not:
+                raise EmbeddedError(
+                    f"cannot start {inbox} again: {why_not.strerror or why_not}"
+                ) from None
+            _fsync_dir(self.folder)
+        # it was taken at a position of the old inbox (a restart would ignore it)
+        (self.folder / SNAPSHOT_FILE).unlink(missing_ok=True)
+        self.core.positions[PARTITION] = base - 1
+        self.reader = InboxReader(self.folder)
+        kept = f"kept it as {aside.name}" if head["replaces"] else "it is gone"
+        self._warn(
+            f"{inbox} is not the inbox {JOURNAL_FILE} was folded from ({why}): cut, replaced "
+            f"or edited by hand; {kept}; the inbox starts again at offset {base} with the "
+            f"{len(carried)} requests of it the journal does not hold "
+            f"({len(records) - len(carried)} it holds are left out, not applied twice)"
+        )
+
+    def _recorded_in(self, wanted: set[str], letters: set[str]) -> tuple[set[str], set[str], int]:
+        """Of the request ids `wanted` and dead-letter digests `letters`, those the
+        journal and the DLQ hold, and the last inbox offset they record (-1: none)."""
+        refs: set[str] = set()
+        found: set[str] = set()
+        top = -1
+        for line in read_journal_lines(self.folder):
+            try:
+                raw = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(raw, dict):
+                continue
+            offset = _inbox_offset(raw)
+            if offset is not None and offset > top:
+                top = offset
+            ref = _recorded_request(raw)
+            if ref is not None and ref in wanted:
+                refs.add(ref)
+        for letter in read_dead_letters(self.folder):
+            offset = _inbox_offset(letter)
+            if offset is not None and offset > top:
+                top = offset
+            if letters and (digest := _digest(letter.get("value"))) in letters:
+                found.add(digest)
+        return refs, found, top
+
     def _fold(self, lines: list[bytes]) -> int:
         try:
             return self.core.fold_journal(lines)
@@ -798,7 +1154,12 @@ class EmbeddedScheduler:
     def step(self, limit: int | None = None) -> int:
         """Fold the next batch of inbox records; returns how many were read."""
         assert self.reader is not None, "call start() first"
-        records = self.reader.read(limit or self.batch)
+        try:
+            records = self.reader.read(limit or self.batch)
+        except FileChanged as why:  # cut, replaced or removed by hand while serving
+            self._rebase(f"it {why.reason} while serving")
+            assert self.reader is not None
+            records = self.reader.read(limit or self.batch)
         if not records:
             return 0
         out = BatchResult()

@@ -161,7 +161,11 @@ def journal_records(folder: Path) -> list[dict]:
 def assert_exactly_once(folder: Path) -> None:
     """Every inbox offset is in the journal (accepted input or rejection) or the DLQ,
     exactly once; no decision id repeats; the journal is in inbox order."""
-    inbox = len(read_inbox(folder))
+    reader = InboxReader(folder)  # offsets run on from the header's base, if any
+    while reader.read(10_000):
+        pass
+    inbox = reader.offset
+    reader.close()
     records = journal_records(folder)
     inputs: Counter[int] = Counter()
     offsets = []
@@ -854,3 +858,193 @@ def test_a_damaged_dead_letter_line_is_named(tmp_path: Path, line: bytes) -> Non
     (tmp_path / "dlq.jsonl").write_bytes(b'{"inbox": [0, 3], "error": "x"}\n' + line + b"\n")
     with pytest.raises(EmbeddedError, match=r"dlq\.jsonl: a line that is not a dead letter"):
         list(read_dead_letters(tmp_path))
+
+
+# ------------------------------------------------------------ an inbox cut by hand
+
+T0 = 1_767_225_600.0
+
+
+def unique_requests(n: int, seed: int, tag: str) -> list[bytes | dict]:
+    """`mixed_requests`, its garbage made unique to `tag` (bytes already dead-lettered
+    are told apart from new ones by their bytes only)."""
+    out = mixed_requests(n, seed)
+    return [
+        b"%s %d \xff" % (tag.encode(), i) if isinstance(r, bytes) else r for i, r in enumerate(out)
+    ]
+
+
+def request_counts(folder: Path) -> tuple[Counter[str], Counter[str]]:
+    """How often each request id is in the journal (as an input or a rejection's ref),
+    and each dead letter's bytes in the DLQ."""
+    ids: Counter[str] = Counter()
+    for r in journal_records(folder):
+        if r["type"] == "config.set" and r["actor"] == "allot":
+            continue
+        if r["type"] in INPUT_TYPES:
+            ids[r["id"]] += 1
+        elif r["type"].endswith(".rejected"):
+            ids[r["ref"]] += 1
+    return ids, Counter(d["value"] for d in read_dead_letters(folder))
+
+
+def assert_each_once(folder: Path, requests: list[bytes | dict]) -> None:
+    ids, dead = request_counts(folder)
+    for r in requests:
+        if isinstance(r, dict):
+            assert ids[r["id"]] == 1, f"request {r['id']} is in the journal {ids[r['id']]} times"
+        else:
+            value = r.decode("utf-8", "replace")
+            assert dead[value] == 1, f"{r!r} is in the DLQ {dead[value]} times"
+
+
+def _cut(data: bytes, how: str) -> bytes | None:
+    lines = data.splitlines(keepends=True)
+    half = len(lines) // 2
+    edited = next(i for i in range(half, len(lines)) if b"workload.submitted" in lines[i])
+    if how == "cut to zero":
+        return b""
+    if how == "cut mid-way":  # back to the first half of its lines
+        return b"".join(lines[:half])
+    if how == "cut mid-line":  # truncate -s: the last line left is torn
+        return data[: len(data) // 2 + 17]
+    if how == "head cut":  # the oldest half dropped (rotated away)
+        return b"".join(lines[half:])
+    if how == "line removed":
+        return b"".join(lines[:half] + lines[half + 1 :])
+    if how == "line edited":  # the same request (its id), other GPUs
+        wrapper = orjson.loads(lines[edited])
+        request = orjson.loads(wrapper["value"])
+        request["gpus"] *= 2  # journaled whether accepted or rejected
+        wrapper["value"] = orjson.dumps(request).decode()
+        return b"".join([*lines[:edited], orjson.dumps(wrapper) + b"\n", *lines[edited + 1 :]])
+    if how == "removed":
+        return None
+    raise AssertionError(how)
+
+
+CUTS = [
+    "cut to zero",
+    "cut mid-way",
+    "cut mid-line",
+    "head cut",
+    "line removed",
+    "line edited",
+    "removed",
+]
+
+
+@pytest.mark.parametrize("how", CUTS)
+def test_an_inbox_cut_by_hand_loses_and_repeats_nothing(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The inbox is cut back, rotated, edited or removed by hand while serve is down, and
+    requests are sent before and after the restart. Its line numbers no longer are the
+    offsets the journal records, so resuming after the last recorded offset skipped the
+    new requests (those at lines it took as done) or refused to start. Now every request
+    sent is in the journal (or the DLQ) once, none from before is applied again, and the
+    restart says what it found; a later restart re-derives the same journal."""
+    folder = tmp_path / "d"
+    old = setup_requests() + unique_requests(80, seed=30, tag="old")
+    for i in range(0, len(old), 10):
+        append_requests(folder, old[i : i + 10], ts=T0 + 60 * i)
+    run_to_end(folder, batch=7)
+    inbox = folder / INBOX_FILE
+    recorded = max(r["inbox"][1] for r in journal_records(folder))
+    cut = _cut(inbox.read_bytes(), how)
+    if cut is None:
+        inbox.unlink()
+    else:
+        inbox.write_bytes(cut)
+
+    before = unique_requests(30, seed=32, tag="before")  # sent while serve is down
+    for i in range(0, len(before), 10):
+        append_requests(folder, before[i : i + 10], ts=T0 + 9000 + 60 * i)
+    capsys.readouterr()
+    with EmbeddedScheduler(
+        folder, "default", None, batch=7, snapshot_every=EVERY_STEP, fork_snapshots=False
+    ) as s:
+        recovery = s.start()
+        err = capsys.readouterr().err
+        s.drain()
+        after = unique_requests(20, seed=33, tag="after")  # sent once it runs again
+        append_requests(folder, after, ts=T0 + 20_000)
+        s.drain()
+
+    if how == "line edited":  # the same requests at the same offsets: the journal stands
+        assert err.count("differ from a re-derivation; folding") == 1, err
+        assert not list(folder.glob(f"{INBOX_FILE}.replaced-*"))
+        assert recovery.resumed_at == recorded + 1
+    else:
+        assert err.count("warning") == 1, err
+        assert f"{inbox} is not the inbox journal.jsonl was folded from" in err
+        assert f"the inbox starts again at offset {recorded + 1} with the 30 requests" in err
+        assert recovery.resumed_at == recorded + 1
+        # the inbox as it was found is kept whole (after a torn last line was cut off by
+        # the next append; a removed one was made again by the requests sent)
+        (kept,) = folder.glob(f"{INBOX_FILE}.replaced-*")
+        whole = b"" if cut is None else cut[: cut.rfind(b"\n") + 1]
+        assert kept.read_bytes().startswith(whole)
+        assert kept.read_bytes().count(b"\n") == whole.count(b"\n") + len(before)
+        assert inbox.read_bytes().startswith(b'{"inbox_base":%d,' % (recorded + 1))
+    assert_each_once(folder, old + before + after)
+    assert_exactly_once(folder)
+
+    journal = (folder / JOURNAL_FILE).read_bytes()
+    for snapshot in (True, False):  # from the snapshot taken since, then from the start
+        if not snapshot:
+            (folder / SNAPSHOT_FILE).unlink()
+        capsys.readouterr()
+        with EmbeddedScheduler(folder, "default", None, batch=7, snapshot_every=None) as s:
+            again = s.start()  # re-derived from the new inbox: nothing to repair or warn of
+            assert s.drain() == 0
+        err = capsys.readouterr().err
+        assert (folder / JOURNAL_FILE).read_bytes() == journal
+        assert (again.from_snapshot > 0) == snapshot
+        if how != "line edited" or snapshot:
+            assert err == ""
+            assert again.from_snapshot + again.folded == journal.count(b"\n")
+            assert again.repaired == 0
+
+
+@pytest.mark.parametrize("how", ["truncated", "truncated, then outgrown", "replaced", "removed"])
+def test_an_inbox_cut_while_serving_loses_and_repeats_nothing(
+    tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Cut under a running scheduler: it read on from its old byte position, so requests
+    written since the cut were skipped (or read from mid-line as dead letters), and in a
+    file replaced by a rename it never saw another line. Now the reader notices and the
+    inbox starts again as at a restart."""
+    folder = tmp_path / "d"
+    old = setup_requests() + unique_requests(60, seed=30, tag="old")
+    append_requests(folder, old, ts=T0)
+    inbox = folder / INBOX_FILE
+    new = unique_requests(150, seed=43, tag="new")
+    with EmbeddedScheduler(folder, "default", None, batch=7, snapshot_every=None) as s:
+        s.start()
+        s.drain()
+        recorded = s.offset - 1
+        size = inbox.stat().st_size
+        capsys.readouterr()
+        if how.startswith("truncated"):
+            with inbox.open("r+b") as f:
+                f.truncate(0)
+        elif how == "replaced":  # an editor's save, `mv`: another file under the name
+            part = tmp_path / "part"
+            part.write_bytes(b"".join(inbox.read_bytes().splitlines(keepends=True)[:5]))
+            os.replace(part, inbox)
+        else:
+            inbox.unlink()
+        if how == "truncated":
+            assert s.step() == 0  # it looks before anything is sent
+        append_requests(folder, new[:75], ts=T0 + 9000)
+        append_requests(folder, new[75:], ts=T0 + 9100)
+        if how == "truncated, then outgrown":  # past where it stood before it looks
+            assert inbox.stat().st_size > size
+        s.drain()
+        err = capsys.readouterr().err
+        assert s.offset == recorded + 1 + len(new)
+    assert err.count("warning") == 1 and "while serving" in err, err
+    assert f"starts again at offset {recorded + 1} with the " in err
+    assert_each_once(folder, old + new)
+    assert_exactly_once(folder)
