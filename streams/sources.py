@@ -163,12 +163,15 @@ def _require_file(path: Path, what: str) -> None:
 
 def is_inbox_record(record: Any) -> bool:
     """Is `record` (a decoded line) an embedded inbox's request, `{"ts": ..., "value":
-    "<request text>"}` (`streams.embedded`), rather than a journal record?"""
+    "<request text>"}`, or the header `{"inbox_base": N}` of an inbox started again
+    (`streams.embedded`), rather than a journal record?"""
     return (
         isinstance(record, dict)
         and "type" not in record
-        and "ts" in record
-        and ("value" in record or "value_b64" in record)
+        and (
+            ("ts" in record and ("value" in record or "value_b64" in record))
+            or "inbox_base" in record
+        )
     )
 
 
