@@ -49,9 +49,10 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
        whole hosts (gang) — never on a headroom host unless it is short and small or
        unallocated, and on a reserved host only if it cannot delay the reservation.
     5. Preempt: otherwise, if it may preempt, free GPUs from eligible victims: on the
-       host (or hosts, for a gang) where that preempts the fewest charged GPUs, then the
-       fewest GPUs; on a host, unallocated work first, then resumable work (it is
-       requeued, not ended), then the lowest ranked, then the most recently started.
+       host (or hosts, for a gang) where that stops the fewest GPUs elsewhere (victims
+       running on other hosts too), then the fewest charged GPUs, then the fewest GPUs;
+       on a host, unallocated work first, then resumable work (it is requeued, not
+       ended), then the lowest ranked, then the most recently started.
     6. Reserve: each of the first MAX_RESERVATIONS allocated workloads that fit neither
        way reserves the hosts that free soonest for it (protection ends, declared
        runtimes); later work backfills them only if it cannot delay that start.
@@ -949,13 +950,14 @@ class Cycle:
             for victims in options:
                 if not self.reclaim_holds(w, [(c[1], c[3]) for c in victims]):
                     continue
-                held = charged = 0
+                held = charged = here = 0
                 for c in victims:
                     v = c[1]
                     held += v.held
+                    here += c[2]
                     if v.charged:
                         charged += v.held
-                cost = (charged, held, host.index)
+                cost = (held - here, charged, held, host.index)
                 if best is None or cost < best[0]:
                     best = (cost, host, victims)
         if best is None:
@@ -980,7 +982,9 @@ class Cycle:
                 continue  # some of it may not be preempted by `w`
             if not self.usable(host, w, allocated, short):
                 continue
-            options.append(((charged, held, host.index), host, victims.get(host.name, [])))
+            options.append(
+                ((held - gpus, charged, held, host.index), host, victims.get(host.name, []))
+            )
         options.sort(key=_first)
         chosen: list[tuple[Host, list[Any]]] = []
         picked: dict[str, tuple[Workload, str]] = {}

@@ -451,6 +451,19 @@ def test_a_short_job_takes_unallocated_filler_before_charged_work_on_another_hos
     assert set(c.placed("debug").hosts) == {"h7"}
 
 
+def test_a_job_does_not_end_a_gang_of_free_work_to_spare_one_charged_gpu() -> None:
+    # charged GPUs count before GPUs, but not before GPUs stopped on other hosts: the
+    # unallocated 64-GPU gang would leave 63 GPUs idle for a 1-GPU job
+    c = cluster(hosts=9, headroom_hosts=0).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("one", "lab/a", gpus=1, min_runtime="15m")
+    c.submit("seven", "lab/a", gpus=7, min_runtime="8h")
+    c.submit("filler", "lab/a", gpus=64, min_runtime=0, resumable=False)
+    assert set(c.placed("one").hosts) == {"h0"} and len(c.placed("filler").hosts) == 8
+    c.at("1h").submit("b1", "lab/b", gpus=1, min_runtime="1h")
+    preempted = [e.workload for e in c.last if e.type == "workload.preempted"]
+    assert preempted == ["one"]
+
+
 def test_no_fair_share_preemption_within_one_allocation() -> None:
     c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
     c.submit("old", "lab/a", gpus=8, min_runtime="15m")
