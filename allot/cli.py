@@ -585,6 +585,11 @@ def _replay(
                 f"{escape(result.difference)}",
                 soft_wrap=True,  # a journal line, whole: not folded at 80 columns
             )
+            err.print(
+                "(a journal is reproduced by the allot version that wrote it: one written "
+                "by another version, e.g. before fair-share ratios were read at bucket "
+                "edges (2026-11-30), or edited by hand, decides differently)"
+            )
             raise typer.Exit(1)
         console.print(
             f"[green]✓[/] {plural(result.decisions, 'decision')} in "

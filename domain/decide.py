@@ -131,8 +131,9 @@ def handle(state: State, event: Any) -> list[Any]:
 
 
 def next_wakeup(state: State) -> float | None:
-    """The next moment a decision could change with no new input: a protection end or a
-    window bucket leaving (ratios reorder), while work waits or hosts drain."""
+    """The next moment a decision could change with no new input, while work waits or
+    hosts drain: a protection end or, while work waits, the next usage bucket edge
+    (ratios are read anew there)."""
     if not state.pending_count and not state.cordoned:
         return None
     moments = []

@@ -598,13 +598,16 @@ def allocations_page(snap: Snapshot) -> str:
         )
     from domain.durations import format_duration
 
-    window = snap.view.state.config.window
+    state = snap.view.state
+    window = state.config.window
     out.append("<h2>Budget tree</h2>")
     out.append(
         f"<p class='hint'>Siblings in Fair-Tree order (lowest fair-share ratio first). "
         f"Share = product of weight / Σ sibling weights along the path; usage = charged "
-        f"GPU-hours in the {esc(format_duration(window))} window; ratio = usage / (share × capacity "
-        "× window).</p>"
+        f"GPU-hours in the {esc(format_duration(window))} window as of the last usage bucket "
+        f"edge, <b>{esc(_when(state.charged.last_edge(state.now), seconds=True))}</b> (ratios "
+        "are recomputed once per bucket, like Slurm's PriorityCalcPeriod); ratio = usage / "
+        "(share × capacity × window).</p>"
     )
     out.append(
         _table(

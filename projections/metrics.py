@@ -31,7 +31,8 @@ Per cluster (a journal may hold several; each gets its own fold):
   `allot acct`): completed / failed / lost (the launcher's report), cancelled,
   preempted (not requeued), node_fail (drained off an unhealthy host).
 - ``allot_fair_share_ratio{allocation}``: usage / (share × capacity × window) of every
-  node of the tree, as `decide` sees it (+Inf for a zero share).
+  node of the tree, as `decide` sees it: usage as of the last bucket edge (+Inf for a
+  zero share).
 - ``allot_delivered_ratio{allocation}``: min(1, Σ_h received_h / Σ_h owed_h) since the
   first record folded, with the counters ``allot_owed_gpu_seconds_total`` and
   ``allot_received_gpu_seconds_total`` behind it (so a dashboard can take any range:
@@ -414,7 +415,8 @@ class MetricsCollector(Collector):
         )
         fair = GaugeMetricFamily(
             "allot_fair_share_ratio",
-            "usage / (share x capacity x window) per allocation (tree node).",
+            "usage / (share x capacity x window) per allocation (tree node), usage as of "
+            "the last usage bucket edge (what the scheduler ranks on).",
             labels=[*c, "allocation"],
         )
         delivered = GaugeMetricFamily(

@@ -1157,7 +1157,12 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
     h = view.histories[wid]
     now = state.now
     text: list[str] = []
-    out: dict[str, Any] = {"workload": wid, "cluster": state.cluster, "now": iso(now)}
+    out: dict[str, Any] = {
+        "workload": wid,
+        "cluster": state.cluster,
+        "now": iso(now),
+        "ratios_as_of": iso(state.charged.last_edge(now)),  # what ranks and ratios read
+    }
     s = h.submitted
     if s is not None:
         contract = [

@@ -74,6 +74,26 @@ class _Diverged(Exception):
     pass
 
 
+# the usage bucket's default until fair-share ratios were read once per bucket (15 min now)
+_OLD_DEFAULT_BUCKET_S = 3600.0
+
+
+def old_bucket_note(recorded: SchedulerConfig, wanted: SchedulerConfig | None) -> str | None:
+    """A hint for a cluster whose journal keeps the old default bucket (1 h) while no
+    bucket was asked for now: ratios are read once per bucket since then, so they move
+    hourly there (new clusters: every 15 minutes). None otherwise."""
+    if recorded.bucket != _OLD_DEFAULT_BUCKET_S:
+        return None
+    if wanted is not None and "bucket" in wanted.model_fields_set:
+        return None
+    return (
+        "the journal's usage bucket is 1h (the default before fair-share ratios were read "
+        "once per bucket, at its edges): ratios here move hourly; --set bucket=15m (the "
+        "default now) lets them move every 15 minutes, --set bucket=1h keeps the hour "
+        "and silences this note"
+    )
+
+
 def _given_over(recorded: SchedulerConfig, wanted: SchedulerConfig) -> SchedulerConfig:
     """`recorded` with the keys `wanted` was given (all of them for a config that was
     parsed from a full record)."""

@@ -821,7 +821,11 @@ class EmbeddedScheduler:
                 and snapshot["journal"].holds(self.folder / JOURNAL_FILE)
             )
         except Exception as why:  # unreadable: it is only a shortcut
-            self._warn(f"ignoring {path} ({type(why).__name__}: {why})")
+            # (a snapshot of another allot version fails here, before its format is read)
+            self._warn(
+                f"ignoring {path}: unreadable, or written by another allot version "
+                f"({type(why).__name__}: {why}); rebuilding from the journal"
+            )
             return None
         if not fits:
             self._warn(f"ignoring {path}: it does not fit this folder's inbox and journal")
@@ -924,7 +928,10 @@ class EmbeddedScheduler:
                 folded += len(lines)
                 repaired = len(missing)
                 continue
-            mismatch = f"the records of inbox offset {offset} differ from a re-derivation"
+            mismatch = (
+                f"the records of inbox offset {offset} differ from a re-derivation (a "
+                "journal written by another allot version, or edited)"
+            )
             break
 
         if mismatch is None and dead:

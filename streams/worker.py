@@ -92,7 +92,7 @@ from domain.config import SchedulerConfig
 from domain.text import printable
 from streams import topics as names
 from streams.broker_watch import BrokerWatch
-from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore
+from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore, old_bucket_note
 from streams.kafka_auth import KafkaAuthError, client_options
 from streams.log_repeats import quiet_repeats
 from streams.offloop import start_blobs
@@ -902,10 +902,14 @@ class Worker:
             count += core.fold_journal(lines)
             if core.diverged:
                 log.error(
-                    "cluster %s: the journal does not re-derive under this code; "
-                    "folded it as facts (decide's caches restart cold)",
+                    "cluster %s: the journal does not re-derive under this code (written "
+                    "by another allot version, or edited); folded it as facts (decide's "
+                    "caches restart cold)",
                     cluster,
                 )
+            note = old_bucket_note(core.state.config, core.wanted)
+            if note is not None:
+                log.warning("cluster %s: %s", cluster, note)
         self.stats.recovered_records = count
 
     async def _read_dead_letters(self, parts: list[int]) -> None:

@@ -396,6 +396,11 @@ def _serve_embedded(
             f"{from_snapshot}{repaired}"
             + ("" if once else f"; ticking every {tick_s:g} s" if tick_s else "; no ticker")
         )
+        from streams.core import old_bucket_note
+
+        note = old_bucket_note(scheduler.core.state.config, config)
+        if note is not None:
+            typer.echo(f"allot serve: note: {note}", err=True)
         if once:
             scheduler.drain()
         else:

@@ -167,6 +167,12 @@ def print_rows(
         typer.echo("\n".join(out))
 
 
+def _as_of(moment: str, now: str) -> str:
+    """`moment` (an ISO time) as short as it reads unambiguously beside `now`: the time of
+    day on the same date, the whole of it otherwise."""
+    return moment[11:] if moment[:10] == now[:10] else moment
+
+
 def _ratio(value: float | None) -> str:
     """A fair-share ratio: four decimals, or two significant digits below 0.001, where
     four decimals would print 0.0000 for ratios that rank differently (a young cluster)."""
@@ -515,6 +521,8 @@ def register(app: typer.Typer) -> None:
                     "now": iso(view.now),
                     "time": view.now,
                     "policy": view.state.ordering.name,
+                    # RATIO and RANK: the usage window as of the last bucket edge
+                    "ratios_as_of": iso(view.state.charged.last_edge(view.now)),
                 }
                 if fc is not None:
                     from projections.forecast import header
@@ -800,7 +808,8 @@ def register(app: typer.Typer) -> None:
             title = (
                 f"cluster {header['cluster']} · as of {header['now']} UTC · window "
                 f"{format_duration(header['window_s'])}, usage and ratios as of "
-                f"{header['ratios_as_of'][11:16]} · {header['healthy_capacity']} of "
+                f"{_as_of(header['ratios_as_of'], header['now'])} · "
+                f"{header['healthy_capacity']} of "
                 f"{header['capacity']} GPUs healthy · policy {header['policy']}"
             )
             table = _table()

@@ -802,6 +802,31 @@ def test_a_headroom_above_one_host_in_eight_is_said(tmp_path: Path) -> None:
     assert default.returncode == 0 and "headroom" not in default.stderr
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "noted"),
+    [
+        (["--set", "bucket=1h"], [], True),  # a journal from before: 1 h recorded
+        (["--set", "bucket=1h"], ["--set", "bucket=1h"], False),  # asked for: kept
+        (["--set", "bucket=1h"], ["--set", "bucket=15m"], False),
+        ([], [], False),  # a new cluster: 15 minutes
+    ],
+    ids=["old-default-kept", "hour-asked-for", "moved-to-15m", "new-cluster"],
+)
+def test_serve_notes_a_journal_still_on_the_old_hourly_bucket(
+    tmp_path: Path, first: list[str], then: list[str], noted: bool
+) -> None:
+    data = str(tmp_path / "lab")
+    assert allot("host", "register", "h1", "8", "--data", data).returncode == 0
+    once = ["serve", "--data", data, "--once", "--tick", "0"]
+    started = allot(*once, *first)
+    assert started.returncode == 0 and "note:" not in started.stderr, started.stderr
+    again = allot(*once, *then)
+    assert again.returncode == 0, again.stderr
+    assert ("allot serve: note: the journal's usage bucket is 1h" in again.stderr) == noted
+    if noted:
+        assert "--set bucket=15m" in again.stderr
+
+
 def test_allot_data_stands_for_data_when_no_source_is_named(tmp_path: Path) -> None:
     """As $ALLOT_KAFKA for --kafka: one export instead of --data on every command."""
     data = tmp_path / "lab"

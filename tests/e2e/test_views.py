@@ -394,6 +394,23 @@ def test_an_inbox_read_as_a_journal_says_so(
     )
 
 
+def test_every_view_says_what_moment_its_ratios_are_as_of(
+    journal: Path, records: list[dict[str, Any]], folded: v.JournalView
+) -> None:
+    """Ratios and ranks are read as of the last usage bucket edge: shares, queue and why
+    name that moment alike, and it is an edge at or before the journal's latest time."""
+    state = folded.require()
+    edge = state.charged.last_edge(state.now)
+    assert edge <= state.now and edge % state.config.bucket == 0
+    wid = next(r["workload"] for r in records if r["type"] == "workload.submitted")
+    said = set()
+    for args in (["shares"], ["queue"], ["why", wid]):
+        shown = allot(*args, "--json", "--journal", str(journal))
+        assert shown.returncode == 0, shown.stderr
+        said.add(orjson.loads(shown.stdout)["ratios_as_of"])
+    assert said == {v.iso(edge)}
+
+
 # ------------------------------------------------------------------ shares
 
 
