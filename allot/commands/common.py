@@ -117,6 +117,12 @@ def resolve_target(
             )
         return Target(journal=journal)
     if data is not None:
+        if data.is_file():  # e.g. --data DIR/inbox.jsonl or DIR/journal.jsonl
+            hint = "; read a journal file with --journal" if not writable else ""
+            raise TargetError(
+                f"--data {data}: a file; --data wants the embedded scheduler's folder "
+                f"(--data {data.parent}){hint}"
+            )
         return Target(data=data)
     if kafka:
         from streams.bootstrap import BootstrapError, parse_bootstrap

@@ -411,6 +411,28 @@ def test_every_view_says_what_moment_its_ratios_are_as_of(
     assert said == {v.iso(edge)}
 
 
+@pytest.mark.parametrize(
+    ("command", "hint"),
+    [
+        (["queue"], "read a journal file with --journal"),
+        (["submit", "-A", "lab/a", "-G", "1", "--min-runtime", "15m"], None),
+        (["cancel", "01M8PAAAXSY5ADR5W57JR0MR4Z"], None),
+    ],
+    ids=["read", "submit", "cancel"],
+)
+def test_data_naming_a_file_of_the_folder_points_at_the_folder(
+    tmp_path: Path, command: list[str], hint: str | None
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "inbox.jsonl").write_bytes(b"")
+    inbox = data / "inbox.jsonl"
+    shown = allot(*command, "--data", str(inbox))
+    one_line_error(shown, f"--data {inbox}: a file", f"(--data {data})")
+    assert (hint in shown.stderr) if hint else "--journal" not in shown.stderr
+    assert inbox.read_bytes() == b""  # nothing was sent
+
+
 # ------------------------------------------------------------------ shares
 
 
