@@ -907,10 +907,12 @@ class Worker:
                     "caches restart cold)",
                     cluster,
                 )
-            note = old_bucket_note(core.state.config, core.wanted)
-            if note is not None:
-                log.warning("cluster %s: %s", cluster, note)
         self.stats.recovered_records = count
+        for cluster, core in self.cores.items():  # from a snapshot round, a tail, or both
+            if self.home(cluster) in wanted:
+                note = old_bucket_note(core.state.config, core.wanted)
+                if note is not None:
+                    log.warning("cluster %s: %s", cluster, note)
 
     async def _read_dead_letters(self, parts: list[int]) -> None:
         async for _, records in self._read_to_end(self.topics.dlq):

@@ -672,6 +672,48 @@ async def test_a_snapshot_of_an_older_format_is_ignored_and_the_journal_rebuilds
     ]  # fmt: skip
 
 
+async def test_a_worker_on_a_journal_of_the_old_hourly_bucket_says_so(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A journal started before ratios were read per bucket keeps its recorded 1 h bucket:
+    a restarted worker notes it, from its snapshot round as from the journal, unless a
+    bucket is asked for."""
+    name = suffix()
+    topics = Topics.suffixed(name)
+    await create_topics(kafka_bootstrap, topics=topics)
+    cluster = f"b{name}"
+    logs = [tmp_path / f"worker{i}.log" for i in range(3)]
+    note = "the journal's usage bucket is 1h"
+
+    async def run_once(log: Path, wid: str, *extra: str) -> None:
+        proc = spawn_worker(kafka_bootstrap, name, log, *extra)
+        try:
+            await inbox.send(
+                cluster, "workload.submitted", actor="u", workload=wid,
+                allocation="lab/a", gpus=1, min_runtime=60,
+            )  # fmt: skip
+            await journal.wait_for(first("workload.placed", workload=wid), WAIT_S)
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(proc.wait, WAIT_S) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    async with (
+        Inbox(kafka_bootstrap, topics.inbox) as inbox,
+        JournalReader(kafka_bootstrap, topics.journal) as journal,
+    ):
+        await inbox.setup(cluster)
+        await run_once(logs[0], "w0", "--set", "bucket=1h")  # records 1 h
+        await run_once(logs[1], "w1")
+        await run_once(logs[2], "w2", "--set", "bucket=1h")
+    texts = [log.read_text(errors="replace") for log in logs]
+    assert note not in texts[0], texts[0][-3000:]
+    assert f"cluster {cluster}: {note}" in texts[1], texts[1][-3000:]
+    assert note not in texts[2], texts[2][-3000:]
+
+
 def test_a_suffixed_deployment_has_a_consumer_group_of_its_own() -> None:
     """Two deployments on one broker (ALLOT_TOPIC_SUFFIX) with the same --group used to
     share the group, so each one's workers rebalanced the other's."""
