@@ -381,6 +381,18 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert (cluster / "inbox.jsonl").read_bytes() == inbox  # still nothing sent
 
 
+def _submit_tagged(
+    tmp_path: Path, tags: list[str]
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`allot submit` with one --tag per item of `tags` into a new folder."""
+    data = tmp_path / "data"
+    data.mkdir()
+    flags = [a for t in tags for a in ("--tag", t)]
+    return data, allot(
+        "submit", "-A", "lab", "-G", "1", "--min-runtime", "0", *flags, "--data", str(data)
+    )
+
+
 @pytest.mark.parametrize(
     ("tags", "sent"),
     [
@@ -395,12 +407,7 @@ def test_tags_split_on_commas_as_slurm_lists_do(
     tmp_path: Path, tags: list[str], sent: list[str]
 ) -> None:
     """`--tag a,b` had sent one tag 'a,b', which every view shows as two (a,b)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    flags = [a for t in tags for a in ("--tag", t)]
-    result = allot(
-        "submit", "-A", "lab", "-G", "1", "--min-runtime", "0", *flags, "--data", str(data)
-    )
+    data, result = _submit_tagged(tmp_path, tags)
     assert result.returncode == 0, result.stderr
     (line,) = (data / "inbox.jsonl").read_bytes().splitlines()
     assert orjson.loads(orjson.loads(line)["value"])["tags"] == sent
@@ -420,12 +427,7 @@ def test_tags_split_on_commas_as_slurm_lists_do(
 def test_bad_tag_lists_are_one_line_and_send_nothing(
     tmp_path: Path, tags: list[str], says: str
 ) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    flags = [a for t in tags for a in ("--tag", t)]
-    result = allot(
-        "submit", "-A", "lab", "-G", "1", "--min-runtime", "0", *flags, "--data", str(data)
-    )
+    data, result = _submit_tagged(tmp_path, tags)
     assert one_line_error(result).startswith(says)
     assert not (data / "inbox.jsonl").exists()
 
@@ -879,19 +881,24 @@ def test_a_job_array_is_submitted_and_partly_cancelled(cluster: Path) -> None:
     assert lines[0].rsplit("_", 1)[0] == lines[1].rsplit("_", 1)[0]
 
 
+def one_4_gpu_host_for_lab_x(data: Path) -> None:
+    """Host h1 (4 GPUs) and allocation lab/x, set up through a running `serve(data)`."""
+    for args in [
+        ("host", "register", "h1", "4"),
+        ("budget", "set", "lab", "1"),
+        ("budget", "set", "lab/x", "1"),
+    ]:
+        assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
+    wait_for(data, lambda r: r.get("allocation") == "lab/x")
+
+
 def test_cancelling_a_job_array_starts_none_of_its_waiting_tasks(tmp_path: Path) -> None:
     """scancel of an array: 4 tasks run on the one 4-GPU host, 8 wait. Cancels sent in
     index order would free a GPU for the next waiting task just before its own cancel."""
     data = tmp_path / "data"
     server = serve(data)
     try:
-        for args in [
-            ("host", "register", "h1", "4"),
-            ("budget", "set", "lab", "1"),
-            ("budget", "set", "lab/x", "1"),
-        ]:
-            assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
-        wait_for(data, lambda r: r.get("allocation") == "lab/x")
+        one_4_gpu_host_for_lab_x(data)
         result = allot(
             "submit", "--data", str(data), "-A", "lab/x", "-G", "1", "--min-runtime", "1h",
             "--array", "0-11", "--parsable", "--as", ADMIN,
@@ -923,13 +930,7 @@ def test_cancelling_a_list_with_running_work_last_starts_none_of_the_waiting(
     data = tmp_path / "data"
     server = serve(data)
     try:
-        for args in [
-            ("host", "register", "h1", "4"),
-            ("budget", "set", "lab", "1"),
-            ("budget", "set", "lab/x", "1"),
-        ]:
-            assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
-        wait_for(data, lambda r: r.get("allocation") == "lab/x")
+        one_4_gpu_host_for_lab_x(data)
         ids = []
         for _ in range(3):
             result = allot(
