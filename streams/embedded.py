@@ -161,11 +161,13 @@ def _complete_size(fd: int, size: int) -> int:
     return 0
 
 
-def _append(path: Path, data: bytes) -> None:
+def _append(path: Path, data: bytes, tries: int = 3) -> None:
     """Append whole lines (call with the folder lock held): a torn tail left by a crash
     is cut off first, then the data is written, flushed and fsynced. All or nothing: a
     write that fails (a full disk) is cut off again, so no part of a batch (the first
-    94 tasks of a refused 200-task array) is left to be read as accepted."""
+    94 tasks of a refused 200-task array) is left to be read as accepted. A file renamed
+    away by hand while it was written is written again at the path (a request there
+    twice is one: the scheduler drops a resend by its id)."""
     if not data:
         return
     created = not path.exists()
@@ -190,10 +192,22 @@ def _append(path: Path, data: bytes) -> None:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, whole)
         raise EmbeddedError(f"cannot write {path}: {why.strerror or why}") from None
+    else:
+        written_to = os.fstat(fd)
     finally:
         os.close(fd)
     if created:
         _fsync_dir(path.parent)
+    try:
+        now_at = path.stat()
+    except FileNotFoundError:
+        now_at = None
+    moved = now_at is None or (now_at.st_dev, now_at.st_ino) != (
+        written_to.st_dev,
+        written_to.st_ino,
+    )
+    if moved and tries > 1:
+        _append(path, data, tries - 1)
 
 
 # ------------------------------------------------------------------ records
@@ -391,6 +405,25 @@ class LineReader:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def moved_away_lines(self) -> list[bytes]:
+        """The complete lines not read yet of the file this reader has open, when the
+        path no longer names that file (renamed or removed under it): requests written
+        there before, or while, it was moved. [] while the path still names it."""
+        f = self._file
+        if f is None:
+            return []
+        st_open = os.fstat(f.fileno())
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            st = None
+        if st is not None and (st.st_dev, st.st_ino) == (st_open.st_dev, st_open.st_ino):
+            return []
+        f.seek(self.pos)
+        data = f.read()
+        end = data.rfind(b"\n")
+        return data[:end].split(b"\n") if end >= 0 else []
 
     def read(self, limit: int | None = None) -> list[bytes]:
         """The next complete lines (at most `limit`), without their newlines."""
@@ -723,6 +756,8 @@ class EmbeddedScheduler:
     def start(self) -> Recovery:
         """Take the serve lock and rebuild the state (see `_recover`)."""
         self._take_serve_lock()
+        # a re-base that died before its swap (only a serve, holding that lock, writes it)
+        (self.folder / f"{INBOX_FILE}.tmp").unlink(missing_ok=True)
         try:
             for attempt in range(3):
                 try:
@@ -1053,13 +1088,18 @@ class EmbeddedScheduler:
         if self._snapshot_pid is not None:  # its inbox position is about to mean nothing
             reaped(self._snapshot_pid, wait=True)
             self._snapshot_pid = None
-        if self.reader is not None:
-            self.reader.close()
-            self.reader = None
         with folder_lock(self.folder):
+            # an inbox renamed away under the running reader: what it had not read yet
+            # (a request a submit wrote while the file was moved, too) comes first
+            moved: list[bytes] = []
+            if self.reader is not None:
+                moved = self.reader.lines.moved_away_lines()
+                self.reader.close()
+                self.reader = None
             old_base, header = inbox_header(inbox)
             with LineReader(inbox, Mark(1, header, "") if header else None) as lines:
                 raw = [line for chunk in iter(lambda: lines.read(50_000), []) for line in chunk]
+            raw = moved + raw
             records: list[InboxRecord] = []
             last_ts = 0.0
             for n, line in enumerate(raw):
@@ -1119,7 +1159,8 @@ class EmbeddedScheduler:
             f"{inbox} is not the inbox {JOURNAL_FILE} was folded from ({why}): cut, replaced "
             f"or edited by hand; {kept}; the inbox starts again at offset {base} with the "
             f"{len(carried)} requests of it the journal does not hold "
-            f"({len(records) - len(carried)} it holds are left out, not applied twice)"
+            f"({len(records) - len(carried)} it holds are left out, not applied twice; "
+            "any without an id are carried, to be rejected again)"
         )
 
     def _recorded_in(self, wanted: set[str], letters: set[str]) -> tuple[set[str], set[str], int]:

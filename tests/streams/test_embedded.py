@@ -1058,3 +1058,63 @@ def test_an_inbox_cut_while_serving_loses_and_repeats_nothing(
     assert f"starts again at offset {recorded + 1} with the " in err
     assert_each_once(folder, old + new)
     assert_exactly_once(folder)
+
+
+def test_a_request_written_to_an_inbox_renamed_away_while_serving_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mv inbox.jsonl rotated` under a running scheduler, while a submit that had opened
+    the file was writing: its request lands in the moved file after the reader found the
+    name gone, and the re-base read only the path, so it was never decided. The re-base
+    now reads first what the moved file, still open, holds beyond the reader."""
+    from streams.embedded import FileChanged, _append, encode_request
+
+    folder = tmp_path / "d"
+    old = setup_requests() + unique_requests(40, seed=31, tag="old")
+    append_requests(folder, old, ts=T0)
+    inbox = folder / INBOX_FILE
+    late = unique_requests(3, seed=44, tag="late")
+    new = unique_requests(30, seed=45, tag="new")
+    with EmbeddedScheduler(folder, "default", None, batch=7, snapshot_every=None) as s:
+        s.start()
+        s.drain()
+        rotated = tmp_path / "rotated"
+        os.replace(inbox, rotated)
+        with pytest.raises(FileChanged):  # the reader sees the name gone ...
+            s.reader.read()
+        # ... then the submit that had the file open writes, and the re-base follows
+        _append(rotated, b"".join(encode_request(v, T0 + 8000) + b"\n" for v in late))
+        s._rebase("replaced while serving")
+        append_requests(folder, new, ts=T0 + 9000)
+        s.drain()
+        err = capsys.readouterr().err
+    assert err.count("warning") == 1, err
+    assert f"with the {len(late)} requests of it" in err
+    assert_each_once(folder, old + late + new)
+    assert_exactly_once(folder)
+
+
+def test_a_request_written_to_an_inbox_renamed_away_meanwhile_is_written_again(
+    tmp_path: Path,
+) -> None:
+    """The file a submit has open is moved before its write: the request went only to
+    the moved file, where no scheduler at rest looks. It is written again at the path."""
+    from streams.embedded import _append
+
+    path = tmp_path / "inbox.jsonl"
+    path.write_bytes(b"first\n")
+    moved = tmp_path / "rotated"
+    real_fsync = os.fsync
+
+    def move_then_sync(fd: int) -> None:  # the operator's `mv` lands mid-append
+        if path.exists() and not moved.exists():
+            os.replace(path, moved)
+        real_fsync(fd)
+
+    os.fsync = move_then_sync  # type: ignore[assignment]
+    try:
+        _append(path, b"second\n")
+    finally:
+        os.fsync = real_fsync  # type: ignore[assignment]
+    assert moved.read_bytes() == b"first\nsecond\n"
+    assert path.read_bytes() == b"second\n"
