@@ -76,7 +76,8 @@ def rollup(
     """The budget tree rolled up across clusters: one number for the whole lab.
 
     For every allocation (leaves and every ancestor) and for the lab as a whole, over
-    the range (default: the usage window ending at the latest record): CHARGED GPU-hours
+    the range (default: the usage window ending at the latest record, not at the last
+    usage bucket edge as `allot shares` counts it for ratios): CHARGED GPU-hours
     (allocated time; = received), OWED GPU-hours (per cluster and hour min(share x
     healthy capacity, demand), summed), DELIVERED and DEMAND GPU-hours (pending + running
     allocated work). Every GPU-hour column is a sum over clusters and over children;
