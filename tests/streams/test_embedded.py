@@ -1095,7 +1095,7 @@ def test_a_request_written_to_an_inbox_renamed_away_while_serving_is_kept(
 
 
 def test_a_request_written_to_an_inbox_renamed_away_meanwhile_is_written_again(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The file a submit has open is moved before its write: the request went only to
     the moved file, where no scheduler at rest looks. It is written again at the path."""
@@ -1111,10 +1111,7 @@ def test_a_request_written_to_an_inbox_renamed_away_meanwhile_is_written_again(
             os.replace(path, moved)
         real_fsync(fd)
 
-    os.fsync = move_then_sync  # type: ignore[assignment]
-    try:
-        _append(path, b"second\n")
-    finally:
-        os.fsync = real_fsync  # type: ignore[assignment]
+    monkeypatch.setattr(os, "fsync", move_then_sync)
+    _append(path, b"second\n")
     assert moved.read_bytes() == b"first\nsecond\n"
     assert path.read_bytes() == b"second\n"
