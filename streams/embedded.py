@@ -198,15 +198,7 @@ def _append(path: Path, data: bytes, tries: int = 3) -> None:
         os.close(fd)
     if created:
         _fsync_dir(path.parent)
-    try:
-        now_at = path.stat()
-    except FileNotFoundError:
-        now_at = None
-    moved = now_at is None or (now_at.st_dev, now_at.st_ino) != (
-        written_to.st_dev,
-        written_to.st_ino,
-    )
-    if moved and tries > 1:
+    if tries > 1 and not _names(path, (written_to.st_dev, written_to.st_ino)):
         _append(path, data, tries - 1)
 
 
@@ -321,6 +313,16 @@ class Mark:
             return False
 
 
+def _names(path: Path, dev_ino: tuple[int, int]) -> bool:
+    """Does `path` still name the file with this (device, inode)? (Not once renamed away,
+    replaced or removed.)"""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == dev_ino
+
+
 def _bytes_at(path: Path, start: int, end: int) -> bytes:
     try:
         with path.open("rb") as f:
@@ -391,11 +393,7 @@ class LineReader:
 
     def _check_same_file(self) -> None:
         """(guard) The path still names the file being read."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            st = None
-        if st is None or (st.st_dev, st.st_ino) != self._id:
+        if self._id is None or not _names(self.path, self._id):
             raise FileChanged(
                 self.path,
                 f"was replaced or removed after {self.line} lines were read from it",
@@ -413,12 +411,8 @@ class LineReader:
         f = self._file
         if f is None:
             return []
-        st_open = os.fstat(f.fileno())
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            st = None
-        if st is not None and (st.st_dev, st.st_ino) == (st_open.st_dev, st_open.st_ino):
+        st = os.fstat(f.fileno())
+        if _names(self.path, (st.st_dev, st.st_ino)):
             return []
         f.seek(self.pos)
         data = f.read()
