@@ -9,6 +9,7 @@ import os
 import pickle
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,19 @@ class _SlowToPickle:
         return (int, (0,))
 
 
+def _soon(attempt: Callable[[], object], refused: type[Exception], held: str) -> None:
+    """`attempt()` succeeds within 4 s: the child closes its inherited copy as it starts
+    (without the fix, only once it is done, seconds later)."""
+    deadline = time.monotonic() + 4.0
+    while True:
+        try:
+            attempt()
+            return
+        except refused:
+            assert time.monotonic() < deadline, held
+            time.sleep(0.02)
+
+
 def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None:
     """`allot serve --data` holds a flock on its folder; a snapshot child forked while
     it runs must not hold it on after the parent died (kill -9), or the restart is
@@ -106,14 +120,11 @@ def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None
         os.close(held)  # the parent is gone
         again = os.open(lock, os.O_RDWR)
         try:
-            deadline = time.monotonic() + 4.0  # the child closes its copy as it starts
-            while True:
-                try:
-                    fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:  # until the child is done, without the fix
-                    assert time.monotonic() < deadline, "the snapshot child holds the lock"
-                    time.sleep(0.02)
+            _soon(
+                lambda: fcntl.flock(again, fcntl.LOCK_EX | fcntl.LOCK_NB),
+                BlockingIOError,
+                "the snapshot child holds the lock",
+            )
             assert reaped(pid) is None  # while the child still writes
         finally:
             os.close(again)
@@ -137,14 +148,11 @@ def test_a_snapshot_child_does_not_keep_its_parents_listening_port(tmp_path: Pat
         server.close()  # the parent is gone
         again = socket.socket()
         try:
-            deadline = time.monotonic() + 4.0  # the child closes its copy as it starts
-            while True:
-                try:
-                    again.bind(("127.0.0.1", port))
-                    break
-                except OSError:  # until the child is done, without the fix
-                    assert time.monotonic() < deadline, "the snapshot child holds the port"
-                    time.sleep(0.02)
+            _soon(
+                lambda: again.bind(("127.0.0.1", port)),
+                OSError,
+                "the snapshot child holds the port",
+            )
             assert reaped(pid) is None  # while the child still writes
         finally:
             again.close()
