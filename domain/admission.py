@@ -70,7 +70,20 @@ def admit(state: State, event: Any) -> Any:
             host=_clipped(getattr(event, "host", None)),
             gpus=_copied_gpus(getattr(event, "gpus", None)),
         )
+    if event.type == "workload.finished":
+        return _stamp_finished(state, event, now)
     return event if event.time == now else event.model_copy(update={"time": now})
+
+
+def _stamp_finished(state: State, event: ev.WorkloadFinished, now: float) -> ev.WorkloadFinished:
+    """The accepted report with the scheduler's `requeued`: resumable work whose node was
+    lost waits again (with its submit time, as after a preemption; Slurm requeues on a
+    node failure too); a sender's own `requeued` is not taken."""
+    lost = event.outcome == "lost" and state.workloads[event.workload].resumable
+    requeued = True if lost else None  # None: not written, as before the field existed
+    if event.time == now and event.requeued is requeued:
+        return event
+    return event.model_copy(update={"time": now, "requeued": requeued})
 
 
 def _some(names: Sequence[str], shown: int = 5) -> str:

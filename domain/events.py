@@ -121,9 +121,19 @@ class WorkloadReleased(Envelope):
 
 
 class WorkloadFinished(Envelope):
+    """The launcher's report that an attempt ended.
+
+    A `lost` attempt (its node died) of resumable work is requeued, like a preemption:
+    the scheduler sets `requeued` when it accepts the report (whatever the sender put
+    there). Absent, as in every record written before it existed, the report ended the
+    workload: a field added without changing what v1 records mean, so they stay v1 and
+    journals written before re-derive byte for byte."""
+
     type: Literal["workload.finished"] = "workload.finished"
     workload: str
     outcome: Literal["completed", "failed", "lost"] = "completed"
+    # True, or None (a sender's value is not taken, so never refused either)
+    requeued: Annotated[bool | None, BeforeValidator(lambda v: True if v is True else None)] = None
     # lax, unlike the other counts: the previous release took "1" as attempt 1, and its
     # inboxes must re-derive as journaled (bounded as they are: nothing past 64 bits)
     attempt: Annotated[int, Field(ge=-(2**63), le=2**63 - 1)] | None = None

@@ -139,12 +139,6 @@ def _inert_cancel(state: State, w: Workload) -> bool:
     return not queue or head(queue)[1] != w.id
 
 
-def _finished(state: State, e: ev.WorkloadFinished) -> None:
-    w = state.workloads.get(e.workload)
-    if w is not None and w.state == RUNNING:
-        _end(state, w)
-
-
 def _placed(state: State, e: ev.WorkloadPlaced) -> None:
     w = state.workloads.get(e.workload)
     if w is None:
@@ -180,11 +174,21 @@ def _placed(state: State, e: ev.WorkloadPlaced) -> None:
 
 
 def _preempted(state: State, e: ev.WorkloadPreempted) -> None:
-    w = state.workloads.get(e.workload)
+    _stopped(state, e.workload, e.requeued, e.time)
+
+
+def _finished(state: State, e: ev.WorkloadFinished) -> None:
+    # requeued: a lost attempt of resumable work (admission decided)
+    _stopped(state, e.workload, e.requeued, e.time)
+
+
+def _stopped(state: State, workload: str, requeued: bool, now: float) -> None:
+    """A running attempt ended: the workload waits again (requeued) or is done."""
+    w = state.workloads.get(workload)
     if w is None or w.state != RUNNING:
         return
-    if e.requeued:
-        _release(state, w, e.time)
+    if requeued:
+        _release(state, w, now)
         state.enqueue(w)
     else:
         _end(state, w)

@@ -27,7 +27,8 @@ from projections.views import (
 
 # sacct's names where they mean the same; PREEMPTED is a workload ended by preemption
 # (not resumable), NODE_FAIL one ended because its host was drained as unhealthy; a
-# requeued one is PENDING or RUNNING again
+# requeued one (preempted, or lost with its node, and resumable) is PENDING or RUNNING
+# again
 STATES = (
     "PENDING",
     "RUNNING",
@@ -79,6 +80,7 @@ def _runs(h: History, now: float, running: bool) -> list[tuple[float, float, int
     """Its run intervals over all attempts (the current one up to `now`), each with the
     GPUs it held (its hosts' GPUs: whole hosts for a gang, as it is charged)."""
     stops = {q.attempt: q.time for q in h.preemptions}
+    stops.update((lost.attempt, lost.time) for lost in h.lost)
     out = []
     for i, p in enumerate(h.placements):
         stop = stops.get(p.attempt)
@@ -203,7 +205,7 @@ def _states_during(
         out.add("RUNNING")
     # pending from submission, and from each requeue, to the next start (or its end)
     starts = sorted(a for a, _, _ in runs)
-    waits_from = [submitted] + [q.time for q in h.preemptions if q.requeued]
+    waits_from = [submitted, *_requeue_times(h)]
     last = now if ended is None else ended
     for t in waits_from:
         until = next((a for a in starts if a >= t), last)
@@ -226,10 +228,16 @@ def _reason(h: History, state: str) -> str:
             return f"drain (host {q.explain.get('host')} unhealthy)"
         return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
     said = ended_detail(h.ended or {})  # the launcher's exit status and reason
-    if h.preemptions and state == "COMPLETED":  # live work takes `allot queue`'s reason
-        n = sum(1 for q in h.preemptions if q.requeued)
-        return ", ".join(filter(None, [said, f"requeued {n}x" if n else ""]))
+    if state == "COMPLETED":  # live work takes `allot queue`'s reason
+        n = len(_requeue_times(h))
+        lost = f"node lost {len(h.lost)}x" if h.lost else ""
+        return ", ".join(filter(None, [said, f"requeued {n}x" if n else "", lost]))
     return said
+
+
+def _requeue_times(h: History) -> list[float]:
+    """When it was requeued: preempted resumable, or lost with its node."""
+    return sorted([q.time for q in h.preemptions if q.requeued] + [x.time for x in h.lost])
 
 
 def totals(rows: list[AcctRow]) -> dict[str, Any]:

@@ -65,7 +65,8 @@ class Forecast:
 
 def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
     """Per live workload: the work it needs (runtime, else expected_runtime, else None)
-    and the work kept from earlier attempts (requeued preemptions keep progress)."""
+    and the work kept from earlier attempts (requeued ones keep progress: preempted, or
+    lost with their node, as the simulated launcher keeps it)."""
     state = view.require()
     work: dict[str, float | None] = {}
     done: dict[str, float] = {}
@@ -77,9 +78,9 @@ def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
         if h is None:
             continue
         began = {p.attempt: p.time for p in h.placements}
-        kept = sum(
-            q.time - began[q.attempt] for q in h.preemptions if q.requeued and q.attempt in began
-        )
+        stops = [(q.attempt, q.time) for q in h.preemptions if q.requeued]
+        stops.extend((lost.attempt, lost.time) for lost in h.lost)
+        kept = sum(t - began[attempt] for attempt, t in stops if attempt in began)
         if kept:
             done[wid] = kept
     return work, done

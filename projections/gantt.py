@@ -176,7 +176,8 @@ class GanttCollector:
                 self._alloc_of.pop(d["workload"], None)
         elif kind in ("workload.finished", "workload.cancelled"):
             self._stop(d["workload"], t, preempted=False)
-            self._alloc_of.pop(d["workload"], None)
+            if not d.get("requeued"):  # a lost attempt's work runs again
+                self._alloc_of.pop(d["workload"], None)
         elif kind == "host.registered":
             self._register(d["host"], int(d.get("gpus") or 0))
         elif kind == "host.health":

@@ -27,6 +27,9 @@ Per cluster (a journal may hold several; each gets its own fold):
   class (not on hold) has waited so far, in journal time; the histogram above only
   sees waits that ended.
 - ``allot_preemptions_total{reason}``.
+- ``allot_requeued_attempts_total{reason}``: attempts that ended with their workload
+  waiting again: requeued preemptions by reason, and ``lost`` (the launcher lost the
+  node under resumable work).
 - ``allot_workloads_ended_total{state}``: workloads that ended, by how (the states of
   `allot acct`): completed / failed / lost (the launcher's report), cancelled,
   preempted (not requeued), node_fail (drained off an unhealthy host).
@@ -124,6 +127,7 @@ QUEUE_CLASSES = ("short", "other")
 PREEMPTION_REASONS: tuple[str, ...] = get_args(
     ev.WorkloadPreempted.model_fields["reason"].annotation
 )
+REQUEUE_REASONS = (*PREEMPTION_REASONS, "lost")
 ENDED_STATES = ("completed", "failed", "lost", "cancelled", "preempted", "node_fail")
 DECISION_TYPES = {
     "workload.placed": "placed",
@@ -148,6 +152,7 @@ METRIC_NAMES: dict[str, str] = {
     "allot_queue_wait_seconds": "histogram",
     "allot_oldest_wait_seconds": "gauge",
     "allot_preemptions_total": "counter",
+    "allot_requeued_attempts_total": "counter",
     "allot_workloads_ended_total": "counter",
     "allot_fair_share_ratio": "gauge",
     "allot_delivered_ratio": "gauge",
@@ -227,6 +232,7 @@ class _ClusterFold:
         self.latency = _Histogram(DECISION_LATENCY_BUCKETS)
         self.preemptions = dict.fromkeys(PREEMPTION_REASONS, 0)
         self.ended = dict.fromkeys(ENDED_STATES, 0)
+        self.requeued = dict.fromkeys(REQUEUE_REASONS, 0)
         self.decisions = dict.fromkeys(DECISION_TYPES.values(), 0)
         self.rejections = dict.fromkeys(REJECTION_TYPES, 0)
         self.causes: OrderedDict[str, float] = OrderedDict()
@@ -259,11 +265,16 @@ class _ClusterFold:
                 self.latency.observe(max(0.0, end - self.causes[cause]))
             if kind == "workload.preempted":
                 self.preemptions[event.reason] = self.preemptions.get(event.reason, 0) + 1
-                if not event.requeued:
+                if event.requeued:
+                    self.requeued[event.reason] = self.requeued.get(event.reason, 0) + 1
+                else:
                     self.ended["node_fail" if event.reason == "drain" else "preempted"] += 1
         else:  # inputs and rejections cause cycles
             if kind == "workload.finished":
-                self.ended[event.outcome] += 1
+                if event.requeued:  # a lost attempt of resumable work: it waits again
+                    self.requeued["lost"] += 1
+                else:
+                    self.ended[event.outcome] += 1
             elif kind == "workload.cancelled":
                 self.ended["cancelled"] += 1
             self.causes[event.id] = event.time
@@ -408,6 +419,12 @@ class MetricsCollector(Collector):
         preemptions = CounterMetricFamily(
             "allot_preemptions", "Preemptions by reason.", labels=[*c, "reason"]
         )
+        requeued = CounterMetricFamily(
+            "allot_requeued_attempts",
+            "Attempts that ended with the workload waiting again, by why (a preemption's "
+            "reason, or lost: its node died under resumable work).",
+            labels=[*c, "reason"],
+        )
         ended = CounterMetricFamily(
             "allot_workloads_ended",
             "Workloads that ended, by how (allot acct's states).",
@@ -469,6 +486,8 @@ class MetricsCollector(Collector):
                 oldest.add_metric([name, klass], age)
             for reason, n in f.preemptions.items():
                 preemptions.add_metric([name, reason], n)
+            for reason, n in f.requeued.items():
+                requeued.add_metric([name, reason], n)
             for how, n in f.ended.items():
                 ended.add_metric([name, how], n)
             for path, r in f.fair_share().items():
@@ -493,6 +512,7 @@ class MetricsCollector(Collector):
             waits,
             oldest,
             preemptions,
+            requeued,
             ended,
             fair,
             delivered,

@@ -17,7 +17,7 @@ An entry is a dict with `time` (ISO, UTC), `t` (epoch seconds), `event` and, by 
   compared: ratios, hysteresis, ranks, running vs entitled, ...);
 - `requeued`: `attempt` (the one that was preempted; the next placement starts the next);
 - `finished`: `actor`, `attempt` (the latest placement's when the report names none),
-  `outcome`;
+  `outcome`, `requeued` (a lost attempt of resumable work, followed by `requeued`);
 - `cancelled`: `actor`;
 - `rejected`: `actor`, `type`, `ref`, `error`, `input_type`.
 
@@ -143,15 +143,20 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if requeued:
                 out.append({**head, "event": "requeued", "attempt": preempted})
         elif kind == "workload.finished":
+            ended = r.get("attempt") if r.get("attempt") is not None else attempt
+            requeued = bool(r.get("requeued"))
             out.append(
                 {
                     **head,
                     "event": "finished",
                     "actor": r.get("actor"),
-                    "attempt": r.get("attempt") if r.get("attempt") is not None else attempt,
+                    "attempt": ended,
                     "outcome": r.get("outcome") or "completed",
+                    "requeued": requeued,
                 }
             )
+            if requeued:
+                out.append({**head, "event": "requeued", "attempt": ended})
         elif kind in ("workload.cancelled", "workload.held", "workload.released"):
             out.append({**head, "event": kind.split(".", 1)[1], "actor": r.get("actor")})
         else:
@@ -274,7 +279,8 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
         elif event == "requeued":
             lines.append(f"{head}waits again with its original submit time")
         elif event == "finished":
-            lines.append(f"{head}{e['outcome']} (reported by {e['actor']})")
+            lost = ": its node was lost" if e["outcome"] == "lost" else ""
+            lines.append(f"{head}{e['outcome']} (reported by {e['actor']}){lost}")
         elif event in ("cancelled", "held"):
             lines.append(f"{head}by {e['actor']}")
         elif event == "released":

@@ -565,17 +565,27 @@ class UsageProjection:
         if w.running:
             self._stop_run(wid, w, now)
             if requeued:
-                w.since = now
-                w.requeued = True
-                if w.min_runtime > 0:
-                    self._wait(w)
+                self._requeue(w, now)
         elif not requeued:
             self._end_pending(wid, w, now)
         self.on_preempted(wid, w, d, first)
         if not requeued:
             self._terminal(wid, w)
 
+    def _requeue(self, w: _Workload, now: float) -> None:
+        """A stopped attempt's workload waits again (from now, for `requeue_wait_s`)."""
+        w.since = now
+        w.requeued = True
+        if w.min_runtime > 0:
+            self._wait(w)
+
     def _finished(self, d: dict[str, Any], now: float) -> None:
+        if d.get("requeued"):  # a lost attempt of resumable work: it waits again
+            w = self.live.get(d["workload"])
+            if w is not None and w.running:
+                self._stop_run(d["workload"], w, now)
+                self._requeue(w, now)
+            return
         self._end(d, now, str(d.get("outcome") or "completed"))
 
     def _cancelled(self, d: dict[str, Any], now: float) -> None:

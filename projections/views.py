@@ -110,6 +110,19 @@ class Preemption:
 
 
 @dataclass(slots=True)
+class LostAttempt:
+    """An attempt of resumable work the launcher lost with its node: requeued."""
+
+    id: str
+    time: float
+    attempt: int
+    actor: str
+    exit_code: int | None
+    reason: str | None
+    seq: int = -1
+
+
+@dataclass(slots=True)
 class Rejection:
     id: str
     time: float
@@ -133,6 +146,7 @@ class History:
     placements: list[Placement] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)  # of this workload
     caused: list[Preemption] = field(default_factory=list)  # it was the beneficiary
+    lost: list[LostAttempt] = field(default_factory=list)  # requeued after a lost node
     rejections: list[Rejection] = field(default_factory=list)
     ended: dict[str, Any] | None = None  # time, how (finished/cancelled/preempted), ...
     pending_since: float | None = None
@@ -259,6 +273,23 @@ class JournalView:
                 )
             )
             h.pending_since = None
+        elif kind == "workload.finished" and event.requeued:
+            h = self.history(event.workload)
+            h.lost.append(
+                LostAttempt(
+                    event.id,
+                    event.time,
+                    # a report naming no attempt is about the latest (still the state's)
+                    state.workloads[event.workload].attempt
+                    if event.attempt is None
+                    else event.attempt,
+                    event.actor,
+                    event.exit_code,
+                    event.reason,
+                    seq,
+                )
+            )
+            h.pending_since = event.time
         elif kind in ("workload.held", "workload.released"):
             h = self.history(event.workload)
             h.held = (event.actor, event.time) if kind == "workload.held" else None
@@ -1068,7 +1099,7 @@ def _names_a_workload(h: History) -> bool:
     refused hold or cancel of a mistyped id leaves a history that is none of these."""
     return (
         h.submitted is not None
-        or bool(h.placements or h.preemptions or h.caused or h.ended)
+        or bool(h.placements or h.preemptions or h.caused or h.lost or h.ended)
         or any(r.input_type == "workload.submitted" for r in h.rejections)
     )
 
@@ -1106,6 +1137,20 @@ def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
             "explain": q.explain,
         }
         items.append((q.seq, record))
+    for lost in h.lost:
+        record = {
+            "type": "workload.finished",
+            "time": lost.time,
+            "workload": wid,
+            "actor": lost.actor,
+            "outcome": "lost",
+            "attempt": lost.attempt,
+            "requeued": True,
+        }
+        for key in ("exit_code", "reason"):
+            if getattr(lost, key) is not None:
+                record[key] = getattr(lost, key)
+        items.append((lost.seq, record))
     for r in h.rejections:
         record = {
             "type": r.type,
@@ -1206,11 +1251,14 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
         events.append((p.time, 1, "placed", p))
     for p in h.preemptions:
         events.append((p.time, 0, "preempted", p))
+    for lost in h.lost:
+        events.append((lost.time, 0, "lost", lost))
     for r in h.rejections:
         events.append((r.time, 2, "rejected", r))
     events.sort(key=lambda e: (e[0], e[1]))
     last_pending = s.time if s is not None else None
     placements_json, preemptions_json, rejections_json = [], [], []
+    lost_json = []
     for _, _, kind, item in events:
         if kind == "placed":
             p: Placement = item
@@ -1283,6 +1331,24 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
                     "explain": q.explain,
                 }
             )
+        elif kind == "lost":
+            lost: LostAttempt = item
+            said = ended_detail({"exit_code": lost.exit_code, "reason": lost.reason})
+            text.append(
+                f"attempt {lost.attempt}: lost {iso(lost.time)} (reported by "
+                f"{lost.actor}{': ' + said if said else ''}): its node died under it"
+            )
+            text.append("    requeued: it waits again with its original submit time")
+            last_pending = lost.time
+            lost_json.append(
+                {
+                    "time": iso(lost.time),
+                    "attempt": lost.attempt,
+                    "actor": lost.actor,
+                    "exit_code": lost.exit_code,
+                    "reason": lost.reason,
+                }
+            )
         else:
             r: Rejection = item
             text.append(
@@ -1292,6 +1358,7 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
             rejections_json.append(_rejection_json(r))
     out["placements"] = placements_json
     out["preemptions"] = preemptions_json
+    out["lost"] = lost_json  # attempts requeued after their node was lost
     out["rejections"] = rejections_json
 
     current = _current(view, wid, h)

@@ -29,6 +29,9 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    a late report about an old attempt harmless: the scheduler rejects it instead of
    ending the new one (a report without `attempt` ends the running one). Give each
    report an id that is the same when resent, e.g. `launcher/<cluster>/<workload>/<attempt>`.
+   The journal records the accepted report with `requeued: true` for a `lost` attempt
+   of resumable work, which waits again like a requeued preemption (its next
+   `workload.placed` starts the next attempt; resume it from its checkpoint there).
 5. `workload.cancelled`: stop it; no report is needed.
 6. On restart, re-read the journal (or resume from the committed offset) and
    reconcile: run exactly the attempts that are placed and not yet finished,
@@ -37,7 +40,8 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
 Requests are v1 inbox records (DESIGN §4): `type`, `v: 1`, a unique `id`, `time`
 (now; the scheduler stamps its own), `cluster`, `actor` (this launcher's principal),
 `workload`, `outcome`, `attempt`, and optionally `exit_code` and `reason` (one line),
-which `allot acct` and `allot why` show.
+which `allot acct` and `allot why` show. (`requeued` is the scheduler's to set: a
+report's own is not taken.)
 
 The simulated executor
 ----------------------
@@ -45,7 +49,8 @@ The simulated executor
 `workload.placed` it schedules a `workload.finished` (outcome completed, with the
 attempt) for when the workload's remaining `runtime` (from its `workload.submitted`)
 has passed, divided by `--speed`; `workload.preempted` cancels that report and, for
-resumable work, keeps the progress made (so a requeued workload needs only the rest);
+resumable work, keeps the progress made (so a requeued workload needs only the rest;
+so does a `lost` report of resumable work, which the journal records as requeued);
 work without a `runtime` runs until cancelled. Report ids are deterministic
 (`executor/<cluster>/<workload>/<attempt>`), so a restarted executor that resends a
 report cannot end anything twice. `--once` reads the journal as it is now, fires the
@@ -122,10 +127,14 @@ class SimulatedLauncher:
                 due = t + max(0.0, job.runtime - job.done) / self.speed
                 self.timers[(wid, attempt)] = due
                 heapq.heappush(self.heap, (due, wid, attempt))
-        elif kind == "workload.preempted" and isinstance(wid, str):
-            attempt = int(r.get("attempt", 1))
-            self.timers.pop((wid, attempt), None)
+        elif (
+            kind == "workload.preempted" or (kind == "workload.finished" and r.get("requeued"))
+        ) and isinstance(wid, str):
+            # a requeued attempt: preempted, or lost with its node (resumable work)
             job = self.jobs.get(wid)
+            named = r.get("attempt")
+            attempt = int(named if named is not None else job.attempt if job else 1)
+            self.timers.pop((wid, attempt), None)
             if job is not None and job.attempt == attempt and job.started is not None:
                 if job.resumable:
                     job.done += max(0.0, t - job.started) * self.speed

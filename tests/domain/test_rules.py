@@ -1241,6 +1241,51 @@ def test_attempts_increase_and_stale_finish_is_rejected() -> None:
     assert out[0].type == "workload.finished" and "w" not in c.state.workloads
 
 
+LOST_CASES = [
+    # (outcome, resumable, sender's requeued, requeued as journaled)
+    ("lost", True, None, True),
+    ("lost", False, None, False),
+    ("lost", True, False, True),  # the scheduler decides, not the sender
+    ("failed", True, None, False),
+    ("completed", True, True, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "resumable", "claimed", "requeued"),
+    LOST_CASES,
+    ids=["lost-resumable", "lost-not-resumable", "claim-ignored", "failed", "completed"],
+)
+def test_lost_resumable_work_is_requeued_with_its_submit_time(
+    outcome: str, resumable: bool, claimed: bool | None, requeued: bool
+) -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.submit("w", "lab/a", gpus=8, resumable=resumable)
+    c.at("5m").submit("later", "lab/a", gpus=8)
+    extra = {} if claimed is None else {"requeued": claimed}
+    out = c.at("30m").finish("w", attempt=1, outcome=outcome, **extra)
+    assert out[0].type == "workload.finished"
+    assert out[0].requeued is (True if requeued else None)  # None: not on the wire
+    if requeued:  # back in the queue ahead of "later" (its submit time), on attempt 2
+        assert "w" in c.state.workloads and c.placed("w").attempt == 2
+        assert c.placed("w").time == c.now and c.placed("later") is None
+    else:
+        assert "w" not in c.state.workloads and c.placed("later").time == c.now
+
+
+def test_requeued_lost_work_stops_accruing_and_a_stale_report_is_refused() -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.submit("w", "lab/a", gpus=8)
+    c.at("10m").health("h0", False, reason="xid-79")  # the node died under it
+    assert c.running() == {"w"}  # protected: the scheduler alone would let it run on
+    c.finish("w", attempt=1, outcome="lost")
+    assert c.pending() == {"w"} and c.drained() == ["h0"]  # waits for a healthy host
+    c.at("40m").tick()
+    assert c.usage("lab/a") == pytest.approx(8 * 600.0)  # ten minutes, not forty
+    out = c.finish("w", attempt=1, outcome="lost")  # the same report again, resent
+    assert [e.type for e in out] == ["workload.rejected"] and "not running" in out[0].error
+
+
 # --------------------------------------------------------------------------------------
 # Rule 1/2: time and usage through the scheduler
 

@@ -100,3 +100,33 @@ def test_upcast_v0_record_then_schedules_like_v1() -> None:
     placed = out[1]
     assert placed.type == "workload.placed" and placed.charged is True
     assert placed.protected_until == START + 900.0
+
+
+FINISHED_V1 = {
+    "type": "workload.finished",
+    "v": 1,
+    "id": "done-1",
+    "time": 1_767_225_600.0,
+    "cluster": "c",
+    "actor": "launcher",
+    "workload": "w1",
+    "outcome": "lost",
+    "attempt": 1,
+}
+
+
+def test_a_report_that_ends_work_keeps_its_v1_bytes() -> None:
+    """`requeued` came without a new version: absent, a report ends the workload, as
+    every record written before it did; so old journals re-derive byte for byte."""
+    data = orjson.dumps(FINISHED_V1)
+    event = decode_event(data)
+    assert isinstance(event, ev.WorkloadFinished) and event.requeued is None
+    assert encode(event) == data
+    requeued = event.model_copy(update={"requeued": True})
+    assert orjson.loads(encode(requeued)) == {**FINISHED_V1, "requeued": True}
+
+
+@pytest.mark.parametrize("claimed", [False, "yes", 1, None, [True]])
+def test_a_senders_requeued_is_neither_taken_nor_refused(claimed: object) -> None:
+    event = decode_input(orjson.dumps({**FINISHED_V1, "requeued": claimed}))
+    assert isinstance(event, ev.WorkloadFinished) and event.requeued is None

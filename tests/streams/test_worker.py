@@ -177,6 +177,40 @@ def _after_block(cluster: str) -> Callable[[list[dict]], dict | None]:
     return find
 
 
+async def test_a_lost_report_requeues_resumable_work_and_it_runs_again(
+    kafka_bootstrap: str,
+) -> None:
+    """A launcher's `lost` report (the node died) for resumable work is journaled with
+    `requeued`, and the workload gets its next attempt; non-resumable work ends."""
+    async with rig(kafka_bootstrap) as r:
+        r.start()
+        await r.inbox.setup("c")
+        for wid, resumable in (("ckpt", True), ("plain", False)):
+            await r.inbox.send(
+                "c",
+                "workload.submitted",
+                actor="u",
+                workload=wid,
+                allocation="lab/a",
+                gpus=4,
+                min_runtime=600,
+                resumable=resumable,
+            )
+            await r.journal.wait_for(first("workload.placed", workload=wid))
+            await r.inbox.send(
+                "c", "workload.finished", actor="launcher", workload=wid, outcome="lost", attempt=1
+            )
+        again = await r.journal.wait_for(first("workload.placed", workload="ckpt", attempt=2))
+        await r.journal.wait_for(first("workload.finished", workload="plain"))
+        reports = {
+            rec["workload"]: rec for rec in r.journal.records if rec["type"] == "workload.finished"
+        }
+        assert reports["ckpt"]["requeued"] is True
+        assert "requeued" not in reports["plain"]  # a report that ends work, as always
+        assert again["cause"] == reports["ckpt"]["id"]
+        assert first("workload.placed", workload="plain", attempt=2)(r.journal.records) is None
+
+
 async def test_unauthorized_budget_change_is_rejected_with_its_actor(kafka_bootstrap: str) -> None:
     async with rig(kafka_bootstrap) as r:
         r.start()
