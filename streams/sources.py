@@ -85,11 +85,19 @@ def journal_lines(
 
 
 def last_record_time(
-    *, data: Path | None = None, journal: Path | None = None, cluster: str | None = None
+    *,
+    kafka: str | None = None,
+    data: Path | None = None,
+    journal: Path | None = None,
+    cluster: str | None = None,
 ) -> float | None:
-    """The `time` of a journal file's last complete record, read from its end, or None
-    (a Kafka journal, no such file, another cluster's record last, no time): lets a fold
-    know ahead which records its last usage bucket holds (`projections.views`)."""
+    """The `time` of the journal's last complete record, read from its end, or None (no
+    such file, another cluster's record last, no time; in Kafka, none of `cluster`'s
+    among the last records of each partition): lets a fold know ahead which records its
+    last usage bucket holds (`projections.views`), so a forecast need not read the
+    journal twice. A guess that the journal outgrows is harmless (the fold notices)."""
+    if kafka is not None:
+        return _kafka_last_time(kafka, cluster)
     if journal is not None:
         path = Path(journal)
     elif data is not None:
@@ -453,6 +461,70 @@ async def _consume(
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+
+
+_END_RECORDS = 512  # how far back from each partition's end `_kafka_last_time` looks
+
+
+def _kafka_last_time(bootstrap: str, cluster: str | None) -> float | None:
+    found: list[bytes] = []
+    for value in _on_own_thread(
+        lambda put, stop: _last_values(bootstrap, cluster, put, stop),
+        bootstrap,
+        name="allot-journal-end",
+        depth=64,
+    ):
+        found.append(value)
+    times = []
+    for value in found:
+        try:
+            record = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return None
+        t = record.get("time") if isinstance(record, dict) else None
+        if not isinstance(t, int | float) or isinstance(t, bool):
+            return None
+        times.append(float(t))
+    return max(times, default=None)
+
+
+async def _last_values(
+    bootstrap: str, cluster: str | None, put: Any, stop: threading.Event
+) -> None:
+    """Puts the value of the last of `cluster`'s records among the last `_END_RECORDS`
+    of each journal partition (committed ones, up to the end offsets seen at the start)."""
+    from aiokafka import TopicPartition
+
+    consumer, parts = await _open_journal(bootstrap, reset="earliest", client_id="allot-reader")
+    try:
+        tps = [TopicPartition(topics.JOURNAL, p) for p in parts]
+        consumer.assign(tps)
+        ends = await asyncio.wait_for(consumer.end_offsets(tps), CONNECT_TIMEOUT_S)
+        starts = await asyncio.wait_for(consumer.beginning_offsets(tps), CONNECT_TIMEOUT_S)
+        remaining = {tp for tp in tps if ends[tp] > starts[tp]}
+        for tp in remaining:
+            consumer.seek(tp, max(starts[tp], ends[tp] - _END_RECORDS))
+        key = cluster.encode() if cluster is not None else None
+        last: dict[Any, bytes] = {}
+        progress = time.monotonic()
+        while remaining and not stop.is_set():
+            if time.monotonic() - progress > IDLE_TIMEOUT_S:
+                break  # e.g. an unfinished transaction holds the rest back
+            batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
+            for tp, records in batches.items():
+                for record in records:
+                    if record.offset < ends[tp] and _keep(record.key, record.value, key, cluster):
+                        last[tp] = record.value  # type: ignore[assignment]
+            if batches:
+                progress = time.monotonic()
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        for value in last.values():
+            put(value)
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()

@@ -245,17 +245,17 @@ def fold_for_forecast(
     cluster: str | None,
     live_only: bool = False,
 ) -> Any:
-    """`fold(read())` for a view that will be forecast: told a journal file's last time
-    ahead, it keeps what the forecast would otherwise fold the journal again for."""
+    """`fold(read())` for a view that will be forecast: told the journal's last time
+    ahead, it keeps what the forecast would otherwise read and fold the journal again for."""
     from allot.commands.common import resolve_target
     from projections.views import fold
     from streams.sources import last_record_time
 
     target = resolve_target(kafka, data, journal, writable=False)
-    last = (
-        None
-        if target.kafka
-        else last_record_time(data=target.data, journal=target.journal, cluster=cluster)
+    if target.kafka and cluster is None:
+        cluster = "default"  # as `journal_reader` reads it
+    last = last_record_time(
+        kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster
     )
     return fold(read(), live_only=live_only, last_time=last)
 
