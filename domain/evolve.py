@@ -179,7 +179,11 @@ def _preempted(state: State, e: ev.WorkloadPreempted) -> None:
 
 def _finished(state: State, e: ev.WorkloadFinished) -> None:
     # requeued: a lost attempt of resumable work (admission decided)
-    _stopped(state, e.workload, e.requeued, e.time)
+    _stopped(state, e.workload, bool(e.requeued), e.time)
+    if e.requeued:
+        # as a requeued preemption: work back in a bucket, perhaps ahead of a
+        # reservation's holder, which the last cycle's order cannot know (a full cycle)
+        state.shape_version += 1
 
 
 def _stopped(state: State, workload: str, requeued: bool, now: float) -> None:
