@@ -11,7 +11,7 @@ from typing import Any
 from domain import events as ev
 from domain.admission import admit
 from domain.evolve import evolve
-from domain.fairshare import Ranking, diverging, entitlement, outranks
+from domain.fairshare import BORROW_SLACK, Ranking, diverging, entitlement, outranks
 from domain.policies.ordering import BUILTIN as _BUILTIN_ORDERINGS
 from domain.state import PENDING, Host, State, Workload, head
 from domain.tree import ancestor_chain
@@ -902,7 +902,7 @@ class Cycle:
                 for path in (split[1] if split else v.allocation, v.allocation):
                     acc = accounts.get(path)
                     rate = (acc.rate if acc else 0) - taken.get(path, 0)
-                    if not rate > entitlement(s, path):
+                    if not rate > entitlement(s, path) + BORROW_SLACK:
                         return False
             if v.charged:
                 for path in ancestor_chain(v.allocation):

@@ -99,6 +99,11 @@ def entitlement(state: State, path: str) -> float:
     return state.tree.share(path) * state.healthy_capacity
 
 
+# GPUs run whole while entitlements are products of weight fractions: a leaf running 8
+# GPUs of an entitlement computed as 7.999999999999999 does not borrow
+BORROW_SLACK = 1e-9
+
+
 def reclaims(state: State, winner: str, loser: str, gpus: int) -> bool:
     """Kueue-style reclaim: at the level the paths split, the winner's side still fits
     within its entitlement after taking `gpus`, while the loser's side and the loser's
@@ -110,20 +115,21 @@ def reclaims(state: State, winner: str, loser: str, gpus: int) -> bool:
     if split is None:
         return False
     w, lo = split
-    # inlined `state.charged.rate(p) > entitlement(state, p)` (the same arithmetic)
+    # inlined `state.charged.rate(p) > entitlement(state, p) + BORROW_SLACK`
     accounts = state.charged.accounts
     nodes = state.tree.nodes
     capacity = state.healthy_capacity
+    slack = BORROW_SLACK
     acc = accounts.get(w)
     node = nodes.get(w)
-    if (acc.rate if acc else 0) + gpus > (node.share if node else 0.0) * capacity:
+    if (acc.rate if acc else 0) + gpus > (node.share if node else 0.0) * capacity + slack:
         return False
     # the victim's side borrows, and so does the victim's own allocation: a small team
     # inside a borrowing program is not made to pay for its big siblings
     acc = accounts.get(lo)
     node = nodes.get(lo)
-    if not (acc.rate if acc else 0) > (node.share if node else 0.0) * capacity:
+    if not (acc.rate if acc else 0) > (node.share if node else 0.0) * capacity + slack:
         return False
     acc = accounts.get(loser)
     node = nodes.get(loser)
-    return (acc.rate if acc else 0) > (node.share if node else 0.0) * capacity
+    return (acc.rate if acc else 0) > (node.share if node else 0.0) * capacity + slack

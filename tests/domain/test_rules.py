@@ -1358,6 +1358,20 @@ def test_reclaim_is_judged_for_each_size_within_one_cycle() -> None:
     assert preemption.beneficiary == "small" and preemption.explain["rule"] == "reclaim"
 
 
+def test_an_allocation_running_exactly_its_entitlement_is_not_reclaimed_from() -> None:
+    """Regression (found by the invariant property): lab/b/x's entitlement, 3/5 x 1/3 of
+    40 GPUs, computes as 7.999999999999999, so running 8 it looked like borrowing and
+    its job was preempted by reclaim. A hysteresis of 100 keeps the ratio rule out."""
+    c = cluster(hosts=5, hysteresis=100).tree({"lab/a": 2, "lab/b": 3, "lab/b/x": 1, "lab/b/y": 2})
+    assert c.state.tree.share("lab/b/x") * 40 < 8  # the float noise this is about
+    c.occupy("h0", 8, "x-8", allocation="lab/b/x")  # exposed after 15 minutes
+    for i in (1, 2, 3):  # lab/b/y borrows: 24 GPUs of its 16
+        c.occupy(f"h{i}", 8, f"y-{i}", allocation="lab/b/y", min_runtime="8h")
+    c.occupy("h4", 8, "a-8", allocation="lab/a")
+    c.at("1h").submit("a-more", "lab/a", gpus=8)  # lab/a: 8 + 8 <= its 16 GPUs
+    assert c.preemptions() == [] and c.placed("a-more") is None
+
+
 def test_a_fresh_job_that_should_hold_the_reservation_gets_it() -> None:
     """Regression: a submission that fails in a quick cycle and would hold the
     reservation must trigger a full cycle, not a light one that reserves nothing."""
