@@ -230,8 +230,8 @@ def _reason(h: History, state: str) -> str:
     said = ended_detail(h.ended or {})  # the launcher's exit status and reason
     if state == "COMPLETED":  # live work takes `allot queue`'s reason
         n = len(_requeue_times(h))
-        lost = f"node lost {len(h.lost)}x" if h.lost else ""
-        return ", ".join(filter(None, [said, f"requeued {n}x" if n else "", lost]))
+        lost = f" ({len(h.lost)} after a lost node)" if h.lost else ""
+        return ", ".join(filter(None, [said, f"requeued {n}x{lost}" if n else ""]))
     return said
 
 

@@ -279,10 +279,7 @@ class JournalView:
                 LostAttempt(
                     event.id,
                     event.time,
-                    # a report naming no attempt is about the latest (still the state's)
-                    state.workloads[event.workload].attempt
-                    if event.attempt is None
-                    else event.attempt,
+                    _lost_attempt(state, h, event),
                     event.actor,
                     event.exit_code,
                     event.reason,
@@ -365,6 +362,17 @@ class JournalView:
             h = self.history(wid)  # type: ignore[arg-type]
             h.ended = ended
             h.ended_seq = seq
+
+
+def _lost_attempt(state: State, h: History, event: Any) -> int:
+    """The attempt a requeued report is about: the one it names, else the latest (the
+    state's; or the last placement's, in a journal no scheduler wrote)."""
+    if event.attempt is not None:
+        return event.attempt
+    w = state.workloads.get(event.workload)
+    if w is not None:
+        return w.attempt
+    return h.placements[-1].attempt if h.placements else 0
 
 
 def fold(

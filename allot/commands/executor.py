@@ -25,7 +25,10 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    `workload.placed` with the next attempt: resume it from its checkpoint there.
 4. When an attempt ends on its own, send `workload.finished` to the inbox with
    `outcome` `completed`, `failed` or `lost` (the node died) and the `attempt`; a
-   workload that could not be started at all is reported `failed`. The attempt makes
+   workload that could not be started at all is reported `failed`, or `lost` when its
+   host is gone. When a node dies, first report its host unhealthy (`host.health`),
+   then its attempts `lost`: otherwise the scheduler, which still counts the host as
+   healthy, may place the requeued work on it again at once. The attempt makes
    a late report about an old attempt harmless: the scheduler rejects it instead of
    ending the new one (a report without `attempt` ends the running one). Give each
    report an id that is the same when resent, e.g. `launcher/<cluster>/<workload>/<attempt>`.

@@ -18,6 +18,7 @@ from projections.acct import acct_rows
 from projections.forecast import work_needed
 from projections.metrics import MetricsCollector, exposition
 from projections.summary import summarize
+from projections.usage import JournalBuilder
 from projections.views import fold, why
 from tests.domain.builders import cluster
 
@@ -62,7 +63,7 @@ def test_acct_shows_one_workload_completed_after_a_lost_node(journal: list[Any])
     assert row["attempts"] == 2
     assert row["run_s"] == 20 * MIN + 60 * MIN  # the lost attempt's run, then the rest
     assert row["gpu_hours"] == pytest.approx(8 * 80 / 60, abs=1e-3)
-    assert row["reason"] == "requeued 1x, node lost 1x"
+    assert row["reason"] == "requeued 1x (1 after a lost node)"
 
 
 def test_why_tells_the_lost_attempt_and_the_requeue(journal: list[Any]) -> None:
@@ -113,3 +114,15 @@ def test_the_simulated_launcher_resumes_with_the_work_left() -> None:
         launcher.on_record(event_to_dict(e))
     job = launcher.jobs["w"]
     assert job.done == 20 * MIN and job.started is None and not launcher.timers
+
+
+def test_a_requeued_report_in_a_journal_no_scheduler_wrote_is_still_read() -> None:
+    """A hand-edited journal: a requeued report, naming no attempt, about work that had
+    ended already; the view takes the last placement's attempt rather than fail."""
+    j = JournalBuilder().host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": list(range(8))})
+    j.at(600).finish("w")
+    j.add("workload.finished", actor="x", workload="w", outcome="lost", requeued=True)
+    view = fold(j.events)
+    assert [x.attempt for x in view.histories["w"].lost] == [1]
+    assert "attempt 1: lost" in "\n".join(why(view, "w")["text"])
