@@ -108,8 +108,9 @@ def _check_common(state: State, event: Any) -> None:
     # ids are remembered for the whole window (duplicates): their size is the memory's
     _check_length("id", event.id)
     _check_length("actor", event.actor)
+    fields = event.__dict__  # a model's fields: a missing one costs no AttributeError
     for field in ("workload", "host"):
-        _check_length(field, getattr(event, field, None))
+        _check_length(field, fields.get(field))
     if event.cluster != state.cluster:
         raise Rejected(
             f"sent to cluster {event.cluster!r} but this scheduler runs {state.cluster!r}; "
