@@ -275,6 +275,13 @@ def _check_released(state: State, e: ev.WorkloadReleased) -> None:
         raise Rejected(f"workload {e.workload!r} is not held; nothing to release")
 
 
+def _check_requeue_requested(state: State, e: ev.WorkloadRequeueRequested) -> None:
+    w = _owned(state, e, "requeue")
+    if w.state != RUNNING:
+        waits = "held" if w.on_hold else "waiting in the queue"
+        raise Rejected(f"workload {e.workload!r} is {waits}, not running; nothing to requeue")
+
+
 def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
     w = _live(state, e.workload)
     if w.state != RUNNING:
@@ -383,6 +390,7 @@ _CHECKS = {
     "workload.cancelled": _check_cancelled,
     "workload.held": _check_held,
     "workload.released": _check_released,
+    "workload.requeue_requested": _check_requeue_requested,
     "workload.finished": _check_finished,
     "budget.set": _check_budget_set,
     "budget.removed": _check_budget_removed,

@@ -42,8 +42,10 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
 
     1. Snapshot: rank the leaves once (the ordering policy; Fair-Tree over fair-share
        ratios by default) and note the headroom hosts.
-    2. Drain: on unhealthy hosts, preempt unallocated work now and allocated work whose
-       protection has ended; report a host `host.drained` once it is empty.
+    2. Drain: stop running work whose requeue was asked (`allot requeue`: preempted,
+       reason requested, always requeued); on unhealthy hosts, preempt unallocated work
+       now and allocated work whose protection has ended; report a host `host.drained`
+       once it is empty.
     3. Order: merge the heads of the pending buckets by the policy's sort key.
     4. Place: put the next workload on free GPUs — one host if it fits on one, else
        whole hosts (gang) — never on a headroom host unless it is short and small or
@@ -82,7 +84,7 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     cycle reuses is exactly the one a full cycle would take: they may look at less,
     never judge on stale numbers.
     """
-    if not state.cordoned:
+    if not state.cordoned and not state.requeue_asked:
         # nothing to drain and nothing fresh to try on an unchanged cluster: no cycle
         # (what `quick` would conclude, without building one; a tick or an inert cancel)
         if not state.pending_count:
@@ -96,6 +98,8 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
         ):
             return []
     cycle = Cycle(state, now, cause)
+    if state.requeue_asked:
+        cycle.requeue_asked()
     if state.cordoned:
         cycle.drain()
     if state.pending_count and not cycle.quick():
@@ -290,7 +294,12 @@ class Cycle:
         return {"id": s.next_id(), "time": self.now, "cluster": s.cluster, "cause": self.cause}
 
     def preempt(
-        self, victim: Workload, reason: str, beneficiary: str | None, explain: dict
+        self,
+        victim: Workload,
+        reason: str,
+        beneficiary: str | None,
+        explain: dict,
+        requeued: bool | None = None,
     ) -> None:
         self.emit(
             ev.WorkloadPreempted(
@@ -299,7 +308,7 @@ class Cycle:
                 attempt=victim.attempt,
                 reason=reason,
                 beneficiary=beneficiary,
-                requeued=victim.resumable,
+                requeued=victim.resumable if requeued is None else requeued,
                 explain=explain,
             )
         )
@@ -310,6 +319,16 @@ class Cycle:
         self.refused_victim = False
 
     # ------------------------------------------------------------- drain
+    def requeue_asked(self) -> None:
+        """Stop the running work whose requeue was asked, in the order asked: requeued
+        with its submit time even when not resumable (the asker wants it run again)."""
+        s = self.state
+        asked, s.requeue_asked = s.requeue_asked, {}
+        for wid, actor in asked.items():
+            w = s.workloads.get(wid)
+            if w is not None and w.state != PENDING:
+                self.preempt(w, "requested", None, {"requested_by": actor}, requeued=True)
+
     def drain(self) -> None:
         s = self.state
         for name in list(s.cordoned):

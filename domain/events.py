@@ -120,6 +120,15 @@ class WorkloadReleased(Envelope):
     workload: str
 
 
+class WorkloadRequeueRequested(Envelope):
+    """Stop a running workload and queue it again with its submit time (scontrol
+    requeue): the scheduler answers at once with `workload.preempted`, reason
+    `requested`, requeued even when not resumable (it then starts over)."""
+
+    type: Literal["workload.requeue_requested"] = "workload.requeue_requested"
+    workload: str
+
+
 class WorkloadFinished(Envelope):
     """The launcher's report that an attempt ended.
 
@@ -202,7 +211,7 @@ class WorkloadPreempted(Envelope):
     type: Literal["workload.preempted"] = "workload.preempted"
     workload: str
     attempt: int = 1
-    reason: Literal["fair_share", "unallocated", "drain", "priority", "headroom"]
+    reason: Literal["fair_share", "unallocated", "drain", "priority", "headroom", "requested"]
     beneficiary: str | None = None
     requeued: bool
     explain: dict[str, Any] = Field(default_factory=dict)
@@ -253,6 +262,7 @@ Input = (
     | WorkloadCancelled
     | WorkloadHeld
     | WorkloadReleased
+    | WorkloadRequeueRequested
     | WorkloadFinished
     | BudgetSet
     | BudgetRemoved

@@ -173,7 +173,13 @@ def _placed(state: State, e: ev.WorkloadPlaced) -> None:
         state.expose(w)
 
 
+def _requeue_requested(state: State, e: ev.WorkloadRequeueRequested) -> None:
+    # the cycle this input causes stops it (`decide`: a preemption, reason requested)
+    state.requeue_asked[e.workload] = e.actor
+
+
 def _preempted(state: State, e: ev.WorkloadPreempted) -> None:
+    state.requeue_asked.pop(e.workload, None)
     _stopped(state, e.workload, e.requeued, e.time)
 
 
@@ -280,6 +286,7 @@ _FOLDS = {
     "workload.held": _held,
     "workload.released": _released,
     "workload.finished": _finished,
+    "workload.requeue_requested": _requeue_requested,
     "workload.placed": _placed,
     "workload.preempted": _preempted,
     "budget.set": _budget_set,

@@ -126,6 +126,8 @@ class State:
         self.fresh: list[str] = []  # submitted since the last full cycle
         self.blocked: Any = None  # the last full cycle's outcome (domain.decide.Blocked)
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
+        # running work whose requeue was asked (-> by whom): the next cycle stops it
+        self.requeue_asked: dict[str, str] = {}
         # dedup horizon: input ids and ended workload ids, remembered for one window
         # (id -> when, and the ids in that order: times only grow, and an id is never
         # remembered twice while remembered, so the order holds bare ids — a

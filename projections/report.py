@@ -33,6 +33,7 @@ _REASON_COLORS = {
     "drain": "#d62728",
     "priority": "#9467bd",
     "headroom": "#2ca02c",
+    "requested": "#8c564b",
 }
 
 

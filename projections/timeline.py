@@ -252,6 +252,8 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
             ran = x.get("ran_s")
             ran_text = f" after {format_duration(ran)}" if isinstance(ran, int | float) else ""
             rule = f", rule {x['rule']}" if x.get("rule") else ""
+            if x.get("requested_by"):
+                by = f" by {x['requested_by']} (allot requeue)"
             lines.append(f"{head}{e['reason']}{rule}{by}{ran_text}")
             numbers = []
             compared = x.get("compared")

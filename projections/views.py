@@ -1452,6 +1452,8 @@ def _preemption_reason_text(q: Preemption, *, as_victim: bool) -> str:
         )
     if q.reason == "headroom":
         return "reason headroom (a short job needed the headroom host)"
+    if q.reason == "requested":
+        return f"reason requested (requeued by {e.get('requested_by', '?')}, allot requeue)"
     return f"reason {q.reason}"
 
 

@@ -647,7 +647,7 @@ def _about_workloads(
     cluster: str,
     as_: str | None,
 ) -> None:
-    """Send one `kind` request per workload (cancel, hold, release) and report."""
+    """Send one `kind` request per workload (cancel, hold, release, requeue) and report."""
     from streams.inbox import make_request
 
     with one_line_errors():
@@ -677,7 +677,8 @@ def _about_workloads(
 
 
 def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[..., None]:
-    """A command that sends one `kind` request per workload id (cancel, hold, release)."""
+    """A command that sends one `kind` request per workload id (cancel, hold, release,
+    requeue)."""
 
     def command(
         workloads: IdsArg,
@@ -719,6 +720,20 @@ release = _workload_command(
 
     They keep their original submit time. Their submitter, their
     allocation's managers or an admin may release them.""",
+)
+
+requeue = _workload_command(
+    "workload.requeue_requested",
+    "Requeue",
+    "requeued",
+    """Stop running workloads and queue them again, like scontrol requeue.
+
+    Each waits again with its original submit time and starts over as its next
+    attempt (the launcher sees `workload.preempted`, reason requested, with
+    requeued true: resumable work resumes from its checkpoint, other work runs
+    from the start). Its submitter, its allocation's managers or an admin may.
+    To move work off a host, report the host unhealthy first
+    (`allot host health H --unhealthy`), or it may start there again.""",
 )
 
 
@@ -928,6 +943,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "cancel": cancel,
     "hold": hold,
     "release": release,
+    "requeue": requeue,
 }
 
 

@@ -182,6 +182,9 @@ class Cluster:
     def finish(self, wid: str, attempt: int | None = None, **env: Any) -> list[Any]:
         return self.input(ev.WorkloadFinished, workload=wid, attempt=attempt, **env)
 
+    def requeue(self, wid: str, **env: Any) -> list[Any]:
+        return self.input(ev.WorkloadRequeueRequested, workload=wid, **env)
+
     def cancel(self, wid: str, **env: Any) -> list[Any]:
         return self.input(ev.WorkloadCancelled, workload=wid, **env)
 

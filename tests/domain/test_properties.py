@@ -110,6 +110,8 @@ OPERATIONS = {
     "finish": (2, st.tuples(st.just("finish"), st.integers(0, 30), st.booleans())),
     # the launcher lost the node under it: resumable work is requeued, the rest ends
     "lose": (1, st.tuples(st.just("lose"), st.integers(0, 30), st.booleans())),
+    # `allot requeue`: running work stops and waits again (pending work: rejected)
+    "requeue": (1, st.tuples(st.just("requeue"), st.integers(0, 30))),
     "cancel": (1, st.tuples(st.just("cancel"), st.integers(0, 30))),
     "hold": (1, st.tuples(st.just("hold"), st.integers(0, 30))),
     "release": (1, st.tuples(st.just("release"), st.integers(0, 30))),
@@ -212,6 +214,10 @@ class Runner:
             return False, ev.WorkloadFinished(
                 **c.envelope(), workload=w.id, attempt=attempt, outcome=outcome
             )
+        if kind == "requeue" and live:
+            w = c.state.workloads[live[operation[1] % len(live)]]
+            event = ev.WorkloadRequeueRequested(**c.envelope(), workload=w.id)
+            return w.state != "running", event
         if kind == "cancel" and live:
             return False, ev.WorkloadCancelled(
                 **c.envelope(), workload=live[operation[1] % len(live)]
@@ -318,6 +324,7 @@ class JournalModel:
         }
         self.paths: set[str] = set()
         self.last_time = -math.inf
+        self.asked: set[str] = set()  # requeues accepted and not yet answered
 
     def feed(self, state: State, records: list[Any]) -> None:
         for i, e in enumerate(records):
@@ -405,8 +412,16 @@ class JournalModel:
                     assert running > entitled
         if e.reason == "drain":
             assert any(not state.hosts[h].healthy for h in placed.hosts)
-        assert e.requeued == self.submitted[e.workload].resumable
+        if e.reason == "requested":  # the asker wants it run again, resumable or not
+            assert e.workload in self.asked and e.requeued and e.explain["requested_by"]
+            self.asked.discard(e.workload)
+        else:
+            assert e.requeued == self.submitted[e.workload].resumable
         self.release(e)
+
+    def on_workload_requeue_requested(self, state: State, e: Any) -> None:
+        assert e.workload in self.running, "requeue accepted for work not running"
+        self.asked.add(e.workload)
 
     def on_config_set(self, state: State, e: Any) -> None:
         # leaving legacy-priority: work protected until it ends is protected for its
@@ -445,6 +460,8 @@ class JournalModel:
 
     def check(self, state: State) -> None:
         now = state.now
+        assert not self.asked, f"requeue asked and not done: {sorted(self.asked)}"
+        assert not state.requeue_asked
         # the state agrees with the journal on who runs where
         live_running = {w.id: w for w in state.workloads.values() if w.state == "running"}
         assert live_running.keys() == self.running.keys()

@@ -14,7 +14,7 @@ from domain.fairshare import Ranking
 from domain.policies import ORDERING, register_ordering
 from domain.policies.ordering import Fifo
 from domain.state import State, Workload, id_order
-from tests.domain.builders import Cluster, cluster, seconds
+from tests.domain.builders import ADMIN, Cluster, cluster, seconds
 
 # the module, not the `decide` function the package exports under the same name
 decide_module = importlib.import_module("domain.decide")
@@ -1284,6 +1284,54 @@ def test_requeued_lost_work_stops_accruing_and_a_stale_report_is_refused() -> No
     assert c.usage("lab/a") == pytest.approx(8 * 600.0)  # ten minutes, not forty
     out = c.finish("w", attempt=1, outcome="lost")  # the same report again, resent
     assert [e.type for e in out] == ["workload.rejected"] and "not running" in out[0].error
+
+
+@pytest.mark.parametrize("resumable", [True, False], ids=["resumable", "not-resumable"])
+def test_a_requested_requeue_stops_the_work_and_queues_it_with_its_submit_time(
+    resumable: bool,
+) -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.submit("w", "lab/a", gpus=8, min_runtime="1h", resumable=resumable)
+    c.at("1m").submit("later", "lab/a", gpus=8)
+    out = c.at("10m").requeue("w", actor=ADMIN)
+    assert [e.type for e in out] == [
+        "workload.requeue_requested",
+        "workload.preempted",
+        "workload.placed",
+    ]
+    stop, again = out[1], out[2]
+    # protected or not, resumable or not: the asker wants it stopped and run again
+    assert (stop.reason, stop.requeued, stop.beneficiary) == ("requested", True, None)
+    assert stop.explain == {"requested_by": ADMIN} and stop.cause == out[0].id
+    assert (again.workload, again.attempt) == ("w", 2)  # ahead of later: its submit time
+    assert c.placed("later") is None
+
+
+@pytest.mark.parametrize(
+    ("setup", "actor", "error"),
+    [
+        ("pending", "alice", "is waiting in the queue, not running"),
+        ("held", "boss", "is held, not running"),
+        ("running", "mallory", "'mallory' may not requeue 'w'"),
+        ("unknown", ADMIN, "unknown workload 'nope'"),
+    ],
+    ids=["pending", "held", "not-the-owner", "unknown"],
+)
+def test_a_requeue_of_work_that_is_not_ours_or_not_running_is_rejected(
+    setup: str, actor: str, error: str
+) -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1})
+    c.budget("lab/a", 1, members=("alice", "mallory"))
+    c.budget("lab", 1, managers=("boss",))  # so not everyone may act on lab's work
+    c.submit("run", "lab/a", gpus=8, actor="alice")
+    c.submit("w", "lab/a", gpus=8 if setup != "running" else 1, actor="alice")
+    if setup == "running":
+        c.cancel("run")
+    if setup == "held":
+        c.hold("w", actor="alice")
+    out = c.requeue("nope" if setup == "unknown" else "w", actor=actor)
+    assert [e.type for e in out] == ["workload.rejected"]
+    assert error in out[0].error
 
 
 # --------------------------------------------------------------------------------------

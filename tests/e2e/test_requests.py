@@ -1026,6 +1026,53 @@ def test_hold_keeps_pending_work_off_free_gpus_until_release(tmp_path: Path) -> 
         server.communicate(timeout=30)
 
 
+def test_requeue_stops_running_work_and_it_starts_over_ahead_of_later_work(
+    tmp_path: Path,
+) -> None:
+    """scontrol requeue: the running job stops (preempted, reason requested) and waits
+    again with its submit time, so it starts again before work submitted after it."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        for args in (
+            ("host", "register", "h1", "8"),
+            ("budget", "set", "lab", "1"),
+            ("budget", "set", "lab/olmo", "1", "--member", "alice"),
+        ):
+            assert allot(*args, "--as", ADMIN, "--data", str(data), "--wait", "20").returncode == 0
+        common = ["-A", "lab/olmo", "-G", "8", "--min-runtime", "1h", "--as", "alice"]
+        run = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
+        later = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
+        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == run)
+        pending = allot("requeue", later, "--as", "alice", "--data", str(data), "--wait", "20")
+        assert pending.returncode == 1 and "not running; nothing to requeue" in pending.stdout
+        done = allot("requeue", run[:12], "--as", "alice", "--data", str(data), "--wait", "20")
+        assert done.returncode == 0 and done.stdout.splitlines()[-1] == f"Workload {run} requeued"
+        again = wait_for(
+            data,
+            lambda r: r["type"] == "workload.placed" and r["workload"] == run and r["attempt"] == 2,
+        )
+        stop = next(
+            r for r in journal(data) if r["type"] == "workload.preempted" and r["workload"] == run
+        )
+        assert (stop["reason"], stop["requeued"], stop["explain"]) == (
+            "requested",
+            True,
+            {"requested_by": "alice"},
+        )
+        assert again["cause"] == stop["cause"]  # the same cycle: no GPU left idle
+        why = allot("why", run, "--data", str(data)).stdout
+        assert "reason requested (requeued by alice, allot requeue)" in why
+        assert "preempted #1   requested by alice (allot requeue)" in why  # the history
+        verified = allot("replay", str(data / "journal.jsonl"), "--verify")
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        rows = orjson.loads(allot("queue", "--data", str(data), "--json").stdout)["workloads"]
+        assert {r["id"]: r["state"] for r in rows} == {run: "RUNNING", later: "PENDING"}
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
 # ------------------------------------------------------------------ id prefixes
 
 RUN = "01KQ8M4XJ7AAAAAAAAAAAAAAAA"  # live, running

@@ -194,7 +194,7 @@ def good_fields(kind: str) -> st.SearchStrategy[dict[str, Any]]:
                 "expected_runtime": st.sampled_from([10.0, 1e9]),
             },
         )
-    if kind in ("workload.cancelled", "workload.finished"):
+    if kind in ("workload.cancelled", "workload.finished", "workload.requeue_requested"):
         return st.fixed_dictionaries(
             {"workload": st.sampled_from(["w0", "w1", "w2", "w3"])},
             optional={
