@@ -327,7 +327,14 @@ class Cycle:
         for wid, actor in asked.items():
             w = s.workloads.get(wid)
             if w is not None and w.state != PENDING:
-                self.preempt(w, "requested", None, {"requested_by": actor}, requeued=True)
+                explain = {
+                    "requested_by": actor,
+                    "victim_allocation": w.allocation,
+                    "charged": w.charged,
+                    "ran_s": _num(self.now - w.start),
+                    "protected_until": _num(w.protected_until),
+                }
+                self.preempt(w, "requested", None, explain, requeued=True)
 
     def drain(self) -> None:
         s = self.state

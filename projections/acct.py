@@ -27,8 +27,8 @@ from projections.views import (
 
 # sacct's names where they mean the same; PREEMPTED is a workload ended by preemption
 # (not resumable), NODE_FAIL one ended because its host was drained as unhealthy; a
-# requeued one (preempted, or lost with its node, and resumable) is PENDING or RUNNING
-# again
+# requeued one (preempted or lost with its node, and resumable; or `allot requeue`d) is
+# PENDING or RUNNING again
 STATES = (
     "PENDING",
     "RUNNING",
@@ -236,7 +236,8 @@ def _reason(h: History, state: str) -> str:
 
 
 def _requeue_times(h: History) -> list[float]:
-    """When it was requeued: preempted resumable, or lost with its node."""
+    """When it was requeued: preempted (resumable, or `allot requeue`), or lost with
+    its node."""
     return sorted([q.time for q in h.preemptions if q.requeued] + [x.time for x in h.lost])
 
 

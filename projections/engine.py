@@ -37,6 +37,7 @@ class EngineOptions:
 @dataclass(slots=True)
 class _Run:
     runtime: float | None  # work needed; None = runs until the horizon
+    resumable: bool = True  # keeps its progress when requeued (else starts over)
     done: float = 0.0  # work done in earlier attempts
     start: float = 0.0
     attempt: int = 0
@@ -135,7 +136,7 @@ class Engine:
         work whose remaining time is already spent ends at once."""
         self.state = state
         for w in state.workloads.values():
-            run = self.runs[w.id] = _Run(work.get(w.id), done.get(w.id, 0.0))
+            run = self.runs[w.id] = _Run(work.get(w.id), w.resumable, done.get(w.id, 0.0))
             if w.state != RUNNING:
                 continue
             run.start = w.start
@@ -160,7 +161,7 @@ class Engine:
         for record in handle(self.state, event):
             kind = record.type
             if kind == "workload.submitted":
-                self.runs[record.workload] = _Run(record.runtime)
+                self.runs[record.workload] = _Run(record.runtime, record.resumable)
             elif kind == "workload.placed":
                 self._started(record)
             elif kind == "workload.preempted":
@@ -187,5 +188,9 @@ class Engine:
         if not record.requeued:
             del self.runs[record.workload]
             return
-        run.done = max(0.0, run.done + (record.time - run.start) - self.options.checkpoint_loss)
+        if not run.resumable:  # requeued all the same (`allot requeue`): it starts over
+            run.done = 0.0
+        else:
+            ran = record.time - run.start
+            run.done = max(0.0, run.done + ran - self.options.checkpoint_loss)
         run.attempt = -1  # no completion until placed again

@@ -65,8 +65,9 @@ class Forecast:
 
 def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
     """Per live workload: the work it needs (runtime, else expected_runtime, else None)
-    and the work kept from earlier attempts (requeued ones keep progress: preempted, or
-    lost with their node, as the simulated launcher keeps it)."""
+    and the work kept from earlier attempts: resumable work keeps the progress of its
+    requeued attempts (preempted, or lost with their node), as the simulated launcher
+    keeps it; other work requeued (`allot requeue`) starts over."""
     state = view.require()
     work: dict[str, float | None] = {}
     done: dict[str, float] = {}
@@ -75,7 +76,7 @@ def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
         submitted = h.submitted if h is not None else None
         runtime = submitted.runtime if submitted is not None else None
         work[wid] = runtime if runtime is not None else w.expected_runtime
-        if h is None:
+        if h is None or (submitted is not None and not submitted.resumable):
             continue
         began = {p.attempt: p.time for p in h.placements}
         stops = [(q.attempt, q.time) for q in h.preemptions if q.requeued]

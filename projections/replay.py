@@ -199,6 +199,7 @@ def journal_run_spec(
     runtime: dict[str, float] = {}
     began: dict[str, float] = {}
     completed: set[str] = set()
+    fresh_start: set[str] = set()  # not resumable: a requeued attempt's work is lost
     budgeted: set[str] = set()
     rounds = [0]  # what-if rounds already in the journal (a what-if of a what-if)
     count = 0
@@ -211,6 +212,8 @@ def journal_run_spec(
             base = dict(record.config)
         elif kind == "workload.submitted":
             count += 1
+            if not record.resumable:
+                fresh_start.add(record.workload)
         elif kind == "budget.set":
             budgeted.add(record.allocation)
             if (m := _WHAT_IF_ID.fullmatch(record.id)) is not None:
@@ -221,6 +224,8 @@ def journal_run_spec(
             t0 = began.pop(record.workload, None)
             if t0 is not None:
                 runtime[record.workload] = runtime.get(record.workload, 0.0) + record.time - t0
+            if kind == "workload.preempted" and record.requeued and record.workload in fresh_start:
+                runtime.pop(record.workload, None)  # `allot requeue`: it starts over
             if kind == "workload.finished" and record.outcome == "completed":
                 completed.add(record.workload)
     if cluster is None:

@@ -1322,8 +1322,10 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
             )
             for line in _preemption_numbers(q):
                 text.append("    " + line)
+            over = q.requeued and s is not None and not s.resumable  # `allot requeue`
             text.append(
                 "    requeued: it waits again with its original submit time"
+                + (" and starts over (not resumable)" if over else "")
                 if q.requeued
                 else "    not resumable: it ended here"
             )

@@ -22,7 +22,9 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    for checkpointing (`preempt_grace` in the journaled `config.set`, advisory) is the
    launcher's to give, before the beneficiary's own `workload.placed` is acted on.
    With `requeued: true` the workload waits again and will get a new
-   `workload.placed` with the next attempt: resume it from its checkpoint there.
+   `workload.placed` with the next attempt: resume it from its checkpoint there if it
+   is resumable, else start it over (reason `requested`, from `allot requeue`, requeues
+   work that is not resumable too).
 4. When an attempt ends on its own, send `workload.finished` to the inbox with
    `outcome` `completed`, `failed` or `lost` (the node died) and the `attempt`; a
    workload that could not be started at all is reported `failed`, or `lost` when its

@@ -1302,7 +1302,8 @@ def test_a_requested_requeue_stops_the_work_and_queues_it_with_its_submit_time(
     stop, again = out[1], out[2]
     # protected or not, resumable or not: the asker wants it stopped and run again
     assert (stop.reason, stop.requeued, stop.beneficiary) == ("requested", True, None)
-    assert stop.explain == {"requested_by": ADMIN} and stop.cause == out[0].id
+    assert stop.explain["requested_by"] == ADMIN and stop.cause == out[0].id
+    assert (stop.explain["ran_s"], stop.explain["victim_allocation"]) == (600.0, "lab/a")
     assert (again.workload, again.attempt) == ("w", 2)  # ahead of later: its submit time
     assert c.placed("later") is None
 
