@@ -1155,9 +1155,7 @@ def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
             "attempt": lost.attempt,
             "requeued": True,
         }
-        for key in ("exit_code", "reason"):
-            if getattr(lost, key) is not None:
-                record[key] = getattr(lost, key)
+        record.update(_said(lost.exit_code, lost.reason))
         items.append((lost.seq, record))
     for r in h.rejections:
         record = {
@@ -1183,12 +1181,15 @@ def history_records(view: JournalView, wid: str) -> list[dict[str, Any]]:
         if e["how"] == "finished":
             record["outcome"] = e.get("outcome")
             record["attempt"] = e.get("attempt")
-            for key in ("exit_code", "reason"):
-                if e.get(key) is not None:
-                    record[key] = e[key]
+            record.update(_said(e.get("exit_code"), e.get("reason")))
         items.append((h.ended_seq, record))
     items.sort(key=lambda item: item[0])
     return [record for _, record in items]
+
+
+def _said(exit_code: int | None, reason: str | None) -> dict[str, Any]:
+    """What a launcher's report said, as its record's keys (absent when it said nothing)."""
+    return {k: v for k, v in (("exit_code", exit_code), ("reason", reason)) if v is not None}
 
 
 def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]:

@@ -987,21 +987,28 @@ def test_an_array_with_wait_reports_its_first_tasks_verdict(cluster: Path) -> No
     assert "'%N' (tasks at once) is not supported" in one_line_error(result)
 
 
+def _two_8_gpu_jobs_on_one_host(data: Path, min_runtime: str) -> tuple[str, str]:
+    """Through the CLI, on a serve of `data`: host h1 (8 GPUs), leaf lab/olmo (member
+    alice), and two 8-GPU jobs of alice's; returns their ids once the first runs."""
+    for args in (
+        ("host", "register", "h1", "8"),
+        ("budget", "set", "lab", "1"),
+        ("budget", "set", "lab/olmo", "1", "--member", "alice"),
+    ):
+        assert allot(*args, "--as", ADMIN, "--data", str(data), "--wait", "20").returncode == 0
+    common = ["-A", "lab/olmo", "-G", "8", "--min-runtime", min_runtime, "--as", "alice"]
+    first = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
+    second = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
+    wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == first)
+    return first, second
+
+
 def test_hold_keeps_pending_work_off_free_gpus_until_release(tmp_path: Path) -> None:
     """scontrol hold / release: held work waits beside free GPUs; released, it starts."""
     data = tmp_path / "data"
     server = serve(data)
     try:
-        for args in (
-            ("host", "register", "h1", "8"),
-            ("budget", "set", "lab", "1"),
-            ("budget", "set", "lab/olmo", "1", "--member", "alice"),
-        ):
-            assert allot(*args, "--as", ADMIN, "--data", str(data), "--wait", "20").returncode == 0
-        common = ["-A", "lab/olmo", "-G", "8", "--min-runtime", "15m", "--as", "alice"]
-        run = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
-        wait = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
-        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == run)
+        run, wait = _two_8_gpu_jobs_on_one_host(data, "15m")
         held = allot("hold", wait, "--as", "alice", "--data", str(data), "--wait", "20")
         assert held.returncode == 0 and held.stdout.splitlines()[-1] == f"Workload {wait} held"
         again = allot("hold", wait, "--as", "alice", "--data", str(data), "--wait", "20")
@@ -1034,16 +1041,7 @@ def test_requeue_stops_running_work_and_it_starts_over_ahead_of_later_work(
     data = tmp_path / "data"
     server = serve(data)
     try:
-        for args in (
-            ("host", "register", "h1", "8"),
-            ("budget", "set", "lab", "1"),
-            ("budget", "set", "lab/olmo", "1", "--member", "alice"),
-        ):
-            assert allot(*args, "--as", ADMIN, "--data", str(data), "--wait", "20").returncode == 0
-        common = ["-A", "lab/olmo", "-G", "8", "--min-runtime", "1h", "--as", "alice"]
-        run = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
-        later = allot("submit", *common, "--data", str(data), "--parsable").stdout.strip()
-        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == run)
+        run, later = _two_8_gpu_jobs_on_one_host(data, "1h")
         pending = allot("requeue", later, "--as", "alice", "--data", str(data), "--wait", "20")
         assert pending.returncode == 1 and "not running; nothing to requeue" in pending.stdout
         done = allot("requeue", run[:12], "--as", "alice", "--data", str(data), "--wait", "20")
