@@ -227,14 +227,14 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
 
 
-def _live(state: State, workload_id: str) -> Any:
+def _live(state: State, workload_id: str, verb: str = "cancel") -> Any:
     w = state.workloads.get(workload_id)
     if w is None:
         if workload_id in state.ended:
             raise Rejected(f"workload {workload_id!r} has already ended")
         if any(f"{workload_id}_{i}" in state.workloads for i in (0, 1)):  # cheap probe
             raise Rejected(
-                f"unknown workload {workload_id!r}; it names a job array: cancel its tasks "
+                f"unknown workload {workload_id!r}; it names a job array: {verb} its tasks "
                 f"as '{workload_id}_[SPEC]', e.g. '{workload_id}_[0-15]' "
                 f"(`allot queue -j {workload_id}` lists them)"
             )
@@ -245,7 +245,7 @@ def _live(state: State, workload_id: str) -> Any:
 def _owned(state: State, e: Any, verb: str) -> Workload:
     """The live workload `e` is about, if its actor may `verb` it: its submitter, the
     managers of its allocation (or above) and admins may."""
-    w = _live(state, e.workload)
+    w = _live(state, e.workload, verb)
     if e.actor != w.actor and not _may_act_under(state, e.actor, w.allocation):
         raise Rejected(
             f"{e.actor!r} may not {verb} {e.workload!r}: only its submitter {w.actor!r}, "

@@ -359,6 +359,9 @@ def test_cancelling_a_job_arrays_base_id_says_how_to_name_its_tasks(first: int) 
     assert "it names a job array" in r.error and "'arr_[0-15]'" in r.error
     (r,) = c.send(make(ev.WorkloadCancelled, workload="ar", actor="alice")(c))
     assert "job array" not in r.error  # only a base with tasks gets the hint
+    for model, verb in ((ev.WorkloadHeld, "hold"), (ev.WorkloadRequeueRequested, "requeue")):
+        (r,) = c.send(make(model, workload="arr", actor="alice")(c))
+        assert f"it names a job array: {verb} its tasks" in r.error  # the verb asked
 
 
 def test_rejection_copies_what_was_rejected() -> None:
