@@ -458,6 +458,50 @@ def nodelist(hosts: Iterable[str]) -> str:
     return ",".join([*out, *plain])
 
 
+MAX_NODELIST = 100_000  # hosts one range of a host list may name (a typo's guard)
+_BRACKETS = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<spec>[^\[\]]*)\](?P<suffix>[^\[\]]*)$")
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """`h[0-2,5],gpu7` -> `h0, h1, h2, h5, gpu7`: the host lists `nodelist` writes and
+    Slurm's `-w` takes (a range keeps its zero padding: `n[08-10]` -> n08, n09, n10).
+    ValueError names what cannot be read."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if depth not in (0, 1):
+            raise ValueError(f"{text!r}: brackets do not nest in a host list")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if depth:
+        raise ValueError(f"{text!r}: a '[' is not closed")
+    parts.append(current)
+    names: list[str] = []
+    for part in (x.strip() for x in parts):
+        if not part:
+            continue
+        m = _BRACKETS.match(part)
+        if m is None:
+            if "[" in part or "]" in part:
+                raise ValueError(f"{part!r}: give one [range] per name, e.g. h[0-3,7]")
+            names.append(part)
+            continue
+        for item in m["spec"].split(","):
+            lo, dash, hi = item.strip().partition("-")
+            if not lo.isdigit() or (dash and not hi.isdigit()):
+                raise ValueError(f"{part!r}: {item!r} is not a number or a range like 0-3")
+            width = len(lo) if lo.startswith("0") else 0
+            first, last = int(lo), int(hi if dash else lo)
+            if last - first >= MAX_NODELIST:
+                raise ValueError(f"{part!r}: more than {MAX_NODELIST:,} hosts in one range")
+            for n in range(first, last + 1):
+                names.append(f"{m['prefix']}{n:0{width}d}{m['suffix']}")
+    return list(dict.fromkeys(names))
+
+
 # ------------------------------------------------------------------ queue
 
 QueueRow = dict[str, Any]

@@ -319,6 +319,27 @@ def _queue_states(text: str) -> set[str]:
     return {_QUEUE_STATES[x] for x in asked}
 
 
+def _known_hosts(view: Any, text: str) -> set[str]:
+    """-w's hosts; TargetError for a list that cannot be read or names an unknown host."""
+    from projections.views import expand_nodelist
+
+    try:
+        hosts = expand_nodelist(text)
+    except ValueError as why:
+        raise TargetError(f"--nodelist {why}") from None
+    if not hosts:
+        raise TargetError("--nodelist names no host; e.g. -w h3 or -w 'h[0-3]'")
+    known = view.require().hosts
+    unknown = [h for h in hosts if h not in known]
+    if unknown:
+        raise TargetError(
+            f"--nodelist: unknown host {unknown[0]!r}"
+            + (f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else "")
+            + "; `allot host list` lists them"
+        )
+    return set(hosts)
+
+
 def _refuse_unknown_allocation(
     view: Any, allocations: list[str] | None, removed_too: bool = False
 ) -> None:
@@ -421,6 +442,17 @@ def register(app: typer.Typer) -> None:
                 help="Only pending or running work: pending/pd, running/r (as squeue -t).",
             ),
         ] = None,
+        nodelist: Annotated[
+            str | None,
+            typer.Option(
+                "--nodelist",
+                "-w",
+                metavar="HOSTS",
+                help="Only work running on these hosts, as squeue -w: names or Slurm host "
+                "lists (h3,h[8-11]), e.g. to requeue what runs on a host: `allot requeue "
+                "$(allot queue -w h3 -h -o %i)`.",
+            ),
+        ] = None,
         long: Annotated[
             bool,
             typer.Option(
@@ -503,6 +535,9 @@ def register(app: typer.Typer) -> None:
             if states is not None:
                 shown = _queue_states(states)
                 rows = [r for r in rows if r["state"] in shown]
+            if nodelist is not None:
+                on = _known_hosts(view, nodelist)
+                rows = [r for r in rows if on.intersection(r["hosts"])]
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate

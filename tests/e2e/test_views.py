@@ -1266,3 +1266,45 @@ def test_queue_of_an_ended_job_id_is_empty_not_another_job(journal: Path, record
     result = allot("queue", "-j", done, "--journal", str(journal), "--json")
     assert result.returncode == 0, result.stderr
     assert orjson.loads(result.stdout)["workloads"] == []
+
+
+@pytest.fixture(scope="module")
+def on_three_hosts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """w0 runs on h0, the gang w1 on h1 and h2, w2 waits."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="default").host("h0").host("h1").host("h2").budget("lab", 1)
+    j.submit("w0", "lab", 8).place("w0", {"h0": list(range(8))})
+    j.submit("w1", "lab", 16).place("w1", {"h1": list(range(8)), "h2": list(range(8))})
+    j.submit("w2", "lab", 8)
+    return j.write(tmp_path_factory.mktemp("nodes") / "journal.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("hosts", "shown"),
+    [("h0", ["w0"]), ("h[1-2]", ["w1"]), ("h2", ["w1"]), ("h0,h2", ["w0", "w1"])],
+    ids=["one-host", "a-range", "one-host-of-a-gang", "a-list"],
+)
+def test_queue_nodelist_shows_what_runs_there(
+    on_three_hosts: Path, hosts: str, shown: list[str]
+) -> None:
+    """squeue -w: the ids alone (-h -o %i) feed `allot requeue $(...)`; waiting work runs
+    nowhere, so it is never shown."""
+    result = allot("queue", "--journal", str(on_three_hosts), "-w", hosts, "-h", "-o", "%i")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == shown
+
+
+@pytest.mark.parametrize(
+    ("hosts", "error"),
+    [
+        ("h7", "--nodelist: unknown host 'h7'; `allot host list` lists them"),
+        ("h[6-9]", "unknown host 'h6' (and 3 more)"),
+        ("h[1-", "--nodelist 'h[1-': a '[' is not closed"),
+    ],
+    ids=["unknown", "unknown-range", "unreadable"],
+)
+def test_queue_nodelist_refuses_a_host_it_does_not_know(
+    on_three_hosts: Path, hosts: str, error: str
+) -> None:
+    one_line_error(allot("queue", "--journal", str(on_three_hosts), "-w", hosts), error)

@@ -7,6 +7,7 @@ then folded back by the views, exactly as `allot queue/shares/why` read them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -550,6 +551,38 @@ def test_parse_format_rejects_unknown(spec: str) -> None:
 )
 def test_nodelist(hosts: list[str], text: str) -> None:
     assert v.nodelist(hosts) == text
+    assert sorted(v.expand_nodelist(text)) == sorted(hosts)  # what -w reads back
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("h3", ["h3"]),
+        ("h[0-2,5],gpu7", ["h0", "h1", "h2", "h5", "gpu7"]),
+        ("n[08-10]", ["n08", "n09", "n10"]),  # zero padding kept
+        ("rack[1-2]-a", ["rack1-a", "rack2-a"]),
+        (" h1 , h1,,", ["h1"]),
+    ],
+    ids=["one", "ranges-and-names", "padded", "suffix", "spaces-and-repeats"],
+)
+def test_expand_nodelist(text: str, hosts: list[str]) -> None:
+    assert v.expand_nodelist(text) == hosts
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("h[1-", "is not closed"),
+        ("h[a]", "'a' is not a number"),
+        ("h[[1]]", "do not nest"),
+        ("h[1][2]", "one [range] per name"),
+        ("h[0-999999999]", "more than 100,000 hosts"),
+    ],
+    ids=["open", "not-a-number", "nested", "two-ranges", "huge"],
+)
+def test_expand_nodelist_names_what_it_cannot_read(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        v.expand_nodelist(text)
 
 
 def test_rows_are_json_ready() -> None:
