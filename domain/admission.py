@@ -78,8 +78,10 @@ def admit(state: State, event: Any) -> Any:
 def _stamp_finished(state: State, event: ev.WorkloadFinished, now: float) -> ev.WorkloadFinished:
     """The accepted report with the scheduler's `requeued`: resumable work whose node was
     lost waits again (with its submit time, as after a preemption; Slurm requeues on a
-    node failure too); a sender's own `requeued` is not taken."""
-    lost = event.outcome == "lost" and state.workloads[event.workload].resumable
+    node failure too), up to `max_lost_requeues` times; a sender's own `requeued` is not
+    taken."""
+    w = state.workloads[event.workload]
+    lost = event.outcome == "lost" and w.resumable and w.lost < state.config.max_lost_requeues
     requeued = True if lost else None  # None: not written, as before the field existed
     if event.time == now and event.requeued is requeued:
         return event

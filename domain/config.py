@@ -63,6 +63,14 @@ class SchedulerConfig(BaseModel):
         (), description="may create top-level allocations, register hosts and set config"
     )
     preempt_grace: float = Field(0.0, description="advisory checkpoint grace for launchers")
+    max_lost_requeues: int = Field(
+        5,
+        ge=0,
+        description=(
+            "times resumable work is requeued after a lost node; the next lost report "
+            "ends it (Slurm's MaxBatchRequeue): a launcher that keeps losing it stops"
+        ),
+    )
 
     @field_validator(*DURATION_KEYS, mode="before")
     @classmethod

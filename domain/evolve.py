@@ -185,6 +185,9 @@ def _preempted(state: State, e: ev.WorkloadPreempted) -> None:
 
 def _finished(state: State, e: ev.WorkloadFinished) -> None:
     # requeued: a lost attempt of resumable work (admission decided)
+    w = state.workloads.get(e.workload)
+    if e.requeued and w is not None and w.state == RUNNING:
+        w.lost += 1
     _stopped(state, e.workload, bool(e.requeued), e.time)
     if e.requeued:
         # as a requeued preemption: work back in a bucket, perhaps ahead of a

@@ -52,6 +52,7 @@ class Workload:
     queue_key: tuple[Any, ...] = ()
     bucket: BucketKey | None = None
     on_hold: bool = False  # pending but out of the queue until released (allot hold)
+    lost: int = 0  # attempts lost with their node and requeued (see max_lost_requeues)
 
     @property
     def wants_allocation(self) -> bool:

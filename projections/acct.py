@@ -228,7 +228,7 @@ def _reason(h: History, state: str) -> str:
             return f"drain (host {q.explain.get('host')} unhealthy)"
         return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
     said = ended_detail(h.ended or {})  # the launcher's exit status and reason
-    if state == "COMPLETED":  # live work takes `allot queue`'s reason
+    if state in ("COMPLETED", "FAILED", "LOST"):  # live work takes `allot queue`'s reason
         n = len(_requeue_times(h))
         lost = f" ({len(h.lost)} after a lost node)" if h.lost else ""
         return ", ".join(filter(None, [said, f"requeued {n}x{lost}" if n else ""]))

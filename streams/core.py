@@ -36,8 +36,9 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 # 4: queue keys end with `id_order` (array tasks by index), not the bare id; 5: held
 # work (`Workload.on_hold`); 6: a cycle's failures carry the room a reservation left
 # (backfill behind a refused bucket head); 7: ratios as of the last bucket edge (no
-# protection-end count on the state or the last cycle); 8: requeues asked (`State.requeue_asked`).
-SNAPSHOT_FORMAT = 8
+# protection-end count on the state or the last cycle); 8: requeues asked (`State.requeue_asked`);
+# 9: lost attempts requeued per workload (`Workload.lost`).
+SNAPSHOT_FORMAT = 9
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,8 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    report an id that is the same when resent, e.g. `launcher/<cluster>/<workload>/<attempt>`.
    The journal records the accepted report with `requeued: true` for a `lost` attempt
    of resumable work, which waits again like a requeued preemption (its next
-   `workload.placed` starts the next attempt; resume it from its checkpoint there).
+   `workload.placed` starts the next attempt; resume it from its checkpoint there), at
+   most `max_lost_requeues` times (config, default 5; then a lost report ends it).
 5. `workload.cancelled`: stop it; no report is needed.
 6. On restart, re-read the journal (or resume from the committed offset) and
    reconcile: run exactly the attempts that are placed and not yet finished,

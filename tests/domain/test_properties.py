@@ -140,6 +140,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "window": draw(st.sampled_from(["7d", "6h"])),
         "bucket": draw(st.sampled_from(["1h", "15m"])),
         "headroom_hosts": draw(st.sampled_from([0, 1])),
+        "max_lost_requeues": draw(st.sampled_from([5, 1, 0])),
     }
     weights = {node: draw(st.sampled_from([1, 1, 2, 3, 0])) for node in NODES}
     return {
@@ -325,6 +326,7 @@ class JournalModel:
         self.paths: set[str] = set()
         self.last_time = -math.inf
         self.asked: set[str] = set()  # requeues accepted and not yet answered
+        self.lost: dict[str, int] = {}  # lost attempts requeued, per workload
 
     def feed(self, state: State, records: list[Any]) -> None:
         for i, e in enumerate(records):
@@ -439,8 +441,11 @@ class JournalModel:
 
     def on_workload_finished(self, state: State, e: Any) -> None:
         assert e.workload in self.running, "finish accepted for work not running"
+        times = self.lost.get(e.workload, 0)
         lost = e.outcome == "lost" and self.submitted[e.workload].resumable
+        lost = lost and times < state.config.max_lost_requeues  # then it ends
         assert e.requeued is (True if lost else None)  # requeued: it waits again
+        self.lost[e.workload] = times + lost
         self.release(e)
         assert (e.workload in state.workloads) is lost
 

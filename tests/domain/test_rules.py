@@ -1286,6 +1286,25 @@ def test_requeued_lost_work_stops_accruing_and_a_stale_report_is_refused() -> No
     assert [e.type for e in out] == ["workload.rejected"] and "not running" in out[0].error
 
 
+@pytest.mark.parametrize("cap", [0, 2], ids=["never", "twice"])
+def test_lost_requeues_stop_at_max_lost_requeues(cap: int) -> None:
+    """Slurm's MaxBatchRequeue: a launcher that keeps losing a workload (its host still
+    counted healthy, it is placed there again at once) ends it after `cap` requeues."""
+    c = cluster(hosts=1, max_lost_requeues=cap).tree({"lab/a": 1})
+    c.submit("w", "lab/a", gpus=8)
+    verdicts = []
+    for attempt in range(1, cap + 2):
+        out = c.after("1m").finish("w", attempt=attempt, outcome="lost")
+        verdicts.append(out[0].requeued)
+    assert verdicts == [True] * cap + [None]
+    assert "w" not in c.state.workloads  # the last report ended it
+    assert [p.attempt for p in c.placements("w")] == list(range(1, cap + 2))
+
+
+# --------------------------------------------------------------------------------------
+# allot requeue (scontrol requeue)
+
+
 @pytest.mark.parametrize("resumable", [True, False], ids=["resumable", "not-resumable"])
 def test_a_requested_requeue_stops_the_work_and_queues_it_with_its_submit_time(
     resumable: bool,

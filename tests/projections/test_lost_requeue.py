@@ -126,3 +126,13 @@ def test_a_requeued_report_in_a_journal_no_scheduler_wrote_is_still_read() -> No
     view = fold(j.events)
     assert [x.attempt for x in view.histories["w"].lost] == [1]
     assert "attempt 1: lost" in "\n".join(why(view, "w")["text"])
+
+
+def test_acct_tells_the_requeues_of_work_a_last_lost_report_ended() -> None:
+    c = cluster(hosts=1, max_lost_requeues=1).tree({"lab/a": 1})
+    c.submit("w", "lab/a", gpus=8)
+    c.at("10m").finish("w", attempt=1, outcome="lost")  # requeued, placed again at once
+    c.at("20m").finish("w", attempt=2, outcome="lost", reason="Xid 79")  # the cap: ends
+    row = next(r for r in acct_rows(fold(c.journal)) if r["id"] == "w")
+    assert (row["state"], row["attempts"]) == ("LOST", 2)
+    assert row["reason"] == "Xid 79, requeued 1x (1 after a lost node)"
