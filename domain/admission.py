@@ -81,8 +81,8 @@ def _stamp_finished(state: State, event: ev.WorkloadFinished, now: float) -> ev.
     node failure too), up to `max_lost_requeues` times; a sender's own `requeued` is not
     taken."""
     w = state.workloads[event.workload]
-    lost = event.outcome == "lost" and w.resumable and w.lost < state.config.max_lost_requeues
-    requeued = True if lost else None  # None: not written, as before the field existed
+    requeue = event.outcome == "lost" and w.resumable and w.lost < state.config.max_lost_requeues
+    requeued = True if requeue else None  # None: not written, as before the field existed
     if event.time == now and event.requeued is requeued:
         return event
     return event.model_copy(update={"time": now, "requeued": requeued})
