@@ -5,7 +5,11 @@ budget or health change), a completion, or a moment `domain.next_wakeup` names
 (protection end, usage bucket edge). A jump no input explains is journaled as a
 `clock.tick`, so the journal alone replays. The engine's own job is only to play
 the executor: a placed workload finishes after its `runtime` of work; a resumable one
-keeps its progress when preempted (minus `checkpoint_loss`).
+keeps its progress when preempted (minus `checkpoint_loss`). A host failure named in
+`lose_work_at` also kills the work running there: the executor reports each attempt
+`lost` right after the `host.health` input, as a launcher does when a node dies (a
+resumable workload is requeued by the scheduler and keeps its progress, as when
+preempted).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ class EngineOptions:
     # prefix of the ids of the engine's own inputs (reports, ticks): a run that goes on
     # from a journal's state needs ids that journal has not used (they are deduplicated)
     id_prefix: str = "sim"
+    # ids of `host.health` inputs (unhealthy) whose host dies with its work: each attempt
+    # running there is then reported `lost`
+    lose_work_at: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)
@@ -81,6 +88,7 @@ class Engine:
         pending_input = next(source, None)
         horizon = self.options.horizon_end
         prefix = self.options.id_prefix
+        lose_work_at = self.options.lose_work_at
         ticks = 0
         while True:
             t_done = self._next_completion()
@@ -111,6 +119,8 @@ class Engine:
                     id=f"{prefix}-tick-{ticks}", time=t, cluster=self.cluster, actor=SIMULATOR
                 )
             yield from self._handle(event)
+            if event.id in lose_work_at and event.type == "host.health" and not event.healthy:
+                yield from self._lose_work(event.host, t)
             if self.on_time is not None:
                 self.on_time(t)
         if horizon is not None and self.state.now < horizon:
@@ -146,6 +156,30 @@ class Engine:
                 self._seq += 1
                 heapq.heappush(self.completions, (finish, self._seq, w.id, w.attempt))
 
+    def _lose_work(self, host: str, t: float) -> Iterator[Any]:
+        """Report every attempt running on `host` (which just turned unhealthy) `lost`,
+        in the order it was placed there."""
+        state = self.state
+        on_host = state.hosts.get(host)
+        if on_host is None:
+            return
+        for wid in list(on_host.workloads):
+            w = state.workloads.get(wid)
+            if w is None or w.state != RUNNING or wid not in on_host.workloads:
+                continue  # stopped by an earlier report's cycle
+            self._seq += 1
+            yield from self._handle(
+                ev.WorkloadFinished(
+                    id=f"{self.options.id_prefix}-lost-{self._seq}",
+                    time=t,
+                    cluster=self.cluster,
+                    actor=EXECUTOR,
+                    workload=wid,
+                    outcome="lost",
+                    attempt=w.attempt,
+                )
+            )
+
     def _next_completion(self) -> float:
         heap = self.completions
         while heap:
@@ -164,7 +198,9 @@ class Engine:
                 self.runs[record.workload] = _Run(record.runtime, record.resumable)
             elif kind == "workload.placed":
                 self._started(record)
-            elif kind == "workload.preempted":
+            elif kind == "workload.preempted" or (
+                kind == "workload.finished" and record.requeued
+            ):  # a requeued lost attempt keeps its progress, as a preempted one
                 self._stopped(record)
             elif kind in ("workload.finished", "workload.cancelled"):
                 self.runs.pop(record.workload, None)
@@ -181,7 +217,7 @@ class Engine:
             self._seq += 1
             heapq.heappush(self.completions, (finish, self._seq, record.workload, record.attempt))
 
-    def _stopped(self, record: ev.WorkloadPreempted) -> None:
+    def _stopped(self, record: ev.WorkloadPreempted | ev.WorkloadFinished) -> None:
         run = self.runs.get(record.workload)
         if run is None:
             return

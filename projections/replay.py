@@ -201,6 +201,11 @@ def journal_run_spec(
     completed: set[str] = set()
     fresh_start: set[str] = set()  # not resumable: a requeued attempt's work is lost
     budgeted: set[str] = set()
+    # host failures that killed their work (an attempt there was reported lost while the
+    # host was down): the what-if's launcher loses the work running there too
+    hosts_of: dict[str, dict[str, Any]] = {}
+    down: dict[str, str] = {}  # unhealthy host -> the health input that took it down
+    lose_work_at: set[str] = set()
     rounds = [0]  # what-if rounds already in the journal (a what-if of a what-if)
     count = 0
     for record in read_journal(path):
@@ -218,8 +223,14 @@ def journal_run_spec(
             budgeted.add(record.allocation)
             if (m := _WHAT_IF_ID.fullmatch(record.id)) is not None:
                 rounds.append(int(m["round"]))
+        elif kind == "host.health":
+            if record.healthy:
+                down.pop(record.host, None)
+            else:
+                down.setdefault(record.host, record.id)
         elif kind == "workload.placed":
             began[record.workload] = record.time
+            hosts_of[record.workload] = record.hosts
         elif kind in ("workload.preempted", "workload.finished", "workload.cancelled"):
             t0 = began.pop(record.workload, None)
             if t0 is not None:
@@ -228,6 +239,8 @@ def journal_run_spec(
                 runtime.pop(record.workload, None)  # `allot requeue`: it starts over
             if kind == "workload.finished" and record.outcome == "completed":
                 completed.add(record.workload)
+            if kind == "workload.finished" and record.outcome == "lost":
+                lose_work_at.update(down[h] for h in hosts_of.get(record.workload, ()) if h in down)
     if cluster is None:
         raise JournalError(f"{path}: the journal is empty; nothing to replay")
     try:
@@ -297,7 +310,7 @@ def journal_run_spec(
         start=start,
         horizon_end=end,
         workloads=count,
-        engine=engine,
+        engine={**engine, "lose_work_at": frozenset(lose_work_at)} if lose_work_at else engine,
     )
 
 

@@ -566,6 +566,14 @@ footer { color: var(--muted); font-size: 12px; margin-top: 36px; }
 """
 
 
+def _lost_attempts(lost: Any) -> str:
+    """ "3 (2)": attempts reported lost, and of them those requeued; "—" for runs
+    summarized before the count existed."""
+    if not isinstance(lost, dict):
+        return "—"
+    return f"{fmt_num(lost.get('all'))} ({fmt_num(lost.get('requeued'))})"
+
+
 def _contended_idle_rows(idle: dict[str, Any] | None) -> list[list[str]]:
     """Idle GPU-hours while allocated work waited, and what the smallest waiting
     workload needed then (small work waiting beside idle GPUs is a scheduling loss;
@@ -667,6 +675,10 @@ def render_html(
         ["delivered, worst allocation", fmt_pct(delivered.get("min"), 2)],
         ["delivered, strict hourly form", fmt_pct(delivered.get("hourly_strict"), 2)],
         ["preemptions", fmt_num(summary.get("preemptions"))],
+        [
+            "attempts lost with their node (requeued)",
+            _lost_attempts(summary.get("lost_attempts")),
+        ],
     ]
     for k, v in (summary.get("gpu_hours") or {}).items():
         headline.append(

@@ -105,6 +105,15 @@ class HealthSpec(_Strict):
     host: int | str
     healthy: bool = False
     reason: str = ""
+    # the host dies with its work: the simulated launcher reports every attempt running
+    # there `lost` (resumable work is requeued); without it the host drains gracefully
+    lost: bool = False
+
+    @model_validator(mode="after")
+    def _lost_when_failing(self) -> HealthSpec:
+        if self.lost and self.healthy:
+            raise ValueError("lost: true is for a host that fails (healthy: false)")
+        return self
 
 
 class TraceSpec(_Strict):
@@ -469,7 +478,7 @@ class Scenario:
         for i, item in enumerate(self.spec.health):
             host = self._host(item.host, f"health[{i}].host")
             event = HostHealth(
-                id=f"health-{i}",
+                id=_health_id(i),
                 time=self.start + item.at,
                 cluster=self.cluster_name,
                 actor=SCENARIO_ACTOR,
@@ -480,6 +489,11 @@ class Scenario:
             entries.append((event.time, i, event))
         entries.sort(key=lambda e: (e[0], e[1]))
         return [e for _, _, e in entries]
+
+    @property
+    def lose_work_at(self) -> frozenset[str]:
+        """Ids of the health changes whose host dies with its work (`lost: true`)."""
+        return frozenset(_health_id(i) for i, item in enumerate(self.spec.health) if item.lost)
 
     def _host(self, value: int | str, where: str) -> str:
         index: int | None = None
@@ -786,3 +800,8 @@ def scenario_from_dict(
         source=source,
         config=config,
     )
+
+
+def _health_id(index: int) -> str:
+    """The input id of the scenario's `health[index]` entry."""
+    return f"health-{index}"

@@ -101,8 +101,13 @@ class RunSpec:
             start=sc.start,
             horizon_end=sc.end_time(),
             workloads=sc.workload_count,
-            engine=engine or {},
+            engine={**(engine or {}), **_losses(sc.lose_work_at)},
         )
+
+
+def _losses(lose_work_at: frozenset[str]) -> dict[str, Any]:
+    """The engine option for host failures that kill their work, when there are any."""
+    return {"lose_work_at": lose_work_at} if lose_work_at else {}
 
 
 def policy_config(base: SchedulerConfig, policy: str | None) -> SchedulerConfig:

@@ -7,6 +7,8 @@ Keys (exact, plus a few extras marked *):
   once), unfinished (pending or running at the end), *failed, *lost, *cancelled,
   *preempted_terminal (preempted and not requeued)};
 - `preemptions` (count of `workload.preempted`), *`preemptions_by_reason`;
+- *`lost_attempts` {all, requeued}: attempts reported `lost` (their node died), and of
+  them those whose (resumable) workload was requeued rather than ended;
 - *`rejected_by_reason` {error: count}: the most common reasons submissions were
   rejected (up to 10, most frequent first; `workloads.rejected` has the total);
 - *`rejected_inputs` {input type: {count, first}}: other inputs the scheduler refused
@@ -133,6 +135,8 @@ class SummaryProjection(UsageProjection):
                 "lost",
                 "cancelled",
                 "preempted_terminal",
+                "lost_attempts",
+                "lost_requeued",
             ),
             0,
         )
@@ -188,6 +192,13 @@ class SummaryProjection(UsageProjection):
     def on_ended(self, wid: str, w: _Workload, d: dict[str, Any], outcome: str) -> None:
         if self._counts() and outcome in self.counts:
             self.counts[outcome] += 1
+            if outcome == "lost":
+                self.counts["lost_attempts"] += 1
+
+    def on_lost_requeued(self, wid: str, w: _Workload, d: dict[str, Any]) -> None:
+        if self._counts():
+            self.counts["lost_attempts"] += 1
+            self.counts["lost_requeued"] += 1
 
     def on_rejected(self, d: dict[str, Any]) -> None:
         if not self._counts():
@@ -307,6 +318,10 @@ class SummaryProjection(UsageProjection):
             },
             "workloads": workloads,
             "preemptions": self.preemptions,
+            "lost_attempts": {
+                "all": self.counts["lost_attempts"],
+                "requeued": self.counts["lost_requeued"],
+            },
             "preemptions_by_reason": dict(sorted(self.preemptions_by_reason.items())),
             "rejected_by_reason": self._top_rejections(),
             "rejected_inputs": dict(sorted(self.rejected_inputs.items())),

@@ -585,6 +585,7 @@ class UsageProjection:
             if w is not None and w.running:
                 self._stop_run(d["workload"], w, now)
                 self._requeue(w, now)
+                self.on_lost_requeued(d["workload"], w, d)
             return
         self._end(d, now, str(d.get("outcome") or "completed"))
 
@@ -695,6 +696,9 @@ class UsageProjection:
 
     def on_ended(self, wid: str, w: _Workload, d: dict[str, Any], outcome: str) -> None:
         """Finished (completed/failed/lost) or cancelled."""
+
+    def on_lost_requeued(self, wid: str, w: _Workload, d: dict[str, Any]) -> None:
+        """An attempt lost with its node; the (resumable) workload waits again."""
 
     def on_rejected(self, d: dict[str, Any]) -> None:
         """A `*.rejected` record (workload, budget, host or config)."""

@@ -92,3 +92,56 @@ def test_jumps_nobody_explains_are_journaled_as_ticks() -> None:
     assert 960 in ticks  # the big job's protection end, while the filler waited
     times = [r.time for r in records]
     assert times == sorted(times)
+
+
+def _protected(resumable: bool) -> list:
+    """`_inputs` with the workload protected past the failure (drain waits for it)."""
+    submitted, sick, well = _inputs()
+    return [submitted.model_copy(update={"min_runtime": 7200, "resumable": resumable}), sick, well]
+
+
+@pytest.mark.parametrize(
+    ("resumable", "loss", "expected"),
+    [
+        (
+            True,
+            0.0,
+            [("finished", 1800, 1, "lost", True), ("placed", 2400, 2), ("finished", 4200, 2)],
+        ),
+        (
+            True,
+            600.0,
+            [("finished", 1800, 1, "lost", True), ("placed", 2400, 2), ("finished", 4800, 2)],
+        ),
+        (False, 0.0, [("finished", 1800, 1, "lost", None)]),
+    ],
+    ids=["resumable-keeps-progress", "resumable-minus-checkpoint-loss", "not-resumable-ends"],
+)
+def test_a_host_that_dies_with_its_work_reports_it_lost(
+    resumable: bool, loss: float, expected: list
+) -> None:
+    options = EngineOptions(checkpoint_loss=loss, lose_work_at=frozenset({"sick"}))
+    engine = Engine("c", SchedulerConfig(), options)
+    records = list(engine.run(_setup(), _protected(resumable), T0))
+    seen = []
+    for r in records[1:]:
+        if r.type == "workload.finished":
+            outcome = () if r.outcome == "completed" else (r.outcome, r.requeued)
+            seen.append(("finished", round(r.time - T0), r.attempt, *outcome))
+        elif r.type == "workload.placed" and r.time > T0:
+            seen.append(("placed", round(r.time - T0), r.attempt))
+    assert seen == expected
+    assert all(r.type != "workload.preempted" for r in records)  # lost, not drained
+    lost = next(r for r in records if r.type == "workload.finished")
+    assert lost.actor == "executor"
+    # reported right after the host's failure, as the launcher contract asks
+    assert records[records.index(lost) - 1].type == "host.health"
+
+
+def test_a_failure_not_named_drains_the_host_as_before() -> None:
+    engine = Engine("c", SchedulerConfig(), EngineOptions(lose_work_at=frozenset({"other"})))
+    records = list(engine.run(_setup(), _protected(True), T0))
+    assert not [r for r in records if r.type == "workload.finished" and r.outcome == "lost"]
+    finished = [r for r in records if r.type == "workload.finished"]
+    # protected until 7200 s, so it keeps running on the sick host until it is done
+    assert [(round(r.time - T0), r.attempt) for r in finished] == [(3600, 1)]
