@@ -865,6 +865,7 @@ def parse_format(spec: str) -> list[str]:
 
 
 _FIELD = re.compile(r"%%|%(\.)?(\d+)?([A-Za-z])")
+MAX_FIELD_WIDTH = 1000  # wider than any terminal; a typo's width would fill memory
 
 
 def format_template(spec: str) -> list[tuple[str, str | None, int | None, bool]] | None:
@@ -882,6 +883,8 @@ def format_template(spec: str) -> list[tuple[str, str | None, int | None, bool]]
         if m[0] == "%%":  # printf's literal %
             continue
         width = int(m[2]) if m[2] else None
+        if width is not None and width > MAX_FIELD_WIDTH:
+            raise ViewError(f"{m[0]!r}: a field is at most {MAX_FIELD_WIDTH:,} characters wide")
         literal = spec[at : m.start()].replace("%%", "%")
         parts.append((literal, _BY_LETTER[m[3]], width, bool(m[1])))
         at = m.end()

@@ -93,7 +93,9 @@ def parse_array(spec: str, what: str | None = None) -> list[int]:
         first = int(m[1])
         last = int(m[2]) if m[2] is not None else first
         step = int(m[3]) if m[3] is not None else 1
-        if last < first or step < 1:
+        if step < 1:
+            raise RequestError(f"{what}: {part.strip()!r}: the step is at least 1")
+        if last < first:
             raise RequestError(f"{what}: {part.strip()!r} is an empty range")
         if (last - first) // step + 1 + len(tasks) > MAX_ARRAY_TASKS:
             raise RequestError(f"{what}: more than {MAX_ARRAY_TASKS:,} tasks")

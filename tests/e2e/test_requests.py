@@ -804,7 +804,7 @@ def test_array_specs_follow_sbatch(spec: str, tasks: list[int]) -> None:
         ("0-15%4", "'%N' (tasks at once) is not supported"),
         ("a-b", "is not N, N-M or N-M:STEP"),
         ("5-1", "is an empty range"),
-        ("0-9:0", "is an empty range"),
+        ("0-9:0", "'0-9:0': the step is at least 1"),
         ("0-20000", "more than 10,000 tasks"),
         ("", "is not N, N-M or N-M:STEP"),
     ],

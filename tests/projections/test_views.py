@@ -659,6 +659,12 @@ def test_squeue_literal_formats_keep_their_text(spec: str, cells: list[str], lin
     assert v.render_template(parts, cells) == line
 
 
+@pytest.mark.parametrize("spec", ["%1001i", "%.99999999999999999999999u|%i"])
+def test_a_field_wider_than_any_screen_is_refused(spec: str) -> None:
+    with pytest.raises(v.ViewError, match="a field is at most 1,000 characters wide"):
+        v.format_template(spec)
+
+
 @pytest.mark.parametrize("spec", ["%i %u %T", "  %i   %T ", "id,user"])
 def test_fields_split_by_spaces_alone_print_as_aligned_columns(spec: str) -> None:
     assert v.format_template(spec) is None
