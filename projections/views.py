@@ -1052,16 +1052,18 @@ def find_workload(view: JournalView, wid: str) -> str:
     h = histories.get(wid)
     if h is not None and _names_a_workload(h):
         return wid
-    if h is not None:  # only refused requests (a hold, a cancel) named it
+    known = [k for k, h in histories.items() if _names_a_workload(h)]
+    prefixed = [k for k in known if k.startswith(wid)]
+    if len(prefixed) == 1:
+        # a prefix names its workload even after a refused request sent the prefix as
+        # given (`allot cancel PREFIX` of ended work)
+        return prefixed[0]
+    if h is not None and not prefixed:  # only refused requests (a hold, a cancel) named it
         refused = "; ".join(
             f"{r.input_type or r.type} from {r.actor} at {iso(r.time)}: {r.error}"
             for r in h.rejections[:3]
         )
         raise ViewError(f"no workload {wid!r}: only refused requests name it ({refused})")
-    known = [k for k, h in histories.items() if _names_a_workload(h)]
-    prefixed = [k for k in known if k.startswith(wid)]
-    if len(prefixed) == 1:
-        return prefixed[0]
     if prefixed:  # an ambiguous prefix, e.g. the shared time part of ULIDs
         shown = ", ".join(sorted(prefixed, key=id_order)[:5])
         more = f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else ""
@@ -1115,9 +1117,10 @@ def resolve_jobs(view: JournalView, ids: Collection[str] | None) -> set[str] | N
 def resolve_live(view: JournalView, wid: str) -> str:
     """For a request about a live workload (cancel, hold, release): `wid` itself when a
     live or recently ended workload has it, else the one live workload whose id it
-    starts (`PREFIX_N`: task N of a job array whose base PREFIX starts); `wid` unchanged
-    when it starts none (the scheduler answers: unknown, or ended); ViewError listing
-    them when it starts several. Reads the state only, so a `live_only` view will do."""
+    starts (`PREFIX_N`: task N of a job array whose base PREFIX starts), else the one
+    recently ended one (the scheduler answers that it ended); `wid` unchanged when it
+    starts none (the scheduler answers: unknown); ViewError listing them when it
+    starts several live ones. Reads the state only, so a `live_only` view will do."""
     state = view.require()
     live = state.workloads
     if wid in live or wid in state.ended:
@@ -1125,15 +1128,22 @@ def resolve_live(view: JournalView, wid: str) -> str:
     head, sep, index = wid.rpartition("_")
     if sep and head and index.isdigit():
         # task N of an array: never another index that merely starts with N (_1 -> _10)
-        found = [
-            k
-            for k in live
-            if k.rpartition("_")[2] == index and k.rpartition("_")[0].startswith(head)
-        ]
+        def starts(k: str) -> bool:
+            base, _, n = k.rpartition("_")
+            return n == index and base.startswith(head)
     else:
-        found = [k for k in live if k.startswith(wid)]
-    if len(found) <= 1:
-        return found[0] if found else wid
+
+        def starts(k: str) -> bool:
+            return k.startswith(wid)
+
+    found = [k for k in live if starts(k)]
+    if not found:
+        # the prefix of a recently ended workload: sent whole, the scheduler says it
+        # has ended (the prefix itself would be an unknown workload)
+        ended = [k for k in state.ended if starts(k)]
+        return ended[0] if len(ended) == 1 else wid
+    if len(found) == 1:
+        return found[0]
     found.sort(key=id_order)
     shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
     bases = {k.rpartition("_")[0] for k in found}

@@ -473,6 +473,16 @@ def test_why_an_id_only_refused_requests_named_is_no_workload() -> None:
     assert v.why(view, "01AB")["workload"] == "01ABCDEF"  # not ambiguous
 
 
+def test_a_prefix_a_refused_request_sent_as_given_still_names_its_workload() -> None:
+    """`allot cancel 01ABC` of ended work used to send the prefix itself; once refused,
+    `why 01ABC` said only refused requests name it, though it starts one workload."""
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("01ABCDEF", "lab/a")
+    c.hold("01ABC", actor="alice")
+    assert v.why(view_of(c), "01ABC")["workload"] == "01ABCDEF"
+
+
 def test_why_work_ended_by_a_drain_reads_node_fail_as_acct_does() -> None:
     c = make(hosts=1)
     c.tree({"lab/a": 1})
@@ -695,9 +705,12 @@ def test_jobs_resolve_ids_array_bases_and_unique_prefixes() -> None:
         pytest.param("swe_10", "sweep_10", id="task-of-a-prefixed-base"),
         # sweep_1 has ended: its id is kept (the scheduler says so), never sweep_10
         pytest.param("sweep_1", "sweep_1", id="ended-task-is-not-another-index"),
-        pytest.param("swe_1", "swe_1", id="ended-task-by-prefix-is-not-another-index"),
+        pytest.param("swe_1", "sweep_1", id="ended-task-by-prefix-is-not-another-index"),
         pytest.param("ended", "ended", id="ended-whole-id"),
         pytest.param("end", "end", id="only-ended-work-starts-it"),
+        # one ended workload starts with it: sent whole, the scheduler says it ended
+        pytest.param("ended-t", "ended-too", id="prefix-of-one-ended-workload"),
+        pytest.param("alpha_", "alpha_", id="nothing-live-or-ended-starts-it"),
         pytest.param("zzz", "zzz", id="nothing-starts-it"),
     ],
 )
