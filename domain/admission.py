@@ -17,7 +17,7 @@ from domain.config import ConfigError, parse_config
 from domain.durations import format_duration
 from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
 from domain.state import RUNNING, State, Workload
-from domain.text import printable
+from domain.text import HIDDEN_WHAT, HOST_NAME_RULE, is_host_name, printable
 from domain.tree import parent_of, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
@@ -218,12 +218,14 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
             "and make longer work resumable"
         )
     if e.name is not None and not printable(e.name):
-        raise Rejected(f"name {e.name!r} has control characters (tabs, newlines); drop them")
+        raise Rejected(f"name {e.name!r} has {HIDDEN_WHAT}; drop them")
     _check_length("name", e.name)
     if len(e.tags) > MAX_TAGS:
         raise Rejected(f"{len(e.tags):,} tags; at most {MAX_TAGS}")
     for tag in e.tags:
         _check_length("a tag", tag)
+        if not printable(tag):
+            raise Rejected(f"tag {tag!r} has {HIDDEN_WHAT}; drop them")
     for name, value in (("runtime", e.runtime), ("expected_runtime", e.expected_runtime)):
         if value is not None and (not math.isfinite(value) or value < 0):
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
@@ -358,6 +360,8 @@ def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
     _require_admin(state, e.actor, "register hosts")
     if not e.host:
         raise Rejected("host name is empty")
+    if not is_host_name(e.host):
+        raise Rejected(f"host name {e.host!r} is not {HOST_NAME_RULE} (they write host lists)")
     if e.gpus <= 0 or e.gpus > MAX_HOST_GPUS:
         raise Rejected(f"a host has 1 to {MAX_HOST_GPUS} GPUs, got {e.gpus}")
     if e.host in state.hosts:

@@ -53,6 +53,16 @@ def is_word(text: str) -> bool:
     return bool(text) and _NOT_IN_WORDS.isdisjoint(text)
 
 
+def is_host_name(text: str) -> bool:
+    """One word (`is_word`) without ',', '[' or ']': those write host lists (h[1-4],h9),
+    so a name holding them could not be told from a list of other hosts."""
+    return is_word(text) and not any(c in ",[]" for c in text)
+
+
+HIDDEN_WHAT = "control or invisible characters (tabs, newlines, bidi marks)"
+HOST_NAME_RULE = "one word: no spaces, control or invisible characters, ',', '[' or ']'"
+
+
 def one_line(text: str, limit: int) -> str:
     """`text` as one printable line of at most `limit` characters: each run of hidden
     characters or white space becomes one space, and a longer text is cut, ending "…"."""

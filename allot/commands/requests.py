@@ -374,10 +374,10 @@ def submit(
             raise RequestError(
                 f"--priority {priority}: use a number from {-MAX_PRIORITY} to {MAX_PRIORITY}"
             )
-        from domain.text import printable
+        from domain.text import HIDDEN_WHAT, printable
 
         if name is not None and not printable(name):
-            raise RequestError(f"--name {name!r}: no control characters (tabs, newlines)")
+            raise RequestError(f"--name {name!r}: no {HIDDEN_WHAT}")
         from domain.admission import MAX_NAME, MAX_TAGS
 
         # the scheduler's own limits, said before anything is sent
@@ -389,6 +389,9 @@ def submit(
         long_tag = next((t for t in tags if len(t) > MAX_NAME), None)
         if long_tag is not None:
             raise RequestError(f"--tag: a tag of {len(long_tag):,} characters; at most {MAX_NAME}")
+        hidden = next((t for t in tags if not printable(t)), None)
+        if hidden is not None:
+            raise RequestError(f"--tag {hidden!r}: no {HIDDEN_WHAT}")
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
         expected_s = _duration("--expected-runtime", expected_runtime)
@@ -880,8 +883,11 @@ def host_register(
 ) -> None:
     """Register a host and its GPUs (admins only, when admins are set)."""
     from domain.admission import MAX_HOST_GPUS
+    from domain.text import HOST_NAME_RULE, is_host_name
 
     with one_line_errors():
+        if not is_host_name(host):  # the scheduler would reject it
+            raise RequestError(f"HOST {host!r}: a host name is {HOST_NAME_RULE}")
         if not 1 <= gpus <= MAX_HOST_GPUS:  # the scheduler would reject it
             raise RequestError(f"GPUS {gpus}: a host has 1 to {MAX_HOST_GPUS} GPUs")
         target, request, verdict = _send(

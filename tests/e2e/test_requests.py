@@ -377,7 +377,14 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     line = one_line_error(allot("budget", "set", "lab/my\tteam", "1", "--data", str(cluster)))
     assert line.startswith("error: PATH 'lab/my\\tteam': names separated by '/', without")
     line = one_line_error(allot(*base[:-1], "1", "--min-runtime", "1m", "--name", "a\nb"))
-    assert line == "error: --name 'a\\nb': no control characters (tabs, newlines)"
+    hidden = "no control or invisible characters (tabs, newlines, bidi marks)"
+    assert line == f"error: --name 'a\\nb': {hidden}"
+    line = one_line_error(allot(*base[:-1], "1", "--min-runtime", "1m", "--tag", "x\ny"))
+    assert line == f"error: --tag 'x\\ny': {hidden}"
+    # a host list's own characters would make `queue -w` and NODELIST ambiguous
+    for host, shown in (("x,y", "'x,y'"), ("z[1-2]", "'z[1-2]'"), ("h\u200bx", "'h\\u200bx'")):
+        line = one_line_error(allot("host", "register", host, "8", "--data", str(cluster)))
+        assert line.startswith(f"error: HOST {shown}: a host name is one word: no spaces")
     assert (cluster / "inbox.jsonl").read_bytes() == inbox  # still nothing sent
 
 
