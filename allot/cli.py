@@ -102,7 +102,12 @@ SetOpt = Annotated[
         "(also the engine's checkpoint_loss=5m).",
     ),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietOpt = Annotated[
+    bool,
+    typer.Option(
+        "--quiet", "-q", help="No progress bar and no line per finished run; warnings still print."
+    ),
+]
 JobsOpt = Annotated[
     int | None,
     typer.Option(
@@ -321,6 +326,10 @@ def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> N
             f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
             soft_wrap=True,
         )
+    elif summary.get("workloads", {}).get("rejected"):
+        # even with --quiet: refused submissions change what the run measured
+        said = _rejections(summary, out / policy).strip().removeprefix("(").removesuffix(")")
+        err.print(f"[yellow]warning:[/] {policy}: {escape(said)}", soft_wrap=True)
     # even with --quiet: a what-if whose budget change was refused is not that what-if
     for kind, seen in (summary.get("rejected_inputs") or {}).items():
         if kind.startswith("workload."):

@@ -301,6 +301,14 @@ def test_simulate_says_how_many_workloads_were_rejected_and_why(
         assert rejected == 7 and summary["workloads"]["submitted"] == 0
     journal = (tmp_path / "out" / "fairshare" / "journal.jsonl").read_text()
     assert journal.count('"workload.rejected"') == rejected
+    # --quiet drops the line per run, not the news that submissions were refused
+    quiet = allot("simulate", str(scenario), "--out", str(tmp_path / "q"), "--no-report", "-q")
+    assert quiet.returncode == 0 and quiet.stdout == ""
+    (warning,) = quiet.stderr.splitlines()
+    said = shown.split(str(tmp_path / "out" / "fairshare"), 1)[1].strip()[1:-1]
+    assert said.endswith("journal.jsonl") and "rejected" in said
+    out, q = str(tmp_path / "out"), str(tmp_path / "q")
+    assert warning == f"warning: fairshare: {said.replace(out, q)}"
 
 
 def test_simulate_refuses_a_trace_whose_rows_go_to_no_allocation(tmp_path: Path) -> None:
