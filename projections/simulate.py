@@ -52,7 +52,7 @@ def split_overrides(pairs: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any
                 parsed = orjson.loads(parsed)
             except orjson.JSONDecodeError:
                 raise SimulationError(f"--set {key}: {value!r} is not valid JSON") from None
-        elif "," in parsed and key == "admins":
+        elif key == "admins":  # a list of names, even of one: admins=alice
             parsed = [p.strip() for p in parsed.split(",") if p.strip()]
         (engine if key in ENGINE_KEYS else config)[key] = parsed
     if "checkpoint_loss" in engine:

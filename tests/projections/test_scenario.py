@@ -16,6 +16,7 @@ from domain.events import BudgetSet, HostHealth, HostRegistered, WorkloadSubmitt
 from domain.tree import parent_of
 from projections.generate import GenerateSpec, arrival_offsets
 from projections.scenario import DEFAULT_START, Scenario, ScenarioError, load_scenario
+from projections.simulate import split_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -559,6 +560,21 @@ def test_overrides(tmp_path: Path, overrides: dict, field: str, value: Any) -> N
     sc = load(tmp_path, base(config={"window": "1d", "max_min_runtime": "4h"}), overrides=overrides)
     assert getattr(sc.config, field) == value
     assert sc.config.max_min_runtime == 4 * 3600  # scenario config kept under overrides
+
+
+@pytest.mark.parametrize(
+    ("pairs", "admins"),
+    [
+        pytest.param(["admins=alice"], ("alice",), id="one-name"),
+        pytest.param(["admins=alice, bob"], ("alice", "bob"), id="comma-separated"),
+        pytest.param(["admins=alice,"], ("alice",), id="trailing-comma"),
+        pytest.param(['admins=["alice"]'], ("alice",), id="json-list"),
+    ],
+)
+def test_set_admins_reads_a_list_of_names(tmp_path: Path, pairs: list, admins: tuple) -> None:
+    overrides, engine = split_overrides(pairs)
+    assert engine == {}
+    assert load(tmp_path, base(), overrides=overrides).config.admins == admins
 
 
 @pytest.mark.parametrize(
