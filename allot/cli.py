@@ -845,9 +845,26 @@ def _default_data(argv: list[str]) -> list[str]:
     return argv
 
 
+def _one_source(argv: list[str]) -> None:
+    """Refuse two sources given as flags (`--data D --kafka H:P`): one of them used to
+    win without a word. (`$ALLOT_KAFKA` beside --data is a default, not a conflict.)"""
+    from allot.commands.common import TargetError
+
+    given = []
+    for word in argv:
+        if word == "--":
+            break
+        flag = word.partition("=")[0]
+        if flag in _SOURCES and flag not in given:
+            given.append(flag)
+    if len(given) > 1:
+        raise TargetError(f"{' and '.join(given)}: give one place to read or send, not both")
+
+
 def main() -> None:
     try:
         _keep_only_invoked(sys.argv[1:])
+        _one_source(sys.argv[1:])
         sys.argv[1:] = _default_data(sys.argv[1:])
         _flow_help(app)
         if _needs_plugins(sys.argv[1:]):

@@ -359,6 +359,14 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert result.returncode == 2
     result = allot("cancel", "x", "--kafka", "nonsense")
     assert "expected HOST:PORT" in one_line_error(result)
+    # two sources given: one used to win without a word
+    for args, named in (
+        (("submit", "--data", str(cluster), "--kafka=127.0.0.1:1"), "--data and --kafka"),
+        (("queue", "--journal", "j.jsonl", "--data", str(cluster)), "--journal and --data"),
+    ):
+        result = allot(*args)
+        assert result.returncode == 2
+        assert one_line_error(result) == f"error: {named}: give one place to read or send, not both"
     for reader in (("queue",), ("acct",), ("audit", "load")):  # readers alike: no port
         result = allot(*reader, "--kafka", "127.0.0.1")
         assert "--kafka '127.0.0.1': expected HOST:PORT" in one_line_error(result)
