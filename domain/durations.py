@@ -136,6 +136,11 @@ def parse_moment(text: str, latest: float, end: bool = False) -> float:
         if end and clock < latest - latest % 86400.0:
             return clock + 86400.0  # today's, though later than the latest record
         return clock
+    if _CLOCK.fullmatch(text):  # 25:00 is no time of day; read as MM:SS it surprised
+        raise ValueError(
+            f"not a time of day: {text!r}; hours run 00-23, minutes and seconds 00-59 "
+            "(a time of day such as 07:13)"
+        )
     if not (text.isdigit() and len(text) == 8):  # YYYYMMDD is a date (ISO basic form)
         try:
             return latest - parse_duration(text)

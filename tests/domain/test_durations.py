@@ -154,6 +154,14 @@ def test_a_moment_is_now_a_time_of_day_a_duration_before_or_a_date(
     assert parse_moment(text, NOON) == moment
 
 
+@pytest.mark.parametrize("text", ["25:00", "24:00", "23:59:60"])
+def test_a_clock_past_the_day_is_refused_not_read_as_minutes(text: str) -> None:
+    """sacct reads HH:MM as a time of day; 25:00 used to pass as Slurm's MM:SS (25
+    minutes before the journal's end) while 23:59 was a time: refused now."""
+    with pytest.raises(ValueError, match=f"not a time of day: '{text}'; hours run 00-23"):
+        parse_moment(text, NOON)
+
+
 @pytest.mark.parametrize("text", ["12:60", "soon", "1:2:3:4"])
 def test_what_is_no_moment_names_the_forms(text: str) -> None:
     with pytest.raises(ValueError, match="a time of day such as 07:13"):
