@@ -1048,6 +1048,8 @@ def shares_header(source: JournalView | Iterable[Any]) -> dict[str, Any]:
 def find_workload(view: JournalView, wid: str) -> str:
     """`wid` itself, or the one workload id it is a unique prefix of; else ViewError
     listing close matches."""
+    if not wid.strip():  # '' starts every id
+        raise ViewError("an empty workload id names nothing; `allot queue` lists them")
     histories = view.histories
     h = histories.get(wid)
     if h is not None and _names_a_workload(h):

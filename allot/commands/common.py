@@ -152,6 +152,9 @@ def plural(n: int, noun: str) -> str:
 
 
 def whoami(explicit: str | None) -> str:
+    if explicit is not None and not explicit.strip():
+        # `--as "$UNSET"`: acting as the caller instead would put the wrong name in the log
+        raise TargetError("--as: empty; give a user name, or leave --as out to act as $USER")
     if explicit:
         return explicit
     return os.environ.get("USER") or getpass.getuser()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -519,7 +520,8 @@ def _print_test_only(fc: Any, ids: list[str], now: float, horizon_s: float, pars
     if parsable:
         for wid in ids:
             start = fc.starts.get(wid)
-            answer = "N/A" if start is None else str(iso(start.time)).replace(" ", "T")
+            # with its zone: the help promises UTC, and a script's parser should not guess
+            answer = "N/A" if start is None else str(iso(start.time)).replace(" ", "T") + "Z"
             typer.echo("rejected" if wid in fc.rejected else answer)
     elif len(ids) == 1:
         wid = ids[0]
@@ -657,6 +659,8 @@ def _about_workloads(
 
     with one_line_errors():
         _check_wait(wait)
+        if any(not wid.strip() for wid in workloads):  # '' starts every id
+            raise RequestError("ID '': empty; give a workload id (`allot queue` lists them)")
         ids = expand_ids(workloads)
         if wait is not None and len(ids) > 1:
             raise RequestError("--wait works for one workload; follow several with `allot queue`")
@@ -871,7 +875,8 @@ def budget_remove(
     _report_verdict(f"the removal of {path}", f"Allocation {path} removed", target, wait, verdict)
 
 
-@host_app.command("register")
+# a negative GPUS would otherwise read as an unknown option ("No such option: -1")
+@host_app.command("register", context_settings={"ignore_unknown_options": True})
 def host_register(
     host: Annotated[str, typer.Argument(help="Host name.")],
     gpus: Annotated[int, typer.Argument(help="Number of GPUs on the host.")],
@@ -928,6 +933,8 @@ def host_health(
     with one_line_errors():
         if healthy is None:
             raise RequestError(f"say --healthy or --unhealthy for host {host}")
+        if {"--healthy", "--unhealthy"} <= set(sys.argv):  # click keeps the last one
+            raise RequestError(f"--healthy and --unhealthy: say one for host {host}")
         target, request, verdict = _send(
             kafka,
             data,

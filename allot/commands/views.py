@@ -308,8 +308,11 @@ _QUEUE_STATES = {"PD": "PENDING", "PENDING": "PENDING", "R": "RUNNING", "RUNNING
 
 
 def _queue_states(text: str) -> set[str]:
-    """`-t pd,r`: the queue states asked for; TargetError for any other."""
+    """`-t pd,r` (or `all`, as squeue takes it): the queue states asked for;
+    TargetError for any other."""
     asked = [x.strip().upper() for x in text.split(",") if x.strip()]
+    if "ALL" in asked:  # squeue -t all: every state the queue holds
+        asked = [x for x in asked if x != "ALL"] + ["PD", "R"]
     unknown = [x.lower() for x in asked if x not in _QUEUE_STATES]
     if unknown or not asked:
         raise TargetError(
@@ -439,7 +442,7 @@ def register(app: typer.Typer) -> None:
                 "--states",
                 "-t",
                 metavar="STATE[,STATE...]",
-                help="Only pending or running work: pending/pd, running/r (as squeue -t).",
+                help="Only pending or running work: pending/pd, running/r, or all (as squeue -t).",
             ),
         ] = None,
         nodelist: Annotated[

@@ -359,6 +359,24 @@ def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     assert result.returncode == 2
     result = allot("cancel", "x", "--kafka", "nonsense")
     assert "expected HOST:PORT" in one_line_error(result)
+    # said before sending, in one line each
+    for args, said in (
+        (("host", "register", "h9", "-1"), "error: GPUS -1: a host has 1 to 1024 GPUs"),
+        (
+            ("host", "health", "h1", "--unhealthy", "--healthy"),
+            "error: --healthy and --unhealthy: say one for host h1",
+        ),
+        (
+            ("cancel", ""),
+            "error: ID '': empty; give a workload id (`allot queue` lists them)",
+        ),
+        (
+            ("cancel", "x", "--as", ""),
+            "error: --as: empty; give a user name, or leave --as out to act as $USER",
+        ),
+    ):
+        result = allot(*args, "--data", str(cluster))
+        assert result.returncode == 2 and one_line_error(result) == said, result.stderr
     # two sources given: one used to win without a word
     for args, named in (
         (("submit", "--data", str(cluster), "--kafka=127.0.0.1:1"), "--data and --kafka"),

@@ -138,6 +138,13 @@ def test_queue_json_matches_the_projection(journal: Path, folded: v.JournalView)
             lambda out: {r["state"] for r in orjson.loads(out)["workloads"]} == {"PENDING"},
             id="states-pending",
         ),
+        pytest.param(
+            ["-t", "all", "--json"],
+            lambda out: (
+                {r["state"] for r in orjson.loads(out)["workloads"]} == {"PENDING", "RUNNING"}
+            ),
+            id="states-all-as-squeue",
+        ),
     ],
 )
 def test_queue_options(journal: Path, args: list[str], check: Any) -> None:
@@ -1148,6 +1155,8 @@ def test_submit_test_only_forecasts_and_sends_nothing(data_dir: Path) -> None:
     parsable = _test_only(data_dir, *args, "--runtime", "10m", "--parsable")
     assert parsable.returncode == 0, parsable.stderr
     start = parsable.stdout.strip()
+    assert start.endswith("Z")  # ISO 8601 UTC, as the help says
+    start = start.removesuffix("Z")
     assert start >= v.iso(now).replace(" ", "T") and start.replace("T", " ") in result.stdout
     array = _test_only(data_dir, *args, "--array", "0-3")
     assert array.returncode == 0, array.stderr

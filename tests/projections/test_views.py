@@ -473,6 +473,14 @@ def test_why_an_id_only_refused_requests_named_is_no_workload() -> None:
     assert v.why(view, "01AB")["workload"] == "01ABCDEF"  # not ambiguous
 
 
+def test_an_empty_id_names_no_workload() -> None:
+    c = make(hosts=1)
+    c.tree({"lab/a": 1})
+    c.submit("01ABCDEF", "lab/a")
+    with pytest.raises(v.ViewError, match="an empty workload id names nothing"):
+        v.why(view_of(c), "")
+
+
 def test_a_prefix_a_refused_request_sent_as_given_still_names_its_workload() -> None:
     """`allot cancel 01ABC` of ended work used to send the prefix itself; once refused,
     `why 01ABC` said only refused requests name it, though it starts one workload."""
