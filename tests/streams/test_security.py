@@ -111,6 +111,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
             pytrace=False,
         )
     assert "credentials" in proc.stderr  # says where the passwords are
+    # a comment in its config template once ran `allot topics create` (backticks)
+    assert "error:" not in proc.stderr, proc.stderr
     env = Secure(lines[-1], data)
     try:
         asyncio.run(_create_topics(env))
@@ -194,6 +196,10 @@ def test_credentials_are_private_files(secure: Secure) -> None:
     assert len({secure.password_file(u).read_text() for u in PRINCIPALS}) == len(PRINCIPALS)
     props = (secure.data / "server.properties").stat().st_mode
     assert stat.S_IMODE(props) == 0o600  # it holds the inter-broker (admin) login
+    # settings and comments only: no command's output written into it
+    for line in (secure.data / "server.properties").read_text().splitlines():
+        setting = re.fullmatch(r"[a-z0-9_.-]+=.*", line)
+        assert not line or line.startswith("#") or setting, f"not a setting: {line[:40]!r}"
     # a second start is a no-op that prints the same address
     again = subprocess.run(
         [str(KAFKA_DIR / "start"), "--secure", "--data", str(secure.data), "--quiet"],
