@@ -47,9 +47,6 @@ def usage(
     )
     from streams.sources import SourceError
 
-    if data is not None and journal is not None:
-        typer.echo("error: give one of --data DIR, --journal FILE or --kafka HOST:PORT", err=True)
-        raise typer.Exit(2)
     store: ResumableUsage | KafkaResumableUsage
     try:
         if data is not None or journal is not None:

@@ -1147,7 +1147,9 @@ def _sent(folder: Path) -> list[tuple[str, str]]:
         pytest.param("cancel", ["01KQ9Z_[1-2]"], [f"{SWEEP}_2", f"{SWEEP}_1"], id="array-spec"),
         pytest.param("hold", [f"{SWEEP}_[0,3]"], [f"{SWEEP}_0", f"{SWEEP}_3"], id="whole-tasks"),
         # DONE has ended: 01KQ8M4XK names no live workload, so the scheduler answers
-        pytest.param("cancel", ["01KQ8M4XK"], ["01KQ8M4XK"], id="ended-sent-as-given"),
+        # the prefix of an ended workload is sent whole: the scheduler says it ended
+        # (sent as given, it was refused as an unknown workload)
+        pytest.param("cancel", ["01KQ8M4XK"], [DONE], id="ended-sent-whole"),
         pytest.param("cancel", ["nope"], ["nope"], id="unknown-sent-as-given"),
     ],
 )

@@ -142,7 +142,7 @@ def test_allot_usage_keeps_its_table_and_reports_delivered(journal: Path, tmp_pa
         text=True,
         env=no_kafka,
     )
-    assert both.returncode == 2 and "give one of" in both.stderr
+    assert both.returncode == 2 and "--journal and --data: give one place" in both.stderr
 
 
 def test_a_state_saved_before_contended_idle_keeps_folding(journal: Path, tmp_path: Path) -> None:
