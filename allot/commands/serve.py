@@ -359,7 +359,8 @@ def _serve_embedded(
     metrics: JournalMetrics | None = None,
     snapshot_s: float | None = None,
 ) -> None:
-    from streams.embedded import EmbeddedError, EmbeddedScheduler, append_requests
+    from allot.commands.common import plural
+    from streams.embedded import DLQ_FILE, EmbeddedError, EmbeddedScheduler, append_requests
     from streams.inbox import make_request
 
     scheduler = EmbeddedScheduler(
@@ -425,9 +426,13 @@ def _serve_embedded(
         scheduler.close()
         if metrics is not None:
             metrics.stop()
+    # inputs that were not JSON are in neither count's output: say where they went
+    dead = scheduler.dead_lettered
     typer.echo(
         f"allot serve: stopped at inbox offset {scheduler.offset} "
-        f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run)"
+        f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run"
+        + (f"; {plural(dead, 'input')} to the dead-letter file {folder / DLQ_FILE}" if dead else "")
+        + ")"
     )
 
 

@@ -483,6 +483,26 @@ def test_serve_ticks_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert_exactly_once(tmp_path)
 
 
+def test_serve_once_says_how_many_inputs_went_to_the_dead_letter_file(tmp_path: Path) -> None:
+    """The stop line counted inputs and journal records: with requests that were not
+    JSON, the inputs unaccounted for were in DIR/dlq.jsonl, and nothing said so."""
+    data = tmp_path / "data"
+    append_requests(data, [*setup_requests(), b"{not json", b"[1]"])
+    once = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert once.returncode == 0, once.stderr
+    inputs = len(setup_requests()) + 2
+    journaled = len(list(read_journal_lines(data)))
+    assert len(list(read_dead_letters(data))) == 2
+    assert once.stdout.splitlines()[-1] == (
+        f"allot serve: stopped at inbox offset {inputs} ({inputs} inputs, {journaled} journal "
+        f"records this run; 2 inputs to the dead-letter file {data / DLQ_FILE})"
+    )
+    again = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert again.stdout.splitlines()[-1] == (  # none this run: nothing to say
+        f"allot serve: stopped at inbox offset {inputs} (0 inputs, 0 journal records this run)"
+    )
+
+
 def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
     append_requests(tmp_path, setup_requests())
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
