@@ -562,7 +562,7 @@ def _replay(
     """A JournalError (not a journal) reaches `main` as one error line, exit 2."""
     from rich.markup import escape
 
-    from allot.commands.common import ends_mid_line
+    from allot.commands.common import cut_line_warning, ends_mid_line
     from projections.journal import journal_file
     from projections.replay import BudgetChange, journal_run_spec
     from projections.replay import verify as verify_journal
@@ -574,11 +574,7 @@ def _replay(
     def say_cut() -> None:
         # after the reader read the rest: a file with no complete line is its error alone
         if cut:
-            err.print(
-                f"warning: {escape(str(journal))} ends in the middle of a line (cut short, "
-                "or still being written); that last line is left out",
-                soft_wrap=True,
-            )
+            err.print(escape(cut_line_warning(journal)), soft_wrap=True)
 
     if verify:
         from allot.commands.common import plural

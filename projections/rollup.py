@@ -342,7 +342,8 @@ class Rollup:
         c.records.append(record)
 
     def apply_lines(self, lines: Iterable[bytes]) -> None:
-        """Journal records as JSON bytes (one each), upcast to the current contract."""
+        """Journal records as JSON bytes (one each), upcast to the current contract; a
+        bad one is named as `allot queue` names it (FILE:LINE from a file)."""
         import orjson
 
         from domain.upcasting import upcast
@@ -351,9 +352,9 @@ class Rollup:
             try:
                 raw = orjson.loads(line)
             except orjson.JSONDecodeError as why:
-                raise RollupError(f"journal record {number} is not JSON: {why}") from None
+                raise RollupError(f"{_place(lines, number)}: not JSON: {why}") from None
             if not isinstance(raw, dict) or "time" not in raw or "type" not in raw:
-                raise RollupError(f"journal record {number} is not an event (no type/time)")
+                raise RollupError(f"{_place(lines, number)}: not a journal record (no type/time)")
             self.apply(upcast(raw))
 
     @property
@@ -465,6 +466,13 @@ class Rollup:
             nodes=ordered,
             roots=roots,
         )
+
+
+def _place(lines: Iterable[bytes], number: int) -> str:
+    # imported for an error only: projections.views takes a while to import
+    from projections.views import record_place
+
+    return record_place(lines, number)
 
 
 def rollup(

@@ -748,8 +748,18 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise ScenarioError(f"{path}: no such scenario file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    raw = load_yaml(text, source)
+    return scenario_from_dict(
+        raw, source=source, base_dir=path.parent, overrides=overrides, default_name=path.stem
+    )
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """`text` parsed safely, a key given twice refused; what does not parse is a
+    ScenarioError of one line, `SOURCE:LINE:COL: not valid YAML: ...` (`allot serve
+    --config` says it the same way)."""
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -757,9 +767,6 @@ def load_scenario(path: Path | str, overrides: dict[str, Any] | None = None) -> 
         raise ScenarioError(f"{source}{where}: not valid YAML: {problem}") from None
     except ValueError as exc:  # what PyYAML's constructors raise, e.g. a 13th month
         raise ScenarioError(f"{source}: not valid YAML: {exc}") from None
-    return scenario_from_dict(
-        raw, source=source, base_dir=path.parent, overrides=overrides, default_name=path.stem
-    )
 
 
 def scenario_from_dict(

@@ -23,6 +23,7 @@ import orjson
 
 from domain.upcasting import upcast
 from projections.usage import RecordError, UsageProjection
+from streams.codec import Undecodable, load_object
 
 FORMAT = 1
 
@@ -116,11 +117,10 @@ class ResumableUsage:
                     continue
                 self.last_line = body
                 try:
-                    raw = orjson.loads(body)
-                except orjson.JSONDecodeError:
-                    raise UsageStoreError(
-                        f"{self.journal}: record {self.records + 1} is not JSON"
-                    ) from None
+                    raw = load_object(body)
+                except Undecodable as why:  # not JSON, or JSON but no object
+                    place = self._place(self.offset - len(line))
+                    raise UsageStoreError(f"{place}: {why}") from None
                 if not self.first_line:  # an inbox's records carry no type: say so
                     from streams.sources import inbox_not_journal, is_inbox_record
 
@@ -143,9 +143,8 @@ class ResumableUsage:
                 try:
                     self.projection.apply(raw)
                 except RecordError as why:
-                    raise UsageStoreError(
-                        f"{self.journal}: record {self.records + 1} is not a journal record: {why}"
-                    ) from None
+                    place = self._place(self.offset - len(line))
+                    raise UsageStoreError(f"{place}: not a journal record: {why}") from None
                 self.records += 1
                 folded += 1
         if self.cluster is not None and not self.records and self.others:
@@ -154,6 +153,20 @@ class ResumableUsage:
                 f"{', '.join(sorted(self.others))}); pick one with --cluster"
             )
         return folded
+
+    def _place(self, start: int) -> str:
+        """FILE:LINE of the line starting at byte `start`, as the other read commands
+        name a bad record: the lines before it are counted (for an error only; an
+        update starts at a byte offset, not a line)."""
+        lines = 0
+        with self.journal.open("rb") as fh:
+            while start > 0:
+                block = fh.read(min(start, 1 << 20))
+                if not block:
+                    break
+                lines += block.count(b"\n")
+                start -= len(block)
+        return f"{self.journal}:{lines + 1}"
 
     def save(self, state_path: Path) -> None:
         blob = pickle.dumps(
@@ -215,10 +228,10 @@ class KafkaResumableUsage:
         for lines, positions in batches:
             for body in lines:
                 try:
-                    raw = upcast(orjson.loads(body))
-                except orjson.JSONDecodeError:
+                    raw = upcast(load_object(body))
+                except Undecodable as why:  # not JSON, or JSON but no object
                     raise UsageStoreError(
-                        f"journal record {self.records + 1} of cluster {self.cluster!r} is not JSON"
+                        f"journal record {self.records + 1} of cluster {self.cluster!r}: {why}"
                     ) from None
                 try:
                     self.projection.apply(raw)

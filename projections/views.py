@@ -64,21 +64,31 @@ _KNOWN_TYPES: frozenset[str] = frozenset(
 def decode_lines(lines: Iterable[bytes], first: int = 1) -> Iterator[Any]:
     """Journal records (JSON bytes) as events. Records of types this version does not
     know are skipped (a newer writer); a corrupt record raises ViewError naming it
-    (counting from `first`: the number of the first of `lines` in the journal)."""
+    (`record_place`; counting from `first`: the number of the first of `lines` in the
+    journal)."""
     for number, line in enumerate(lines, start=first):
         try:
             raw = upcast(load_object(line))
         except Undecodable as why:
-            raise ViewError(f"journal record {number} is not JSON: {why}") from None
+            raise ViewError(f"{record_place(lines, number)}: {why}") from None
         if raw.get("type") not in _KNOWN_TYPES:
             continue
         try:
             yield ev.parse_event(raw)
         except ValidationError as why:
             raise ViewError(
-                f"journal record {number} ({raw.get('type')}) is not valid: "
+                f"{record_place(lines, number)}: not a valid {raw.get('type')} record: "
                 f"{ev.describe_validation_error(why)}"
             ) from None
+
+
+def record_place(lines: Iterable[bytes], number: int) -> str:
+    """How an error names record `number` of `lines`: FILE:LINE when they are a file's
+    (`streams.sources.FileLines` knows the line of the record last returned; a file's
+    blank lines and other clusters' records make the two numbers differ), else
+    `journal record N` (Kafka has no lines)."""
+    place = getattr(lines, "place", None)
+    return place if place is not None else f"journal record {number}"
 
 
 # ------------------------------------------------------------------ history

@@ -706,6 +706,7 @@ class EmbeddedScheduler:
         self._serve_fd: int | None = None
         self.processed = 0  # inbox records handled since start
         self.journaled = 0  # journal records written since start
+        self.dead_lettered = 0  # inbox records written to DIR/dlq.jsonl since start
 
     # ------------------------------------------------------------ lifecycle
     def _take_serve_lock(self) -> None:
@@ -1224,6 +1225,7 @@ class EmbeddedScheduler:
             self.on_journal(out.journal)
         self.processed += len(records)
         self.journaled += len(out.journal)
+        self.dead_lettered += len(out.dead)
         self._unsnapshotted += len(records)
         self._maybe_snapshot()
         return len(records)

@@ -19,7 +19,9 @@ A last line without its newline is a write in progress (or cut short by a crash)
 is not returned. In files, ``cluster`` keeps the records whose ``cluster`` field
 matches. ``follow=True`` keeps tailing after the current end (used by
 ``allot executor``) and never ends by itself; a missing journal file is then waited
-for, as long as its folder exists.
+for, as long as its folder exists. A file's records come as a `FileLines`, which knows
+the line of the record last returned (a bad one is named FILE:LINE) and whether a last
+line was left out.
 
 A missing file, an empty journal, a missing topic or an unreachable broker raise
 `SourceError` with one line a person can act on.
@@ -153,13 +155,35 @@ def _matches(line: bytes, cluster: str | None) -> bool:
     return not isinstance(record, dict) or record.get("cluster", "default") == cluster
 
 
-def _file_lines(path: Path, cluster: str | None, follow: bool, *, what: str) -> Iterator[bytes]:
+class FileLines:
+    """A journal file's records, as `journal_lines` returns them, that know where they
+    are: a decoder names a bad record by `place` (FILE:LINE, as `allot replay` does), and
+    a command can say that the read left out a last line cut short (`cut`)."""
+
+    def __init__(self, path: Path, read: Callable[[FileLines], Iterator[bytes]]) -> None:
+        self.path = path
+        self.line = 0  # line number of the record last returned
+        self.cut = False  # the read stopped at a last line without its newline
+        self._records = read(self)  # a generator: it reads from the first record asked for
+
+    def __iter__(self) -> FileLines:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._records)
+
+    @property
+    def place(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _file_lines(path: Path, cluster: str | None, follow: bool, *, what: str) -> FileLines:
     if not follow:
         _require_file(path, what)
-        return _read_file(path, cluster, what)
+        return FileLines(path, lambda at: _read_file(at, cluster, what))
     if not path.parent.is_dir():
         raise SourceError(f"{path.parent}: no such folder")
-    return _tail_file(path, cluster)
+    return FileLines(path, lambda at: _tail_file(at, cluster))
 
 
 def _require_file(path: Path, what: str) -> None:
@@ -192,14 +216,17 @@ def inbox_not_journal(path: Path) -> str:
     )
 
 
-def _read_file(path: Path, cluster: str | None, what: str) -> Iterator[bytes]:
+def _read_file(at: FileLines, cluster: str | None, what: str) -> Iterator[bytes]:
+    path = at.path
     found = 0
     seen: set[str] = set()
     first = True
     with path.open("rb") as f:
-        for line in f:
+        for number, line in enumerate(f, start=1):
             if not line.endswith(b"\n"):
+                at.cut = bool(line.strip())
                 break  # a write in progress or cut short: not a record yet
+            at.line = number
             line = line.strip()
             if not line:
                 continue
@@ -230,8 +257,9 @@ def _no_records(path: Path, cluster: str | None, what: str, seen: set[str]) -> E
     return EmptyJournal(f"{path}: the {what} is empty (no complete records yet)")
 
 
-def _tail_file(path: Path, cluster: str | None) -> Iterator[bytes]:
+def _tail_file(at: FileLines, cluster: str | None) -> Iterator[bytes]:
     """Complete lines as they are appended, forever (the file may not exist yet)."""
+    path = at.path
     while not path.exists():
         time.sleep(FILE_POLL_S)
     with path.open("rb") as f:
@@ -245,6 +273,7 @@ def _tail_file(path: Path, cluster: str | None) -> Iterator[bytes]:
                 time.sleep(FILE_POLL_S)
                 continue
             pos += len(line)
+            at.line += 1
             line = line.strip()
             if line and _matches(line, cluster):
                 yield line

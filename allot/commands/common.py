@@ -146,6 +146,15 @@ def ends_mid_line(path: Path | None) -> bool:
         return f.read(1) != b"\n"
 
 
+def cut_line_warning(path: Path) -> str:
+    """What a command says (one line, on stderr, after reading the rest) of a journal
+    file that `ends_mid_line`: its answer leaves that line out."""
+    return (
+        f"warning: {path} ends in the middle of a line (cut short, or still being "
+        "written); that last line is left out"
+    )
+
+
 def plural(n: int, noun: str) -> str:
     """`1 workload`, `2 workloads`, `1,204 GPUs`."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"

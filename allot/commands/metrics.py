@@ -39,7 +39,7 @@ def _decode(lines: Iterator[bytes], skip: int = 0, on_bad: Any = None) -> Iterat
     from domain import events as ev
     from domain.upcasting import upcast
     from projections.metrics import KNOWN_TYPES
-    from projections.views import ViewError
+    from projections.views import ViewError, record_place
     from streams.codec import Undecodable, load_object
 
     for number, line in enumerate(lines, start=1):
@@ -49,7 +49,7 @@ def _decode(lines: Iterator[bytes], skip: int = 0, on_bad: Any = None) -> Iterat
             try:
                 raw = upcast(load_object(line))
             except Undecodable as why:
-                raise ViewError(f"journal record {number} is not JSON: {why}") from None
+                raise ViewError(f"{record_place(lines, number)}: {why}") from None
             if raw.get("type") not in KNOWN_TYPES:
                 yield number, None  # a newer writer's record: counted, not folded
                 continue
@@ -57,7 +57,7 @@ def _decode(lines: Iterator[bytes], skip: int = 0, on_bad: Any = None) -> Iterat
                 event = ev.parse_event(raw)
             except ValidationError as why:
                 raise ViewError(
-                    f"journal record {number} ({raw.get('type')}) is not valid: "
+                    f"{record_place(lines, number)}: not a valid {raw.get('type')} record: "
                     f"{ev.describe_validation_error(why)}"
                 ) from None
         except ViewError as why:

@@ -42,6 +42,38 @@ def _admins(flags: list[str] | None) -> list[str] | None:
     return names or None
 
 
+def _config_file(path: Path) -> dict[str, Any]:
+    """--config's keys. Every problem of the file is one line naming it: unreadable, not
+    YAML (`FILE:LINE:COL`, as `allot simulate` says it for a scenario), not a mapping, or
+    a key or value the config does not take (checked alone, so that the error is the
+    file's and not --set's)."""
+    from domain.config import ConfigError, SchedulerConfig, parse_config
+    from projections.scenario import ScenarioError, load_yaml
+
+    try:
+        loaded = load_yaml(path.read_text(encoding="utf-8-sig"), str(path))
+    except OSError as why:
+        raise ServeError(f"--config {path}: {why.strerror or why}") from None
+    except UnicodeDecodeError as why:
+        raise ServeError(f"--config {path}: not UTF-8 text ({why.reason})") from None
+    except ScenarioError as why:
+        raise ServeError(f"--config {why}") from None
+    if loaded is None:
+        loaded = {}
+    if isinstance(loaded, dict) and isinstance(loaded.get("config"), dict):
+        loaded = loaded["config"]  # a scenario-style file: its `config:` section
+    if not isinstance(loaded, dict):
+        raise ServeError(
+            f"--config {path}: expected a mapping of config keys "
+            f"({', '.join(SchedulerConfig.model_fields)})"
+        )
+    try:
+        parse_config(loaded)
+    except ConfigError as why:
+        raise ServeError(f"--config {path}: {why}") from None
+    return loaded
+
+
 def build_config(
     config_file: Path | None,
     sets: list[str] | None,
@@ -50,7 +82,7 @@ def build_config(
 ) -> Any:
     """The wanted SchedulerConfig, or None when nothing was asked (keep the journal's)."""
     from allot.plugins import prepare
-    from domain.config import ConfigError, SchedulerConfig, parse_config
+    from domain.config import ConfigError, parse_config
     from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
     from projections.simulate import ENGINE_KEYS, SimulationError, split_overrides
 
@@ -58,24 +90,7 @@ def build_config(
         return None
     raw: dict[str, Any] = {}
     if config_file is not None:
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(config_file.read_text())
-        except OSError as why:
-            raise ServeError(f"--config {config_file}: {why.strerror or why}") from None
-        except yaml.YAMLError as why:
-            raise ServeError(f"--config {config_file}: not valid YAML ({why})") from None
-        if loaded is None:
-            loaded = {}
-        if isinstance(loaded, dict) and isinstance(loaded.get("config"), dict):
-            loaded = loaded["config"]  # a scenario-style file: its `config:` section
-        if not isinstance(loaded, dict):
-            raise ServeError(
-                f"--config {config_file}: expected a mapping of config keys "
-                f"({', '.join(SchedulerConfig.model_fields)})"
-            )
-        raw.update(loaded)
+        raw.update(_config_file(config_file))
     try:
         overrides, engine = split_overrides(sets or [])
     except SimulationError as why:
@@ -359,7 +374,8 @@ def _serve_embedded(
     metrics: JournalMetrics | None = None,
     snapshot_s: float | None = None,
 ) -> None:
-    from streams.embedded import EmbeddedError, EmbeddedScheduler, append_requests
+    from allot.commands.common import plural
+    from streams.embedded import DLQ_FILE, EmbeddedError, EmbeddedScheduler, append_requests
     from streams.inbox import make_request
 
     scheduler = EmbeddedScheduler(
@@ -425,9 +441,13 @@ def _serve_embedded(
         scheduler.close()
         if metrics is not None:
             metrics.stop()
+    # inputs that were not JSON are in neither count's output: say where they went
+    dead = scheduler.dead_lettered
     typer.echo(
         f"allot serve: stopped at inbox offset {scheduler.offset} "
-        f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run)"
+        f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run"
+        + (f"; {plural(dead, 'input')} to the dead-letter file {folder / DLQ_FILE}" if dead else "")
+        + ")"
     )
 
 

@@ -27,6 +27,11 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
+def _and_more(total: int, shown: int) -> str:
+    """` and N more` after a list that shows `shown` of `total` items, else nothing."""
+    return f" and {total - shown} more" if total > shown else ""
+
+
 def _same_file(a: Path, b: Path) -> bool:
     """Whether `b` is `a` under another name (a link, `./`, a symlink); False if `b` is new."""
     import os
@@ -120,10 +125,13 @@ def import_trace(
     )
     for example in result.bad_examples:
         typer.echo(f"  skipped {example}", err=True)
+    # only the first few are kept: say that the count is not the list's
+    if more := _and_more(result.skipped_bad, len(result.bad_examples)):
+        typer.echo(f"  …{more}", err=True)
     if result.unmapped:
         tenants = list(result.unmapped.items())
         shown = ", ".join(f"{t} ({n} rows)" for t, n in tenants[:5])
-        more = f" and {len(tenants) - 5} more" if len(tenants) > 5 else ""
+        more = _and_more(len(tenants), 5)
         typer.echo(
             f"warning: {len(tenants)} tenant(s) not in {allocation_map}, kept as "
             f"'{allocation_prefix}<tenant>': {shown}{more}",

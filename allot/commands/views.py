@@ -213,10 +213,12 @@ def journal_reader(
     from the start each time it is called.
 
     Files are filtered by `cluster` only when one is given (a simulation's journal holds
-    one cluster); Kafka and the embedded journal default to cluster `default`."""
-    from allot.commands.common import resolve_target
+    one cluster); Kafka and the embedded journal default to cluster `default`. A file
+    read to its end that ends in the middle of a line gets a warning on stderr, as
+    `allot replay` gives: the answer leaves that line out."""
+    from allot.commands.common import cut_line_warning, resolve_target
     from projections.views import decode_lines
-    from streams.sources import journal_lines
+    from streams.sources import FileLines, journal_lines
 
     if kafka is None and data is None and journal is None:
         raise TargetError(
@@ -228,11 +230,13 @@ def journal_reader(
         cluster = "default"
 
     def read() -> Iterator[Any]:
-        return decode_lines(
-            journal_lines(
-                kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster
-            )
+        lines = journal_lines(
+            kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster
         )
+        yield from decode_lines(lines)
+        # only a read to the end says so: a forecast's second, partial read stays quiet
+        if isinstance(lines, FileLines) and lines.cut:
+            typer.echo(visible(cut_line_warning(lines.path)), err=True)
 
     return read
 

@@ -163,11 +163,23 @@ def test_a_record_of_the_wrong_shape_is_one_line(tmp_path, command):
     bad.write_bytes(
         b'{"type":"workload.placed","v":1,"id":"x","time":1767571300,"cluster":"lab"}\n'
     )
-    one_line_error(
-        allot(command, "--journal", str(bad)),
-        "record 1",
-        "is not a journal record: a 'workload.placed' record without 'workload'",
-    )
+    result = allot(command, "--journal", str(bad))
+    one_line_error(result, "not a journal record: a 'workload.placed' record without 'workload'")
+    # usage reads the file itself; rollup finds it after reading (a cluster's record)
+    assert (f"{bad}:1: " if command == "usage" else "record 1 of cluster 'lab'") in result.stderr
+
+
+@pytest.mark.parametrize("command", ["rollup", "usage"])
+def test_a_corrupt_line_is_named_by_file_and_line(tiny_journal, tmp_path, command):
+    """As `allot replay` and `allot queue` name it (`FILE:LINE: not JSON: ...`): rollup
+    said `journal record N is not JSON` (no file), usage `FILE: record N is not JSON` (no
+    reason), each counting records, not lines (a blank line comes before it here)."""
+    first, *rest = tiny_journal.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "journal.jsonl"
+    bad.write_bytes(b"".join([first, b"\n", b"{not json\n", *rest]))
+    result = allot(command, "--journal", str(bad))
+    one_line_error(result, f"error: {bad}:3: not JSON: ")
+    assert result.stderr.count("not JSON") == 1
 
 
 @pytest.mark.kafka

@@ -92,6 +92,24 @@ def test_cluster_picks_one_clusters_usage_from_a_file(
     )
 
 
+def test_a_corrupt_line_appended_since_the_last_run_is_named_by_its_line(
+    single: Path, tmp_path: Path
+) -> None:
+    """The table resumes at a byte offset; the bad line is still named by its line in
+    the file, as the other read commands name it. (JSON that is no object was a
+    traceback.)"""
+    journal = tmp_path / "journal.jsonl"
+    journal.write_bytes(single.read_bytes())
+    assert allot("usage", "--journal", str(journal)).returncode == 0
+    lines = len(single.read_bytes().splitlines())
+    with journal.open("ab") as f:
+        f.write(b"\n[1, 2]\n")
+    one_line_error(
+        allot("usage", "--journal", str(journal)),
+        f"error: {journal}:{lines + 2}: not a JSON object but list",
+    )
+
+
 @pytest.mark.parametrize("hourly", [False, True], ids=["period", "hourly"])
 def test_the_table_is_whole_at_80_columns(single: Path, tmp_path: Path, hourly: bool) -> None:
     extra = ["--hourly"] if hourly else []

@@ -535,7 +535,7 @@ def test_why_placed_workload_quotes_explain(journal: Path, records: list[dict[st
         ),
         pytest.param(
             lambda j, d: ["queue", "--journal", str(d / "corrupt.jsonl")],
-            ["record 2 is not JSON"],
+            ["corrupt.jsonl:2: not JSON"],
             id="corrupt-record",
         ),
         pytest.param(
@@ -554,18 +554,60 @@ def test_errors_are_one_line(
     one_line_error(allot(*make_args(journal, tmp_path)), *needles)
 
 
-def test_truncated_last_line_is_ignored(journal: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [["queue"], ["acct"], ["shares"], ["host", "list"], ["why", "0-000001"]],
+    ids=lambda c: " ".join(c),
+)
+def test_corrupt_record_is_named_by_file_and_line(
+    journal: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """As `allot replay` names it (`FILE:LINE: not JSON: ...`); these said `journal
+    record 3 is not JSON: not JSON: ...`, without the file. The line, not the record's
+    number: a blank line and another cluster's record come before it."""
+    first, second, *rest = journal.read_bytes().splitlines(keepends=True)
+    other = orjson.dumps({**orjson.loads(first), "cluster": "other"}) + b"\n"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join([first, b"\n", other, second, b"{not json\n", *rest]))
+    result = allot(*command, "--journal", str(bad), "--cluster", "tiny")
+    one_line_error(result, f"error: {bad}:5: not JSON: ")
+    assert result.stderr.count("not JSON") == 1
+
+
+def test_metrics_names_a_corrupt_record_by_file_and_line(journal: Path, tmp_path: Path) -> None:
+    first, *rest = journal.read_bytes().splitlines(keepends=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"".join([first, b"\n", b"[1]\n", *rest]))
+    result = allot("metrics", "--journal", str(bad), "--no-follow", "--port", "1")
+    one_line_error(result, f"error: {bad}:3: not a JSON object but list")
+
+
+@pytest.mark.parametrize(
+    "command", [["queue"], ["acct"], ["shares"], ["host", "list"]], ids=lambda c: " ".join(c)
+)
+def test_truncated_last_line_is_left_out_and_said(
+    journal: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """The answer is the whole lines'; `allot replay` said that the last line is left
+    out, these said nothing."""
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(journal.read_bytes() + b'{"type":"workload.subm')
-    a = allot("queue", "--journal", str(journal), "--json")
-    b = allot("queue", "--journal", str(cut), "--json")
+    a = allot(*command, "--journal", str(journal), "--json")
+    b = allot(*command, "--journal", str(cut), "--json")
     assert b.returncode == 0, b.stderr
     assert orjson.loads(a.stdout) == orjson.loads(b.stdout)
+    assert a.stderr == ""
+    assert b.stderr.splitlines() == [
+        f"warning: {cut} ends in the middle of a line (cut short, or still being written); "
+        "that last line is left out"
+    ]
 
 
 def test_sources_ignore_a_truncated_tail(tmp_path: Path) -> None:
     (tmp_path / "journal.jsonl").write_bytes(b'{"a":1}\n{"b":2}\n{"c":')
-    assert list(journal_lines(data=tmp_path)) == [b'{"a":1}', b'{"b":2}']
+    lines = journal_lines(data=tmp_path)
+    assert list(lines) == [b'{"a":1}', b'{"b":2}']
+    assert lines.cut and lines.place == f"{tmp_path / 'journal.jsonl'}:2"  # type: ignore[attr-defined]
     (tmp_path / "journal.jsonl").write_bytes(b'{"c":')
     with pytest.raises(SourceError, match="empty"):
         list(journal_lines(data=tmp_path))
@@ -588,6 +630,7 @@ def test_follow_waits_for_complete_lines(tmp_path: Path) -> None:
         f.write(b'{"c":3}\n')
     reader.join(timeout=5)
     assert got == [b'{"c":3}']
+    assert lines.place == f"{path}:2"  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ executor

@@ -106,7 +106,7 @@ def test_a_corrupt_appended_record_is_named_and_the_fold_recovers(tmp_path: Path
         f.write(b"{not json\n")
     snap = board.snapshot()
     assert not snap.ok
-    assert f"journal record {half + 1} is not JSON" in snap.error  # counted from the start
+    assert f"journal record {half + 1}: not JSON" in snap.error  # counted from the start
     write(path, RUN)  # repaired
     same_as_full_fold(board.snapshot(), RUN)
 

@@ -359,7 +359,7 @@ def test_unknown_allocation_names_close_matches():
 
 def test_lines_that_are_not_json_are_named():
     r = Rollup()
-    with pytest.raises(RollupError, match="journal record 2 is not JSON"):
+    with pytest.raises(RollupError, match=r"^journal record 2: not JSON: "):
         r.apply_lines([orjson.dumps(JournalBuilder().host("h0").dicts()[0]), b"{oops"])
 
 

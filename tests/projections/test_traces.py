@@ -1058,7 +1058,24 @@ def test_import_skip_bad_reports_the_count(tmp_path: Path) -> None:
     assert skipped.stderr.strip() == (  # which row, and why
         f"skipped {path}:3: column timestamp: 'x' is not a timestamp (expected YYYY-MM-DD HH:MM:SS)"
     )
-    assert len(out.read_bytes().splitlines()) == 1
+
+
+def test_import_skip_bad_says_how_many_reasons_it_does_not_list(tmp_path: Path) -> None:
+    """`skipped 6 bad` listed three reasons and stopped, as if that were all of them."""
+    rows = [f"x{n},60,1,,a" for n in range(1, 7)]
+    path = write(tmp_path, "bad.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,,a", *rows)
+    result = run(path, "--format", "philly", "--skip-bad", "--out", tmp_path / "subs.jsonl")
+    assert result.exit_code == 0, result.output
+    assert "skipped 6 bad" in result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 4, result.stderr
+    for n, line in zip((3, 4, 5), lines, strict=False):
+        assert line.startswith(f"  skipped {path}:{n}: "), line
+    assert lines[3] == "  … and 3 more"
+    three = write(tmp_path, "three.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,1,,a", *rows[:3])
+    result = run(three, "--format", "philly", "--skip-bad", "--out", tmp_path / "three.jsonl")
+    assert result.exit_code == 0, result.output
+    assert len(result.stderr.splitlines()) == 3  # all three listed, nothing more to say
 
 
 @pytest.mark.parametrize(

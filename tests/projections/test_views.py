@@ -529,10 +529,10 @@ def test_decode_lines_skips_unknown_types_and_names_bad_records() -> None:
     good = orjson.dumps({"type": "clock.tick", "id": "t", "time": START, "cluster": "c"})
     future = orjson.dumps({"type": "workload.progress", "id": "p", "time": START})
     assert [e.id for e in v.decode_lines([good, future, good])] == ["t", "t"]
-    with pytest.raises(v.ViewError, match="record 2 is not JSON"):
+    with pytest.raises(v.ViewError, match=r"^journal record 2: not JSON: "):
         list(v.decode_lines([good, b"{oops"]))
     bad = orjson.dumps({"type": "host.registered", "id": "h", "time": START, "host": "h0"})
-    with pytest.raises(v.ViewError, match=r"record 1 .*gpus"):
+    with pytest.raises(v.ViewError, match=r"^journal record 1: not a valid host.registered .*gpus"):
         list(v.decode_lines([bad]))
 
 

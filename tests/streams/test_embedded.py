@@ -483,6 +483,26 @@ def test_serve_ticks_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert_exactly_once(tmp_path)
 
 
+def test_serve_once_says_how_many_inputs_went_to_the_dead_letter_file(tmp_path: Path) -> None:
+    """The stop line counted inputs and journal records: with requests that were not
+    JSON, the inputs unaccounted for were in DIR/dlq.jsonl, and nothing said so."""
+    data = tmp_path / "data"
+    append_requests(data, [*setup_requests(), b"{not json", b"[1]"])
+    once = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert once.returncode == 0, once.stderr
+    inputs = len(setup_requests()) + 2
+    journaled = len(list(read_journal_lines(data)))
+    assert len(list(read_dead_letters(data))) == 2
+    assert once.stdout.splitlines()[-1] == (
+        f"allot serve: stopped at inbox offset {inputs} ({inputs} inputs, {journaled} journal "
+        f"records this run; 2 inputs to the dead-letter file {data / DLQ_FILE})"
+    )
+    again = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert again.stdout.splitlines()[-1] == (  # none this run: nothing to say
+        f"allot serve: stopped at inbox offset {inputs} (0 inputs, 0 journal records this run)"
+    )
+
+
 def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
     append_requests(tmp_path, setup_requests())
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
@@ -528,6 +548,48 @@ def test_serve_config_flags_are_journaled(tmp_path: Path) -> None:
         assert result.returncode == 2, (flags, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (flags, result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(b"window: 3d\nwindw: 1d\n", ": unknown config key 'windw'", id="unknown-key"),
+        pytest.param(b"window: soon\n", ": config key 'window': not a duration", id="bad-value"),
+        pytest.param(
+            b"window: 3d\n  bucket: [1\n",
+            ":2:9: not valid YAML: mapping values are not allowed here",
+            id="yaml-syntax",
+        ),
+        pytest.param(
+            b"window: 1d\nwindow: 2d\n",
+            ":2:1: not valid YAML: key 'window' given twice",
+            id="twice",
+        ),
+        pytest.param(b"\xff\xfe", ": not UTF-8 text", id="not-utf8"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_it(tmp_path: Path, text: bytes, message: str) -> None:
+    """An unknown key did not name the file (a --set would read the same), a YAML error
+    took four lines, a key given twice was silently the last, and bytes that are not
+    UTF-8 were a traceback; `allot simulate` says `FILE:LINE:COL: ...` in one line."""
+    config = tmp_path / "config.yaml"
+    config.write_bytes(text)
+    result = allot("serve", "--data", str(tmp_path / "data"), "--once", "--config", str(config))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: --config {config}{message}"), lines
+
+
+def test_a_config_file_is_journaled(tmp_path: Path) -> None:
+    append_requests(tmp_path, setup_requests())
+    for n, text in enumerate(("window: 2d\n", "config: {window: 3d}\nhorizon: 1d\n")):
+        config = tmp_path / "config.yaml"  # plain keys, or a scenario's `config:` section
+        config.write_text(text)
+        append_requests(tmp_path, [make_request("clock.tick", cluster="default", actor="x")])
+        result = allot("serve", "--data", str(tmp_path), "--once", "--config", str(config))
+        assert result.returncode == 0, result.stderr
+        configs = [r for r in journal_records(tmp_path) if r["type"] == "config.set"]
+        assert configs[n]["config"]["window"] == (2 + n) * 86400
 
 
 def test_a_core_restored_from_a_snapshot_sees_new_config_flags() -> None:
