@@ -643,10 +643,11 @@ def compare(
     """Show what changed between two runs: waits by tag, preemptions, delivered per allocation."""
     from rich.markup import escape
 
-    from projections.compare import compare_summaries, load_summary
+    from projections.compare import compare_summaries, different_inputs, load_summary
 
     a, b = load_summary(dir_a), load_summary(dir_b)
     rows = compare_summaries(a, b)
+    apart = different_inputs(a, b)
     from rich.table import Table
 
     table = Table(title=f"{dir_a} → {dir_b}")
@@ -663,6 +664,12 @@ def compare(
                 f"{escape(str(folder))} --out DIR` re-runs it with them",
                 soft_wrap=True,
             )
+    if apart is not None:
+        err.print(
+            f"note: these runs may not share their inputs: {escape(apart)}; compare runs of "
+            "one scenario or what-ifs of one journal",
+            soft_wrap=True,
+        )
 
 
 @app.command()

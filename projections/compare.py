@@ -40,6 +40,25 @@ def load_summary(folder: Path) -> dict[str, Any]:
     return summary
 
 
+def different_inputs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """Why two runs look like runs of different inputs (another start, another number
+    of submissions, accepted or not), or None: comparing them then says little about a
+    policy or a budget. (Their ends may differ: a run without a horizon lasts until its
+    work has ended.)"""
+
+    def inputs(s: dict[str, Any]) -> tuple[Any, int]:
+        counts = s.get("workloads") or {}
+        total = (counts.get("submitted") or 0) + (counts.get("rejected") or 0)
+        return (s.get("period") or {}).get("start_iso"), total
+
+    (start_a, total_a), (start_b, total_b) = inputs(a), inputs(b)
+    if start_a != start_b:
+        return f"they start at different times ({start_a} and {start_b})"
+    if total_a != total_b:
+        return f"they were given different numbers of submissions ({total_a:,} and {total_b:,})"
+    return None
+
+
 def _keys(summary: dict[str, Any], *keys: str) -> list[str]:
     """The names under a mapping of the summary (none if it is not one)."""
     found = _get(summary, *keys)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from projections.compare import compare_summaries, load_summary
+from projections.compare import compare_summaries, different_inputs, load_summary
 from projections.journal import JournalError
 
 
@@ -89,3 +89,30 @@ def test_how_many_never_started_stands_beside_each_tags_waits() -> None:
     # a tag every policy started all of gets no row
     done = {"wait_s": {"all": _waits(60, 30, 0), "by_tag": {"debug": _waits(0, 9, 0)}}}
     assert not [label for label, _ in comparison_rows({"a": done}) if "never" in label]
+
+
+def _run(start: str, submitted: int, rejected: int, end: str = "2026-01-08T00:00:00Z") -> dict:
+    return {
+        "period": {"start_iso": start, "end_iso": end},
+        "workloads": {"submitted": submitted, "rejected": rejected},
+    }
+
+
+@pytest.mark.parametrize(
+    ("b", "says"),
+    [
+        pytest.param(_run("2026-01-01T00:00:00Z", 90, 10), None, id="same-inputs"),
+        # a stricter what-if rejects more of the same inputs; a run without a horizon
+        # ends when its work does
+        pytest.param(
+            _run("2026-01-01T00:00:00Z", 80, 20, end="2026-01-09T00:00:00Z"),
+            None,
+            id="more-rejected-later-end",
+        ),
+        pytest.param(_run("2026-01-01T00:00:00Z", 120, 0), "numbers of submissions", id="count"),
+        pytest.param(_run("2026-02-01T00:00:00Z", 90, 10), "different times", id="start"),
+    ],
+)
+def test_runs_of_different_inputs_are_told_apart(b: dict, says: str | None) -> None:
+    found = different_inputs(_run("2026-01-01T00:00:00Z", 90, 10), b)
+    assert found is None if says is None else says in found
