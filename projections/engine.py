@@ -100,16 +100,7 @@ class Engine:
                 break
             if t_done <= t_input and t_done <= t_wake:
                 _, _, wid, attempt = heapq.heappop(self.completions)
-                self._seq += 1
-                event: Any = ev.WorkloadFinished(
-                    id=f"{prefix}-done-{self._seq}",
-                    time=t,
-                    cluster=self.cluster,
-                    actor=EXECUTOR,
-                    workload=wid,
-                    outcome="completed",
-                    attempt=attempt,
-                )
+                event: Any = self._report(wid, attempt, "completed", t)
             elif t_input <= t_wake:
                 event = pending_input
                 pending_input = next(source, None)
@@ -167,18 +158,22 @@ class Engine:
             w = state.workloads.get(wid)
             if w is None or w.state != RUNNING or wid not in on_host.workloads:
                 continue  # stopped by an earlier report's cycle
-            self._seq += 1
-            yield from self._handle(
-                ev.WorkloadFinished(
-                    id=f"{self.options.id_prefix}-lost-{self._seq}",
-                    time=t,
-                    cluster=self.cluster,
-                    actor=EXECUTOR,
-                    workload=wid,
-                    outcome="lost",
-                    attempt=w.attempt,
-                )
-            )
+            yield from self._handle(self._report(wid, w.attempt, "lost", t))
+
+    def _report(self, wid: str, attempt: int, outcome: str, t: float) -> ev.WorkloadFinished:
+        """The simulated launcher's `workload.finished` (ids `<prefix>-done-N` for
+        completions, as before, and `<prefix>-lost-N`)."""
+        self._seq += 1
+        kind = "done" if outcome == "completed" else outcome
+        return ev.WorkloadFinished(
+            id=f"{self.options.id_prefix}-{kind}-{self._seq}",
+            time=t,
+            cluster=self.cluster,
+            actor=EXECUTOR,
+            workload=wid,
+            outcome=outcome,
+            attempt=attempt,
+        )
 
     def _next_completion(self) -> float:
         heap = self.completions
