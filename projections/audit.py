@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -185,20 +185,32 @@ def state(con: duckdb.DuckDBPyConnection) -> dict[str, Any] | None:
     return dict(zip(("source", "records", "last_id", "last_time", "loaded_at"), row, strict=True))
 
 
-def load(db_path: str | Path, lines: Iterable[bytes], *, source: str = "") -> dict[str, Any]:
+def load(
+    db_path: str | Path,
+    lines: Iterable[bytes],
+    *,
+    source: str = "",
+    where: Callable[[], str] | None = None,
+) -> dict[str, Any]:
     """Append the records of `lines` (a journal, oldest first) not yet in the database.
 
     Returns `{"added": n, "records": total, "source": ...}`. A database holds one
     journal: the records it already has must be the journal's first ones (checked by
-    the `id` of the last one loaded)."""
+    the `id` of the last one loaded). `where()` names the record `lines` gave last (a
+    file's FILE:LINE), for a damaged one's error."""
     con = connect(db_path)
     try:
-        return _load(con, lines, source)
+        return _load(con, lines, source, where)
     finally:
         con.close()
 
 
-def _load(con: duckdb.DuckDBPyConnection, lines: Iterable[bytes], source: str) -> dict[str, Any]:
+def _load(
+    con: duckdb.DuckDBPyConnection,
+    lines: Iterable[bytes],
+    source: str,
+    where: Callable[[], str] | None,
+) -> dict[str, Any]:
     before = state(con)
     done = before["records"] if before else 0
     if before and source and before["source"] and before["source"] != source:
@@ -209,6 +221,7 @@ def _load(con: duckdb.DuckDBPyConnection, lines: Iterable[bytes], source: str) -
     label = source or (before or {}).get("source") or ""
     seq = 0
     batch: list[bytes] = []
+    places: list[str] = []  # where each record of the batch is, if `where` says
     first = done
     with tempfile.TemporaryDirectory(prefix="allot-audit-") as tmp:
         chunk = Path(tmp) / "batch.jsonl"
@@ -219,18 +232,20 @@ def _load(con: duckdb.DuckDBPyConnection, lines: Iterable[bytes], source: str) -
                 seq += 1
                 continue
             batch.append(b'{"seq":%d,"r":%b}' % (seq, line))
+            if where is not None:
+                places.append(where())
             seq += 1
             if len(batch) >= BATCH:
-                _insert(con, chunk, batch, first, label)
+                _insert(con, chunk, batch, first, label, places)
                 first = seq
-                batch = []
+                batch, places = [], []
         if seq < done:
             raise AuditError(
                 f"the journal has {seq:,} records but this database already holds {done:,}: "
                 "it is another (or a rewritten) journal; use another --db"
             )
         if batch:
-            _insert(con, chunk, batch, first, label)
+            _insert(con, chunk, batch, first, label, places)
     if seq > done:
         con.execute("CHECKPOINT").fetchall()
     return {"added": seq - done, "records": seq, "source": label}
@@ -249,7 +264,12 @@ def _check_same(line: bytes, before: dict[str, Any] | None, seq: int) -> None:
 
 
 def _insert(
-    con: duckdb.DuckDBPyConnection, chunk: Path, batch: list[bytes], first: int, source: str
+    con: duckdb.DuckDBPyConnection,
+    chunk: Path,
+    batch: list[bytes],
+    first: int,
+    source: str,
+    places: list[str],
 ) -> None:
     """Add one batch (journal positions `first`...), the derived rows, and the new
     position, in one transaction: a load cut short resumes after its last batch."""
@@ -293,7 +313,8 @@ def _insert(
         con.execute("COMMIT").fetchall()
     except duckdb.Error as why:
         con.execute("ROLLBACK").fetchall()
-        raise AuditError(_bad_record(batch, first) or f"cannot load: {_first_line(why)}") from None
+        bad = _bad_record(batch, first, places)
+        raise AuditError(bad or f"cannot load: {_first_line(why)}") from None
 
 
 _BUDGET_ROWS = """
@@ -380,18 +401,21 @@ def _derive_runs(con: duckdb.DuckDBPyConnection, lo: int) -> None:
     ).fetchall()
 
 
-def _bad_record(batch: list[bytes], first: int) -> str | None:
-    """Name the first record of a failed batch that is not a JSON object with a time."""
+def _bad_record(batch: list[bytes], first: int, places: list[str]) -> str | None:
+    """Name the first record of a failed batch that is not a JSON object with a time:
+    FILE:LINE when `places` knows it (as `allot queue` and `replay` name it), else its
+    number in the journal."""
     for i, line in enumerate(batch):
+        place = places[i] if i < len(places) else f"journal record {first + i + 1:,}"
         try:
             record = orjson.loads(line)["r"]
         except orjson.JSONDecodeError:
-            return f"journal record {first + i + 1:,} is not valid JSON (a damaged journal?)"
+            return f"{place}: not valid JSON (a damaged journal?)"
         if not isinstance(record, dict):
-            return f"journal record {first + i + 1:,} is not a JSON object"
+            return f"{place}: not a JSON object"
         t = record.get("time")
         if not isinstance(t, int | float) or isinstance(t, bool):
-            return f"journal record {first + i + 1:,} has no numeric 'time'"
+            return f"{place}: no numeric 'time'"
     return None
 
 

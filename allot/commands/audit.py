@@ -180,7 +180,7 @@ def audit_load(
     from allot.commands.common import resolve_target
     from allot.progress import counted, record_progress
     from projections.audit import load
-    from streams.sources import journal_lines
+    from streams.sources import FileLines, journal_lines
 
     def run() -> None:
         if kafka is None and data is None and journal is None:
@@ -204,7 +204,9 @@ def audit_load(
             with record_progress(
                 "loading", size, quiet=quiet, console=Console(stderr=True)
             ) as update:
-                result = load(database, counted(lines, update), source=source)
+                # a file's records know their line: a damaged one is named FILE:LINE
+                where = (lambda: lines.place) if isinstance(lines, FileLines) else None
+                result = load(database, counted(lines, update), source=source, where=where)
         except BaseException:
             if fresh:  # a first load that failed (say, Kafka unreachable) leaves nothing
                 for leftover in (database, database.with_name(database.name + ".wal")):

@@ -7,6 +7,7 @@ views and presets give is recomputed here from the records in plain Python.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -278,8 +279,13 @@ def test_another_journal_is_refused(tmp_path: Path) -> None:
 def test_a_damaged_record_is_named(tmp_path: Path) -> None:
     journal = tmp_path / "journal.jsonl"
     journal.write_bytes(b'{"type":"clock.tick","time":1.0,"id":"a"}\n{"type": oops\n')
-    with pytest.raises(audit.AuditError, match="record 2 is not valid JSON"):
+    with pytest.raises(audit.AuditError, match=r"^journal record 2: not valid JSON"):
         audit.load(tmp_path / "audit.duckdb", journal_lines(journal=journal))
+    # told where each record is, it names the file and line (a blank line first here)
+    journal.write_bytes(b'\n{"type":"clock.tick","time":1.0,"id":"a"}\n{"type": oops\n')
+    lines = journal_lines(journal=journal)
+    with pytest.raises(audit.AuditError, match=f"^{re.escape(str(journal))}:3: not valid JSON"):
+        audit.load(tmp_path / "other.duckdb", lines, where=lambda: lines.place)
 
 
 def test_a_value_out_of_its_columns_range_does_not_stop_the_load(tmp_path: Path) -> None:
