@@ -73,9 +73,10 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
             runtime = max(0.0, deleted - _start(created, scheduled))
         return submission(
             time=created,
-            allocation=allocations(qos),
+            allocation=allocations(qos, "qos"),
             gpus=math.ceil(num_gpu),
             runtime=runtime,
+            runtime_column="deletion_time",
             tags=checked_tags([qos], "qos"),
             name=checked_name(optional_text(row["name"]), "name"),
         )

@@ -54,7 +54,7 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
         tags = [tag.strip() for tag in row["tags"].split(";") if tag.strip()]
         return submission(
             time=time,
-            allocation=allocations(tenant),
+            allocation=allocations(tenant, "allocation"),
             gpus=gpus,
             workload=checked_id(optional_text(row["workload"]), "workload"),
             actor=checked_id(optional_text(row["user"]), "user"),

@@ -174,7 +174,7 @@ def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
         raise BadValue("tags", f"{tags!r} is not a list of strings")
     sub = submission(
         time=time or 0.0,
-        allocation=allocations(tenant or ""),
+        allocation=allocations(tenant or "", "allocation"),
         gpus=gpus,
         workload=checked_id(_workload(raw), "workload"),
         actor=checked_id(_actor(raw), "actor"),

@@ -75,8 +75,14 @@ def skip_bad_row(result: TraceResult, where: str) -> None:
         result.bad_examples.append(where)
 
 
+# a job longer than ten years is a placeholder or a unit mistake (milliseconds read as
+# seconds), not work: without a horizon it would make the run last centuries
+MAX_RUNTIME_S = 3650 * 86400.0
+
+
 def submission(
     *,
+    runtime_column: str = "runtime",
     time: float,
     allocation: str,
     gpus: int,
@@ -89,7 +95,13 @@ def submission(
     tags: Iterable[str] = (),
     name: str | None = None,
 ) -> Submission:
-    """A submission dict with every key present (None: not in the trace)."""
+    """A submission dict with every key present (None: not in the trace). A runtime
+    over MAX_RUNTIME_S is a BadValue of `runtime_column`."""
+    if runtime is not None and runtime > MAX_RUNTIME_S:
+        raise BadValue(
+            runtime_column,
+            f"a runtime of {runtime:,.0f} s is over ten years (at most {MAX_RUNTIME_S:,.0f} s)",
+        )
     return {
         "time": float(time),
         "workload": workload,
@@ -143,7 +155,8 @@ class Allocations:
                 f" it ({_PATH_RULE}), e.g. vc/ or lab/olmo/"
             )
 
-    def __call__(self, tenant: str) -> str:
+    def __call__(self, tenant: str, column: str) -> str:
+        """The allocation of `tenant` (read from `column`, which a bad one's error names)."""
         mapped = self.mapping.get(tenant)
         if mapped is not None:
             return mapped
@@ -154,7 +167,7 @@ class Allocations:
             # e.g. an unterminated quote that swallowed the following lines
             shown = tenant if len(tenant) <= 40 else tenant[:37] + "..."
             raise BadValue(
-                None,
+                column,
                 f"{shown!r} makes no allocation path ({_PATH_RULE}); {self.names.map} can name it",
             )
         return path
@@ -349,12 +362,16 @@ def checked_name(text: str | None, column: str) -> str | None:
 
 
 def checked_tags(tags: list[str], column: str) -> list[str]:
-    """At most MAX_TAGS tags of at most MAX_NAME characters each."""
+    """At most MAX_TAGS printable tags of at most MAX_NAME characters each (what
+    admission takes: a row it would refuse is a bad row here, not a rejection later)."""
     if len(tags) > MAX_TAGS:
         raise BadValue(column, f"{len(tags):,} tags; at most {MAX_TAGS}")
     for tag in tags:
         if len(tag) > MAX_NAME:
             raise BadValue(column, f"a tag of {len(tag):,} characters; at most {MAX_NAME}")
+        if not printable(tag):
+            shown = tag if len(tag) <= 40 else tag[:37] + "..."
+            raise BadValue(column, f"tag {shown!r} has control or invisible characters")
     return tags
 
 
@@ -388,16 +405,17 @@ def open_text(path: Path) -> io.TextIOBase:
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # what surrogateescape makes of a bad byte
 
 
-def check_utf8(text: str) -> None:
-    """Refuse text read from bytes that are not UTF-8 (see `open_text`), saying why."""
+def check_utf8(text: str, column: str | None = None) -> None:
+    """Refuse text read from bytes that are not UTF-8 (see `open_text`), saying why
+    (and in which column, when the text is one cell)."""
     if text.isascii() or not _ESCAPED_BYTE.search(text):
         return
     try:
         text.encode("utf-8", "surrogateescape").decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadValue(None, f"not UTF-8 text: {exc.reason}") from None
-    # the bytes of cells joined together may decode where each cell's did not
-    raise BadValue(None, "not UTF-8 text")
+        raise BadValue(column, f"not UTF-8 text: {exc.reason}") from None
+    # bytes that decode once joined (a line's cells, say) where their parts did not
+    raise BadValue(column, "not UTF-8 text")
 
 
 class Row:
@@ -465,6 +483,7 @@ def read_csv(
                     f"(header has: {', '.join(h.strip() for h in header)})"
                 )
             row = Row(index)
+            columns = {i: name for name, i in index.items()}  # position -> column name
             first_use: dict[str, int] = {}  # workload id -> the line that named it
             before = reader.line_num
             for cells in reader:
@@ -481,7 +500,9 @@ def read_csv(
                 result.rows += 1
                 row.cells = cells
                 try:
-                    check_utf8("".join(cells))
+                    for i, cell in enumerate(cells):  # each cell alone: errors name it
+                        if not cell.isascii():
+                            check_utf8(cell, columns.get(i))
                     sub = parse_row(row)
                     check_unique_id(sub, first_use, reader.line_num)
                 except BadValue as exc:

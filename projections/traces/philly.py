@@ -68,7 +68,13 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
         tenant = require(row["cluster"], "cluster")
         if gpus == 0:
             return None
-        return submission(time=time, allocation=allocations(tenant), gpus=gpus, runtime=runtime)
+        return submission(
+            time=time,
+            allocation=allocations(tenant, "cluster"),
+            gpus=gpus,
+            runtime=runtime,
+            runtime_column="duration",
+        )
 
     return finish(
         read_csv(path, required=REQUIRED, parse_row=parse_row, skip_bad=skip_bad), rebase=True

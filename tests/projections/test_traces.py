@@ -699,6 +699,45 @@ def test_a_tenant_that_makes_no_allocation_path_is_a_row_error(
         read_trace(path, "allot-csv")
     assert info.value.row_error
     assert str(info.value).endswith("; --allocation-map can name it")
+    assert str(info.value).startswith(f"{path}:2: column allocation: ")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "header", "row", "column"),
+    [
+        pytest.param("allot-csv", CSV_HEADER, "0,1e10,1,lab/a", "runtime", id="allot-csv"),
+        # milliseconds read as seconds: 5e9 s is 158 years
+        pytest.param(
+            "philly", PHILLY_HEADER, "2017-10-03 11:00:00,5000000000,1,,a", "duration", id="philly"
+        ),
+        pytest.param(
+            "alibaba-openb",
+            OPENB_HEADER,
+            "pod-1,1000,1000,1,1000,V100,LS,Running,100,1000000000000,200",
+            "deletion_time",
+            id="openb",
+        ),
+    ],
+)
+def test_a_runtime_over_ten_years_is_a_bad_row(
+    tmp_path: Path, fmt: str, header: str, row: str, column: str
+) -> None:
+    """Only submit times were bounded: one such row made a run without a horizon last
+    centuries (or run out of memory)."""
+    path = write(tmp_path, "long.csv", header, row)
+    with pytest.raises(TraceError) as info:
+        read_trace(path, fmt)
+    assert str(info.value).startswith(f"{path}:2: column {column}: a runtime of ")
+    assert "is over ten years" in str(info.value) and info.value.row_error
+    assert read_trace(path, fmt, skip_bad=True).skipped_bad == 1
+
+
+def test_a_tag_with_control_characters_is_a_bad_row(tmp_path: Path) -> None:
+    """Admission refuses it: the import let it through, for every such workload to be
+    rejected in the simulation one by one."""
+    path = write(tmp_path, "t.csv", CSV_HEADER, '0,60,1,lab/a,w1,alice,,,,"a\tb"')
+    with pytest.raises(TraceError, match=r"column tags: tag 'a\\tb' has control"):
+        read_trace(path, "allot-csv")
 
 
 @pytest.mark.parametrize(
@@ -1251,7 +1290,9 @@ def test_bytes_not_utf8_name_their_own_line_and_skip_bad_skips_them(
     path.write_bytes(gzip.compress(data) if gz else data)
     with pytest.raises(TraceError) as info:
         read_trace(path, fmt)
-    assert str(info.value).startswith(f"{path}:{bad}: not UTF-8 text: ")
+    # a CSV names the cell's column too (a JSON line is checked whole)
+    column = "" if fmt == "allot-jsonl" else " column cluster:"
+    assert str(info.value).startswith(f"{path}:{bad}:{column} not UTF-8 text: ")
     assert info.value.row_error
     result = read_trace(path, fmt, skip_bad=True)
     assert (len(result.submissions), result.skipped_bad) == (3200, 1)
