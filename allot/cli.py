@@ -282,7 +282,25 @@ def _run_policies_locked(
         temporary.replace(comparison)
     else:
         comparison.unlink(missing_ok=True)  # it compared the runs of an earlier command
+    if window is not None and reports:
+        _say_window_after_end(window, spec.start, summaries)
     return summaries
+
+
+def _say_window_after_end(
+    window: tuple[float, float], start: float, summaries: dict[str, dict[str, Any]]
+) -> None:
+    """A --gantt-window that starts after a run ended draws an empty chart: say so."""
+    from domain.durations import format_duration
+
+    for policy, summary in summaries.items():
+        end = (summary.get("period") or {}).get("end")
+        if isinstance(end, int | float) and window[0] >= end:
+            err.print(
+                f"[yellow]warning:[/] {policy}: --gantt-window starts after the run ended "
+                f"({format_duration(end - start)} in): its GPU timeline is empty",
+                soft_wrap=True,
+            )
 
 
 def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:

@@ -322,6 +322,9 @@ class GanttCollector:
 
         t0 = self.first_time or 0.0
         w0, w1 = window if window is not None else self.busiest_window()
+        last = self.last_time
+        if window is not None and last is not None and w0 < last < w1:
+            w1 = last  # a window past the end of the run: draw up to its end, not empty space
         if w1 <= w0:
             w1 = w0 + 1.0
         first = max(0, min(first_row, self.n_rows - 1)) if self.n_rows else 0

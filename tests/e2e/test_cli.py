@@ -857,3 +857,15 @@ def test_allot_data_stands_for_data_when_no_source_is_named(tmp_path: Path) -> N
     assert ended.returncode == 2 and "no workload 'nope'" in ended.stderr
     dangling = allot("queue", "-o", env={"ALLOT_DATA": str(data)})
     assert dangling.returncode == 2 and "Option '-o' requires an argument" in dangling.stderr
+
+
+def test_a_gantt_window_after_the_run_is_warned_about(tmp_path: Path) -> None:
+    """It drew an empty chart without a word."""
+    result = allot(
+        "simulate", str(TINY), "-p", "fairshare", "--out", str(tmp_path), "-q",
+        "--gantt-window", "3000d:3001d",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("warning: fairshare: --gantt-window starts after the run ended (")
+    assert line.endswith(" in): its GPU timeline is empty")

@@ -187,6 +187,17 @@ def test_gantt_window_of_a_long_run_says_where_it_lies(close_figures):
     )
 
 
+def test_a_gantt_window_past_the_end_of_the_run_stops_at_its_end(close_figures):
+    """`--gantt-window 10h:100d` squeezed a 3-day run into the first 3% of the width."""
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 8).place("w", {"h0": H8})
+    j.at(72 * HOUR).finish("w")
+    fig, window = gantt_of(j).figure(window=(j.start + 10 * HOUR, j.start + 100 * 24 * HOUR))
+    assert window == (j.start + 10 * HOUR, j.start + 72 * HOUR)
+    assert fig.axes[0].get_xlim() == pytest.approx((10, 72))
+
+
 # ------------------------------------------------------------------ shared window
 def busy_run(folder, busy_from: float, busy_to: float):
     """A 72 h run whose one host is busy from `busy_from` to `busy_to` (hours)."""
