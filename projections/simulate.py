@@ -395,6 +395,8 @@ def format_value(value: Any, kind: str) -> str:
         return format_duration(float(value))
     if kind == "number":
         return f"{value:,.1f}"
+    if kind == "count" and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"  # as the change column and the run lines show counts
     return str(value)
 
 

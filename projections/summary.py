@@ -15,7 +15,10 @@ Keys (exact, plus a few extras marked *):
   (budget, host and config changes, cancels), with the first one's error;
 - `occupancy` (busy / healthy GPU-seconds), `occupancy_contended` (the same, only while
   some work with `min_runtime > 0` waits), `allocated_fraction`, `unallocated_fraction`
-  (of busy GPU-seconds: charged vs not), *`gpu_hours`;
+  (of busy GPU-seconds: charged vs not), *`gpu_hours` {healthy, busy (on healthy
+  hosts: occupancy's numerator), charged and unallocated (wherever the work ran, a
+  draining host too, so the two may add up to a little more than busy),
+  contended_hours};
 - *`contended_idle` {gpu_hours, headroom_gpu_hours, by_smallest_waiting_gpus: {GPUs:
   share}}: the idle GPU-hours that `occupancy_contended` leaves out (of them, those on
   the hosts kept for short jobs), by the GPUs of the smallest workload
