@@ -184,7 +184,7 @@ def test_a_damaged_record_and_another_journal(journal: Path, tmp_path: Path) -> 
     bad.write_bytes(b'{"type":"clock.tick","time":1.0,"id":"a","cluster":"x"}\n{"type": \n')
     one_line_error(
         allot("audit", "load", "--journal", str(bad), "--db", str(tmp_path / "b.duckdb")),
-        "record 2 is not valid JSON",
+        f"{bad}:2: not valid JSON",  # by file and line, as queue and replay name it
     )
     db = tmp_path / "c.duckdb"
     assert allot("audit", "load", "--journal", str(journal), "--db", str(db)).returncode == 0
