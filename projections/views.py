@@ -599,9 +599,22 @@ class _Reasons:
                 f"kept for short jobs (<= {cfg.short_job_max_gpus} GPUs, min runtime "
                 f"<= {format_duration(cfg.short_job_max_min_runtime)})"
             )
+        room = _no_room(s, w.gpus)
         if not allocated and not s.ordering.unallocated_may_preempt:
-            return "Resources", "no free GPUs; unallocated work preempts nothing"
-        return "Resources", "no free GPUs and nothing it may preempt"
+            return "Resources", f"{room}; unallocated work preempts nothing"
+        return "Resources", f"{room} and nothing it may preempt"
+
+
+def _no_room(s: Any, gpus: int) -> str:
+    """Why `gpus` GPUs do not fit on the free ones: none free, or too few on one host
+    (a gang: not enough whole hosts free). "no free GPUs" beside a host with six free
+    read as a bug."""
+    free = sum(len(h.free) for h in s.hosts.values() if h.healthy)
+    if not free:
+        return "no free GPUs"
+    if gpus > s.max_host_gpus():
+        return f"{free} GPUs free, but not {gpus} on whole hosts"
+    return f"{free} GPUs free, but no host has {gpus} of them"
 
 
 def _key_json(key: tuple[Any, ...]) -> list[Any]:
@@ -1538,7 +1551,11 @@ def _preemption_numbers(q: Preemption) -> list[str]:
             f"victim allocation {e['victim_allocation']}, "
             + ("charged" if e.get("charged") else "unallocated")
             + (
-                f", protection ended {iso(protected)}"
+                (
+                    f", protection ended {iso(protected)}"
+                    if protected <= q.time
+                    else f", protected until {iso(protected)} (stopped inside it)"
+                )
                 if e.get("charged") and isinstance(protected, int | float)
                 else ""
             )

@@ -79,3 +79,10 @@ def test_why_says_work_that_is_not_resumable_starts_over() -> None:
     assert "requeued: it waits again with its original submit time and starts over" in text
     resumable = "\n".join(why(fold(requeued_at_50m(True)), "w")["text"])
     assert "starts over" not in resumable
+
+
+def test_why_says_a_requeue_inside_the_protection_stopped_it_there() -> None:
+    """It said "protection ended" at a time after the preemption."""
+    text = "\n".join(why(fold(requeued_at_50m(True)), "w")["text"])
+    assert "victim allocation lab/a, charged, protected until " in text
+    assert "(stopped inside it)" in text and "protection ended" not in text

@@ -151,6 +151,29 @@ def test_queue_order_and_reasons(
     assert keys == sorted(keys, key=lambda k: [(x is None, x) for x in k])
 
 
+@pytest.mark.parametrize(
+    ("running", "asks", "detail"),
+    [
+        pytest.param([8, 8], 8, "no free GPUs and nothing it may preempt", id="none-free"),
+        pytest.param(
+            [6, 6], 4, "4 GPUs free, but no host has 4 of them and nothing", id="split-free"
+        ),
+        # a gang needs whole hosts: 14 free, one host whole
+        pytest.param([2], 12, "14 GPUs free, but not 12 on whole hosts and nothing", id="gang"),
+    ],
+)
+def test_a_resources_reason_counts_the_free_gpus(running: list, asks: int, detail: str) -> None:
+    """ "no free GPUs" beside a host with six free read as a bug."""
+    c = make(hosts=2, headroom_hosts=0)
+    c.tree({"lab/a": 1})
+    for i, gpus in enumerate(running):  # its own allocation's protected work: no victims
+        c.submit(f"r{i}", "lab/a", gpus=gpus, min_runtime="1h")
+    c.after(60).submit("wants", "lab/a", gpus=asks, min_runtime="1h")
+    row = next(r for r in v.queue_rows(view_of(c)) if r["id"] == "wants")
+    assert (row["state"], row["reason"]) == ("PENDING", "Resources")
+    assert row["detail"].startswith(detail), row["detail"]
+
+
 def test_fold_rebuilds_the_schedulers_state() -> None:
     c = reservation_blocks_backfill()
     assert fingerprint(view_of(c).state) == fingerprint(c.state)
