@@ -152,7 +152,9 @@ WaitOpt = Annotated[
         metavar="TIME",
         parser=_wait_seconds,
         help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict; exit 1 if "
-        "it rejected the request (the reason is printed) or none came.",
+        "it rejected the request (the reason is printed) or none came. Cancel, hold, "
+        "release and requeue wait for one workload only; submit --array waits for its "
+        "first task.",
     ),
 ]
 
@@ -663,7 +665,10 @@ def _about_workloads(
             raise RequestError("ID '': empty; give a workload id (`allot queue` lists them)")
         ids = expand_ids(workloads)
         if wait is not None and len(ids) > 1:
-            raise RequestError("--wait works for one workload; follow several with `allot queue`")
+            raise RequestError(
+                "--wait works for one workload; nothing was sent (follow several with "
+                "`allot queue`)"
+            )
         target = resolve_target(*target_options)
         ids = _whole_ids(target, cluster, ids)
         actor = whoami(as_)

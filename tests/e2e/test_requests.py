@@ -543,7 +543,7 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
     # several at once: follow them with `allot queue` instead (nothing is sent)
     line = one_line_error(allot("cancel", "w1", "w2", "--data", str(data), "--wait", "1"))
-    assert line.startswith("error: --wait works for one workload")
+    assert line.startswith("error: --wait works for one workload; nothing was sent")
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
 
 
