@@ -644,10 +644,14 @@ async def _consume_after(
             if p in after:
                 offset, rid = after[p]
                 if not starts[tp] <= offset < ends[tp]:
+                    held = (
+                        f"holds offsets {starts[tp]}..{ends[tp] - 1}"
+                        if starts[tp] < ends[tp]
+                        else "is empty"
+                    )
                     raise JournalChanged(
-                        f"topic {topics.JOURNAL} on {bootstrap} partition {p} holds offsets "
-                        f"{starts[tp]}..{ends[tp] - 1}, not the saved {offset} "
-                        "(recreated?): this is another journal"
+                        f"topic {topics.JOURNAL} on {bootstrap} partition {p} {held}, not the "
+                        f"saved {offset} (recreated?): this is another journal"
                     )
                 consumer.seek(tp, offset)
                 check[p] = (offset, rid)

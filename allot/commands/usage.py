@@ -24,7 +24,7 @@ def usage(
         Path | None,
         typer.Option(
             help="Keep the table here between runs (default: next to the journal file; "
-            "for Kafka ./allot-usage.CLUSTER.kafka-state)."
+            "for Kafka ./allot-usage.CLUSTER[$ALLOT_TOPIC_SUFFIX].kafka-state)."
         ),
     ] = None,
     hourly: Annotated[
@@ -45,7 +45,7 @@ def usage(
         ResumableUsage,
         UsageStoreError,
     )
-    from streams.sources import SourceError
+    from streams.sources import JournalChanged, SourceError
 
     store: ResumableUsage | KafkaResumableUsage
     try:
@@ -62,7 +62,10 @@ def usage(
             from streams.sources import kafka_batches
 
             wanted = cluster or "default"
-            state_path = state or Path(f"allot-usage.{wanted}.kafka-state")
+            from streams import topics
+
+            # another ALLOT_TOPIC_SUFFIX is another journal: its own table
+            state_path = state or Path(f"allot-usage.{wanted}{topics.SUFFIX}.kafka-state")
             store = KafkaResumableUsage.open(state_path, wanted)
             new = store.update(kafka_batches(kafka, wanted, store.positions))
             label = f"kafka {kafka} cluster {wanted}"
@@ -75,7 +78,10 @@ def usage(
             raise typer.Exit(2)
         store.save(state_path)
     except (UsageStoreError, SourceError) as why:
-        typer.echo(f"error: {why}", err=True)
+        hint = ""
+        if isinstance(why, JournalChanged):  # the table is another journal's
+            hint = f"; the table in {state_path} is kept: give this journal another --state FILE"
+        typer.echo(f"error: {why}{hint}", err=True)
         raise typer.Exit(2) from None
     except OSError as why:
         typer.echo(f"error: cannot keep the usage table: {why}", err=True)

@@ -12,9 +12,11 @@ from streams import topics
 from streams.worker import create_topics
 
 
-def produce_journal(bootstrap: str, records: list[dict[str, Any]]) -> None:
-    """Write `records` to the default journal topic, keyed by their `cluster` as the
-    scheduler keys them (the topics are created when missing)."""
+def produce_journal(
+    bootstrap: str, records: list[dict[str, Any]], topic: str = topics.JOURNAL
+) -> None:
+    """Write `records` to the journal topic (default: this process's), keyed by their
+    `cluster` as the scheduler keys them (the default topics are created when missing)."""
 
     async def run() -> None:
         await create_topics(bootstrap)  # the default names; existing ones are kept
@@ -22,7 +24,7 @@ def produce_journal(bootstrap: str, records: list[dict[str, Any]]) -> None:
         await producer.start()
         try:
             futures = [
-                await producer.send(topics.JOURNAL, orjson.dumps(r), key=r["cluster"].encode())
+                await producer.send(topic, orjson.dumps(r), key=r["cluster"].encode())
                 for r in records
             ]
             await asyncio.gather(*futures)

@@ -133,3 +133,28 @@ def test_a_recreated_topic_or_a_state_of_another_kind_is_refused(
         allot("usage", "--kafka", kafka_bootstrap, "--cluster", "x", "--state", str(file_state)),
         "journal file",
     )
+
+
+def test_each_topic_suffix_keeps_its_own_default_table(
+    kafka_bootstrap: str, tiny_journal: Path, tmp_path: Path
+) -> None:
+    """The default state file ignored $ALLOT_TOPIC_SUFFIX: a staging journal's run found
+    production's table and was refused as "another journal"."""
+    cluster = f"usage-{uuid.uuid4().hex[:10]}"
+    records = tiny_records(tiny_journal, cluster)
+    produce_journal(kafka_bootstrap, records)
+    args = ("usage", "--kafka", kafka_bootstrap, "--cluster", cluster)
+    first = allot(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    suffix = f".staging-{uuid.uuid4().hex[:8]}"
+    staging = {"ALLOT_TOPIC_SUFFIX": suffix}
+    created = allot("topics", "create", "--kafka", kafka_bootstrap, env=staging)
+    assert created.returncode == 0, created.stderr
+    produce_journal(kafka_bootstrap, records[:5], topic=f"allot.journal{suffix}")
+    other = allot(*args, env=staging, cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert "(5 records, 5 new)" in " ".join(other.stdout.split())
+    assert sorted(p.name for p in tmp_path.glob("allot-usage.*")) == [
+        f"allot-usage.{cluster}.kafka-state",
+        f"allot-usage.{cluster}{suffix}.kafka-state",
+    ]
