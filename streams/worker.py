@@ -102,6 +102,7 @@ log = logging.getLogger("allot.worker")
 TICKER = "allot-ticker"
 MANIFEST_PREFIX = "__manifest__/"
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+DEAD_LETTER_LOG_S = 30.0  # at most one log line about dead letters this often
 MAX_RECORD_BYTES = 8 * 1024 * 1024  # journal and DLQ records (an inbox record is <= 1 MiB)
 MAX_CLUSTER_NAME = 200
 MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow memory
@@ -473,6 +474,10 @@ class Worker:
         self.cores: dict[str, SchedulerCore] = {}
         self.owned: dict[int, _Partition] = {}  # inbox partition -> what this worker holds
         self.stats = Stats()
+        # dead letters not yet told in the log: (count, first error), told at most every
+        # DEAD_LETTER_LOG_S so a flood of garbage is a line, not a log per batch
+        self._dead_untold: tuple[int, str] = (0, "")
+        self._dead_told_at = -math.inf
         self.ready = asyncio.Event()
         self._meta: AIOKafkaProducer | None = None  # metadata and the ticker
         self._consumer: AIOKafkaConsumer | None = None
@@ -512,6 +517,16 @@ class Worker:
                 with contextlib.suppress(Exception):
                     await self._snapshotting
             await self._snapshot_dirty()
+            self._tell_dead(0, "", force=True)
+            s = self.stats
+            log.info(
+                "stopped: %d inputs folded this run, %d journal records, %d to the "
+                "dead-letter topic %s",
+                s.inputs,
+                s.journal,
+                s.dead,
+                self.topics.dlq,
+            )
         finally:
             for task in (ticker, watching):
                 if task is not None:
@@ -520,6 +535,23 @@ class Worker:
                         await task
             await self._close()
             logging.getLogger("aiokafka").removeHandler(self._watch)
+
+    def _tell_dead(self, count: int, error: str, *, force: bool = False) -> None:
+        """Say in the log that inbox records went to the dead-letter topic (they are not
+        journaled: without a line nobody would know), at most every DEAD_LETTER_LOG_S."""
+        untold, first = self._dead_untold
+        untold, first = untold + count, first or error
+        now = time.monotonic()
+        if untold and (force or now - self._dead_told_at >= DEAD_LETTER_LOG_S):
+            log.warning(
+                "%d inbox record%s went to the dead-letter topic %s (the first: %s)",
+                untold,
+                "" if untold == 1 else "s",
+                self.topics.dlq,
+                first,
+            )
+            untold, first, self._dead_told_at = 0, "", now
+        self._dead_untold = (untold, first)
 
     async def _loop(self, stop: asyncio.Event) -> None:
         consumer = self._consumer
@@ -1148,6 +1180,8 @@ class Worker:
         self.stats.inputs += inputs
         self.stats.dead += len(dead)
         part.dirty = True
+        if dead:
+            self._tell_dead(len(dead), dead[0][2])
 
     def _journal_partition(self, cluster: str) -> int:
         part = self._journal_part_of.get(cluster)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
+import re
 import signal
 import subprocess
 import time
@@ -230,8 +232,9 @@ async def test_unauthorized_budget_change_is_rejected_with_its_actor(kafka_boots
 
 
 async def test_malformed_records_go_to_the_dlq_and_processing_continues(
-    kafka_bootstrap: str,
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="allot.worker")
     async with rig(kafka_bootstrap) as r:
         r.start()
         await r.inbox.setup("c")
@@ -260,6 +263,18 @@ async def test_malformed_records_go_to_the_dlq_and_processing_continues(
         assert all(x["inbox.topic"] == r.topics.inbox.encode() for x in h)
         assert len({x["inbox.offset"] for x in h}) == 3
         assert dead[0].key == b"c" and dead[1].key is None
+        # dead letters are not journaled: the log says so (at most every 30 s, and when
+        # the worker stops), and the stop line counts them
+        told = [
+            re.match(r"(\d+) inbox records? went to the dead-letter topic ", m.getMessage())
+            for m in caplog.records
+        ]
+        assert sum(int(m[1]) for m in told if m) == 3
+        assert any(
+            m.getMessage().endswith(f"3 to the dead-letter topic {r.topics.dlq}")
+            for m in caplog.records
+            if m.getMessage().startswith("stopped: ")
+        )
 
         # a restart neither dead-letters them again nor re-folds anything
         before = len(r.journal.records)
