@@ -11,9 +11,10 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
-from domain.durations import parse_duration
+from domain.durations import format_duration, parse_duration
 from domain.headroom import DEFAULT_HEADROOM_HOSTS
 
 MAX_WINDOW = 36500 * 86400.0  # 100 years
@@ -108,6 +109,17 @@ class SchedulerConfig(BaseModel):
             raise ValueError("must be at least 1s")
         return value
 
+    @model_validator(mode="after")
+    def _bucket_within_window(self, info: ValidationInfo) -> SchedulerConfig:
+        # a window shorter than one bucket is one bucket long: `--set window=1s` silently
+        # meant 15 minutes (a journal's config is folded as it was accepted)
+        if not (info.context or {}).get("recorded") and self.bucket > self.window:
+            raise ValueError(
+                f"bucket ({format_duration(self.bucket)}) is longer than the window "
+                f"({format_duration(self.window)}); usage is counted in buckets inside it"
+            )
+        return self
+
     def is_short_small(self, gpus: int, min_runtime: float) -> bool:
         """Short and small work (rule 11): may use the headroom hosts."""
         return 0 < min_runtime <= self.short_job_max_min_runtime and gpus <= self.short_job_max_gpus
@@ -138,5 +150,6 @@ def parse_config(raw: dict[str, Any], recorded: bool = False) -> SchedulerConfig
             else:
                 # a validator's own words, without pydantic's "Value error, " in front
                 msg = str(item["msg"]).removeprefix("Value error, ")
-                problems.append(f"config key {key!r}: {msg}")
+                # a check of several keys at once names them itself
+                problems.append(f"config key {key!r}: {msg}" if item["loc"] else msg)
         raise ConfigError("; ".join(problems)) from None

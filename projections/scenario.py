@@ -273,7 +273,7 @@ def _describe(
     lines = []
     for item in error.errors()[:8]:
         loc = tuple(item["loc"])
-        where = _where(prefix + loc) or "scenario"
+        where = _where(prefix + loc) or ("config" if root is SchedulerConfig else "scenario")
         if item["type"] == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
             model = _model_at(loc, root)

@@ -291,6 +291,13 @@ CASES: list[tuple[str, Callable[[Cluster], Any], str, str]] = [
         "'hysteresis'",
     ),
     ("config-zero-window", make(ev.ConfigSet, config={"window": 0}), "config.rejected", "'window'"),
+    # a window shorter than a bucket was one bucket long: 1s meant 15 minutes
+    (
+        "config-window-under-a-bucket",
+        make(ev.ConfigSet, config={"window": "1s"}),
+        "config.rejected",
+        "bucket (15m) is longer than the window (1s)",
+    ),
     (
         "config-huge-window",
         make(ev.ConfigSet, config={"window": 1e306}),
