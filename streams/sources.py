@@ -45,11 +45,15 @@ from streams import kafka_auth, topics
 
 # aiokafka logs connection failures itself; SourceError reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+log = logging.getLogger("allot.sources")
 
 # bounded waits for the Kafka reader (seconds)
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_MS = 10_000
-IDLE_TIMEOUT_S = 3.0  # no progress towards the end offsets for this long: stop there
+# no progress towards the end offsets for this long: stop there rather than hang on a
+# broker that stopped answering; 3 s gave up on a busy machine's slow fetch, and a read
+# that stops early says so (`_StoppedShort`)
+IDLE_TIMEOUT_S = 10.0
 POLL_MS = 200
 FILE_POLL_S = 0.1
 
@@ -347,6 +351,9 @@ def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[
         if isinstance(batch, _OtherClusters):
             others = batch
             continue
+        if isinstance(batch, _StoppedShort):
+            log.warning("%s", batch)
+            continue
         for line in batch:
             found += 1
             yield line
@@ -356,6 +363,24 @@ def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[
 
 class _OtherClusters(list):
     """The reader's last word when no record was `cluster`'s: the clusters it saw."""
+
+
+class _StoppedShort(str):
+    """The reader's word that it stopped before the end offsets it saw at the start."""
+
+
+async def _stopped_short(consumer: Any, remaining: Any, ends: dict[Any, int]) -> _StoppedShort:
+    where = []
+    for tp in sorted(remaining, key=lambda tp: tp.partition):
+        with contextlib.suppress(Exception):
+            where.append(
+                f"partition {tp.partition} at offset {await consumer.position(tp)} of {ends[tp]}"
+            )
+    return _StoppedShort(
+        f"warning: stopped reading {topics.JOURNAL} ({', '.join(where)}): nothing came for "
+        f"{IDLE_TIMEOUT_S:g} s (a slow or overloaded broker?); the answer is as of the last "
+        "record read"
+    )
 
 
 def _no_kafka_records(
@@ -469,8 +494,10 @@ async def _consume(
         while not stop.is_set():
             if not follow and (
                 not remaining
-                or time.monotonic() - last_progress > IDLE_TIMEOUT_S  # e.g. an unfinished
-            ):  # transaction holds the rest back
+                or time.monotonic() - last_progress > IDLE_TIMEOUT_S  # the broker stalls
+            ):
+                if remaining:
+                    put(await _stopped_short(consumer, remaining, ends))
                 if not found and others:
                     put(_OtherClusters(sorted(k.decode(errors="replace") for k in others)))
                 return
