@@ -138,3 +138,33 @@ def test_the_table_is_whole_at_80_columns(single: Path, tmp_path: Path, hourly: 
         assert row[1:] == numbers, text
     assert lines[LONG][1] == "15,360.0"  # 512 GPUs for 30 h
     assert lines[EVAL][3] == "1,920.0" and lines[EVAL][-1] == "0.000"  # 64 GPUs waited 30 h
+
+
+def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path) -> None:
+    """Worked by hand from DESIGN §2 (not from the command's own columns): shares 3:1
+    of 512 GPUs for 30 h entitle 384 and 128 GPUs an hour; owed is the smaller of that
+    and the demand, hour by hour; delivered is received / owed, at most 1."""
+    rows = {
+        r["allocation"]: r
+        for r in usage_json("--journal", str(single), "--state", str(tmp_path / "s"))
+    }
+    assert rows[LONG] == {
+        "allocation": LONG,
+        "charged_gpu_h": 15_360.0,  # 512 GPUs x 30 h
+        "unallocated_gpu_h": 0.0,
+        "demand_gpu_h": 15_360.0,
+        "owed_gpu_h": 11_520.0,  # min(384, 512) x 30
+        "received_gpu_h": 15_360.0,
+        "entitled_gpu_h": 11_520.0,
+        "delivered": 1.0,  # 15,360 / 11,520, capped
+    }
+    assert rows[EVAL] == {
+        "allocation": EVAL,
+        "charged_gpu_h": 0.0,
+        "unallocated_gpu_h": 0.0,
+        "demand_gpu_h": 1_920.0,  # 64 GPUs waited 30 h
+        "owed_gpu_h": 1_920.0,  # min(128, 64) x 30
+        "received_gpu_h": 0.0,
+        "entitled_gpu_h": 3_840.0,  # 128 x 30
+        "delivered": 0.0,
+    }
