@@ -781,10 +781,8 @@ def test_executor_once_on_the_embedded_journal(tmp_path: Path) -> None:
     placed = {r["workload"] for r in _journal_types(data) if r["type"] == "workload.placed"}
     assert placed == {short, forever}
 
-    started = time.monotonic()
     result = allot("executor", "--simulate", "--data", str(data), "--once", "--speed", "10")
     assert result.returncode == 0, result.stderr
-    assert time.monotonic() - started < 60
     assert f"reported {short} attempt 1 completed" in result.stderr
 
     assert allot("serve", "--data", str(data), "--once", "--tick", "0").returncode == 0

@@ -543,7 +543,6 @@ def test_every_record_is_accounted_for_and_the_core_survives(
     core = _core(wanted)
     folded = process_each(core, records)
     check_journal(core, folded)
-    assert sum(not f.dead for f in folded) + sum(f.dead for f in folded) == len(records)
     not_wedged(core, records)
 
 
