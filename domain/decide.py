@@ -48,8 +48,9 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
        once it is empty.
     3. Order: merge the heads of the pending buckets by the policy's sort key.
     4. Place: put the next workload on free GPUs — one host if it fits on one, else
-       whole hosts (gang) — never on a headroom host unless it is short and small or
-       unallocated, and on a reserved host only if it cannot delay the reservation.
+       whole hosts (gang) — never on a headroom host unless it is short and small,
+       unallocated, or too big for the other hosts together, and on a reserved host
+       only if it cannot delay the reservation.
     5. Preempt: otherwise, if it may preempt, free GPUs from eligible victims: on the
        host (or hosts, for a gang) where that stops the fewest GPUs elsewhere (victims
        running on other hosts too), then the fewest charged GPUs, then the fewest GPUs;
@@ -656,10 +657,22 @@ class Cycle:
         s.heads_heap = (stamp, heap, fewest)
         return heap, fewest
 
+    def keeps_off_headroom(self, w: Workload, allocated: bool, short: bool) -> bool:
+        """Allocated work that is not short stays off the headroom hosts (rule 11) —
+        unless the other healthy hosts together are too small for it: kept off, it
+        would never run (a 64-GPU job on eight 8-GPU hosts, one of them headroom)."""
+        if not allocated or short:
+            return False
+        s = self.state
+        if not s.headroom:
+            return False
+        spare = sum(s.hosts[name].gpus for name in s.headroom)
+        return w.gpus <= s.healthy_capacity - spare
+
     def usable(self, host: Host, w: Workload, allocated: bool, short: bool) -> bool:
         if not host.healthy:
             return False
-        if allocated and not short and host.name in self.state.headroom:
+        if host.name in self.state.headroom and self.keeps_off_headroom(w, allocated, short):
             return False
         held = self.reservations.get(host.name)
         if held is not None and held[0] != w.id:
@@ -765,7 +778,7 @@ class Cycle:
             hosts = s.hosts
             reservations = self.reservations
             headroom = s.headroom
-            keep_off_headroom = allocated and not short
+            keep_off_headroom = headroom and self.keeps_off_headroom(w, allocated, short)
             fits = []
             for name in s.with_free:
                 h = hosts[name]
@@ -1073,12 +1086,13 @@ class Cycle:
 
         reservations = self.reservations
         headroom = s.headroom
+        keep_off_headroom = self.keeps_off_headroom(w, True, short)
         for host in s.hosts.values():
             if host.name in reservations:
                 continue  # already held for work ranked above `w`
             if not host.healthy or (single and host.gpus < need):
                 continue
-            if not short and host.name in headroom:
+            if keep_off_headroom and host.name in headroom:
                 continue
             if single:
                 # the need-th soonest GPU: free ones now, the others when their work frees

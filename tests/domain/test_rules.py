@@ -978,6 +978,22 @@ def test_short_job_prefers_headroom_over_training_hosts() -> None:
     assert set(c.placed("debug").hosts) == {"h7"}
 
 
+@pytest.mark.parametrize(
+    ("gpus", "uses_headroom"),
+    [(64, True), (57, True), (56, False)],
+    ids=["whole-cluster", "one-gpu-past-the-rest", "fits-without-headroom"],
+)
+def test_work_too_big_for_the_other_hosts_may_use_headroom(gpus: int, uses_headroom: bool) -> None:
+    """Kept off the headroom host, a 57-64 GPU job on eight 8-GPU hosts could never run:
+    it waited forever on an idle cluster. Work the other hosts can hold still keeps off
+    (56 GPUs: the seven training hosts, h7 stays free)."""
+    c = cluster(hosts=8, headroom_hosts=1).tree({"lab/a": 1})
+    assert c.state.headroom == frozenset({"h7"})
+    c.submit("big", "lab/a", gpus=gpus, min_runtime="1h")
+    assert c.running() == {"big"}
+    assert ("h7" in c.placed("big").hosts) is uses_headroom
+
+
 def test_headroom_is_configurable() -> None:
     c = cluster(hosts=8, headroom_hosts=0).tree({"lab/a": 1})
     for i in range(8):
