@@ -247,6 +247,7 @@ class Cycle:
     __slots__ = (
         "cause",
         "force_full",
+        "fresh_ids",
         "holder_started",
         "holders",
         "light_hosts",
@@ -274,6 +275,7 @@ class Cycle:
         self.force_full = False  # a quick attempt found work that needs a full cycle
         self.holder_started = False  # a reservation's holder was placed: it holds nothing now
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
+        self.fresh_ids: frozenset[str] = frozenset()  # light cycle: work new since the last
         self.position = 0
         # the longest minimum runtime a reservation refused in the current attempt would
         # have let backfill (-inf: no reservation refused it; see may_backfill)
@@ -492,6 +494,7 @@ class Cycle:
         if light:
             self.reservations, self.holders = dict(last.reservations), MAX_RESERVATIONS
             self.light_hosts = frozenset(changed)
+            self.fresh_ids = frozenset(s.fresh)
             last_holder_key = last.last_holder_key
             edge = last.edge
         else:
@@ -702,6 +705,18 @@ class Cycle:
         return True
 
     def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
+        light = self.light_hosts
+        if light is None or w.id not in self.fresh_ids:
+            return self._try_place(w, allocated, short)
+        # new work has not been searched against the other hosts yet (no quick attempt
+        # ran: its input also changed the cluster): a light cycle looks everywhere for it
+        self.light_hosts = None
+        try:
+            return self._try_place(w, allocated, short)
+        finally:
+            self.light_hosts = light
+
+    def _try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
         s = self.state
         single = w.gpus <= s.max_host_gpus()
         hosts = self.free_hosts(w, allocated, short, single)

@@ -898,6 +898,22 @@ def test_large_job_gets_the_hosts_that_free_soonest() -> None:
     assert c.running() >= {"a-30m", "a-2h", "big"}
 
 
+def test_new_work_preempts_filler_at_once_when_its_input_also_ends_a_protection() -> None:
+    """The submission at 22m also ended train's protection (21m), so no quick attempt
+    ran and the light cycle looked for victims only on train's host: the new debug job
+    waited beside unallocated filler until the 30m bucket edge. (A rules review.)"""
+    c = cluster(hosts=2, bucket="15m").tree({"lab/a": 1, "lab/b": 1})
+    c.at("1m").submit("train", "lab/a", gpus=8, min_runtime="20m")  # h0, protected to 21m
+    c.submit("filler", "lab/b", gpus=8, min_runtime=0)  # h1, unallocated
+    c.submit("filler2", "lab/b", gpus=8, min_runtime=0)  # waits
+    c.at("15m").tick()  # a bucket edge: a full cycle
+    out = c.at("22m").submit("debug", "lab/a", gpus=1, min_runtime="5m")
+    assert [(e.type, e.workload) for e in out[1:]] == [
+        ("workload.preempted", "filler"),
+        ("workload.placed", "debug"),
+    ]
+
+
 # --------------------------------------------------------------------------------------
 # Rule 11: short-job headroom (needs >= 8 hosts: one host in eight at most)
 
