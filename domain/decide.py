@@ -467,11 +467,15 @@ class Cycle:
         return plan is not None
 
     def can_be_light(self) -> bool:
-        last = self.state.blocked
+        s = self.state
+        last = s.blocked
         return (
             last is not None
             and self.now < last.edge
-            and last.shape_version == self.state.shape_version
+            and last.shape_version == s.shape_version
+            # GPUs freed on a reserved host may bring its holder's start forward: a light
+            # cycle would keep the later start, and let backfill run past the real one
+            and not any(name in last.reservations for name in s.changed_hosts)
         )
 
     def schedule(self, light: bool = False) -> None:

@@ -898,6 +898,24 @@ def test_large_job_gets_the_hosts_that_free_soonest() -> None:
     assert c.running() >= {"a-30m", "a-2h", "big"}
 
 
+def test_backfill_keeps_to_a_reservation_brought_forward_by_an_early_end() -> None:
+    """`long` ended early, so `big` could start at 71m (when short1's protection ends),
+    not at 4h01m; the light cycle kept the old start and let `mid` (an hour) backfill
+    past the real one: big started at 2h06m. (A rules review.)"""
+    c = cluster(hosts=1, bucket="1h").tree({"lab/a": 1, "lab/b": 1})
+    c.submit("hist", "lab/a", gpus=8, min_runtime="15m")  # lab/a gets usage
+    c.at("1h").finish("hist")
+    c.at("61m").submit("long", "lab/a", gpus=4, min_runtime="3h")  # protected to 4h01m
+    c.submit("short1", "lab/a", gpus=4, min_runtime="10m")  # protected to 1h11m
+    c.submit("big", "lab/b", gpus=8, min_runtime="1h")  # blocked: holds h0
+    assert c.state.blocked.reservations["h0"][0] == "big"
+    c.at("65m").finish("long")
+    c.at("66m").submit("mid", "lab/a", gpus=4, min_runtime="1h")
+    assert c.placed("mid") is None  # it would delay big
+    c.at("71m").tick()
+    assert c.placed("big").time - c.start == 71 * 60
+
+
 def test_new_work_preempts_filler_at_once_when_its_input_also_ends_a_protection() -> None:
     """The submission at 22m also ended train's protection (21m), so no quick attempt
     ran and the light cycle looked for victims only on train's host: the new debug job
