@@ -104,7 +104,8 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     if state.cordoned:
         cycle.drain()
     if state.pending_count and not cycle.quick():
-        cycle.schedule(light=cycle.can_be_light() and not cycle.force_full)
+        light = cycle.can_be_light() and not cycle.force_full and not cycle.reservation_moved()
+        cycle.schedule(light=light)
     out = cycle.out
     if (
         state.with_free
@@ -247,7 +248,6 @@ class Cycle:
     __slots__ = (
         "cause",
         "force_full",
-        "fresh_ids",
         "holder_started",
         "holders",
         "light_hosts",
@@ -275,7 +275,6 @@ class Cycle:
         self.force_full = False  # a quick attempt found work that needs a full cycle
         self.holder_started = False  # a reservation's holder was placed: it holds nothing now
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
-        self.fresh_ids: frozenset[str] = frozenset()  # light cycle: work new since the last
         self.position = 0
         # the longest minimum runtime a reservation refused in the current attempt would
         # have let backfill (-inf: no reservation refused it; see may_backfill)
@@ -379,7 +378,7 @@ class Cycle:
             allocated = s.allocated(w)
             short = w.bucket[3]
             key = policy.sort_key(self.ranking, w, allocated)
-            group = (allocated, short, preemption_scope(policy, w, allocated))
+            group = (allocated, short, preemption_scope(policy, w, allocated), s.fit_kind(w.gpus))
             failures = last.failed.setdefault(group, [])
             gpus = w.gpus
             runtime = w.min_runtime
@@ -438,7 +437,12 @@ class Cycle:
         policy = self.state.ordering
         for _, w, allocated in pending:
             short = self.state.short_small(w)
-            group = (allocated, short, preemption_scope(policy, w, allocated))
+            group = (
+                allocated,
+                short,
+                preemption_scope(policy, w, allocated),
+                self.state.fit_kind(w.gpus),
+            )
             if failed.covers(group, w):
                 continue
             self.begin_attempt()
@@ -469,14 +473,15 @@ class Cycle:
     def can_be_light(self) -> bool:
         s = self.state
         last = s.blocked
-        return (
-            last is not None
-            and self.now < last.edge
-            and last.shape_version == s.shape_version
-            # GPUs freed on a reserved host may bring its holder's start forward: a light
-            # cycle would keep the later start, and let backfill run past the real one
-            and not any(name in last.reservations for name in s.changed_hosts)
-        )
+        return last is not None and self.now < last.edge and last.shape_version == s.shape_version
+
+    def reservation_moved(self) -> bool:
+        """Did something change on a host the last cycle reserved? Freed GPUs there may
+        bring its holder's start forward: a light cycle would keep the later start and
+        let backfill run past the real one, so the next cycle is a full one."""
+        s = self.state
+        last = s.blocked
+        return last is not None and any(name in last.reservations for name in s.changed_hosts)
 
     def schedule(self, light: bool = False) -> None:
         """The full cycle, or a *light* one when since the last only GPUs were freed
@@ -498,7 +503,6 @@ class Cycle:
         if light:
             self.reservations, self.holders = dict(last.reservations), MAX_RESERVATIONS
             self.light_hosts = frozenset(changed)
-            self.fresh_ids = frozenset(s.fresh)
             last_holder_key = last.last_holder_key
             edge = last.edge
         else:
@@ -611,8 +615,11 @@ class Cycle:
 
     def entry(self, ranking: Ranking, w: Workload, key: Any, allocated: bool) -> tuple[Any, ...]:
         """A bucket head's place in the order: (sort key, bucket, allocated, group)."""
-        policy = self.state.ordering
-        group = (allocated, key[3], preemption_scope(policy, w, allocated))
+        s = self.state
+        policy = s.ordering
+        # a failure of work needing fewer GPUs covers work of its group needing more:
+        # gangs on mixed host sizes are a group of their own (`State.fit_kind`)
+        group = (allocated, key[3], preemption_scope(policy, w, allocated), s.fit_kind(key[1]))
         return (policy.sort_key(ranking, w, allocated), key, allocated, group)
 
     def heap(self, ranking: Ranking) -> tuple[list[tuple[Any, ...]], dict[Any, int]]:
@@ -628,17 +635,20 @@ class Cycle:
         policy = s.ordering
         leaves = s.tree.leaves()
         token = s.heads_token
+        sizes = (s.smallest_host, s.largest_host)  # entries' groups read them (fit_kind)
         if not (
             token is not None
+            and len(token) == 4
             and token[0] is policy
             and token[2] is leaves
+            and token[3] == sizes
             and (
                 token[1] is ranking
                 or (type(policy) in _BUILTIN_ORDERINGS and token[1].ranks == ranking.ranks)
             )
         ):
             s.heads_epoch += 1
-            s.heads_token = (policy, ranking, leaves)
+            s.heads_token = (policy, ranking, leaves, sizes)
         epoch = s.heads_epoch
         stamp = (epoch, s.heads_changes)
         cached_heap = s.heads_heap
@@ -709,18 +719,6 @@ class Cycle:
         return True
 
     def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
-        light = self.light_hosts
-        if light is None or w.id not in self.fresh_ids:
-            return self._try_place(w, allocated, short)
-        # new work has not been searched against the other hosts yet (no quick attempt
-        # ran: its input also changed the cluster): a light cycle looks everywhere for it
-        self.light_hosts = None
-        try:
-            return self._try_place(w, allocated, short)
-        finally:
-            self.light_hosts = light
-
-    def _try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
         s = self.state
         single = w.gpus <= s.max_host_gpus()
         hosts = self.free_hosts(w, allocated, short, single)

@@ -221,6 +221,7 @@ def _host_registered(state: State, e: ev.HostRegistered) -> None:
     state.with_free[e.host] = None
     state.capacity += e.gpus
     state.largest_host = max(state.largest_host, e.gpus)
+    state.smallest_host = min(state.smallest_host, e.gpus) if state.smallest_host else e.gpus
     state.healthy_capacity += e.gpus
     state.recompute_headroom()
 

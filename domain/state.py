@@ -105,6 +105,7 @@ class State:
         self.with_free: dict[str, None] = {}  # hosts with a free GPU: where placement looks
         self.capacity = 0  # registered GPUs (healthy or not)
         self.largest_host = 0  # GPUs of the biggest host: larger work is a gang
+        self.smallest_host = 0  # ... and of the smallest (0: no host yet)
         self.healthy_capacity = 0
         self.workloads: dict[str, Workload] = {}  # live: pending or running
         self.queues: dict[BucketKey, SortedList] = {}
@@ -156,6 +157,8 @@ class State:
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
         self.__dict__.update(saved)
+        if "smallest_host" not in saved:  # pickled before it was kept
+            self.smallest_host = min((h.gpus for h in self.hosts.values()), default=0)
         if "victim_keys" not in saved:  # pickled before (some of) the caches existed
             self._init_caches()
 
@@ -176,6 +179,13 @@ class State:
 
     def max_host_gpus(self) -> int:
         return self.largest_host
+
+    def fit_kind(self, gpus: int) -> bool:
+        """True for a gang on a cluster of mixed host sizes: the one case where work
+        needing more GPUs may fit when work needing fewer did not (whole small hosts
+        can hold a gang while no big host has room for a single-host job), so failures
+        of the two kinds say nothing about each other (decide's failure groups)."""
+        return gpus > self.largest_host and self.smallest_host != self.largest_host
 
     def enqueue(self, w: Workload) -> None:
         w.state = PENDING
