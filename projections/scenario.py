@@ -428,17 +428,25 @@ class Scenario:
 
     def skipped_rows(self) -> list[str]:
         """A line per trace entry whose `skip_bad: true` skipped malformed rows (worded as
-        `allot trace import --skip-bad` reports them), for the user to see."""
+        `allot trace import --skip-bad` reports them), and per trace whose pods were never
+        scheduled (not simulated: they never ran), for the user to see."""
         lines = []
         for index, result in sorted(self.trace_stats.items()):
+            trace = self.spec.workloads[index].trace
+            assert trace is not None
+            where = f"{self.source}: workloads[{index}].trace: {trace.file}"
             if result.skipped_bad:
-                trace = self.spec.workloads[index].trace
-                assert trace is not None
                 rows = "row" if result.skipped_bad == 1 else "rows"
                 first = f"; the first: {result.bad_examples[0]}" if result.bad_examples else ""
                 lines.append(
-                    f"{self.source}: workloads[{index}].trace: {trace.file}: skipped"
-                    f" {result.skipped_bad} bad {rows} of {result.rows} (skip_bad: true){first}"
+                    f"{where}: skipped {result.skipped_bad} bad {rows} of {result.rows}"
+                    f" (skip_bad: true){first}"
+                )
+            if result.skipped_unscheduled:
+                pods = "pod" if result.rows == 1 else "pods"
+                lines.append(
+                    f"{where}: skipped {result.skipped_unscheduled} of {result.rows} {pods},"
+                    " never scheduled in the trace (no run, so no runtime to simulate)"
                 )
         return lines
 

@@ -117,11 +117,15 @@ def import_trace(
         written = write_submissions(result.submissions, out)
     except OSError as exc:
         raise _fail(f"{out}: cannot write: {exc.strerror or exc}") from None
+    # only openb says a pod never ran; other formats have nothing to count here
+    unscheduled = (
+        f", {result.skipped_unscheduled} never scheduled" if result.skipped_unscheduled else ""
+    )
     Console(soft_wrap=True).print(
         f"[bold]{plural(result.rows, 'row')}[/] read from {escape(str(file))}: "
         f"[bold green]{plural(written, 'submission')}[/] written to {escape(str(out))}; "
-        f"skipped {result.skipped_bad} bad, {result.skipped_no_gpu} without GPUs; "
-        f"{result.unfinished} unfinished"
+        f"skipped {result.skipped_bad} bad, {result.skipped_no_gpu} without GPUs"
+        f"{unscheduled}; {result.unfinished} unfinished"
     )
     for example in result.bad_examples:
         typer.echo(f"  skipped {example}", err=True)

@@ -7,7 +7,8 @@
 keys `time` (seconds since the trace start), `workload`, `actor`, `allocation`,
 `gpus`, `runtime`, `min_runtime`, `resumable`, `priority`, `tags`, `name`; None
 means the trace does not say and the scenario decides. Rows asking for no GPU are
-skipped and counted (`skipped_no_gpu`); jobs that never ended have runtime None
+skipped and counted (`skipped_no_gpu`), as are pods the trace says never ran
+(`skipped_unscheduled`, alibaba-openb); jobs that never ended have runtime None
 (`unfinished`); malformed rows raise `TraceError` naming file, line and column, or
 with `skip_bad=True` are skipped and counted (`skipped_bad`).
 

@@ -7,17 +7,23 @@ files start near 0). Semantics, as documented with the trace:
 
 - `num_gpu` is the GPU count (0-8); `gpu_milli` is the share of *one* GPU, in
   thousandths, that a GPU-sharing pod (`num_gpu == 1`) asks for. A fractional pod
-  still needs a whole GPU here, so GPUs = ceil(num_gpu); `num_gpu == 0` (CPU-only
-  pods) is skipped and counted.
-- Submit time = `creation_time`. The pod starts at `scheduled_time`, which is empty
-  for pods deleted before being scheduled (`pod_phase` Pending); they start at
-  `creation_time` instead, as do pods whose `scheduled_time` is 0 or before their
-  creation (no pod ran before it existed). Runtime = `deletion_time - start`; an
-  empty or 0 `deletion_time` means the pod never ended (it runs until the horizon). A pod
-  scheduled after its deletion did no work (runtime 0); one deleted before it was
-  created is a malformed row.
+  still needs a whole GPU here, so GPUs = ceil(num_gpu). `num_gpu == 0` (CPU-only
+  pods) is no GPU work: skipped and counted (`skipped_no_gpu`) whatever its other
+  cells hold.
+- Submit time = `creation_time`; the pod ran from `scheduled_time` (or its creation,
+  if that is later: no pod ran before it existed) to `deletion_time`. An empty or 0
+  `deletion_time` means the pod never ended (it runs until the horizon).
+- A pod never scheduled is skipped and counted (`skipped_unscheduled`), not imported:
+  `scheduled_time` empty (the trace's `Pending` pods, deleted while waiting), 0 for a
+  pod created later (0 stands for "none", as it does for `deletion_time`), or after
+  the pod's `deletion_time`. Such a pod never ran, so nothing says how long it would
+  have: importing it with `deletion - creation` as its runtime (as this reader once
+  did) made up work, which a policy comparison then charged and waited for. Without
+  a `scheduled_time` column, `pod_phase` `Pending` marks them. A pod deleted before it
+  was created is a malformed row.
 - `qos` (LS, BE, Burstable, Guaranteed, ...) becomes a tag and is the tenant mapped
-  to an allocation; `name` becomes the submission's name. Other columns are ignored.
+  to an allocation; `name` becomes the submission's name. Other columns are ignored
+  (`pod_phase` but for the case above).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from projections.traces.common import (
     MAX_COUNT,
     Allocations,
     BadValue,
+    NeverRan,
     Row,
     Submission,
     TraceResult,
@@ -50,6 +57,10 @@ OPTIONAL = ("cpu_milli", "memory_mib", "gpu_milli", "gpu_spec", "pod_phase", "sc
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
     def parse_row(row: Row) -> Submission | None:
         num_gpu = parse_number(row["num_gpu"], "num_gpu")
+        if num_gpu == 0:  # a CPU-only pod: no GPU work, whatever else its row says
+            return None
+        if num_gpu > MAX_COUNT:
+            raise BadValue("num_gpu", f"{row['num_gpu']!r} is too large (at most {MAX_COUNT:,})")
         qos = require(row["qos"], "qos")
         created = parse_number(row["creation_time"], "creation_time")
         deletion_text = row["deletion_time"]
@@ -60,22 +71,16 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
         scheduled = (
             None if is_missing(scheduled_text) else parse_number(scheduled_text, "scheduled_time")
         )
-        if num_gpu == 0:
-            return None
-        if num_gpu > MAX_COUNT:
-            raise BadValue("num_gpu", f"{row['num_gpu']!r} is too large (at most {MAX_COUNT:,})")
-        runtime: float | None = None
-        if deleted:  # empty or 0: still running when the trace was cut
-            if deleted < created:
-                raise BadValue(
-                    "deletion_time", f"{deletion_text!r} is before creation_time {created:g}"
-                )
-            runtime = max(0.0, deleted - _start(created, scheduled))
+        if deleted and deleted < created:  # empty or 0: still running when the trace was cut
+            raise BadValue(
+                "deletion_time", f"{deletion_text!r} is before creation_time {created:g}"
+            )
+        start = _start(row, created, scheduled, deleted)
         return submission(
             time=created,
             allocation=allocations(qos, "qos"),
             gpus=math.ceil(num_gpu),
-            runtime=runtime,
+            runtime=max(0.0, deleted - start) if deleted else None,
             runtime_column="deletion_time",
             tags=checked_tags([qos], "qos"),
             name=checked_name(optional_text(row["name"]), "name"),
@@ -86,10 +91,13 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
     )
 
 
-def _start(created: float, scheduled: float | None) -> float:
-    """When the pod began running: a scheduled time of 0, like an empty one, means never
-    scheduled (0 - creation made a pod run longer than it existed), and no pod ran
-    before it was created."""
-    if not scheduled:
+def _start(row: Row, created: float, scheduled: float | None, deleted: float | None) -> float:
+    """When the pod began running (no pod ran before it was created); NeverRan if it
+    was never scheduled while it existed."""
+    if not row.has("scheduled_time"):  # nothing says when: from creation, unless Pending
+        if row["pod_phase"].lower() == "pending":
+            raise NeverRan
         return created
+    if scheduled is None or (scheduled == 0 and created > 0) or (deleted and scheduled > deleted):
+        raise NeverRan
     return max(created, scheduled)

@@ -43,6 +43,12 @@ class TraceError(ValueError):
         self.row_error = row_error
 
 
+class NeverRan(Exception):
+    """Raised by a row parser for a job its source says never ran (an openb pod deleted
+    before it was scheduled): nothing says how long it would have run, so it is no
+    workload; the reader counts it in `skipped_unscheduled`."""
+
+
 class BadValue(ValueError):
     """One unreadable cell or record; the reader adds the file and line."""
 
@@ -59,6 +65,7 @@ class TraceResult:
     submissions: list[Submission] = field(default_factory=list)
     skipped_bad: int = 0  # malformed rows skipped (only with skip_bad)
     skipped_no_gpu: int = 0  # rows/pods asking for no GPU
+    skipped_unscheduled: int = 0  # pods never scheduled: no run, so no runtime to replay
     unfinished: int = 0  # jobs that never ended: runtime None, they run until the horizon
     rows: int = 0  # data rows (or JSON lines) read, blank lines not counted
     bad_examples: list[str] = field(default_factory=list)  # the first few skipped, and why
@@ -427,6 +434,10 @@ class Row:
         self.index = index
         self.cells: list[str] = []
 
+    def has(self, column: str) -> bool:
+        """Whether the header names `column` (an absent one reads as empty cells)."""
+        return column in self.index
+
     def __getitem__(self, column: str) -> str:
         i = self.index.get(column)
         if i is None or i >= len(self.cells):
@@ -456,7 +467,8 @@ def read_csv(
     parse_row: RowParser,
     skip_bad: bool,
 ) -> TraceResult:
-    """Run `parse_row` over the data rows (None from it: the row asks for no GPU)."""
+    """Run `parse_row` over the data rows (None from it: the row asks for no GPU;
+    NeverRan: the job never ran)."""
     result = TraceResult()
     with open_text(path) as handle:
         reader = csv.reader(handle)
@@ -505,6 +517,9 @@ def read_csv(
                             check_utf8(cell, columns.get(i))
                     sub = parse_row(row)
                     check_unique_id(sub, first_use, reader.line_num)
+                except NeverRan:
+                    result.skipped_unscheduled += 1
+                    continue
                 except BadValue as exc:
                     where = f" column {exc.column}:" if exc.column else ""
                     message = f"{path}:{reader.line_num}:{where} {exc.message}"

@@ -1032,6 +1032,32 @@ def test_trace_skip_bad(tmp_path: Path) -> None:
     assert load(tmp_path, raw).skipped_rows() == []  # nothing to say
 
 
+def test_trace_pods_never_scheduled_are_not_simulated_and_said(tmp_path: Path) -> None:
+    import projections.traces  # noqa: F401
+
+    (tmp_path / "pods.csv").write_text(
+        "name,num_gpu,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        "ran,1,evals,Running,0,60,5\nwaited,1,evals,Pending,10,70,\n"
+    )
+    raw = base(
+        workloads=[
+            {
+                "trace": {
+                    "file": "pods.csv",
+                    "format": "alibaba-openb",
+                    "allocation_prefix": "lab/olmo/",
+                }
+            }
+        ]
+    )
+    sc = load(tmp_path, raw)
+    assert sc.workload_count == 1
+    assert sc.skipped_rows() == [
+        "lab.yaml: workloads[0].trace: pods.csv: skipped 1 of 2 pods, never scheduled in the"
+        " trace (no run, so no runtime to simulate)"
+    ]
+
+
 # ---------------------------------------------------------------- examples
 
 

@@ -105,7 +105,6 @@ EXPECTED = {
     "alibaba-openb": [
         sub(0.0, "Guaranteed", 1, tags=["Guaranteed"], name="pod-f"),
         sub(100.0, "Burstable", 8, runtime=4000.0, tags=["Burstable"], name="pod-a"),
-        sub(200.0, "LS", 1, runtime=60.0, tags=["LS"], name="pod-d"),
         sub(300.0, "BE", 1, runtime=290.0, tags=["BE"], name="pod-b"),
         sub(600.0, "LS", 2, tags=["LS"], name="pod-e"),
     ],
@@ -129,23 +128,28 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize(
-    ("fmt", "fixture", "rows", "no_gpu", "unfinished"),
+    ("fmt", "fixture", "rows", "no_gpu", "unscheduled", "unfinished"),
     [
-        pytest.param("allot-csv", "submissions.csv", 5, 1, 1, id="allot-csv"),
-        pytest.param("philly", "philly.csv", 6, 1, 2, id="philly"),
-        pytest.param("alibaba-openb", "openb_pod_list_sample.csv", 6, 1, 2, id="alibaba-openb"),
-        pytest.param("allot-jsonl", "submissions.jsonl", 3, 1, 1, id="allot-jsonl"),
+        pytest.param("allot-csv", "submissions.csv", 5, 1, 0, 1, id="allot-csv"),
+        pytest.param("philly", "philly.csv", 6, 1, 0, 2, id="philly"),
+        # pod-d is Pending (never scheduled): not imported
+        pytest.param("alibaba-openb", "openb_pod_list_sample.csv", 6, 1, 1, 2, id="alibaba-openb"),
+        pytest.param("allot-jsonl", "submissions.jsonl", 3, 1, 0, 1, id="allot-jsonl"),
     ],
 )
-def test_reads_each_format(fmt: str, fixture: str, rows: int, no_gpu: int, unfinished: int) -> None:
+def test_reads_each_format(
+    fmt: str, fixture: str, rows: int, no_gpu: int, unscheduled: int, unfinished: int
+) -> None:
     result = read_trace(FIXTURES / fixture, fmt)
     assert result.submissions == EXPECTED[fmt]
-    assert (result.rows, result.skipped_bad, result.skipped_no_gpu, result.unfinished) == (
-        rows,
-        0,
-        no_gpu,
-        unfinished,
+    counts = (
+        result.rows,
+        result.skipped_bad,
+        result.skipped_no_gpu,
+        result.skipped_unscheduled,
+        result.unfinished,
     )
+    assert counts == (rows, 0, no_gpu, unscheduled, unfinished)
 
 
 def test_formats_constant_lists_every_reader() -> None:
@@ -168,7 +172,11 @@ def test_formats_constant_lists_every_reader() -> None:
         ),
         pytest.param(
             "alibaba-openb",
-            [OPENB_HEADER, "p1,1,1,1,1000,,LS,Running,500,600,500", "p0,1,1,1,1000,,LS,x,100,200,"],
+            [
+                OPENB_HEADER,
+                "p1,1,1,1,1000,,LS,Running,500,600,500",
+                "p0,1,1,1,1000,,LS,x,100,200,90",
+            ],
             0.0,
             id="openb-rebased",
         ),
@@ -259,21 +267,39 @@ def test_openb_pods_without_gpu_are_skipped_and_counted(tmp_path: Path) -> None:
     )
     result = read_trace(path, "alibaba-openb")
     assert [s["name"] for s in result.submissions] == ["gpu1"]
-    assert (result.rows, result.skipped_no_gpu) == (3, 2)
+    # cpu2 is Pending too: counted once, as a pod without GPUs
+    assert (result.rows, result.skipped_no_gpu, result.skipped_unscheduled) == (3, 2, 0)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        pytest.param("cpu,8000,1,0,0,,,Running,0,10,0", id="no-qos"),
+        pytest.param("cpu,8000,1,0,0,,BE,Running,soon,10,0", id="bad-creation"),
+        pytest.param("cpu,8000,1,0,0,,BE,Running,100,50,100", id="deleted-before-created"),
+    ],
+)
+def test_openb_cpu_only_pods_are_skipped_whatever_their_other_cells(
+    tmp_path: Path, row: str
+) -> None:
+    """A CPU-only pod is no GPU work: a cell it does not need made it a malformed row,
+    which stopped the import (or, with skip_bad, counted it as bad, not as CPU-only)."""
+    path = write(tmp_path, "o.csv", OPENB_HEADER, row, "gpu,8000,1,1,300,,BE,Running,1,10,1")
+    result = read_trace(path, "alibaba-openb")
+    assert [s["name"] for s in result.submissions] == ["gpu"]
+    assert (result.skipped_bad, result.skipped_no_gpu) == (0, 1)
 
 
 @pytest.mark.parametrize(
     ("creation", "deletion", "scheduled", "runtime"),
     [
         pytest.param("100", "400", "150", 250.0, id="scheduled-to-deleted"),
-        pytest.param("100", "400", "", 300.0, id="never-scheduled-from-creation"),
         pytest.param("0", "400", "0", 400.0, id="created-and-scheduled-at-zero"),
-        # a pod ran longer than it existed: deleted - scheduled, scheduled before created
-        pytest.param("100", "400", "0", 300.0, id="scheduled-zero-is-unscheduled"),
+        # no pod ran before it existed: from creation, not from the earlier schedule
         pytest.param("100", "400", "50", 300.0, id="scheduled-before-creation"),
         pytest.param("100", "", "120", None, id="no-deletion-unfinished"),
         pytest.param("100", "0", "120", None, id="deletion-zero-unfinished"),
-        pytest.param("100", "110", "120", 0.0, id="scheduled-after-deletion"),
+        pytest.param("100", "120", "120", 0.0, id="scheduled-as-deleted"),
     ],
 )
 def test_openb_runtime(
@@ -290,10 +316,69 @@ def test_openb_runtime(
     assert result.unfinished == (1 if runtime is None else 0)
 
 
+@pytest.mark.parametrize(
+    ("header", "row"),
+    [
+        # the published files' Pending pods: deleted while waiting, no scheduled_time
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,BE,Pending,100,160,", id="pending"),
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,BE,Failed,100,160,", id="failed-unscheduled"),
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,BE,Pending,100,,", id="still-pending-at-cut"),
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,BE,Pending,100,160,NaN", id="scheduled-nan"),
+        # 0 stands for "none" (as deletion_time 0 does) when the pod was created later
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,LS,Running,100,400,0", id="scheduled-zero"),
+        # scheduled only after it was deleted: it never ran while it existed
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,LS,Running,100,110,120", id="after-deletion"),
+        pytest.param(
+            "name,num_gpu,qos,pod_phase,creation_time,deletion_time",
+            "p,1,LS,Pending,100,160",
+            id="no-scheduled-column-pending",
+        ),
+    ],
+)
+def test_openb_pods_never_scheduled_are_skipped_and_counted(
+    tmp_path: Path, header: str, row: str
+) -> None:
+    """A pod that never ran has no runtime: it was imported with `deletion - creation`
+    (or until the horizon) as one, work made up for every policy compared."""
+    ran = "ran,1,1,1,1000,,LS,Running,50,90,60" if header == OPENB_HEADER else "ran,1,LS,x,50,90"
+    path = write(tmp_path, "o.csv", header, ran, row)
+    result = read_trace(path, "alibaba-openb")
+    assert [s["name"] for s in result.submissions] == ["ran"]
+    assert (result.rows, result.skipped_unscheduled, result.skipped_no_gpu) == (2, 1, 0)
+    assert (result.skipped_bad, result.unfinished) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("header", "row", "runtime"),
+    [
+        # bound to a node, so holding its GPU, whatever phase it was last seen in
+        pytest.param(OPENB_HEADER, "p,1,1,1,1000,,LS,Pending,100,160,130", 30.0, id="pending"),
+        pytest.param(
+            "name,num_gpu,qos,pod_phase,creation_time,deletion_time",
+            "p,1,LS,Running,100,160",
+            60.0,
+            id="no-scheduled-column-from-creation",
+        ),
+        pytest.param(
+            "name,num_gpu,qos,creation_time,deletion_time",
+            "p,1,LS,100,160",
+            60.0,
+            id="no-phase-no-scheduled-column",
+        ),
+    ],
+)
+def test_openb_pods_that_ran_are_kept(
+    tmp_path: Path, header: str, row: str, runtime: float
+) -> None:
+    result = read_trace(write(tmp_path, "o.csv", header, row), "alibaba-openb")
+    assert [s["runtime"] for s in result.submissions] == [runtime]
+    assert result.skipped_unscheduled == 0
+
+
 # ------------------------------------------------------------------ allocations
 
 PHILLY_TENANTS = ["7f04d8", "11d7e2", "6214e9", "6214e9", "11d7e2"]
-OPENB_TENANTS = ["Guaranteed", "Burstable", "LS", "BE", "LS"]
+OPENB_TENANTS = ["Guaranteed", "Burstable", "BE", "LS"]
 
 
 @pytest.mark.parametrize(
@@ -329,7 +414,7 @@ OPENB_TENANTS = ["Guaranteed", "Burstable", "LS", "BE", "LS"]
             "openb_pod_list_sample.csv",
             True,
             "qos/",
-            ["qos/Guaranteed", "qos/Burstable", "qos/LS", "lab/filler", "qos/LS"],
+            ["qos/Guaranteed", "qos/Burstable", "lab/filler", "qos/LS"],
             id="openb-qos-map-then-prefix",
         ),
         pytest.param(
@@ -1066,7 +1151,7 @@ def test_import_prints_a_one_line_summary(tmp_path: Path) -> None:
     assert "\n" not in summary
     assert summary.startswith("6 rows read from")
     assert "5 submissions written to" in summary
-    assert "skipped 0 bad, 1 without GPUs; 2 unfinished" in summary
+    assert "skipped 0 bad, 1 without GPUs; 2 unfinished" in summary  # no pods: no "never"
     assert result.stderr.strip() == (  # a tenant the map missed is named, not silently kept
         f"warning: 1 tenant(s) not in {FIXTURES / 'allocation_map.yaml'}, kept as "
         "'vc/<tenant>': 11d7e2 (2 rows)"
@@ -1079,6 +1164,15 @@ def test_import_prints_a_one_line_summary(tmp_path: Path) -> None:
         "lab/olmo/pretrain",
         "vc/11d7e2",
     ]
+
+
+def test_import_counts_pods_never_scheduled(tmp_path: Path) -> None:
+    out = tmp_path / "subs.jsonl"
+    result = run(FIXTURES / "openb_pod_list_sample.csv", "--format", "alibaba-openb", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "skipped 0 bad, 1 without GPUs, 1 never scheduled; 2 unfinished" in result.stdout
+    assert "4 submissions written" in result.stdout
+    assert b"pod-d" not in out.read_bytes()
 
 
 def test_import_skip_bad_reports_the_count(tmp_path: Path) -> None:
