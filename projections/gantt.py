@@ -93,11 +93,50 @@ def _branch_depth(leaves: list[str]) -> int:
     return depth
 
 
+# Leaves of one group spread over this range of CIE L* (perceived lightness, 0 black to
+# 100 white), SHADE_STEP apart while that fits: even in L*, not in HLS lightness, whose
+# steps look unequal from one hue to another. The old spread (HLS lightness -0.16 to
+# +0.24, clipped at 0.85) put 8 leaves of one group as little as 2-5 L* apart, and pink's
+# two lightest clipped to one colour.
+SHADE_LSTAR = (28.0, 88.0)
+SHADE_STEP = 30.0
+
+
+def lstar(rgb: Iterable[float]) -> float:
+    """CIE L* of an sRGB colour (components 0-1)."""
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return 116.0 * y ** (1 / 3) - 16.0 if y > 216 / 24389 else y * 24389 / 27
+
+
+def _with_lstar(h: float, s: float, target: float) -> tuple[float, float, float]:
+    """The colour of hue h and HLS saturation s whose L* is `target` (L* grows with HLS
+    lightness at a fixed hue and saturation: bisection, a fixed number of steps)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if lstar(colorsys.hls_to_rgb(h, mid, s)) < target:
+            lo = mid
+        else:
+            hi = mid
+    return colorsys.hls_to_rgb(h, (lo + hi) / 2, s)
+
+
+def _shade_targets(base: float, n: int) -> list[float]:
+    """L* of n shades, darkest first: SHADE_STEP apart (closer when n shades would not
+    fit in SHADE_LSTAR), centred on the group's own colour as far as the range allows."""
+    low, high = SHADE_LSTAR
+    span = min(high - low, SHADE_STEP * (n - 1))
+    first = min(max(base - span / 2, low), high - span)
+    return [first + span * k / (n - 1) for k in range(n)]
+
+
 def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
     """Hue per allocation at the first level where the tree branches (the top-level
     ones, or under a single root such as `lab/` its children) and an RGB row per leaf
     (in `leaves` order): leaves of one such group get shades of its hue, from darker to
-    lighter by path."""
+    lighter by path, evenly apart in perceived lightness (`SHADE_LSTAR`, `SHADE_STEP`);
+    a group's only leaf has the group's own colour."""
     from matplotlib.colors import to_rgb
 
     depth = _branch_depth(leaves)
@@ -111,18 +150,19 @@ def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
     for leaf in sorted(set(leaves)):
         if leaf:
             by_top.setdefault(group(leaf), []).append(leaf)
+    shade: dict[str, tuple[float, float, float]] = {}
+    for top, siblings in by_top.items():
+        base = to_rgb(top_color[top])
+        if len(siblings) == 1:
+            shade[siblings[0]] = base
+            continue
+        h, _, s = colorsys.rgb_to_hls(*base)
+        targets = _shade_targets(lstar(base), len(siblings))
+        for leaf, target in zip(siblings, targets, strict=True):
+            shade[leaf] = _with_lstar(h, s, target)
     rgb = np.zeros((max(1, len(leaves)), 3))
     for i, leaf in enumerate(leaves):
-        if not leaf:
-            rgb[i] = to_rgb(_UNKNOWN_COLOR)
-            continue
-        top = group(leaf)
-        siblings = by_top[top]
-        h, light, s = colorsys.rgb_to_hls(*to_rgb(top_color[top]))
-        k = siblings.index(leaf)
-        n = len(siblings)
-        offset = 0.0 if n == 1 else -0.16 + 0.4 * k / (n - 1)
-        rgb[i] = colorsys.hls_to_rgb(h, min(0.85, max(0.18, light + offset)), s)
+        rgb[i] = shade[leaf] if leaf else to_rgb(_UNKNOWN_COLOR)
     return top_color, rgb
 
 

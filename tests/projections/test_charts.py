@@ -407,3 +407,39 @@ def test_hues_go_to_where_the_tree_first_branches(leaves: list[str], groups: set
     for i, a in enumerate(leaves):
         for j, b in enumerate(leaves):
             assert (hue[i] == hue[j]) == (group_of[a] == group_of[b]), (a, b)
+
+
+def _cie_lstar(rgb: np.ndarray) -> float:
+    """CIE L* (perceived lightness, 0-100) of an sRGB colour, written out here rather
+    than taken from the module under test."""
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    y = float(linear @ np.array([0.2126, 0.7152, 0.0722]))
+    return 116.0 * np.cbrt(y) - 16.0 if y > (6 / 29) ** 3 else y * (29 / 3) ** 3
+
+
+# 8 leaves over L* 28-88 are 8.6 apart; the old spread left light hues' leaves 0-4 apart
+MIN_LSTAR_APART = 8.0
+
+
+@pytest.mark.parametrize("size", range(2, 9), ids=lambda n: f"{n}-leaves")
+def test_leaves_of_one_group_are_clearly_different_shades(size: int) -> None:
+    """In gantt.png's legend the leaves of one team were shades too close to tell apart
+    (7 or 8 leaves of a light hue came out the same colour). Every hue in the palette is
+    checked: 12 groups of `size` leaves each."""
+    import colorsys
+    import itertools
+
+    from projections.gantt import palette
+
+    groups = [f"p{g:02d}" for g in range(12)]
+    leaves = [f"{g}/team-{k}" for g in groups for k in range(size)]
+    hues, rgb = palette(leaves)
+    assert len(set(hues.values())) == 12
+    for g, group in enumerate(groups):
+        rows = rgb[g * size : (g + 1) * size]
+        lightness = [_cie_lstar(row) for row in rows]
+        closest = min(abs(a - b) for a, b in itertools.combinations(lightness, 2))
+        assert closest >= MIN_LSTAR_APART, (group, hues[group], np.round(lightness, 1))
+        assert lightness == sorted(lightness), group  # darker to lighter by path
+        # one hue per group, whatever the shade
+        assert len({round(colorsys.rgb_to_hls(*row)[0], 3) for row in rows}) == 1, group
