@@ -5,7 +5,8 @@ Header `submit_time,runtime,gpus,allocation`, then any of
 Times and durations are seconds or `15m`/`8h`/`7d`; `submit_time` is already
 relative to the trace start and is kept as written. An empty `runtime` means the
 job never ended (it runs until the horizon); other empty cells leave the value to
-the scenario.
+the scenario. A cell reading `nan`, `none`, `null`, `na`, `n/a` or `-` is empty,
+in `tags` too; a tag named twice is kept once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from projections.traces.common import (
     checked_name,
     checked_tags,
     finish,
+    is_missing,
     optional_seconds,
     optional_text,
     parse_bool,
@@ -51,7 +53,10 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
         )
         if gpus == 0:
             return None
-        tags = [tag.strip() for tag in row["tags"].split(";") if tag.strip()]
+        tags_text = row["tags"]
+        # `nan`, `-`, ... are an empty cell here as in every other column (a pandas
+        # export's NaN was imported as the tag `nan`)
+        tags = [] if is_missing(tags_text) else [t.strip() for t in tags_text.split(";")]
         return submission(
             time=time,
             allocation=allocations(tenant, "allocation"),

@@ -370,7 +370,10 @@ def checked_name(text: str | None, column: str) -> str | None:
 
 def checked_tags(tags: list[str], column: str) -> list[str]:
     """At most MAX_TAGS printable tags of at most MAX_NAME characters each (what
-    admission takes: a row it would refuse is a bad row here, not a rejection later)."""
+    admission takes: a row it would refuse is a bad row here, not a rejection later),
+    empty ones dropped and each kept once, in order: `debug;debug` counted the
+    workload's wait twice in summary.json's `wait_s.by_tag.debug`."""
+    tags = list(dict.fromkeys(tag for tag in tags if tag))
     if len(tags) > MAX_TAGS:
         raise BadValue(column, f"{len(tags):,} tags; at most {MAX_TAGS}")
     for tag in tags:

@@ -817,6 +817,39 @@ def test_a_runtime_over_ten_years_is_a_bad_row(
     assert read_trace(path, fmt, skip_bad=True).skipped_bad == 1
 
 
+@pytest.mark.parametrize(
+    ("fmt", "line", "tags"),
+    [
+        # an empty-cell marker is no tag, as it is no user, priority, ... in other columns
+        pytest.param("allot-csv", "0,60,1,lab/a,,,,,,nan", [], id="csv-nan"),
+        pytest.param("allot-csv", "0,60,1,lab/a,,,,,,NaN", [], id="csv-NaN"),
+        pytest.param("allot-csv", "0,60,1,lab/a,,,,,,-", [], id="csv-dash"),
+        pytest.param("allot-csv", "0,60,1,lab/a,,,,,,None", [], id="csv-None"),
+        # a tag named twice counted the workload's wait twice under it in summary.json
+        pytest.param("allot-csv", "0,60,1,lab/a,,,,,,debug;x;debug", ["debug", "x"], id="csv-dup"),
+        pytest.param("allot-csv", "0,60,1,lab/a,,,,,,a; a ;;b", ["a", "b"], id="csv-dup-spaced"),
+        pytest.param(
+            "allot-jsonl",
+            '{"time": 0, "allocation": "lab/a", "gpus": 1, "tags": ["a", "b", "a"]}',
+            ["a", "b"],
+            id="jsonl-dup",
+        ),
+        pytest.param(
+            "allot-jsonl",
+            '{"time": 0, "allocation": "lab/a", "gpus": 1, "tags": ["", "a"]}',
+            ["a"],
+            id="jsonl-empty",
+        ),
+    ],
+)
+def test_tags_are_kept_once_and_an_empty_marker_is_none(
+    tmp_path: Path, fmt: str, line: str, tags: list[str]
+) -> None:
+    lines = [line] if fmt == "allot-jsonl" else [CSV_HEADER, line]
+    result = read_trace(write(tmp_path, "t.txt", *lines), fmt)
+    assert [s["tags"] for s in result.submissions] == [tags]
+
+
 def test_a_tag_with_control_characters_is_a_bad_row(tmp_path: Path) -> None:
     """Admission refuses it: the import let it through, for every such workload to be
     rejected in the simulation one by one."""
