@@ -493,7 +493,8 @@ class UsageProjection:
             d["allocation"],
             int(d.get("gpus") or 0),
             float(d.get("min_runtime") or 0.0),
-            tuple(d.get("tags") or ()),
+            # a tag named twice counts once (waits by tag would count the workload twice)
+            tuple(dict.fromkeys(d.get("tags") or ())),
             now,
             now,
         )

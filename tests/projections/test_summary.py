@@ -279,6 +279,20 @@ def test_rejected_unfinished_and_censored_waits():
     }
 
 
+@pytest.mark.parametrize(
+    "tags",
+    [("debug", "debug"), ("debug", "train", "debug")],
+    ids=["same-tag-twice", "same-tag-around-another"],
+)
+def test_a_tag_named_twice_counts_the_workload_once(tags):
+    j = cluster()
+    j.submit("d1", "lab/a", 1, tags=tags).place("d1", {"h0": [0]})
+    j.at(60).submit("d2", "lab/a", 1, tags=tags)  # never placed
+    s = summarize(j.events, policy="p")
+    assert s["wait_s"]["by_tag"]["debug"]["count"] == 1
+    assert s["wait_s"]["by_tag"]["debug"]["unplaced"] == 1
+
+
 def test_preempted_counts_workloads_once_and_events_every_time():
     j = cluster()
     j.submit("r", "lab/a", 8).place("r", {"h0": H8})
