@@ -386,9 +386,10 @@ th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: le
          vertical-align: top; }
 th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.detail { color: var(--muted); font-size: 12.5px; max-width: 420px; }
-.scroll { overflow-x: auto; max-width: 100%; margin: 6px 0; }
+td.detail { color: var(--muted); font-size: 12.5px; min-width: 240px; max-width: 420px; }
+.scroll { overflow: auto; max-width: 100%; max-height: 85vh; margin: 6px 0; }
 .scroll > table { margin: 0; }
+.scroll th { position: sticky; top: 0; z-index: 1; }
 td.nowrap, th.nowrap { white-space: nowrap; }
 .wname { display: block; color: var(--muted); font-size: 12px; max-width: 220px;
          overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
@@ -437,8 +438,9 @@ def page(title: str, body: str, *, active: str = "", source: str = "") -> str:
 
 
 def _table(head: list[tuple[str, bool]], rows: list[str], *, cls: str = "") -> str:
-    """A table in a horizontally scrolling box: wide tables scroll inside the page
-    instead of widening it on narrow screens."""
+    """A table in a scrolling box no taller than the window: a wide table scrolls
+    sideways inside the page instead of widening it, with its scroll bar on screen
+    whenever the table fills it (not only at its last row), and its header in view."""
     th = "".join(f'<th class="{"num" if num else ""}">{esc(h)}</th>' for h, num in head)
     return (
         f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
