@@ -1116,13 +1116,41 @@ def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------ server
+REFRESH_S = (5, 3600)  # how often a page may reload itself, in seconds
+
+
 def with_refresh(html_text: str, query: dict[str, list[str]]) -> str:
     """`?refresh=N` (5 to 3600 seconds): the page reloads itself every N seconds (a wall
-    display of a live cluster); no script, a meta refresh. Anything else: unchanged."""
+    display of a live cluster); no script, a meta refresh. A number outside the range
+    is brought into it, anything else reloads nothing; either is said on the page, as
+    a wrong filter or range is."""
     raw = (query.get("refresh") or [""])[0].strip()
-    if not raw.isdigit() or not 5 <= int(raw) <= 3600:
+    if not raw:
         return html_text
-    return html_text.replace("<head>", f"<head><meta http-equiv='refresh' content='{int(raw)}'>", 1)
+    low, high = REFRESH_S
+    if not (raw.isascii() and raw.isdigit()):  # int() refuses '²', which isdigit() takes
+        return _said(
+            html_text,
+            f"refresh={raw!r}: a number of seconds from {low} to {high}; "
+            "this page does not reload itself",
+        )
+    every = min(high, max(low, int(raw)))
+    html_text = html_text.replace(
+        "<head>", f"<head><meta http-equiv='refresh' content='{every}'>", 1
+    )
+    if every == int(raw):
+        return html_text
+    return _said(
+        html_text,
+        f"refresh={raw}: a page reloads every {low} to {high} seconds; this one every {every}",
+    )
+
+
+def _said(html_text: str, message: str) -> str:
+    """`html_text` with `message` on top of its content, where pages say a wrong query."""
+    return html_text.replace(
+        "<main>", f"<main><div class='msg' id='refresh-error'>{esc(message)}</div>", 1
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):

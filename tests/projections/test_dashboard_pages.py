@@ -273,21 +273,53 @@ def test_a_timeline_range_no_picture_can_show_is_said(query, says):
 
 
 @pytest.mark.parametrize(
-    ("value", "meta"),
+    ("value", "meta", "said"),
     [
-        pytest.param("30", "<meta http-equiv='refresh' content='30'>", id="reloads"),
-        pytest.param("1", None, id="too-often"),
-        pytest.param("soon", None, id="not-a-number"),
+        pytest.param("30", 30, None, id="reloads"),
+        pytest.param(
+            "1",
+            5,
+            "refresh=1: a page reloads every 5 to 3600 seconds; this one every 5",
+            id="too-often",
+        ),
+        pytest.param(
+            "0", 5, "refresh=0: a page reloads every 5 to 3600 seconds; this one every 5", id="zero"
+        ),
+        pytest.param(
+            "86400",
+            3600,
+            "refresh=86400: a page reloads every 5 to 3600 seconds; this one every 3600",
+            id="too-seldom",
+        ),
+        pytest.param(
+            "soon",
+            None,
+            "refresh='soon': a number of seconds from 5 to 3600; this page does not reload itself",
+            id="not-a-number",
+        ),
+        pytest.param(
+            "1²",
+            None,
+            "refresh='1²': a number of seconds from 5 to 3600; this page does not reload itself",
+            id="not-an-ascii-number",
+        ),
+        pytest.param("", None, None, id="not-asked"),
     ],
 )
-def test_a_page_reloads_itself_when_asked(value: str, meta: str | None) -> None:
+def test_a_page_reloads_itself_when_asked_and_says_what_it_made_of_a_wrong_value(
+    value: str, meta: int | None, said: str | None
+) -> None:
+    """A refresh outside 5 to 3600 s, or not a number, was dropped without a word."""
     from projections.dashboard import page, with_refresh
 
     html_text = with_refresh(page("Queue", "<p>x</p>"), {"refresh": [value]})
+    tag = f"<meta http-equiv='refresh' content='{meta}'>"
     if meta is None:
         assert "http-equiv" not in html_text
     else:
-        assert html_text.count(meta) == 1 and html_text.index(meta) < html_text.index("</head>")
+        assert html_text.count(tag) == 1 and html_text.index(tag) < html_text.index("</head>")
+    shown = re.search(r"<main><div class='msg' id='refresh-error'>(.*?)</div><p>x</p>", html_text)
+    assert (html.unescape(shown[1]) if shown else None) == said
 
 
 def big_cluster() -> JournalBuilder:
