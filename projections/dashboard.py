@@ -10,7 +10,8 @@ inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
                    ``?user=`` filter it, ``?limit=N|all`` (default 500 rows a table);
 - ``/timeline``    the GPU timeline (`gantt.GanttCollector`) for ``?from=..&to=..``
                    (offsets from the run start such as ``3h``, or UTC times such as
-                   ``2026-01-01 03:00``);
+                   ``2026-01-01 03:00``) and the forecast's below it; ``?gpu=N``: the
+                   page of a big cluster's GPUs both pictures show;
 - ``/workload/ID`` why a workload is where it is (`views.why`); unknown ids get a 404
                    page with close matches.
 
@@ -1028,7 +1029,9 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     with snap.lock, _DRAW:
         if key not in snap.charts:
             if len(snap.charts) > 32:  # bounded: drop the oldest ranges
-                for old in [k for k in snap.charts if k not in ("usage", "forecast")][:16]:
+                for old in [k for k in snap.charts if isinstance(k, tuple) and k[0] == "gantt"][
+                    :16
+                ]:
                     del snap.charts[old]
             png = gantt_png(g, window=(w0, w1), first_row=first, max_rows=GPU_ROWS)
             snap.charts[key] = base64.b64encode(png).decode("ascii")
@@ -1040,12 +1043,13 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
         "ended by preemption; red dashed boxes over a host's rows while it was "
         "unhealthy.</figcaption></figure>"
     )
-    out.append(_forecast_figure(snap))
+    out.append(_forecast_figure(snap, first))
     return status, "".join(out)
 
 
-def _forecast_figure(snap: Snapshot) -> str:
-    """The next --horizon as the scheduler expects it (`allot queue --start`'s forecast)."""
+def _forecast_figure(snap: Snapshot, first: int = 0) -> str:
+    """The next --horizon as the scheduler expects it (`allot queue --start`'s forecast),
+    GPU rows `first` on: the page of GPUs the picture of the past shows."""
     from domain.durations import format_duration
     from projections.forecast import footnote, timeline
     from projections.gantt import gantt_png
@@ -1059,12 +1063,15 @@ def _forecast_figure(snap: Snapshot) -> str:
         if end < fc.horizon_end
         else ""
     )
+    key = ("forecast", first)  # a picture per page of GPUs (a few, even at 10k GPUs)
     with snap.lock, _DRAW:
-        if "forecast" not in snap.charts:
+        if key not in snap.charts:
             g = timeline(snap.view, fc)
-            png = gantt_png(g, window=(fc.now, end), title="Expected")
-            snap.charts["forecast"] = base64.b64encode(png).decode("ascii")
-        chart = snap.charts["forecast"]
+            png = gantt_png(
+                g, window=(fc.now, end), title="Expected", first_row=first, max_rows=GPU_ROWS
+            )
+            snap.charts[key] = base64.b64encode(png).decode("ascii")
+        chart = snap.charts[key]
     return (
         f"<h2 id='forecast-timeline'>The next {esc(span)}, as the scheduler expects it</h2>"
         f"<figure>{_img(chart, 'expected GPU timeline')}<figcaption>The same picture played "

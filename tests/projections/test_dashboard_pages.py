@@ -358,3 +358,26 @@ def test_a_cluster_bigger_than_a_picture_is_paged_by_gpu_rows():
     assert len(_bars(g, w0, w1, 1024, w0, 1.0)[0][0]) == 1  # the first page: h0's only
     status, page = timeline_page(snap, {"gpu": ["5000"]})
     assert status == 400 and "a GPU row from 1 to 1,040" in html.unescape(page)
+
+
+def _rows_drawn(page: str, alt: str) -> int:
+    """The height in pixels of the page's picture `alt` (its PNG header's): a picture
+    of more GPU rows is taller."""
+    import base64
+
+    data = re.search(rf'alt="{alt}" src="data:image/png;base64,([^"]+)"', page)[1]
+    return int.from_bytes(base64.b64decode(data)[20:24], "big")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "rows"),
+    [pytest.param("1", "1–1,024", id="first-page"), pytest.param("1025", "1,025–1,040", id="last")],
+)
+def test_every_picture_of_the_timeline_shows_the_page_of_gpus_asked_for(gpu: str, rows: str):
+    """?gpu= paged the picture of the past; the forecast's below it stayed on the first
+    1,024 GPUs (the last host's work could not be seen coming)."""
+    from projections.dashboard import timeline_page
+
+    status, page = timeline_page(snapshot(big_cluster()), {"gpu": [gpu]})
+    assert status == 200 and f"GPUs {rows} of 1,040" in page
+    assert _rows_drawn(page, "expected GPU timeline") == _rows_drawn(page, "GPU timeline")
