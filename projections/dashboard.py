@@ -585,7 +585,8 @@ def allocations_page(snap: Snapshot) -> str:
     tree_rows = []
     for r in share_rows(snap.view):
         indent = "&nbsp;&nbsp;&nbsp;&nbsp;" * r["depth"]
-        name = f"{indent}{esc(r['name'])}" + ("" if r["leaf"] else "/")
+        # an inner node as `vision/`; a root by its name, as `allot shares` shows it
+        name = f"{indent}{esc(r['name'])}" + ("" if r["leaf"] or not r["depth"] else "/")
         tree_rows.append(
             f'<tr data-path="{esc(r["path"])}">'
             + _td(name, "name", raw=True)

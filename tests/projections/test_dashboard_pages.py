@@ -381,3 +381,24 @@ def test_every_picture_of_the_timeline_shows_the_page_of_gpus_asked_for(gpu: str
     status, page = timeline_page(snapshot(big_cluster()), {"gpu": [gpu]})
     assert status == 200 and f"GPUs {rows} of 1,040" in page
     assert _rows_drawn(page, "expected GPU timeline") == _rows_drawn(page, "GPU timeline")
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        pytest.param("lab", "lab", id="root"),
+        pytest.param("lab/team", "team/", id="inner"),
+        pytest.param("lab/team/a", "a", id="leaf"),
+    ],
+)
+def test_the_budget_tree_names_its_root_without_a_trailing_slash(path: str, shown: str):
+    """The root showed as `lab/`, a path no command takes for it."""
+    from projections.dashboard import allocations_page
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/team", 1).budget("lab/team/a", 1).budget("lab/b", 1)
+    j.at(60).tick()
+    text = allocations_page(snapshot(j))
+    row = re.search(rf'<tr data-path="{path}">(.*?)</tr>', text, re.S)[1]
+    name = re.search(r'data-k="name">(.*?)</td>', row)[1]
+    assert html.unescape(name).replace("\xa0", "") == shown
