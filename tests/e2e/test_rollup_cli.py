@@ -182,6 +182,36 @@ def test_a_corrupt_line_is_named_by_file_and_line(tiny_journal, tmp_path, comman
     assert result.stderr.count("not JSON") == 1
 
 
+TICK = b'{"type":"clock.tick","v":1,"id":"late","time":1767268800,"cluster":"tiny","actor":"a"}'
+
+
+@pytest.mark.parametrize("command", ["rollup", "usage"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b'{"type":"workload.subm', id="cut-short"),
+        pytest.param(TICK, id="whole-but-no-newline"),
+    ],
+)
+def test_a_last_line_without_its_newline_is_left_out_and_said(
+    tiny_journal, tmp_path, command, tail
+):
+    """As `allot replay` and `allot queue` say it: these answered from the whole lines
+    without a word about the last one."""
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    whole.write_bytes(tiny_journal.read_bytes())
+    cut.write_bytes(tiny_journal.read_bytes() + tail)
+    a = allot(command, "--journal", str(whole), "--json")
+    b = allot(command, "--journal", str(cut), "--json")
+    assert a.returncode == 0 and b.returncode == 0, b.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    assert a.stderr == ""
+    assert b.stderr.splitlines() == [
+        f"warning: {cut} ends in the middle of a line (cut short, or still being written); "
+        "that last line is left out"
+    ]
+
+
 @pytest.mark.kafka
 def test_kafka_reads_several_clusters(lab, kafka_bootstrap):
     """The same two journals produced into the journal topic (keyed by cluster, as the
