@@ -438,7 +438,7 @@ def test_corrupt_record_is_a_clear_message(journal: Path, tmp_path: Path) -> Non
         dom = load(server.url + "/", tmp_path, shot="unreadable", height=700).dom
         state = by_id(dom, "div", "error-state")
         assert "The journal cannot be read" in state
-        assert "journal record 6: not JSON" in state
+        assert f"{path}:6: not JSON" in state  # as the read commands name it
         assert "Traceback" not in dom
         assert status_of(server.url + "/") == 503  # an uptime probe sees the failure
 
