@@ -622,13 +622,19 @@ def kafka_batches(
     batch is `(lines, positions)`: the records of `cluster` (all when None), oldest
     first per partition, and the positions after it in the same form, to save with
     what was done with the lines. The record at a saved offset must still carry the
-    saved id, else `JournalChanged` (the topic was recreated: another journal)."""
-    yield from _on_own_thread(
+    saved id, else `JournalChanged` (the topic was recreated: another journal). A read
+    that stops before those end offsets (nothing came for `IDLE_TIMEOUT_S`) says so, as
+    `journal_lines` does; its positions are those of what it read."""
+    for item in _on_own_thread(
         lambda put, stop: _consume_after(bootstrap, cluster, dict(after or {}), put, stop),
         bootstrap,
         name="allot-journal-resume",
         depth=16,
-    )
+    ):
+        if isinstance(item, _StoppedShort):
+            log.warning("%s", item)
+            continue
+        yield item
 
 
 def _record_id(value: bytes | None) -> str | None:
@@ -690,6 +696,10 @@ async def _consume_after(
         remaining = {p for p, tp in tps.items() if p in after or starts[tp] < ends[tp]}
         last_progress = time.monotonic()
         while not stop.is_set() and remaining:
+            if time.monotonic() - last_progress > IDLE_TIMEOUT_S:
+                # e.g. an unfinished transaction holds the rest back, or the broker stalls
+                put(await _stopped_short(consumer, {tps[p] for p in remaining}, ends))
+                return
             batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
             lines: list[bytes] = []
             for tp in sorted(batches, key=lambda tp: tp.partition):
@@ -713,8 +723,6 @@ async def _consume_after(
             for p in list(remaining):
                 if await consumer.position(tps[p]) >= ends[tps[p]]:
                     remaining.discard(p)
-            if remaining and time.monotonic() - last_progress > IDLE_TIMEOUT_S:
-                return  # e.g. an unfinished transaction holds the rest back
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
