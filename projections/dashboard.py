@@ -10,7 +10,8 @@ inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
                    ``?user=`` filter it, ``?limit=N|all`` (default 500 rows a table);
 - ``/timeline``    the GPU timeline (`gantt.GanttCollector`) for ``?from=..&to=..``
                    (offsets from the run start such as ``3h``, or UTC times such as
-                   ``2026-01-01 03:00``);
+                   ``2026-01-01 03:00``) and the forecast's below it; ``?gpu=N``: the
+                   page of a big cluster's GPUs both pictures show;
 - ``/workload/ID`` why a workload is where it is (`views.why`); unknown ids get a 404
                    page with close matches.
 
@@ -386,9 +387,10 @@ th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: le
          vertical-align: top; }
 th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.detail { color: var(--muted); font-size: 12.5px; max-width: 420px; }
-.scroll { overflow-x: auto; max-width: 100%; margin: 6px 0; }
+td.detail { color: var(--muted); font-size: 12.5px; min-width: 240px; max-width: 420px; }
+.scroll { overflow: auto; max-width: 100%; max-height: 85vh; margin: 6px 0; }
 .scroll > table { margin: 0; }
+.scroll th { position: sticky; top: 0; z-index: 1; }
 td.nowrap, th.nowrap { white-space: nowrap; }
 .wname { display: block; color: var(--muted); font-size: 12px; max-width: 220px;
          overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
@@ -437,8 +439,9 @@ def page(title: str, body: str, *, active: str = "", source: str = "") -> str:
 
 
 def _table(head: list[tuple[str, bool]], rows: list[str], *, cls: str = "") -> str:
-    """A table in a horizontally scrolling box: wide tables scroll inside the page
-    instead of widening it on narrow screens."""
+    """A table in a scrolling box no taller than the window: a wide table scrolls
+    sideways inside the page instead of widening it, with its scroll bar on screen
+    whenever the table fills it (not only at its last row), and its header in view."""
     th = "".join(f'<th class="{"num" if num else ""}">{esc(h)}</th>' for h, num in head)
     return (
         f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
@@ -582,7 +585,8 @@ def allocations_page(snap: Snapshot) -> str:
     tree_rows = []
     for r in share_rows(snap.view):
         indent = "&nbsp;&nbsp;&nbsp;&nbsp;" * r["depth"]
-        name = f"{indent}{esc(r['name'])}" + ("" if r["leaf"] else "/")
+        # an inner node as `vision/`; a root by its name, as `allot shares` shows it
+        name = f"{indent}{esc(r['name'])}" + ("" if r["leaf"] or not r["depth"] else "/")
         tree_rows.append(
             f'<tr data-path="{esc(r["path"])}">'
             + _td(name, "name", raw=True)
@@ -1026,7 +1030,9 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     with snap.lock, _DRAW:
         if key not in snap.charts:
             if len(snap.charts) > 32:  # bounded: drop the oldest ranges
-                for old in [k for k in snap.charts if k not in ("usage", "forecast")][:16]:
+                for old in [k for k in snap.charts if isinstance(k, tuple) and k[0] == "gantt"][
+                    :16
+                ]:
                     del snap.charts[old]
             png = gantt_png(g, window=(w0, w1), first_row=first, max_rows=GPU_ROWS)
             snap.charts[key] = base64.b64encode(png).decode("ascii")
@@ -1038,12 +1044,13 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
         "ended by preemption; red dashed boxes over a host's rows while it was "
         "unhealthy.</figcaption></figure>"
     )
-    out.append(_forecast_figure(snap))
+    out.append(_forecast_figure(snap, first))
     return status, "".join(out)
 
 
-def _forecast_figure(snap: Snapshot) -> str:
-    """The next --horizon as the scheduler expects it (`allot queue --start`'s forecast)."""
+def _forecast_figure(snap: Snapshot, first: int = 0) -> str:
+    """The next --horizon as the scheduler expects it (`allot queue --start`'s forecast),
+    GPU rows `first` on: the page of GPUs the picture of the past shows."""
     from domain.durations import format_duration
     from projections.forecast import footnote, timeline
     from projections.gantt import gantt_png
@@ -1057,12 +1064,15 @@ def _forecast_figure(snap: Snapshot) -> str:
         if end < fc.horizon_end
         else ""
     )
+    key = ("forecast", first)  # a picture per page of GPUs (a few, even at 10k GPUs)
     with snap.lock, _DRAW:
-        if "forecast" not in snap.charts:
+        if key not in snap.charts:
             g = timeline(snap.view, fc)
-            png = gantt_png(g, window=(fc.now, end), title="Expected")
-            snap.charts["forecast"] = base64.b64encode(png).decode("ascii")
-        chart = snap.charts["forecast"]
+            png = gantt_png(
+                g, window=(fc.now, end), title="Expected", first_row=first, max_rows=GPU_ROWS
+            )
+            snap.charts[key] = base64.b64encode(png).decode("ascii")
+        chart = snap.charts[key]
     return (
         f"<h2 id='forecast-timeline'>The next {esc(span)}, as the scheduler expects it</h2>"
         f"<figure>{_img(chart, 'expected GPU timeline')}<figcaption>The same picture played "
@@ -1114,13 +1124,41 @@ def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------ server
+REFRESH_S = (5, 3600)  # how often a page may reload itself, in seconds
+
+
 def with_refresh(html_text: str, query: dict[str, list[str]]) -> str:
     """`?refresh=N` (5 to 3600 seconds): the page reloads itself every N seconds (a wall
-    display of a live cluster); no script, a meta refresh. Anything else: unchanged."""
+    display of a live cluster); no script, a meta refresh. A number outside the range
+    is brought into it, anything else reloads nothing; either is said on the page, as
+    a wrong filter or range is."""
     raw = (query.get("refresh") or [""])[0].strip()
-    if not raw.isdigit() or not 5 <= int(raw) <= 3600:
+    if not raw:
         return html_text
-    return html_text.replace("<head>", f"<head><meta http-equiv='refresh' content='{int(raw)}'>", 1)
+    low, high = REFRESH_S
+    if not (raw.isascii() and raw.isdigit()):  # int() refuses '²', which isdigit() takes
+        return _said(
+            html_text,
+            f"refresh={raw!r}: a number of seconds from {low} to {high}; "
+            "this page does not reload itself",
+        )
+    every = min(high, max(low, int(raw)))
+    html_text = html_text.replace(
+        "<head>", f"<head><meta http-equiv='refresh' content='{every}'>", 1
+    )
+    if every == int(raw):
+        return html_text
+    return _said(
+        html_text,
+        f"refresh={raw}: a page reloads every {low} to {high} seconds; this one every {every}",
+    )
+
+
+def _said(html_text: str, message: str) -> str:
+    """`html_text` with `message` on top of its content, where pages say a wrong query."""
+    return html_text.replace(
+        "<main>", f"<main><div class='msg' id='refresh-error'>{esc(message)}</div>", 1
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):

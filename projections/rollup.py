@@ -58,7 +58,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
-from collections.abc import Iterable
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -292,13 +294,29 @@ def parse_time(value: float | str, latest: float, end: bool = False) -> float:
 
 
 class _Cluster:
-    __slots__ = ("first", "last", "records", "window")
+    __slots__ = ("at", "first", "last", "records", "sources", "window")
 
     def __init__(self, t: float) -> None:
         self.first = t
         self.last = t
         self.records: list[Any] = []
         self.window: float | None = None
+        # where each kept record was read (a line of a file, else its number in the
+        # read), and how that is named: (index of its first record, namer) per source
+        self.at = array("q")
+        self.sources: list[tuple[int, Callable[[int], str] | None]] = []
+
+    def keep(self, record: Any, at: int, where: Callable[[int], str] | None) -> None:
+        if not self.sources or self.sources[-1][1] is not where:
+            self.sources.append((len(self.records), where))
+        self.at.append(at)
+        self.records.append(record)
+
+    def place(self, i: int) -> str | None:
+        """Where kept record `i` was read (FILE:LINE, `journal record N`), if known."""
+        k = bisect_right(self.sources, i, key=lambda source: source[0]) - 1
+        where = self.sources[k][1] if k >= 0 else None
+        return where(self.at[i]) if where is not None else None
 
 
 class Rollup:
@@ -316,7 +334,8 @@ class Rollup:
         self.others: set[str] = set()  # clusters seen but not wanted
         self.records = 0
 
-    def apply(self, record: Any) -> None:
+    def apply(self, record: Any, *, at: int = 0, where: Callable[[int], str] | None = None) -> None:
+        """Keep `record`; `where(at)` names it in an error (`apply_lines` gives them)."""
         d = fields(record)
         name = d.get("cluster") or "default"
         if self.wanted is not None and name not in self.wanted:
@@ -339,7 +358,7 @@ class Rollup:
 
                 with contextlib.suppress(ValueError):
                     c.window = parse_duration(window)
-        c.records.append(record)
+        c.keep(record, at, where)
 
     def apply_lines(self, lines: Iterable[bytes]) -> None:
         """Journal records as JSON bytes (one each), upcast to the current contract; a
@@ -348,6 +367,9 @@ class Rollup:
 
         from domain.upcasting import upcast
 
+        # a file's (`streams.sources.FileLines`): each record by its line, as it is read
+        path = getattr(lines, "path", None) if hasattr(lines, "line") else None
+        where = (lambda n: f"{path}:{n}") if path is not None else (lambda n: f"journal record {n}")
         for number, line in enumerate(lines, start=1):
             try:
                 raw = orjson.loads(line)
@@ -355,7 +377,7 @@ class Rollup:
                 raise RollupError(f"{_place(lines, number)}: not JSON: {why}") from None
             if not isinstance(raw, dict) or "time" not in raw or "type" not in raw:
                 raise RollupError(f"{_place(lines, number)}: not a journal record (no type/time)")
-            self.apply(upcast(raw))
+            self.apply(upcast(raw), at=lines.line if path is not None else number, where=where)  # type: ignore[attr-defined]
 
     @property
     def cluster_names(self) -> list[str]:
@@ -394,15 +416,14 @@ class Rollup:
         for name in sorted(clusters):
             c = clusters[name]
             proj = UsageProjection(start=lo, end=hi)
-            for number, record in enumerate(c.records, start=1):
+            for i, record in enumerate(c.records):
                 if fields(record)["time"] > hi:
                     break  # each cluster's records are in journal (time) order
                 try:
                     proj.apply(record)
                 except RecordError as why:
-                    raise RollupError(
-                        f"record {number} of cluster {name!r} is not a journal record: {why}"
-                    ) from None
+                    place = c.place(i) or f"record {i + 1} of cluster {name!r}"
+                    raise RollupError(f"{place}: not a journal record: {why}") from None
             end = min(hi, c.last)
             proj.close(end=end)
             info = ClusterInfo(

@@ -47,6 +47,11 @@ class ResumableUsage:
     # is refused rather than read from the middle of a line or past its end
     last_line: bytes = b""
     others: set[str] = field(default_factory=set)  # clusters read past in this update
+    cut: bool = False  # this update stopped at a last line without its newline
+
+    @property
+    def path(self) -> Path:
+        return self.journal
 
     @classmethod
     def open(cls, state_path: Path, journal: Path, cluster: str | None = None) -> ResumableUsage:
@@ -105,11 +110,13 @@ class ResumableUsage:
             raise UsageStoreError(f"{self.journal}: no such journal file")
         only = self.cluster or (_cluster_of(self.first_line) if self.first_line else None)
         folded = 0
+        self.cut = False
         with self.journal.open("rb") as fh:
             fh.seek(self.offset)
             while True:
                 line = fh.readline()
                 if not line.endswith(b"\n"):
+                    self.cut = bool(line.strip())
                     break  # nothing more, or a record still being written
                 self.offset += len(line)
                 body = line.rstrip(b"\n")

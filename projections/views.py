@@ -84,9 +84,13 @@ def decode_lines(lines: Iterable[bytes], first: int = 1) -> Iterator[Any]:
 
 def record_place(lines: Iterable[bytes], number: int) -> str:
     """How an error names record `number` of `lines`: FILE:LINE when they are a file's
-    (`streams.sources.FileLines` knows the line of the record last returned; a file's
-    blank lines and other clusters' records make the two numbers differ), else
-    `journal record N` (Kafka has no lines)."""
+    (`streams.sources.FileLines` knows the line of the record last returned, a piece of
+    the file read by `streams.sources.FileTail` the line of each; a file's blank lines
+    and other clusters' records make the two numbers differ), else `journal record N`
+    (Kafka has no lines)."""
+    place_of = getattr(lines, "place_of", None)
+    if place_of is not None:
+        return place_of(number)
     place = getattr(lines, "place", None)
     return place if place is not None else f"journal record {number}"
 

@@ -35,6 +35,7 @@ import logging
 import queue
 import threading
 import time
+from array import array
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -621,13 +622,19 @@ def kafka_batches(
     batch is `(lines, positions)`: the records of `cluster` (all when None), oldest
     first per partition, and the positions after it in the same form, to save with
     what was done with the lines. The record at a saved offset must still carry the
-    saved id, else `JournalChanged` (the topic was recreated: another journal)."""
-    yield from _on_own_thread(
+    saved id, else `JournalChanged` (the topic was recreated: another journal). A read
+    that stops before those end offsets (nothing came for `IDLE_TIMEOUT_S`) says so, as
+    `journal_lines` does; its positions are those of what it read."""
+    for item in _on_own_thread(
         lambda put, stop: _consume_after(bootstrap, cluster, dict(after or {}), put, stop),
         bootstrap,
         name="allot-journal-resume",
         depth=16,
-    )
+    ):
+        if isinstance(item, _StoppedShort):
+            log.warning("%s", item)
+            continue
+        yield item
 
 
 def _record_id(value: bytes | None) -> str | None:
@@ -689,6 +696,10 @@ async def _consume_after(
         remaining = {p for p, tp in tps.items() if p in after or starts[tp] < ends[tp]}
         last_progress = time.monotonic()
         while not stop.is_set() and remaining:
+            if time.monotonic() - last_progress > IDLE_TIMEOUT_S:
+                # e.g. an unfinished transaction holds the rest back, or the broker stalls
+                put(await _stopped_short(consumer, {tps[p] for p in remaining}, ends))
+                return
             batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
             lines: list[bytes] = []
             for tp in sorted(batches, key=lambda tp: tp.partition):
@@ -712,8 +723,6 @@ async def _consume_after(
             for p in list(remaining):
                 if await consumer.position(tps[p]) >= ends[tps[p]]:
                     remaining.discard(p)
-            if remaining and time.monotonic() - last_progress > IDLE_TIMEOUT_S:
-                return  # e.g. an unfinished transaction holds the rest back
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
@@ -728,6 +737,21 @@ async def _consume_after(
 # appended, not the whole history.
 
 
+class PlacedLines(list):  # type: ignore[type-arg]
+    """A piece of a journal file's records (`FileTail.read`) that names each one as a
+    `FileLines` does, by FILE:LINE (`place_of`): a decoder's error says where to look."""
+
+    def __init__(self, path: Path, first: int) -> None:
+        super().__init__()
+        self.path = path
+        self.first = first  # the number of this piece's first record in the journal
+        self.numbers = array("q")  # the line of each record
+
+    def place_of(self, number: int) -> str:
+        """Where record `number` (of the journal, counted from 1) is."""
+        return f"{self.path}:{self.numbers[number - self.first]}"
+
+
 class FileTail:
     """The complete records of a journal file (of `cluster`, if given), a piece at a time."""
 
@@ -739,12 +763,13 @@ class FileTail:
         self.last_line = b""  # that line (without its newline): to notice a rewrite
         self.first_line = b""  # the file's first line, for the same reason
         self.count = 0  # records of `cluster` returned so far
+        self.line = 0  # lines read so far (blank ones and other clusters' included)
 
-    def read(self) -> tuple[list[bytes], Any]:
+    def read(self) -> tuple[PlacedLines, Any]:
         _require_file(self.path, self.what)
-        lines: list[bytes] = []
+        lines = PlacedLines(self.path, self.count + 1)
         seen: set[str] = set()
-        offset, first, last = self.offset, self.first_line, self.last_line
+        offset, first, last, number = self.offset, self.first_line, self.last_line, self.line
         with self.path.open("rb") as f:
             if offset:
                 # the first and the last line read must still be where they were
@@ -760,21 +785,23 @@ class FileTail:
                 if not offset:
                     first = line
                 offset += len(line)
+                number += 1
                 last = line[:-1]
                 body = line.strip()
                 if not body:
                     continue
                 if _matches(body, self.cluster):
                     lines.append(body)
+                    lines.numbers.append(number)
                 elif len(seen) < 10 and not self.count:
                     with contextlib.suppress(Exception):
                         seen.add(str(orjson.loads(body).get("cluster")))
         if not self.count and not lines:
             raise _no_records(self.path, self.cluster, self.what, seen)
-        return lines, (offset, first, last, self.count + len(lines))
+        return lines, (offset, first, last, self.count + len(lines), number)
 
     def advance(self, mark: Any) -> None:
-        self.offset, self.first_line, self.last_line, self.count = mark
+        self.offset, self.first_line, self.last_line, self.count, self.line = mark
 
 
 class KafkaTail:

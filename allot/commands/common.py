@@ -155,6 +155,15 @@ def cut_line_warning(path: Path) -> str:
     )
 
 
+def say_if_cut(read: Any) -> None:
+    """After a read of a journal file to its end: the `cut_line_warning` on stderr if it
+    left out a last line cut short. `read` knows (`cut`) and of which file (`path`): a
+    `streams.sources.FileLines`, or a `projections.usage_store.ResumableUsage` after its
+    update; anything else (a Kafka read) says nothing."""
+    if getattr(read, "cut", False):
+        typer.echo(visible(cut_line_warning(read.path)), err=True)
+
+
 def plural(n: int, noun: str) -> str:
     """`1 workload`, `2 workloads`, `1,204 GPUs`."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"

@@ -67,7 +67,8 @@ def register(app: typer.Typer) -> None:
         Pages fold what the journal gained when it changes (a refresh costs what was
         appended, not the whole history). The queue page filters by ?allocation= and
         ?user= and shows ?limit= rows a table (500 by default, or all). Any page with
-        ?refresh=N (5 to 3600) reloads itself every N seconds, for a wall display."""
+        ?refresh=N (5 to 3600) reloads itself every N seconds, for a wall display (a
+        number outside is brought into the range; the page says so)."""
         from allot.commands.common import resolve_target
         from projections.dashboard import Dashboard, file_stamp, make_server
         from streams.sources import journal_lines, journal_tail

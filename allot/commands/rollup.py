@@ -89,7 +89,7 @@ def rollup(
     from streams.sources import SourceError, journal_lines
 
     try:
-        from allot.commands.common import resolve_target
+        from allot.commands.common import resolve_target, say_if_cut
 
         if kafka is None and data is None and journal is None:
             raise TargetError(
@@ -99,15 +99,15 @@ def rollup(
         target = resolve_target(kafka, data, journal, writable=False)
         wanted = sorted(set(cluster)) if cluster else None
         folder = Rollup(wanted)
-        folder.apply_lines(
-            journal_lines(
-                kafka=target.kafka,
-                data=target.data,
-                journal=target.journal,
-                # one cluster: let the source filter (Kafka by key); else read them all
-                cluster=wanted[0] if wanted and len(wanted) == 1 else None,
-            )
+        lines = journal_lines(
+            kafka=target.kafka,
+            data=target.data,
+            journal=target.journal,
+            # one cluster: let the source filter (Kafka by key); else read them all
+            cluster=wanted[0] if wanted and len(wanted) == 1 else None,
         )
+        folder.apply_lines(lines)
+        say_if_cut(lines)
         result = folder.result(since=since, until=until)
         rows = result.rows(depth=depth, allocation=allocation)
     except (TargetError, SourceError, RollupError) as why:

@@ -40,6 +40,7 @@ def usage(
     received / owed), folded incrementally: the table is saved with where it
     stopped in the journal (a file's offset, or each Kafka partition's), so the next
     run reads only what was appended."""
+    from allot.commands.common import say_if_cut
     from projections.usage_store import (
         KafkaResumableUsage,
         ResumableUsage,
@@ -77,6 +78,7 @@ def usage(
             )
             raise typer.Exit(2)
         store.save(state_path)
+        say_if_cut(store)
     except (UsageStoreError, SourceError) as why:
         hint = ""
         if isinstance(why, JournalChanged):  # the table is another journal's

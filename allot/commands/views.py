@@ -216,9 +216,9 @@ def journal_reader(
     one cluster); Kafka and the embedded journal default to cluster `default`. A file
     read to its end that ends in the middle of a line gets a warning on stderr, as
     `allot replay` gives: the answer leaves that line out."""
-    from allot.commands.common import cut_line_warning, resolve_target
+    from allot.commands.common import resolve_target, say_if_cut
     from projections.views import decode_lines
-    from streams.sources import FileLines, journal_lines
+    from streams.sources import journal_lines
 
     if kafka is None and data is None and journal is None:
         raise TargetError(
@@ -234,9 +234,7 @@ def journal_reader(
             kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster
         )
         yield from decode_lines(lines)
-        # only a read to the end says so: a forecast's second, partial read stays quiet
-        if isinstance(lines, FileLines) and lines.cut:
-            typer.echo(visible(cut_line_warning(lines.path)), err=True)
+        say_if_cut(lines)  # only a read to the end: a forecast's partial read stays quiet
 
     return read
 

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from projections import views as v
@@ -39,6 +40,7 @@ from projections.gantt import GanttCollector
 from projections.report import fmt_pct
 from projections.summary import fold as fold_usage
 from projections.usage import iter_journal
+from tests.e2e.devtools import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
@@ -436,7 +438,7 @@ def test_corrupt_record_is_a_clear_message(journal: Path, tmp_path: Path) -> Non
         dom = load(server.url + "/", tmp_path, shot="unreadable", height=700).dom
         state = by_id(dom, "div", "error-state")
         assert "The journal cannot be read" in state
-        assert "journal record 6: not JSON" in state
+        assert f"{path}:6: not JSON" in state  # as the read commands name it
         assert "Traceback" not in dom
         assert status_of(server.url + "/") == 503  # an uptime probe sees the failure
 
@@ -476,3 +478,42 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2, result
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}")
+
+
+# every table of a page, measured where it can be scrolled to: its box scrolled all the
+# way right and down (the box is the `div.scroll` around it)
+_MEASURE_TABLES = """JSON.stringify([...document.querySelectorAll('div.scroll > table')].map(t => {
+  const box = t.parentElement, style = getComputedStyle(box);
+  box.scrollLeft = box.scrollWidth; box.scrollTop = box.scrollHeight;
+  const b = box.getBoundingClientRect(), heads = t.querySelectorAll('thead th');
+  const last = heads[heads.length - 1].getBoundingClientRect();
+  return {table: t.className, overflow: style.overflowX, wider: box.scrollWidth > box.clientWidth,
+          boxHeight: b.height, boxLeft: b.left, boxRight: b.right, boxTop: b.top,
+          lastLeft: last.left, lastRight: last.right, headTop: heads[0].getBoundingClientRect().top,
+          page: document.documentElement.scrollWidth, viewport: innerWidth, tall: innerHeight};
+}))"""
+
+
+@pytest.mark.parametrize(
+    ("width", "height"),
+    [pytest.param(1000, 800, id="half-a-laptop"), pytest.param(700, 900, id="narrow")],
+)
+def test_a_table_wider_than_the_window_scrolls_to_its_last_column(
+    server: Server, width: int, height: int
+) -> None:
+    """The queue's tables are wider than these windows. Each scrolls sideways in a box
+    no taller than the window, so its scroll bar is on screen whenever the table fills
+    it (a long table's bar was far below, at its last row: the columns past the right
+    edge looked cut off), its header stays in view, and scrolled right it shows its
+    last column whole; the page itself never scrolls sideways."""
+    tables = orjson.loads(
+        evaluate(server.url + "/queue", _MEASURE_TABLES, width=width, height=height)
+    )
+    assert {t["table"] for t in tables} == {"pending", "running"}
+    assert any(t["wider"] for t in tables)  # else this tests nothing
+    for t in tables:
+        assert t["page"] <= t["viewport"], t
+        assert t["overflow"] == "auto", t
+        assert t["boxHeight"] <= t["tall"], t
+        assert t["boxLeft"] - 1 <= t["lastLeft"] and t["lastRight"] <= t["boxRight"] + 1, t
+        assert abs(t["headTop"] - t["boxTop"]) <= 1, t  # scrolled down: the header stays

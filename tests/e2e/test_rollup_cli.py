@@ -158,15 +158,19 @@ def test_empty_journal_is_one_line(tmp_path):
 @pytest.mark.parametrize("command", ["rollup", "usage"])
 def test_a_record_of_the_wrong_shape_is_one_line(tmp_path, command):
     """Valid JSON, not the contract's shape: a KeyError traceback, where shares and
-    queue gave one line."""
+    queue gave one line; named by its line, as the read commands name a bad one (rollup
+    said `record 1 of cluster 'lab'`: it finds it after reading, and counted the
+    cluster's records but its clock ticks)."""
     bad = tmp_path / "journal.jsonl"
     bad.write_bytes(
+        b'{"type":"clock.tick","v":1,"id":"t","time":1767571200,"cluster":"lab","actor":"a"}\n'
+        b"\n"
         b'{"type":"workload.placed","v":1,"id":"x","time":1767571300,"cluster":"lab"}\n'
     )
     result = allot(command, "--journal", str(bad))
-    one_line_error(result, "not a journal record: a 'workload.placed' record without 'workload'")
-    # usage reads the file itself; rollup finds it after reading (a cluster's record)
-    assert (f"{bad}:1: " if command == "usage" else "record 1 of cluster 'lab'") in result.stderr
+    one_line_error(
+        result, f"{bad}:3: not a journal record: a 'workload.placed' record without 'workload'"
+    )
 
 
 @pytest.mark.parametrize("command", ["rollup", "usage"])
@@ -180,6 +184,36 @@ def test_a_corrupt_line_is_named_by_file_and_line(tiny_journal, tmp_path, comman
     result = allot(command, "--journal", str(bad))
     one_line_error(result, f"error: {bad}:3: not JSON: ")
     assert result.stderr.count("not JSON") == 1
+
+
+TICK = b'{"type":"clock.tick","v":1,"id":"late","time":1767268800,"cluster":"tiny","actor":"a"}'
+
+
+@pytest.mark.parametrize("command", ["rollup", "usage"])
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b'{"type":"workload.subm', id="cut-short"),
+        pytest.param(TICK, id="whole-but-no-newline"),
+    ],
+)
+def test_a_last_line_without_its_newline_is_left_out_and_said(
+    tiny_journal, tmp_path, command, tail
+):
+    """As `allot replay` and `allot queue` say it: these answered from the whole lines
+    without a word about the last one."""
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    whole.write_bytes(tiny_journal.read_bytes())
+    cut.write_bytes(tiny_journal.read_bytes() + tail)
+    a = allot(command, "--journal", str(whole), "--json")
+    b = allot(command, "--journal", str(cut), "--json")
+    assert a.returncode == 0 and b.returncode == 0, b.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+    assert a.stderr == ""
+    assert b.stderr.splitlines() == [
+        f"warning: {cut} ends in the middle of a line (cut short, or still being written); "
+        "that last line is left out"
+    ]
 
 
 @pytest.mark.kafka

@@ -273,21 +273,53 @@ def test_a_timeline_range_no_picture_can_show_is_said(query, says):
 
 
 @pytest.mark.parametrize(
-    ("value", "meta"),
+    ("value", "meta", "said"),
     [
-        pytest.param("30", "<meta http-equiv='refresh' content='30'>", id="reloads"),
-        pytest.param("1", None, id="too-often"),
-        pytest.param("soon", None, id="not-a-number"),
+        pytest.param("30", 30, None, id="reloads"),
+        pytest.param(
+            "1",
+            5,
+            "refresh=1: a page reloads every 5 to 3600 seconds; this one every 5",
+            id="too-often",
+        ),
+        pytest.param(
+            "0", 5, "refresh=0: a page reloads every 5 to 3600 seconds; this one every 5", id="zero"
+        ),
+        pytest.param(
+            "86400",
+            3600,
+            "refresh=86400: a page reloads every 5 to 3600 seconds; this one every 3600",
+            id="too-seldom",
+        ),
+        pytest.param(
+            "soon",
+            None,
+            "refresh='soon': a number of seconds from 5 to 3600; this page does not reload itself",
+            id="not-a-number",
+        ),
+        pytest.param(
+            "1²",
+            None,
+            "refresh='1²': a number of seconds from 5 to 3600; this page does not reload itself",
+            id="not-an-ascii-number",
+        ),
+        pytest.param("", None, None, id="not-asked"),
     ],
 )
-def test_a_page_reloads_itself_when_asked(value: str, meta: str | None) -> None:
+def test_a_page_reloads_itself_when_asked_and_says_what_it_made_of_a_wrong_value(
+    value: str, meta: int | None, said: str | None
+) -> None:
+    """A refresh outside 5 to 3600 s, or not a number, was dropped without a word."""
     from projections.dashboard import page, with_refresh
 
     html_text = with_refresh(page("Queue", "<p>x</p>"), {"refresh": [value]})
+    tag = f"<meta http-equiv='refresh' content='{meta}'>"
     if meta is None:
         assert "http-equiv" not in html_text
     else:
-        assert html_text.count(meta) == 1 and html_text.index(meta) < html_text.index("</head>")
+        assert html_text.count(tag) == 1 and html_text.index(tag) < html_text.index("</head>")
+    shown = re.search(r"<main><div class='msg' id='refresh-error'>(.*?)</div><p>x</p>", html_text)
+    assert (html.unescape(shown[1]) if shown else None) == said
 
 
 def big_cluster() -> JournalBuilder:
@@ -326,3 +358,47 @@ def test_a_cluster_bigger_than_a_picture_is_paged_by_gpu_rows():
     assert len(_bars(g, w0, w1, 1024, w0, 1.0)[0][0]) == 1  # the first page: h0's only
     status, page = timeline_page(snap, {"gpu": ["5000"]})
     assert status == 400 and "a GPU row from 1 to 1,040" in html.unescape(page)
+
+
+def _rows_drawn(page: str, alt: str) -> int:
+    """The height in pixels of the page's picture `alt` (its PNG header's): a picture
+    of more GPU rows is taller."""
+    import base64
+
+    data = re.search(rf'alt="{alt}" src="data:image/png;base64,([^"]+)"', page)[1]
+    return int.from_bytes(base64.b64decode(data)[20:24], "big")
+
+
+@pytest.mark.parametrize(
+    ("gpu", "rows"),
+    [pytest.param("1", "1–1,024", id="first-page"), pytest.param("1025", "1,025–1,040", id="last")],
+)
+def test_every_picture_of_the_timeline_shows_the_page_of_gpus_asked_for(gpu: str, rows: str):
+    """?gpu= paged the picture of the past; the forecast's below it stayed on the first
+    1,024 GPUs (the last host's work could not be seen coming)."""
+    from projections.dashboard import timeline_page
+
+    status, page = timeline_page(snapshot(big_cluster()), {"gpu": [gpu]})
+    assert status == 200 and f"GPUs {rows} of 1,040" in page
+    assert _rows_drawn(page, "expected GPU timeline") == _rows_drawn(page, "GPU timeline")
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        pytest.param("lab", "lab", id="root"),
+        pytest.param("lab/team", "team/", id="inner"),
+        pytest.param("lab/team/a", "a", id="leaf"),
+    ],
+)
+def test_the_budget_tree_names_its_root_without_a_trailing_slash(path: str, shown: str):
+    """The root showed as `lab/`, a path no command takes for it."""
+    from projections.dashboard import allocations_page
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/team", 1).budget("lab/team/a", 1).budget("lab/b", 1)
+    j.at(60).tick()
+    text = allocations_page(snapshot(j))
+    row = re.search(rf'<tr data-path="{path}">(.*?)</tr>', text, re.S)[1]
+    name = re.search(r'data-k="name">(.*?)</td>', row)[1]
+    assert html.unescape(name).replace("\xa0", "") == shown

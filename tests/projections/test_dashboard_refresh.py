@@ -96,19 +96,36 @@ def test_a_journal_rewritten_or_cut_short_is_folded_again(tmp_path: Path, change
     assert board.refolds == 2
 
 
-def test_a_corrupt_appended_record_is_named_and_the_fold_recovers(tmp_path: Path) -> None:
+HALF = len(RUN) // 2
+
+
+@pytest.mark.parametrize(
+    "cuts",
+    [
+        pytest.param([], id="in-the-first-fold"),
+        pytest.param([HALF], id="appended"),
+        pytest.param([HALF // 2, HALF + 1], id="appended-after-a-blank-line-folded-before"),
+    ],
+)
+def test_a_corrupt_record_is_named_by_file_and_line_and_the_fold_recovers(
+    tmp_path: Path, cuts: list[int]
+) -> None:
+    """As the read commands name it (FILE:LINE); the pages said `journal record N`, a
+    count of records (a blank line comes before this one), not where to look. The
+    journal is written in pieces, cut before the line at each index of `cuts`, with a
+    refresh after each."""
     path = tmp_path / "journal.jsonl"
     board = board_on(path)
-    half = len(RUN) // 2
-    write(path, RUN[:half])
-    assert board.snapshot().ok
-    with path.open("ab") as f:
-        f.write(b"{not json\n")
-    snap = board.snapshot()
+    lines = [*(r + b"\n" for r in RUN[:HALF]), b"\n", b"{not json\n"]
+    for a, b in zip([0, *cuts], [*cuts, len(lines)], strict=True):
+        with path.open("ab") as f:
+            f.write(b"".join(lines[a:b]))
+        snap = board.snapshot()
     assert not snap.ok
-    assert f"journal record {half + 1}: not JSON" in snap.error  # counted from the start
+    assert f"{path}:{HALF + 2}: not JSON" in snap.error
     write(path, RUN)  # repaired
     same_as_full_fold(board.snapshot(), RUN)
+    assert board.refolds == 2
 
 
 def test_a_growing_young_journal_gets_the_charts_bins_a_full_fold_gives(tmp_path: Path) -> None:
