@@ -280,10 +280,33 @@ def _check_released(state: State, e: ev.WorkloadReleased) -> None:
 
 
 def _check_requeue_requested(state: State, e: ev.WorkloadRequeueRequested) -> None:
+    """A request naming the attempt its sender saw (`allot requeue` does) is about that
+    attempt only: once it has stopped, a second request for it (sent before the first
+    was answered, in one inbox batch or not) is stale, not a request to stop the next
+    attempt too. That is the contract's rule for attempts (a late report about an old
+    attempt is rejected instead of ending the new one), applied to requests."""
     w = _owned(state, e, "requeue")
+    if e.attempt is not None and e.attempt < 1:
+        raise Rejected(f"attempt {e.attempt}: attempts count from 1 (`allot why` lists them)")
     if w.state != RUNNING:
         waits = "held" if w.on_hold else "waiting in the queue"
+        if e.attempt is not None and e.attempt <= w.attempt:  # (the attempt it last ran)
+            raise Rejected(
+                f"attempt {e.attempt} of {e.workload!r} has stopped already and it is "
+                f"{waits}; nothing to requeue"
+            )
         raise Rejected(f"workload {e.workload!r} is {waits}, not running; nothing to requeue")
+    if e.attempt is not None and e.attempt < w.attempt:
+        raise Rejected(
+            f"request is about attempt {e.attempt} but {e.workload!r} is on attempt "
+            f"{w.attempt}: attempt {e.attempt} has stopped already (requeued or preempted); "
+            f"stale request ignored (requeue it again to stop attempt {w.attempt})"
+        )
+    if e.attempt is not None and e.attempt > w.attempt:
+        raise Rejected(
+            f"request is about attempt {e.attempt} but {e.workload!r} is on attempt "
+            f"{w.attempt}; no such attempt yet"
+        )
 
 
 def _check_finished(state: State, e: ev.WorkloadFinished) -> None:

@@ -123,10 +123,18 @@ class WorkloadReleased(Envelope):
 class WorkloadRequeueRequested(Envelope):
     """Stop a running workload and queue it again with its submit time (scontrol
     requeue): the scheduler answers at once with `workload.preempted`, reason
-    `requested`, requeued even when not resumable (it then starts over)."""
+    `requested`, requeued even when not resumable (it then starts over).
+
+    `attempt`, when given, is the attempt the sender saw running: a request about an
+    attempt that has already stopped is rejected, as a late `workload.finished` is, so
+    a request sent twice (or by two people) does not stop the attempt the first one
+    started. Without it the request stops whatever attempt runs when it arrives (as
+    every record written before the field existed does, so they re-derive as they
+    were)."""
 
     type: Literal["workload.requeue_requested"] = "workload.requeue_requested"
     workload: str
+    attempt: Count | None = None
 
 
 class WorkloadFinished(Envelope):

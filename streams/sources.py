@@ -32,7 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mmap
 import queue
+import re
 import threading
 import time
 from array import array
@@ -135,6 +137,98 @@ def last_record_time(
 
 
 _END_BYTES = 1 << 16  # a journal record is far smaller (an input is at most 1 MB, rarely)
+
+# how long before the time in a workload's id (a ULID) the Kafka search for its records
+# starts: the submitting host's clock may run ahead of the scheduler's
+ID_CLOCK_SLACK_S = 600.0
+_ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}")
+_CROCKFORD = {c: i for i, c in enumerate("0123456789ABCDEFGHJKMNPQRSTVWXYZ")}
+
+
+def ulid_time(wid: str) -> float | None:
+    """The creation time (seconds) in an id that starts with a ULID (as `allot submit`
+    makes them, `ULID` or `ULID_N`), else None."""
+    if not _ULID.match(wid):
+        return None
+    ms = 0
+    for c in wid[:10]:
+        ms = ms * 32 + _CROCKFORD[c]
+    return ms / 1000
+
+
+def records_naming(
+    ids: Iterable[str],
+    *,
+    kafka: str | None = None,
+    data: Path | None = None,
+    journal: Path | None = None,
+    cluster: str | None = None,
+) -> list[dict[str, Any]]:
+    """The journal's records whose `workload` is one of `ids` or a task of one
+    (`ID_<n>`, a job array's), oldest first, as dicts.
+
+    Found by a byte search, decoding only the lines that name them: far cheaper than
+    folding the journal (a request command asks it whether an id is a job array's
+    base, or which attempt a workload runs). In Kafka the search starts
+    ID_CLOCK_SLACK_S before the oldest time in the ids (ULIDs: nothing names a
+    workload before its id was made); other ids are searched for from the start.
+    [] when nothing names them, or there is no journal yet (no file, no records);
+    SourceError when it cannot be read (no broker, no topic)."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return []
+    # each id as JSON writes it (quotes and backslashes escaped): whole, or `_<n>` after
+    pattern = re.compile(
+        rb'"(?:'
+        + b"|".join(re.escape(orjson.dumps(wid)[1:-1]) for wid in wanted)
+        + rb')(?:_[0-9]+)?"'
+    )
+    names = set(wanted)
+
+    def about(record: Any) -> bool:
+        wid = record.get("workload") if isinstance(record, dict) else None
+        if not isinstance(wid, str):
+            return False
+        head, sep, index = wid.rpartition("_")
+        return wid in names or (bool(sep) and head in names and index.isdigit())
+
+    out: list[dict[str, Any]] = []
+    if kafka is not None and journal is None and data is None:
+        times = [ulid_time(wid) for wid in wanted]
+        since = None
+        if all(t is not None for t in times):
+            since = int((min(t for t in times if t is not None) - ID_CLOCK_SLACK_S) * 1000)
+        try:
+            for line in _kafka_lines(kafka, cluster, False, since_ms=since):
+                if pattern.search(line):
+                    record = orjson.loads(line)
+                    if about(record):
+                        out.append(record)
+        except EmptyJournal:
+            return []
+        return out
+    path = Path(journal) if journal is not None else _embedded_journal(Path(data or "."))
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            if not size:
+                return []
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+                end = text.rfind(b"\n") + 1  # a last line without its newline: not a record
+                done = -1
+                for m in pattern.finditer(text, 0, end):
+                    if m.start() < done:
+                        continue  # the line holding it was read already
+                    start = text.rfind(b"\n", 0, m.start()) + 1
+                    done = text.find(b"\n", m.end()) + 1
+                    line = text[start:done]
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        record = orjson.loads(line)
+                        if about(record) and _matches(line, cluster):
+                            out.append(record)
+    except FileNotFoundError:
+        return []
+    return out
 
 
 # ------------------------------------------------------------------ files
@@ -338,13 +432,16 @@ def _on_own_thread(
         thread.join(timeout=5)
 
 
-def _kafka_lines(bootstrap: str, cluster: str | None, follow: bool) -> Iterator[bytes]:
+def _kafka_lines(
+    bootstrap: str, cluster: str | None, follow: bool, since_ms: int | None = None
+) -> Iterator[bytes]:
     """The journal topic's lines of `cluster` (all when None), read on a thread of
-    their own; with `follow`, forever."""
+    their own; with `follow`, forever; with `since_ms`, only from each partition's
+    first record stamped (by its producer) at or after that time."""
     found = 0
     others: list[str] = []
     for batch in _on_own_thread(
-        lambda put, stop: _consume(bootstrap, cluster, follow, put, stop),
+        lambda put, stop: _consume(bootstrap, cluster, follow, put, stop, since_ms),
         bootstrap,
         name="allot-journal-reader",
         depth=64,
@@ -477,6 +574,7 @@ async def _consume(
     follow: bool,
     put: Any,
     stop: threading.Event,
+    since_ms: int | None = None,
 ) -> None:
     from aiokafka import TopicPartition
 
@@ -488,6 +586,17 @@ async def _consume(
         ends = await asyncio.wait_for(consumer.end_offsets(tps), CONNECT_TIMEOUT_S)
         key = cluster.encode() if cluster is not None else None
         remaining = {tp for tp in tps if ends.get(tp, 0) > 0}
+        if since_ms is not None and remaining:
+            starts = await asyncio.wait_for(
+                consumer.offsets_for_times(dict.fromkeys(remaining, max(0, since_ms))),
+                CONNECT_TIMEOUT_S,
+            )
+            for tp in list(remaining):
+                at = starts.get(tp)
+                if at is None or at.offset >= ends[tp]:  # nothing that recent
+                    remaining.discard(tp)
+                else:
+                    consumer.seek(tp, at.offset)
         found = False
         others: set[bytes] = set()  # other clusters' keys: named if none is `cluster`'s
         # until the end offsets seen at the start (then, when following, forever)

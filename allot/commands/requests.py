@@ -582,12 +582,29 @@ IdsArg = Annotated[
         metavar="ID...",
         help="Workload ids (as `allot submit` printed; a unique prefix of a live one is "
         "enough, as for `allot why`); 'BASE_[SPEC]' names tasks of a job array, e.g. "
-        "'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell).",
+        "'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell); BASE alone, every task "
+        "of the array the command can act on (as scancel BASE).",
     ),
 ]
 
 # a whole id as `allot submit` makes them: a ULID, or task N of a job array (ULID_N)
 _WHOLE_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}(?:_\d+)?$")
+# a bare ULID: a workload's id, or a job array's base (its tasks are ULID_N)
+_BARE_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+_CANCEL, _REQUEUE = "workload.cancelled", "workload.requeue_requested"
+# which of a job array's live tasks a request about its base id is sent for (Slurm:
+# scancel, scontrol hold/release/requeue of an array act on each task they can), and
+# how to say so: (plural, singular)
+_ARRAY_TASKS: dict[str, tuple[Callable[[Any], bool], str, str]] = {
+    _CANCEL: (lambda w: True, "have not ended", "has not ended"),
+    "workload.held": (
+        lambda w: w.state != "running" and not w.on_hold,
+        "wait and are not held",
+        "waits and is not held",
+    ),
+    "workload.released": (lambda w: w.on_hold, "are held", "is held"),
+    _REQUEUE: (lambda w: w.state == "running", "are running", "is running"),
+}
 
 
 def _live_view(target: Target, cluster: str) -> Any:
@@ -604,15 +621,16 @@ def _live_view(target: Target, cluster: str) -> Any:
         return None
 
 
-def _cancel_order(target: Target, cluster: str, ids: list[str]) -> list[str]:
+def _cancel_order(target: Target, cluster: str, ids: list[str], view: Any = None) -> list[str]:
     """The order to cancel `ids` in: work that waits before work that runs (a running
     workload's freed GPUs would otherwise start waiting work of the same list just
     before its own cancel arrives), each part last id first (a job array starts its
-    tasks in index order). Without a readable journal, last id first."""
+    tasks in index order). Without a readable journal, last id first. `view`: the
+    live view already read, if any."""
     backwards = ids[::-1]
     if len(ids) < 2:
         return backwards
-    view = _live_view(target, cluster)
+    view = view if view is not None else _live_view(target, cluster)
     if view is None:
         return backwards
     from domain.state import RUNNING
@@ -626,24 +644,113 @@ def _cancel_order(target: Target, cluster: str, ids: list[str]) -> list[str]:
     return [w for w in backwards if w not in running] + [w for w in backwards if w in running]
 
 
-def _whole_ids(target: Target, cluster: str, ids: list[str]) -> list[str]:
-    """`ids` with each unique prefix of a live workload's id replaced by that id, as
-    the journal names it (`projections.views.resolve_live`); several matches are a
-    RequestError listing them. Whole ids (as `allot submit` prints them) are sent as
-    given without reading the journal; so is everything when the journal cannot be
-    read (a new folder, no journal topic yet): the scheduler answers."""
-    if all(_WHOLE_ID.match(wid) for wid in ids):
-        return ids
-    from projections.views import ViewError, resolve_live
+class _Resolved:
+    """What `_resolve_ids` found: the ids to send, the live view if it was read, the
+    attempt each workload runs (requeue) and a note per job array base expanded."""
 
-    view = _live_view(target, cluster)
-    if view is None:
-        return ids
-    try:
-        whole = [wid if _WHOLE_ID.match(wid) else resolve_live(view, wid) for wid in ids]
-    except ViewError as why:  # an ambiguous prefix; its candidates are journal data
-        raise RequestError(visible(str(why))) from None
-    return list(dict.fromkeys(whole))
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.view: Any = None
+        self.attempts: dict[str, int] = {}
+        self.notes: list[str] = []
+        self.empty: list[str] = []  # why an array base named no task to send
+
+
+def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Resolved:
+    """`ids` as the requests name them:
+
+    - a unique prefix of a live workload's id: that id, as the journal names it
+      (`projections.views.resolve_live`); several matches are a RequestError listing
+      them;
+    - a job array's base id (the journal names tasks BASE_<n>): its live tasks the
+      request applies to, as Slurm's `scancel BASE` cancels every task of the array
+      that has not ended (hold: those waiting and not held; release: the held ones;
+      requeue: the running ones);
+    - anything else as given; so is everything the journal cannot tell (a new folder,
+      no journal topic yet): the scheduler answers.
+
+    Whole ids cost a byte search of the journal (`streams.sources.records_naming`), not
+    a fold: only a prefix or an array's base reads the live state. A requeue also
+    takes the attempt each workload runs (its latest placement), so a request sent
+    twice before the scheduler answered stops it once."""
+    from streams.sources import SourceError, records_naming
+
+    out = _Resolved()
+    bare = {wid for wid in ids if _BARE_ID.match(wid)}
+    searched = [wid for wid in ids if _WHOLE_ID.match(wid) and (wid in bare or kind == _REQUEUE)]
+    records: list[dict[str, Any]] = []
+    if searched:
+        try:
+            records = records_naming(
+                searched, kafka=target.kafka, data=target.data, cluster=cluster
+            )
+        except (SourceError, OSError, ValueError):
+            records = []  # sent as given: the scheduler answers
+    submitted: dict[str, set[str]] = {}  # array base -> its tasks the journal accepted
+    for r in records:
+        base = _task_of(str(r.get("workload")))
+        if base in bare and r.get("type") == "workload.submitted":
+            submitted.setdefault(base, set()).add(r["workload"])
+    prefixes = {wid for wid in ids if not _WHOLE_ID.match(wid)}
+    state = None
+    if submitted or prefixes:
+        out.view = _live_view(target, cluster)
+        state = None if out.view is None else out.view.require()
+    # ids other tools made (not ULIDs) are read as prefixes: one that is exactly an
+    # array's base names its tasks too
+    bases = set(submitted)
+    if state is not None and prefixes:
+        bases.update(b for k in state.workloads if (b := _task_of(k)) in prefixes)
+    chosen: list[str] = []
+    for wid in ids:
+        if wid in bases and state is not None:
+            chosen += _array_tasks(kind, wid, state, len(submitted.get(wid, ())), out)
+        elif wid in prefixes and out.view is not None:
+            from projections.views import ViewError, resolve_live
+
+            try:
+                chosen.append(resolve_live(out.view, wid))
+            except ViewError as why:  # an ambiguous prefix; its candidates are journal data
+                raise RequestError(visible(str(why))) from None
+        else:
+            chosen.append(wid)
+    out.ids = list(dict.fromkeys(chosen))
+    if kind == _REQUEUE:
+        if state is not None:
+            live = state.workloads
+            out.attempts = {w: live[w].attempt for w in out.ids if w in live and live[w].attempt}
+        else:
+            for r in records:
+                wid, attempt = r.get("workload"), r.get("attempt")
+                if r.get("type") == "workload.placed" and isinstance(attempt, int):
+                    out.attempts[wid] = max(out.attempts.get(wid, 0), attempt)
+    return out
+
+
+def _task_of(wid: str) -> str | None:
+    """The base of job array task `wid` (BASE_<n>), else None."""
+    head, sep, index = wid.rpartition("_")
+    return head if sep and head and index.isdigit() else None
+
+
+def _array_tasks(kind: str, base: str, state: Any, submitted: int, out: _Resolved) -> list[str]:
+    """The live tasks of job array `base` a `kind` request is sent for, in index order;
+    notes how many, of how many, in `out`."""
+    from domain.state import id_order
+
+    applies, are, is_ = _ARRAY_TASKS[kind]
+    live = sorted((wid for wid in state.workloads if _task_of(wid) == base), key=id_order)
+    tasks = [wid for wid in live if applies(state.workloads[wid])]
+    total = max(submitted, len(live))
+    of = f"{total} tasks" if kind == _CANCEL else f"{len(live)} live tasks"
+    out.notes.append(
+        f"Job array {base}: {len(tasks)} of its {of} {is_ if len(tasks) == 1 else are}"
+    )
+    if not live:
+        out.empty.append(f"job array {base}: all {total} of its tasks have ended")
+    elif not tasks:
+        out.empty.append(f"job array {base}: none of its live tasks ({len(live)}) {is_}")
+    return tasks
 
 
 def _about_workloads(
@@ -659,21 +766,29 @@ def _about_workloads(
     """Send one `kind` request per workload (cancel, hold, release, requeue) and report."""
     from streams.inbox import make_request
 
+    several = "--wait works for one workload; nothing was sent (follow several with `allot queue`)"
     with one_line_errors():
         _check_wait(wait)
         if any(not wid.strip() for wid in workloads):  # '' starts every id
             raise RequestError("ID '': empty; give a workload id (`allot queue` lists them)")
         ids = expand_ids(workloads)
         if wait is not None and len(ids) > 1:
-            raise RequestError(
-                "--wait works for one workload; nothing was sent (follow several with "
-                "`allot queue`)"
-            )
+            raise RequestError(several)
         target = resolve_target(*target_options)
-        ids = _whole_ids(target, cluster, ids)
+        found = _resolve_ids(kind, target, cluster, ids)
+        ids = found.ids
+        if not ids:
+            raise RequestError(f"{'; '.join(found.empty)}; nothing was sent")
+        if wait is not None and len(ids) > 1:  # a job array's base
+            raise RequestError(several)
         actor = whoami(as_)
-        order = _cancel_order(target, cluster, ids) if kind == "workload.cancelled" else ids
-        requests = [make_request(kind, cluster=cluster, actor=actor, workload=wid) for wid in order]
+        order = _cancel_order(target, cluster, ids, found.view) if kind == _CANCEL else ids
+        requests = [
+            make_request(
+                kind, cluster=cluster, actor=actor, workload=wid, attempt=found.attempts.get(wid)
+            )
+            for wid in order
+        ]
         verdict = _send_all(target, requests, wait)
     if len(requests) == 1:
         _sent(f"{verb} of workload {ids[0]} sent", target, requests[0])
@@ -681,6 +796,8 @@ def _about_workloads(
         typer.echo(
             f"{verb} of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.where})"
         )
+    for note in found.notes:
+        typer.echo(note)
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",
         f"Workload {ids[0]} {done}",
@@ -713,7 +830,10 @@ cancel = _workload_command(
     "workload.cancelled",
     "Cancel",
     "cancelled",
-    "Cancel workloads (their submitter, their allocation's managers or an admin may).",
+    """Cancel workloads (their submitter, their allocation's managers or an admin may).
+
+    A job array's base id cancels every task of the array that has not
+    ended, as scancel does.""",
 )
 hold = _workload_command(
     "workload.held",
@@ -746,6 +866,9 @@ requeue = _workload_command(
     attempt (the launcher sees `workload.preempted`, reason requested, with
     requeued true: resumable work resumes from its checkpoint, other work runs
     from the start). Its submitter, its allocation's managers or an admin may.
+    The request names the attempt the journal shows running: sent again
+    before the scheduler answered, it is rejected as stale rather than
+    stopping the attempt the first one started.
     To move work off a host, report the host unhealthy first
     (`allot host health H --unhealthy`), or it may start there again.""",
 )

@@ -110,8 +110,9 @@ OPERATIONS = {
     "finish": (2, st.tuples(st.just("finish"), st.integers(0, 30), st.booleans())),
     # the launcher lost the node under it: resumable work is requeued, the rest ends
     "lose": (1, st.tuples(st.just("lose"), st.integers(0, 30), st.booleans())),
-    # `allot requeue`: running work stops and waits again (pending work: rejected)
-    "requeue": (1, st.tuples(st.just("requeue"), st.integers(0, 30))),
+    # `allot requeue`: running work stops and waits again (pending work: rejected);
+    # naming no attempt, the running one, or the one before it (stale: rejected)
+    "requeue": (1, st.tuples(st.just("requeue"), st.integers(0, 30), st.integers(0, 2))),
     "cancel": (1, st.tuples(st.just("cancel"), st.integers(0, 30))),
     "hold": (1, st.tuples(st.just("hold"), st.integers(0, 30))),
     "release": (1, st.tuples(st.just("release"), st.integers(0, 30))),
@@ -217,8 +218,9 @@ class Runner:
             )
         if kind == "requeue" and live:
             w = c.state.workloads[live[operation[1] % len(live)]]
-            event = ev.WorkloadRequeueRequested(**c.envelope(), workload=w.id)
-            return w.state != "running", event
+            attempt = [None, w.attempt, w.attempt - 1][operation[2]] or None
+            event = ev.WorkloadRequeueRequested(**c.envelope(), workload=w.id, attempt=attempt)
+            return w.state != "running" or attempt not in (None, w.attempt), event
         if kind == "cancel" and live:
             return False, ev.WorkloadCancelled(
                 **c.envelope(), workload=live[operation[1] % len(live)]
@@ -423,6 +425,7 @@ class JournalModel:
 
     def on_workload_requeue_requested(self, state: State, e: Any) -> None:
         assert e.workload in self.running, "requeue accepted for work not running"
+        assert e.attempt in (None, self.running[e.workload].attempt), "stale requeue accepted"
         self.asked.add(e.workload)
 
     def on_config_set(self, state: State, e: Any) -> None:

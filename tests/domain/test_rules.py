@@ -14,7 +14,7 @@ from domain.fairshare import Ranking
 from domain.policies import ORDERING, register_ordering
 from domain.policies.ordering import Fifo
 from domain.state import State, Workload, id_order
-from tests.domain.builders import ADMIN, Cluster, cluster, seconds
+from tests.domain.builders import ADMIN, Cluster, cluster, fingerprint, seconds
 
 # the module, not the `decide` function the package exports under the same name
 decide_module = importlib.import_module("domain.decide")
@@ -1408,6 +1408,66 @@ def test_a_requeue_of_work_that_is_not_ours_or_not_running_is_rejected(
     out = c.requeue("nope" if setup == "unknown" else "w", actor=actor)
     assert [e.type for e in out] == ["workload.rejected"]
     assert error in out[0].error
+
+
+# Two requests to requeue one attempt. The core folds inputs one by one and the first
+# request takes effect in the cycle it causes (stopped, and started again at once when
+# there is room), so it is not about inbox batches: any second request sent before its
+# sender could see the first answered found a new attempt running and stopped that too.
+# A request naming the attempt its sender saw (as `allot requeue` sends it) is about
+# that attempt only; a later one for it is stale, as a late report about an old
+# attempt is (DESIGN section 4, attempts). (between, second at, second's attempt, verdict)
+SECOND_REQUEUES = [
+    pytest.param(None, "10m", 1, "is on attempt 2: attempt 1 has stopped", id="same-time"),
+    pytest.param(None, "11m", 1, "is on attempt 2: attempt 1 has stopped", id="later"),
+    pytest.param("tick", "10m", 1, "is on attempt 2: attempt 1 has stopped", id="tick-between"),
+    pytest.param(
+        "submit", "12m", 1, "is on attempt 2: attempt 1 has stopped", id="other-work-between"
+    ),
+    pytest.param(
+        "cordon",
+        "10m",
+        1,
+        "attempt 1 of 'w' has stopped already and it is waiting in the queue",
+        id="first-still-waiting",
+    ),
+    pytest.param(None, "10m", 0, "attempts count from 1", id="attempt-0"),
+    pytest.param(None, "10m", 3, "is on attempt 2; no such attempt yet", id="future-attempt"),
+    # the attempt the first request started: a deliberate second requeue
+    pytest.param(None, "11m", 2, None, id="the-new-attempt"),
+    # a sender that names no attempt stops whatever runs (as every record before did)
+    pytest.param(None, "10m", None, None, id="no-attempt-named"),
+]
+
+
+@pytest.mark.parametrize(("between", "second_at", "attempt", "verdict"), SECOND_REQUEUES)
+def test_a_second_requeue_of_an_attempt_that_stopped_is_rejected_as_stale(
+    between: str | None, second_at: str, attempt: int | None, verdict: str | None
+) -> None:
+    c = cluster(hosts=1).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("w", "lab/a", gpus=8, min_runtime="1h")
+    if between == "cordon":  # no room after the first: it waits (protected: not drained)
+        c.at("5m").health("h0", False)
+    first = c.at("10m").requeue("w", attempt=1)
+    assert [e.type for e in first][:2] == ["workload.requeue_requested", "workload.preempted"]
+    if between == "tick":
+        c.tick()
+    elif between == "submit":
+        c.at("11m").submit("x", "lab/b", gpus=8)  # waits: w runs again on the one host
+    before = fingerprint(c.state)
+    second = c.at(second_at).requeue("w", attempt=attempt)
+    if verdict is not None:
+        assert [e.type for e in second] == ["workload.rejected"]
+        assert verdict in second[0].error
+        assert fingerprint(c.state) == before  # nothing stopped, nothing started
+        assert len(c.preemptions("w")) == 1
+    else:
+        assert [e.type for e in second] == [
+            "workload.requeue_requested",
+            "workload.preempted",
+            "workload.placed",
+        ]
+        assert (second[1].attempt, second[2].attempt) == (2, 3)
 
 
 # --------------------------------------------------------------------------------------

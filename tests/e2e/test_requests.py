@@ -1194,7 +1194,8 @@ def test_an_ambiguous_prefix_is_one_line_naming_the_candidates(
 
 
 def test_whole_ids_are_sent_without_reading_the_journal(tmp_path: Path) -> None:
-    """As before: a whole id (as `allot submit` prints it) needs no journal, so one
+    """As before: a whole id (as `allot submit` prints it) needs no readable journal
+    (a bare one is looked for with a byte search, to tell a job array's base), so one
     that cannot be read does not matter; neither does it for a prefix (the scheduler
     answers)."""
     data = tmp_path / "data"
@@ -1204,3 +1205,256 @@ def test_whole_ids_are_sent_without_reading_the_journal(tmp_path: Path) -> None:
         result = allot("cancel", given, "--data", str(data))
         assert result.returncode == 0, result.stderr
     assert [wid for _, wid in _sent(data)] == [RUN, f"{SWEEP}_2", f"{SWEEP}_1", "01KQ8M4XJ7A"]
+
+
+# ------------------------------------------------------------------ job array base ids
+
+ARR = "01KQA0000AEEEEEEEEEEEEEEEE"  # tasks 0 running, 1 done, 2 held, 3 waiting, 4 cancelled, 10 waiting
+ENDED = "01KQA0000CGGGGGGGGGGGGGGGG"  # tasks 0 and 1, both done
+PLAIN = "01KQA0000BFFFFFFFFFFFFFFFF"  # running its second attempt
+
+
+def _array_folder(folder: Path) -> Path:
+    """An embedded folder whose journal holds the job arrays ARR and ENDED and the
+    workload PLAIN (see their comments); no scheduler reads its inbox."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="default").host("h0").budget("lab", 1)
+    for i in (0, 1, 2, 3, 4, 10):
+        j.submit(f"{ARR}_{i}", "lab", 1)
+    j.place(f"{ARR}_0", {"h0": [0]}).place(f"{ARR}_1", {"h0": [1]}).hold(f"{ARR}_2")
+    j.cancel(f"{ARR}_4")
+    for i in (0, 1):
+        j.submit(f"{ENDED}_{i}", "lab", 1).place(f"{ENDED}_{i}", {"h0": [2 + i]})
+    j.submit(PLAIN, "lab", 1).place(PLAIN, {"h0": [4]}).preempt(PLAIN)
+    j.place(PLAIN, {"h0": [4]})
+    j.at(60).finish(f"{ARR}_1").finish(f"{ENDED}_0").finish(f"{ENDED}_1")
+    folder.mkdir()
+    j.write(folder / "journal.jsonl")
+    return folder
+
+
+def _requests(folder: Path) -> list[dict]:
+    lines = (folder / "inbox.jsonl").read_bytes().splitlines()
+    return [orjson.loads(orjson.loads(line)["value"]) for line in lines]
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "sent", "says"),
+    [
+        # scancel BASE: every task that has not ended; waiting ones first, last first
+        pytest.param(
+            "cancel",
+            [ARR],
+            [f"{ARR}_10", f"{ARR}_3", f"{ARR}_2", f"{ARR}_0"],
+            f"Job array {ARR}: 4 of its 6 tasks have not ended",
+            id="cancel-base",
+        ),
+        pytest.param(
+            "cancel",
+            [ARR, PLAIN],
+            [f"{ARR}_10", f"{ARR}_3", f"{ARR}_2", PLAIN, f"{ARR}_0"],
+            f"Job array {ARR}: 4 of its 6 tasks have not ended",
+            id="cancel-base-and-a-workload",
+        ),
+        pytest.param(
+            "hold",
+            [ARR],
+            [f"{ARR}_3", f"{ARR}_10"],
+            f"Job array {ARR}: 2 of its 4 live tasks wait and are not held",
+            id="hold-base",
+        ),
+        pytest.param(
+            "release",
+            [ARR],
+            [f"{ARR}_2"],
+            f"Job array {ARR}: 1 of its 4 live tasks is held",
+            id="release-base",
+        ),
+        pytest.param(
+            "requeue",
+            [ARR],
+            [f"{ARR}_0"],
+            f"Job array {ARR}: 1 of its 4 live tasks is running",
+            id="requeue-base",
+        ),
+        # as before: a task by its whole id, a workload by its own
+        pytest.param("cancel", [f"{ARR}_3"], [f"{ARR}_3"], None, id="cancel-one-task"),
+        pytest.param("cancel", [PLAIN], [PLAIN], None, id="cancel-a-workload"),
+        pytest.param("requeue", [PLAIN], [PLAIN], None, id="requeue-a-workload"),
+    ],
+)
+def test_a_job_arrays_base_id_names_the_tasks_the_request_applies_to(
+    tmp_path: Path, command: str, given: list[str], sent: list[str], says: str | None
+) -> None:
+    data = _array_folder(tmp_path / "data")
+    result = allot(command, *given, "--data", str(data))
+    assert result.returncode == 0, result.stderr
+    kind = {
+        "cancel": "workload.cancelled",
+        "hold": "workload.held",
+        "release": "workload.released",
+        "requeue": "workload.requeue_requested",
+    }[command]
+    requests = _requests(data)
+    assert [(r["type"], r["workload"]) for r in requests] == [(kind, wid) for wid in sent]
+    if says is not None:
+        assert result.stdout.splitlines()[-1] == says
+    if command == "requeue":  # the attempt it runs, so a request sent twice stops it once
+        attempts = {f"{ARR}_0": 1, PLAIN: 2}
+        assert [r["attempt"] for r in requests] == [attempts[wid] for wid in sent]
+    else:
+        assert not any("attempt" in r for r in requests)
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "says"),
+    [
+        pytest.param(
+            "cancel",
+            ENDED,
+            f"error: job array {ENDED}: all 2 of its tasks have ended; nothing was sent",
+            id="cancel-ended",
+        ),
+        pytest.param(
+            "requeue",
+            ENDED,
+            f"error: job array {ENDED}: all 2 of its tasks have ended; nothing was sent",
+            id="requeue-ended",
+        ),
+        pytest.param(
+            "hold",
+            f"{ARR}_[0,2]",  # not a base: sent, and the scheduler answers for each
+            None,
+            id="tasks-are-sent-as-named",
+        ),
+        pytest.param(
+            "cancel --wait 5",
+            ARR,
+            "error: --wait works for one workload; nothing was sent (follow several with "
+            "`allot queue`)",
+            id="wait-on-a-base",
+        ),
+    ],
+)
+def test_a_job_array_base_with_nothing_to_send_sends_nothing(
+    tmp_path: Path, command: str, given: str, says: str | None
+) -> None:
+    data = _array_folder(tmp_path / "data")
+    result = allot(*command.split(), given, "--data", str(data))
+    if says is None:
+        assert result.returncode == 0, result.stderr
+        assert len(_requests(data)) == 2
+        return
+    assert result.returncode == 2
+    assert one_line_error(result) == says
+    assert not (data / "inbox.jsonl").exists()
+
+
+@pytest.mark.parametrize("given", ["{base}_[0-11]", "{base}"], ids=["tasks", "base-id"])
+def test_cancelling_a_job_array_by_tasks_or_base_starts_none_of_its_waiting_tasks(
+    tmp_path: Path, given: str
+) -> None:
+    """scancel 1234 cancels the whole array, as naming its tasks does: 4 tasks run on
+    the one 4-GPU host, 8 wait, none of those starts on a GPU a cancel frees."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        one_4_gpu_host_for_lab_x(data)
+        result = allot(
+            "submit", "--data", str(data), "-A", "lab/x", "-G", "1", "--min-runtime", "1h",
+            "--array", "0-11", "--parsable", "--as", ADMIN,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        base = result.stdout.split()[0].rsplit("_", 1)[0]
+        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == f"{base}_3")
+        result = allot("cancel", given.format(base=base), "--data", str(data), "--as", ADMIN)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(f"Cancel of 12 workloads sent ({base}_0 … {base}_11")
+        wait_for(
+            data,
+            lambda r: r["type"] == "workload.cancelled" and r["workload"] == f"{base}_0",
+        )
+        records = journal(data)
+        started = {r["workload"] for r in records if r["type"] == "workload.placed"}
+        assert started == {f"{base}_{i}" for i in range(4)}
+        cancelled = [r["workload"] for r in records if r["type"] == "workload.cancelled"]
+        assert sorted(cancelled) == sorted(f"{base}_{i}" for i in range(12))
+        assert not any(r["type"].endswith(".rejected") for r in records)
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("times", [2, 3], ids=["twice", "three-times"])
+def test_requeue_sent_again_before_the_scheduler_answered_stops_the_work_once(
+    tmp_path: Path, times: int
+) -> None:
+    """`allot requeue W` repeated while the scheduler is down: the requests land in one
+    inbox batch. Each names the attempt its sender saw, so only the first stops it;
+    the others are rejected as stale rather than stopping the attempt it started."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        run, _ = _two_8_gpu_jobs_on_one_host(data, "1h")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+    for _ in range(times):
+        result = allot("requeue", run, "--as", "alice", "--data", str(data))
+        assert result.returncode == 0, result.stderr
+    server = serve(data)
+    try:
+        rejected = [
+            wait_for(
+                data,
+                lambda r, n=n: (
+                    r["type"] == "workload.rejected" and r["ref"] == _requests(data)[-1 - n]["id"]
+                ),
+            )
+            for n in range(times - 1)
+        ]
+        records = journal(data)
+        stops = [r for r in records if r["type"] == "workload.preempted" and r["workload"] == run]
+        assert [(r["attempt"], r["reason"]) for r in stops] == [(1, "requested")]
+        assert (
+            max(r["attempt"] for r in records if r.get("workload") == run and "attempt" in r) == 2
+        )
+        for r in rejected:
+            assert "is on attempt 2: attempt 1 has stopped already" in r["error"]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("command", "given", "sent"),
+    [
+        pytest.param(
+            "cancel",
+            ARR,
+            [(f"{ARR}_10", None), (f"{ARR}_3", None), (f"{ARR}_2", None), (f"{ARR}_0", None)],
+            id="cancel-base",
+        ),
+        pytest.param("requeue", PLAIN, [(PLAIN, 2)], id="requeue-a-workload"),
+        pytest.param("cancel", PLAIN, [(PLAIN, None)], id="cancel-a-workload"),
+    ],
+)
+def test_a_base_id_and_a_requeues_attempt_are_read_from_a_kafka_journal(
+    kafka_bootstrap: str, tmp_path: Path, command: str, given: str, sent: list[tuple]
+) -> None:
+    """As from a folder: the journal topic is searched from the time in the id on."""
+    from streams.topics import BASE_INBOX, BASE_JOURNAL
+    from tests.e2e.kafka_journal import produce_journal
+
+    suffix = f".e2e-{os.getpid()}-{time.monotonic_ns()}"
+    environ = env(ALLOT_TOPIC_SUFFIX=suffix, ALLOT_KAFKA=kafka_bootstrap)
+    assert allot("topics", "create", environ=environ).returncode == 0
+    folder = _array_folder(tmp_path / "data")
+    produce_journal(kafka_bootstrap, journal(folder), topic=f"{BASE_JOURNAL}{suffix}")
+    result = allot(command, given, "--as", ADMIN, environ=environ)
+    assert result.returncode == 0, result.stderr
+    records = asyncio.run(_records_of(kafka_bootstrap, f"{BASE_INBOX}{suffix}", b"default"))
+    requests = [orjson.loads(r.value) for r in records]
+    assert [(r["workload"], r.get("attempt")) for r in requests] == sent

@@ -1,13 +1,21 @@
-"""Reading a journal file's end ahead of folding it (`streams.sources.last_record_time`)."""
+"""Reading a journal file's end ahead of folding it (`streams.sources.last_record_time`),
+and finding the records about a few workloads without folding it
+(`streams.sources.records_naming`)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
-from streams.sources import last_record_time
+from streams import topics
+from streams.inbox import new_ulid
+from streams.sources import last_record_time, records_naming, ulid_time
 
 
 def _line(time: object, cluster: str = "default", pad: int = 0) -> bytes:
@@ -61,3 +69,96 @@ def test_no_file_or_no_file_source_gives_none(tmp_path: Path) -> None:
     assert last_record_time(journal=tmp_path / "missing.jsonl") is None
     assert last_record_time(data=tmp_path / "missing") is None
     assert last_record_time() is None
+
+
+# ------------------------------------------------------------------ records_naming
+
+NOW = time.time()
+BASE = new_ulid(NOW - 60)  # a job array's base: tasks BASE_0, BASE_1
+PLAIN = new_ulid(NOW - 30)
+SOON = new_ulid(NOW + 3600)  # made by a clock an hour ahead: Kafka is not searched back to now
+
+
+def _about(type_: str, workload: str, cluster: str = "default", **more: Any) -> dict[str, Any]:
+    return {"type": type_, "id": uuid.uuid4().hex, "time": 1.0, "cluster": cluster,
+            "workload": workload, **more}  # fmt: skip
+
+
+NAMING = [
+    _about("workload.submitted", f"{BASE}_0"),
+    _about("workload.submitted", f"{BASE}_1"),
+    _about("workload.submitted", PLAIN),
+    _about("workload.placed", PLAIN, attempt=1),
+    _about("workload.preempted", f"{BASE}_0", beneficiary=PLAIN),  # PLAIN only beside it
+    _about("workload.rejected", BASE, error="unknown workload; it names a job array"),
+    _about("workload.submitted", f"{BASE}_10x"),  # not a task: not an index
+    _about("workload.submitted", PLAIN + "Z"),  # another id it starts
+    _about("workload.submitted", f"{PLAIN}_2", cluster="other"),
+    _about("workload.submitted", 'we"ird\\id'),
+    _about("workload.submitted", "w1"),
+    _about("workload.submitted", SOON),
+]
+
+
+# (ids, the records found: indexes into NAMING)
+NAMED = [
+    pytest.param([PLAIN], [2, 3], id="a-workload"),
+    pytest.param([BASE], [0, 1, 4, 5], id="an-arrays-base"),
+    pytest.param([f"{BASE}_1", "w1"], [1, 10], id="a-task-and-a-name"),
+    pytest.param(['we"ird\\id'], [9], id="escaped-in-json"),
+    pytest.param([new_ulid(NOW)], [], id="nothing-names-it"),
+    pytest.param([SOON], [11], id="a-clock-ahead"),
+    pytest.param([], [], id="no-ids"),
+]
+
+
+@pytest.mark.parametrize(("ids", "found"), NAMED)
+@pytest.mark.parametrize("where", ["file", "data"])
+def test_records_naming_finds_the_records_about_workloads_and_their_tasks(
+    tmp_path: Path, where: str, ids: list[str], found: list[int]
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    lines = [orjson.dumps(r) + b"\n" for r in NAMING]
+    # and a last line cut short: not a record yet
+    path.write_bytes(b"".join(lines) + orjson.dumps(_about("workload.placed", PLAIN))[:-3])
+    source = {"journal": path} if where == "file" else {"data": tmp_path}
+    assert records_naming(ids, cluster="default", **source) == [NAMING[i] for i in found]
+
+
+def test_records_naming_without_a_journal_finds_nothing(tmp_path: Path) -> None:
+    assert records_naming([PLAIN], data=tmp_path) == []
+    (tmp_path / "journal.jsonl").write_bytes(b"")
+    assert records_naming([PLAIN], data=tmp_path) == []
+
+
+def test_ulid_time_reads_the_milliseconds_in_an_id() -> None:
+    assert ulid_time(new_ulid(1_767_225_600.123)) == 1_767_225_600.123
+    assert ulid_time(f"{new_ulid(1_767_225_600.5)}_3") == 1_767_225_600.5
+    assert ulid_time("w1") is None and ulid_time("01kq8m4xj7aaaaaaaaaaaaaaaa") is None
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    ("ids", "found"),
+    [
+        pytest.param([PLAIN], [2, 3], id="a-workload"),
+        pytest.param([BASE], [0, 1, 4, 5], id="an-arrays-base"),
+        pytest.param(["w1"], [10], id="not-a-ulid-from-the-start"),
+        # records are searched for from ID_CLOCK_SLACK_S before the time in the id: a
+        # clock an hour ahead of the broker's misses them (the scheduler then answers)
+        pytest.param([SOON], [], id="a-clock-ahead"),
+        pytest.param([BASE, SOON], [0, 1, 4, 5, 11], id="from-the-oldest-id"),
+    ],
+)
+def test_records_naming_in_kafka_searches_from_the_time_in_the_ids(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, ids: list[str], found: list[int]
+) -> None:
+    from streams.worker import Topics, create_topics
+    from tests.e2e.kafka_journal import produce_journal
+
+    mine = Topics.suffixed(f"-n{uuid.uuid4().hex[:10]}")
+    asyncio.run(create_topics(kafka_bootstrap, topics=mine))
+    monkeypatch.setattr(topics, "JOURNAL", mine.journal)
+    produce_journal(kafka_bootstrap, NAMING)
+    got = records_naming(ids, kafka=kafka_bootstrap, cluster="default")
+    assert got == [NAMING[i] for i in found]
