@@ -248,6 +248,7 @@ class Cycle:
     __slots__ = (
         "cause",
         "force_full",
+        "fresh_ids",
         "holder_started",
         "holders",
         "light_hosts",
@@ -275,13 +276,17 @@ class Cycle:
         self.force_full = False  # a quick attempt found work that needs a full cycle
         self.holder_started = False  # a reservation's holder was placed: it holds nothing now
         self.light_hosts: frozenset[str] | None = None  # light cycle: where victims may be
+        # light cycle: work submitted since the last cycle, never searched for victims
+        # (its input also changed the cluster, so no quick attempt ran): it may take
+        # unallocated work anywhere, not only on the changed hosts (see `_victims`)
+        self.fresh_ids: frozenset[str] = frozenset()
         self.position = 0
         # the longest minimum runtime a reservation refused in the current attempt would
         # have let backfill (-inf: no reservation refused it; see may_backfill)
         self.refused_room = -math.inf
         self.refused_victim = False  # ... and one refused it as work it could not preempt
-        # (allocation, priority, GPUs, everywhere) -> host -> victims; see victim_map
-        self.victim_cache: dict[tuple[str, int, int, bool], Any] = {}
+        # (allocation, priority, GPUs, everywhere, fresh) -> host -> victims; see victim_map
+        self.victim_cache: dict[tuple[str, int, int, bool, bool], Any] = {}
         self.victim_keys = state.victim_keys  # see State._init_caches
 
     # ------------------------------------------------------------ output
@@ -489,7 +494,9 @@ class Cycle:
         snapshot, its reservations kept, and victims sought only on the hosts where
         that happened (elsewhere nothing changed that could let a preemption succeed).
         A gang preempts in a light cycle only when one of those hosts could now be
-        cleared; it then looks for victims everywhere (it needs several hosts)."""
+        cleared; it then looks for victims everywhere (it needs several hosts). Work
+        submitted since the last cycle was never searched (its input also changed the
+        cluster, so no quick attempt ran): it may also take unallocated work anywhere."""
         s = self.state
         last = s.blocked
         self.victim_cache = {}
@@ -503,12 +510,14 @@ class Cycle:
         if light:
             self.reservations, self.holders = dict(last.reservations), MAX_RESERVATIONS
             self.light_hosts = frozenset(changed)
+            self.fresh_ids = frozenset(s.fresh)
             last_holder_key = last.last_holder_key
             edge = last.edge
         else:
             # a quick attempt may have borrowed the last cycle's view: start clean
             self.reservations, self.holders = {}, 0
             self.light_hosts = None
+            self.fresh_ids = frozenset()
             last_holder_key = None
             edge = s.charged.next_edge(self.now)
         failures: dict[tuple[Any, ...], list[tuple[Any, int, float]]] = {}
@@ -723,13 +732,16 @@ class Cycle:
         single = w.gpus <= s.max_host_gpus()
         hosts = self.free_hosts(w, allocated, short, single)
         preempted: list[str] = []
+        everywhere = True  # where a gang looks for victims
         if hosts is None and not single and not self.gang_may_preempt_now(w):
-            return False
+            if w.id not in self.fresh_ids:
+                return False
+            everywhere = False  # new work: the changed hosts, and unallocated work anywhere
         if hosts is None and (allocated or s.ordering.unallocated_may_preempt):
             plan = (
                 self.victims_single(w, allocated, short)
                 if single
-                else self.victims_gang(w, allocated, short)
+                else self.victims_gang(w, allocated, short, everywhere)
             )
             if plan is not None:
                 chosen, victims = plan
@@ -831,9 +843,10 @@ class Cycle:
         Built from the exposed groups (work past protection, grouped by the fields the
         rules read), asking the policy once per group, so its cost is the number of
         eligible victims, not of running work; a light cycle reads only its changed
-        hosts. Cached per cycle by (allocation, priority, GPUs, everywhere) — reclaim
-        reads the beneficiary's size — and cleared by every preemption or placement
-        (both change the usage rates reclaim compares).
+        hosts (and, for new work, unallocated work anywhere). Cached per cycle by
+        (allocation, priority, GPUs, everywhere, fresh) — reclaim reads the
+        beneficiary's size — and cleared by every preemption or placement (both change
+        the usage rates reclaim compares).
         """
         return self._victims(w)[0]
 
@@ -854,9 +867,13 @@ class Cycle:
     ) -> tuple[dict[str, list[Any]], dict[str, tuple[int, int, int]]]:
         """`victim_map` plus, per host, the sums its callers read: (GPUs of the victims
         on it, GPUs they hold in all, of which charged). A light cycle looks only on its
-        changed hosts unless `everywhere`."""
+        changed hosts unless `everywhere` — and, for work submitted since the last cycle
+        (`fresh_ids`), at unallocated work on every host: that work was never searched
+        for victims (a quick attempt would have looked everywhere), and unallocated work
+        is filler, given up the moment allocated work needs the room (rule 11)."""
         only = None if everywhere else self.light_hosts
-        key = (w.allocation, w.priority, w.gpus, only is None)
+        fresh = only is not None and w.id in self.fresh_ids
+        key = (w.allocation, w.priority, w.gpus, only is None, fresh)
         cached = self.victim_cache.get(key)
         if cached is not None:
             return cached
@@ -929,6 +946,24 @@ class Cycle:
                     if entries is None:
                         entries = found[name] = []
                     entries.append((known[0], known[1], n, reason))
+            if fresh:
+                # new work: unallocated work on the other hosts too (the same verdict a
+                # full search gives its group)
+                for hosts, sample in self.exposed_groups():
+                    if sample.charged:
+                        continue
+                    reason = may_preempt(s, ranking, w, sample, now)
+                    if reason is None:
+                        continue
+                    for name, on_host in hosts.items():
+                        if name in only:
+                            continue  # its victims are listed above
+                        entries = found.get(name)
+                        if entries is None:
+                            entries = found[name] = []
+                        for vid, n in on_host.items():
+                            known = keys.get(vid) or victim_key(vid)
+                            entries.append((known[0], known[1], n, reason))
         totals: dict[str, tuple[int, int, int]] = {}
         for name, entries in found.items():
             entries.sort()  # keys are unique (they end with the workload id)
@@ -971,7 +1006,11 @@ class Cycle:
         s = self.state
         need = w.gpus
         best: tuple[Any, ...] | None = None
-        if self.light_hosts is not None and not self.changed_host_could_hold(need):
+        if (
+            self.light_hosts is not None
+            and w.id not in self.fresh_ids
+            and not self.changed_host_could_hold(need)
+        ):
             return None  # light cycle: no changed host could hold `w` even cleared
         found, totals = self._victims(w)
         hosts = s.hosts
@@ -1022,11 +1061,13 @@ class Cycle:
         return [best[1]], [(c[1], c[3]) for c in best[2]]
 
     def victims_gang(
-        self, w: Workload, allocated: bool, short: bool
+        self, w: Workload, allocated: bool, short: bool, everywhere: bool = True
     ) -> tuple[list[Host], list[tuple[Workload, str]]] | None:
+        """Whole hosts for gang `w` and the victims on them; `everywhere` False keeps a
+        light cycle's scope (see `_victims`)."""
         s = self.state
         options = []
-        victims, totals = self._victims(w, everywhere=True)
+        victims, totals = self._victims(w, everywhere=everywhere)
         hosts = [s.hosts[name] for name in victims]
         hosts.extend(h for h in map(s.hosts.__getitem__, s.with_free) if not h.workloads)
         none = (0, 0, 0)

@@ -554,6 +554,85 @@ def test_victim_choice(setup: list[tuple], gpus: int, victims: list[str]) -> Non
     assert c.placed("a") is not None
 
 
+NEW_WORK_BESIDE_FILLER_CASES = [
+    # (ordering, GPUs of the new work, unallocated fillers (one whole host each),
+    #  whether a tick folds the protection end first), expected records after the input
+    ("fairshare", 1, 1, False, [("preempted", "filler-1"), ("placed", "new")]),
+    ("fairshare", 1, 1, True, [("preempted", "filler-1"), ("placed", "new")]),
+    ("fifo", 1, 1, False, [("preempted", "filler-1"), ("placed", "new")]),
+    ("fifo", 1, 1, True, [("preempted", "filler-1"), ("placed", "new")]),
+    (
+        "fairshare",
+        16,  # a gang: no changed host can be cleared for it (its own allocation's work)
+        2,
+        False,
+        [("preempted", "filler-1"), ("preempted", "filler-2"), ("placed", "new")],
+    ),
+    (
+        "fairshare",
+        16,
+        2,
+        True,
+        [("preempted", "filler-1"), ("preempted", "filler-2"), ("placed", "new")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("ordering", "gpus", "fillers", "tick_first", "expected"),
+    NEW_WORK_BESIDE_FILLER_CASES,
+    ids=[
+        "fairshare-input-ends-protection",
+        "fairshare-tick-ends-protection",
+        "fifo-input-ends-protection",
+        "fifo-tick-ends-protection",
+        "gang-input-ends-protection",
+        "gang-tick-ends-protection",
+    ],
+)
+def test_new_work_takes_unallocated_filler_at_once_whatever_else_its_input_ends(
+    ordering: str, gpus: int, fillers: int, tick_first: bool, expected: list[tuple[str, str]]
+) -> None:
+    """New allocated work preempts unallocated filler anywhere at once (rule 11: the
+    moment it needs the room), whether or not its input also ended a protection. It
+    used to: when a tick had folded the protection end (a quick attempt, which looks
+    everywhere), not when the submission did — the light cycle then looked for victims
+    only on the host whose protection ended, and the new work waited beside the filler
+    until the next bucket edge. (A rules review.)"""
+    c = cluster(hosts=1 + fillers, bucket="15m", ordering=ordering)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    c.at("1m").submit("train", "lab/a", gpus=8, min_runtime="20m")  # h0, protected to 21m
+    for i in range(1, fillers + 1):
+        c.submit(f"filler-{i}", "lab/b", gpus=8, min_runtime=0)  # unallocated, a host each
+    c.submit("waiting", "lab/b", gpus=8, min_runtime=0)  # keeps cycles running
+    c.at("15m").tick()  # a bucket edge: a full cycle
+    if tick_first:
+        c.at("21m").tick()
+    out = c.at("22m").submit("new", "lab/a", gpus=gpus, min_runtime="5m")
+    assert [(e.type.removeprefix("workload."), e.workload) for e in out[1:]] == expected
+
+
+def test_new_work_in_a_light_cycle_still_takes_charged_victims_only_where_it_changed() -> None:
+    """The limit of the rule above, kept on purpose: a submission that also ended a
+    protection looks for charged victims (work past its protection, of an allocation
+    ranking below) only on the changed hosts, and waits for the next change or bucket
+    edge otherwise; a quick attempt would have taken them anywhere. Letting it look
+    everywhere moved the Philly-shaped 10k run's contended occupancy 0.89 -> 0.74 (the
+    start of its last 128-GPU gangs; see the commit that added this test)."""
+    c = cluster(hosts=2, bucket="15m").tree({"lab/a": 1, "lab/b": 1})
+    c.submit("hog", "lab/b", gpus=8, min_runtime="5m")  # h1 from 0m: b uses more
+    c.at("10m").submit("train", "lab/a", gpus=8, min_runtime="25m")  # h0, protected to 35m
+    c.submit("waiting", "lab/b", gpus=8, min_runtime="5m")
+    c.at("30m").tick()  # a bucket edge: a ranks above b
+    out = c.at("36m").submit("new", "lab/a", gpus=1, min_runtime="5m")
+    assert out[1:] == []
+    out = c.at("45m").tick()  # the next bucket edge: a full cycle
+    assert [(e.type.removeprefix("workload."), e.workload) for e in out[1:]] == [
+        ("preempted", "hog"),
+        ("placed", "new"),
+    ]
+
+
 # --------------------------------------------------------------------------------------
 # Rule 8: contracts and zero-share leaves
 
