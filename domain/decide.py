@@ -1053,7 +1053,9 @@ class Cycle:
                     here += c[2]
                     if v.charged:
                         charged += v.held
-                cost = (held - here, charged, held, host.index)
+                # ties: the plan whose dearest victim is the cheapest to lose (lowest
+                # ranked, rule 6), before the host's index
+                cost = (held - here, charged, held, max(c[0] for c in victims), host.index)
                 if best is None or cost < best[0]:
                     best = (cost, host, victims)
         if best is None:
@@ -1080,9 +1082,10 @@ class Cycle:
                 continue  # some of it may not be preempted by `w`
             if not self.usable(host, w, allocated, short):
                 continue
-            options.append(
-                ((held - gpus, charged, held, host.index), host, victims.get(host.name, []))
-            )
+            cands = victims.get(host.name, [])
+            # ties: the host whose dearest victim is the cheapest to lose (rule 6)
+            dearest = cands[-1][0] if cands else ()
+            options.append(((held - gpus, charged, held, dearest, host.index), host, cands))
         options.sort(key=_first)
         chosen: list[tuple[Host, list[Any]]] = []
         picked: dict[str, tuple[Workload, str]] = {}

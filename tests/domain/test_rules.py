@@ -533,13 +533,48 @@ VICTIM_CASES = [
         8,
         ["on-c", "on-b"],
     ),
+    (
+        # two hosts alike but for whose work they hold: the lowest ranked, not h0
+        [("h0", 8, "on-b", "lab/b", "15m"), ("h1", 8, "on-c", "lab/c", "15m")],
+        8,
+        ["on-c"],
+    ),
+    (
+        # the same for part of a host (the rest of each host protected)
+        [
+            ("h0", 4, "on-b", "lab/b", "15m"),
+            ("h0", 4, "prot-b", "lab/b", "8h"),
+            ("h1", 4, "on-c", "lab/c", "15m"),
+            ("h1", 4, "prot-c", "lab/c", "8h"),
+        ],
+        4,
+        ["on-c"],
+    ),
+    (
+        # a gang clears the hosts of the lowest-ranked work
+        [
+            ("h0", 8, "on-b", "lab/b", "15m"),
+            ("h1", 8, "on-c", "lab/c", "15m"),
+            ("h2", 8, "on-c2", "lab/c", "15m"),
+        ],
+        16,
+        ["on-c", "on-c2"],
+    ),
 ]
 
 
 @pytest.mark.parametrize(
     ("setup", "gpus", "victims"),
     VICTIM_CASES,
-    ids=["fewest-gpus", "unallocated-first", "lowest-ranked-first", "takes-what-it-needs"],
+    ids=[
+        "fewest-gpus",
+        "unallocated-first",
+        "lowest-ranked-first",
+        "takes-what-it-needs",
+        "lowest-ranked-host-not-first-host",
+        "lowest-ranked-host-part-of-it",
+        "gang-lowest-ranked-hosts",
+    ],
 )
 def test_victim_choice(setup: list[tuple], gpus: int, victims: list[str]) -> None:
     hosts = max(int(h[1:]) for h, *_ in setup) + 1
