@@ -94,6 +94,7 @@ from streams import topics as names
 from streams.broker_watch import BrokerWatch
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore, old_bucket_note
 from streams.kafka_auth import KafkaAuthError, client_options
+from streams.kafka_clients import quiet_stop
 from streams.log_repeats import quiet_repeats
 from streams.offloop import start_blobs
 
@@ -1473,8 +1474,7 @@ class Worker:
 
 
 async def _quiet_stop(client: Any) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.stop(), 10.0)
+    await quiet_stop(client, 10.0)
 
 
 # ------------------------------------------------------------------ entry points
