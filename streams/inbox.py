@@ -325,12 +325,7 @@ class KafkaInbox:
                     f"{', '.join(missing)}, or the topic does not exist (`allot topics "
                     "create` as an admin creates it)"
                 )
-            suffix = os.environ.get("ALLOT_TOPIC_SUFFIX")
-            hint = f" (ALLOT_TOPIC_SUFFIX is {suffix!r}: is it the scheduler's?)" if suffix else ""
-            raise InboxError(
-                f"no topic {', '.join(missing)} at {self.bootstrap}{hint}; "
-                "`allot topics create` creates them"
-            )
+            raise InboxError(f"{topics.missing(missing, self.bootstrap)}; {topics.NEW_DEPLOYMENT}")
         self._topics_seen = True
 
     async def _drop_producer(self) -> None:

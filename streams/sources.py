@@ -558,8 +558,7 @@ async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[
                     "use a principal that may read the journal (e.g. allot-reader)"
                 )
             raise SourceError(
-                f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
-                "and start the scheduler (allot serve --kafka ...)"
+                f"{topics.missing([topics.JOURNAL], bootstrap)}; {topics.NEW_DEPLOYMENT}"
             )
     except BaseException:
         with contextlib.suppress(Exception):

@@ -120,6 +120,16 @@ class WorkerError(RuntimeError):
     """The worker cannot go on (e.g. fenced by a newer worker with its identity)."""
 
 
+class MissingTopics(WorkerError):
+    """The inbox or journal topic does not exist and the worker was not asked to
+    create topics: a mistyped or forgotten topic suffix, or a deployment whose topics
+    nobody created (`allot topics create`)."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
+
+
 # ------------------------------------------------------------------ topics
 
 
@@ -258,15 +268,20 @@ async def create_topics(
     replication_factor: int = 1,
     timeout_s: float = 15.0,
     kafka_options: dict[str, Any] | None = None,
+    required: tuple[str, ...] = (),
 ) -> TopicsReport:
     """Create the inbox, journal, DLQ and snapshot topics; existing ones are left as
-    they are and reported. Raises BrokerUnavailable when the broker does not answer."""
+    they are and reported. Raises BrokerUnavailable when the broker does not answer,
+    and MissingTopics (creating nothing) when a topic of `required` does not exist."""
     topics = topics or Topics()
     configs = topic_configs(topics)
     report = TopicsReport()
     admin = await _admin(bootstrap, timeout_s, kafka_options)
     try:
         present = set(await admin.list_topics())
+        absent = [name for name in required if name not in present]
+        if absent:
+            raise MissingTopics(_missing_message(absent, bootstrap, topics), absent)
         missing = [name for name in topics.all() if name not in present]
         report.existing = [name for name in topics.all() if name in present]
         if missing:
@@ -311,6 +326,23 @@ async def create_topics(
     report.created.sort(key=order.__getitem__)
     report.existing.sort(key=order.__getitem__)
     return report
+
+
+def _missing_message(absent: list[str], bootstrap: str, topics: Topics) -> str:
+    """The worker's one line about its inbox or journal missing."""
+    suffix = (
+        topics.inbox.removeprefix(names.BASE_INBOX)
+        if topics.inbox.startswith(names.BASE_INBOX)
+        else None
+    )
+    said = names.missing(absent, bootstrap, suffix, who="this deployment")
+    user = os.environ.get("ALLOT_KAFKA_USER", "").strip()
+    if user:  # the broker lists only the topics the principal may describe
+        said += f" (or principal {user!r} may not describe it)"
+    return (
+        f"{said}; the scheduler creates no topics: if this is a new deployment, run "
+        f"`allot topics create --kafka {bootstrap}` first, with the same {names.SUFFIX_ENV}"
+    )
 
 
 # ------------------------------------------------------------------ helpers
@@ -442,7 +474,7 @@ class Worker:
         topics: Topics | None = None,
         max_batch: int = 5000,
         poll_ms: int = 100,
-        create: bool = True,
+        create: bool = False,
         partitions: int = 1,
         on_journal: Callable[..., None] | None = None,
         kafka_options: dict[str, Any] | None = None,
@@ -467,6 +499,8 @@ class Worker:
         self.topics = topics or Topics()
         self.max_batch = max_batch
         self.poll_ms = poll_ms
+        # create missing topics (else only the dead-letter and snapshot topics, and a
+        # missing inbox or journal is MissingTopics: `allot topics create` makes them)
         self.create = create
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
@@ -587,15 +621,20 @@ class Worker:
 
     # ---------------------------------------------------------------- start
     async def _start(self) -> None:
-        if self.create:
+        # the first contact is a probe: an unreachable broker is BrokerUnavailable's one
+        # line, not that plus aiokafka's own ERROR about the same connection
+        with _aiokafka_quiet():
             report = await create_topics(
                 self.bootstrap,
                 topics=self.topics,
                 partitions=self.partitions,
                 kafka_options=self.kafka_options,
+                required=() if self.create else (self.topics.inbox, self.topics.journal),
             )
-            for line in report.drift_lines():
-                log.warning("%s", line)
+        for name in report.created:
+            log.warning("created topic %s (it did not exist)", name)
+        for line in report.drift_lines():
+            log.warning("%s", line)
         self._meta = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             enable_idempotence=True,
@@ -1473,6 +1512,18 @@ class Worker:
         self.owned = {}
 
 
+@contextlib.contextmanager
+def _aiokafka_quiet() -> Any:
+    """aiokafka's logger says nothing below CRITICAL meanwhile (its level restored)."""
+    logger = logging.getLogger("aiokafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 async def _quiet_stop(client: Any) -> None:
     await quiet_stop(client, 10.0)
 
@@ -1494,7 +1545,7 @@ async def serve(
     dlq: str | None = None,
     snapshots: str | None = None,
     max_batch: int = 5000,
-    create_topics: bool = True,
+    create_topics: bool = False,
     partitions: int = 1,
     on_ready: Any = None,
     on_journal: Callable[..., None] | None = None,
@@ -1505,8 +1556,10 @@ async def serve(
 ) -> Worker:
     """Run the scheduler until `stop` is set (then snapshot and return the worker).
 
-    Topic names default to `streams.topics`; pass `topics=` or single names. With
-    `create_topics`, missing topics are created with `partitions` partitions. With a
+    Topic names default to `streams.topics`; pass `topics=` or single names. A missing
+    inbox or journal is MissingTopics (`allot topics create` makes them; a mistyped
+    suffix would else start an empty deployment), unless `create_topics`: then missing
+    topics are created with `partitions` partitions. With a
     consumer `group`, the workers of that group share the inbox partitions (see
     `Worker`); without one this worker takes them all."""
     chosen = topics or Topics()
@@ -1600,7 +1653,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=names.SUFFIX,
         help="suffix for every topic name (default $ALLOT_TOPIC_SUFFIX)",
     )
-    parser.add_argument("--partitions", type=int, default=1, help="for topics it creates")
+    parser.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="create missing topics (default: a missing inbox or journal stops the worker; "
+        "`allot topics create` makes them)",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="for topics --create-topics creates"
+    )
     parser.add_argument("--max-batch", type=int, default=5000)
     parser.add_argument(
         "--group",
@@ -1659,6 +1720,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot_every=args.snapshot_every,
             topics=Topics.suffixed(args.topic_suffix),
             max_batch=args.max_batch,
+            create_topics=args.create_topics,
             partitions=args.partitions,
             group=args.group,
             session_timeout_ms=int(args.session_timeout * 1000),

@@ -91,8 +91,9 @@ def _create_doc() -> str:
         f"Create {topics.INBOX}, {topics.JOURNAL} (kept forever, not compacted), "
         f"{topics.DLQ} and {topics.SNAPSHOTS} (compacted){named}; existing topics are left "
         "alone and reported.\n\n"
-        "Run it once for a new deployment, with the environment the scheduler will have: "
-        "the same suffix, and a principal allowed to create topics."
+        "Run it once for a new deployment, before `allot serve` (which creates no "
+        "topics), with the environment the scheduler will have: the same suffix, and a "
+        "principal allowed to create topics."
     )
 
 
