@@ -72,6 +72,7 @@ import math
 import os
 import pickle
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -532,6 +533,10 @@ class Worker:
         self._joined = False
         self._closing: list[asyncio.Task] = []
         self._snapshotting: asyncio.Task | None = None
+        # without a group: this worker's membership of its identity's presence group, so
+        # a second worker with the same identity can tell it takes over from a live one
+        self._presence: AIOKafkaConsumer | None = None
+        self._presence_task: asyncio.Task | None = None
         # says in this log when the broker goes away and comes back (aiokafka retries)
         self._watch = BrokerWatch(self.bootstrap, self.kafka_options, log)
         self._config_written: set[str] = set()  # clusters whose start config is journaled
@@ -668,6 +673,7 @@ class Worker:
         )
         await self._consumer.start()
         if self.group is None:  # this worker owns every partition
+            live = await self._live_workers()  # asked before fencing them
             tps = [TopicPartition(self.topics.inbox, p) for p in self._inbox_parts]
             self._consumer.assign(tps)
             for tp in tps:
@@ -675,9 +681,89 @@ class Worker:
             self._pending = dict.fromkeys(self._inbox_parts, time.monotonic())
             await self._take_pending(retry=False)
             self._joined = True
+            if live:
+                log.warning(
+                    "took inbox partitions %s over from a live worker with the same topics "
+                    "and clusters (%s; or one that died less than %gs ago): it is fenced "
+                    "and stops at its next write ('another worker ... took over'). Without "
+                    "--group the newest worker of a cluster set takes over; run one, or "
+                    "several with --group",
+                    sorted(self.owned),
+                    ", ".join(live),
+                    self.session_timeout_ms / 1000,
+                )
+            await self._join_presence()
             self._announce_ready()
         else:  # partitions come and go with the group's rebalances
             self._consumer.subscribe([self.topics.inbox], listener=_Rebalance(self))
+
+    # ---------------------------------------------------------------- presence
+    def _presence_group(self) -> str:
+        """A consumer group per identity (topics and cluster set) whose members are the
+        running workers of that identity without --group. It reads nothing: it only
+        makes them visible to the broker's DescribeGroups, which is how a newcomer
+        knows it takes over from a live worker (transactions do not tell)."""
+        return f"{self.identity}/live"
+
+    async def _live_workers(self) -> list[str]:
+        """`CLIENT-ID at HOST` of each member of the presence group: the workers of this
+        identity running now. Best effort: [] when the broker will not say."""
+        try:
+            with _aiokafka_quiet():
+                admin = await _admin(self.bootstrap, 10.0, self.kafka_options)
+                try:
+                    responses = await asyncio.wait_for(
+                        admin.describe_consumer_groups([self._presence_group()]), 10.0
+                    )
+                finally:
+                    await admin.close()
+        except Exception as why:  # e.g. no Describe on the group under ACLs
+            log.debug("could not describe group %s: %s", self._presence_group(), why)
+            return []
+        return [
+            f"{member[1]} at {str(member[2]).lstrip('/')}"
+            for response in responses
+            for group in response.groups
+            if group[0] == 0
+            for member in group[5]
+        ]
+
+    async def _join_presence(self) -> None:
+        """Join the presence group (subscribed to the dead-letter topic from its end,
+        whatever it reads is dropped); a broker that refuses costs only the warning."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self._presence_group(),
+            client_id=f"allot-worker/{socket.gethostname()}/pid-{os.getpid()}",
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=max(500, self.session_timeout_ms // 4),
+            **self.kafka_options,
+        )
+        try:
+            await consumer.start()
+            consumer.subscribe([self.topics.dlq])
+        except Exception as why:
+            await _quiet_stop(consumer)
+            log.debug("not in group %s: %s", self._presence_group(), why)
+            return
+        self._presence = consumer
+        self._presence_task = asyncio.create_task(
+            self._stay_present(consumer), name="allot-presence"
+        )
+
+    @staticmethod
+    async def _stay_present(consumer: AIOKafkaConsumer) -> None:
+        """Poll now and then: a member that does not poll leaves after max.poll.interval."""
+        while True:
+            try:
+                await consumer.getmany(timeout_ms=1000, max_records=1)
+            except asyncio.CancelledError:
+                raise
+            except Exception as why:
+                log.debug("presence group: %s", why)
+                await asyncio.sleep(1.0)
 
     async def _partitions(self, topic: str) -> list[int]:
         """The topic's partitions (the producer's metadata wait; raises if it is missing)."""
@@ -1500,7 +1586,11 @@ class Worker:
             self._snapshotting.cancel()
             with contextlib.suppress(BaseException):
                 await self._snapshotting
-        clients: list[Any] = [self._consumer, self._meta]
+        if self._presence_task is not None:
+            self._presence_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._presence_task
+        clients: list[Any] = [self._consumer, self._meta, self._presence]
         clients += [part.producer for part in self.owned.values()]
         for client in clients:
             if client is not None:
@@ -1508,7 +1598,8 @@ class Worker:
         for task in self._closing:
             with contextlib.suppress(Exception):
                 await task
-        self._consumer = self._meta = None
+        self._consumer = self._meta = self._presence = None
+        self._presence_task = None
         self.owned = {}
 
 

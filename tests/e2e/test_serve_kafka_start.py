@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -136,3 +138,89 @@ def test_serve_on_an_unreachable_broker_is_one_line() -> None:
     """aiokafka's own ERROR about the connection came first."""
     result = allot("serve", "--kafka", "127.0.0.1:1", "--cluster", "x", "--tick", "0")
     one_line_error(result, "cannot reach Kafka at 127.0.0.1:1")
+
+
+class _Serve:
+    """`allot serve --kafka` in the background; its log lines read as they come."""
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "serve", "--cluster", "c", "--tick", "1s",
+             "--admin", "ops"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, env=environ, cwd=ROOT,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+        self.lines.put("")  # the end
+
+    def until(self, text: str, timeout: float = 120) -> None:
+        """Read its log up to a line with `text` (fails if it ends or stays quiet)."""
+        while True:
+            line = self.lines.get(timeout=timeout)
+            assert line, "".join(self.log)
+            self.log.append(line)
+            if text in line:
+                return
+
+    def stop(self, signum: int = signal.SIGINT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=60)
+        while True:
+            line = self.lines.get(timeout=30)
+            if not line:
+                return code
+            self.log.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.log)
+
+
+@pytest.mark.parametrize("previous", ["running", "stopped"], ids=["running", "stopped"])
+def test_a_second_serve_says_it_took_over_from_a_live_worker(
+    kafka_bootstrap: str, previous: str
+) -> None:
+    """Two `allot serve` for one cluster: the newcomer fences the running one (which
+    stops with 'took over'); its log used to read like any start."""
+    suffix = f".two-{uuid.uuid4().hex[:8]}"
+    environ = _env(ALLOT_KAFKA=kafka_bootstrap, ALLOT_TOPIC_SUFFIX=suffix)
+    created = allot(
+        "topics", "create", env={"ALLOT_KAFKA": kafka_bootstrap, "ALLOT_TOPIC_SUFFIX": suffix}
+    )
+    assert created.returncode == 0, created.stderr
+    first = _Serve(environ)
+    second = None
+    try:
+        first.until("scheduler ready")
+        if previous == "stopped":
+            assert first.stop() == 0, first.text
+        second = _Serve(environ)
+        second.until("scheduler ready")
+        if previous == "running":
+            # fenced at its next tick's write
+            assert first.proc.wait(timeout=120) == 2, first.text
+            assert first.stop() == 2
+            assert "another worker with this worker's topics and clusters took over" in first.text
+        assert second.stop() == 0, second.text
+    finally:
+        for serve in (first, second):
+            if serve is not None and serve.proc.poll() is None:
+                serve.proc.kill()
+                serve.proc.wait()
+    warned = [line for line in second.log if "from a live worker" in line]
+    if previous == "running":
+        assert len(warned) == 1, second.text
+        assert (
+            "WARNING allot.worker: took inbox partitions [0] over from a live worker" in warned[0]
+        )
+        assert "allot-worker/" in warned[0]  # which one: its client id and host
+    else:
+        assert not warned, second.text
