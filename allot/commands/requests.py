@@ -1082,7 +1082,12 @@ def host_register(
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Register a host and its GPUs (admins only, when admins are set)."""
+    """Register a host and its GPUs (admins only, when admins are set).
+
+    A host's GPU count is fixed once registered (placements and the GPU timeline
+    name its GPU indices): registering it again is refused. To change it, report
+    the host unhealthy (`allot host health HOST --unhealthy`: its work drains off
+    it) and register the machine under a new name."""
     from domain.admission import MAX_HOST_GPUS
     from domain.text import HOST_NAME_RULE, is_host_name
 
