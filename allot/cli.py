@@ -21,6 +21,7 @@ from allot.commands import (
     usage,
     views,
 )
+from allot.commands.common import kafka_environment_help
 
 
 def _no_value_shown_for_flags() -> None:
@@ -487,7 +488,7 @@ def replay(
             "--kafka",
             metavar="HOST:PORT",
             help="Read the journal topic from this Kafka broker instead of a file "
-            "(default $ALLOT_KAFKA when no JOURNAL is given).",
+            f"(default $ALLOT_KAFKA when no JOURNAL is given). {kafka_environment_help()}",
         ),
     ] = None,
     cluster: Annotated[

@@ -303,6 +303,7 @@ async def soak(args: argparse.Namespace, result: dict[str, Any]) -> None:
     for item in args.worker_set:
         worker_cmd += ["--set", item]
     if not own_topics:
+        worker_cmd.append("--create-topics")  # the broker's default topics, as before
         for c in clusters:
             worker_cmd += ["--cluster", c]
     procs: dict[str, subprocess.Popen] = {"worker": spawn(worker_cmd, folder / "worker.log")}

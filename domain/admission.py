@@ -388,8 +388,16 @@ def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
     if e.gpus <= 0 or e.gpus > MAX_HOST_GPUS:
         raise Rejected(f"a host has 1 to {MAX_HOST_GPUS} GPUs, got {e.gpus}")
     if e.host in state.hosts:
+        have = state.hosts[e.host].gpus
+        if e.gpus == have:
+            raise Rejected(f"host {e.host!r} is already registered with {have} GPUs: nothing to do")
+        # a host's size is fixed (placements, reservations and the GPU timeline name its
+        # GPU indices): the way forward is a drain and a new name
         raise Rejected(
-            f"host {e.host!r} is already registered with {state.hosts[e.host].gpus} GPUs"
+            f"host {e.host!r} is already registered with {have} GPUs, and a host's GPU count "
+            f"cannot change; to schedule {e.gpus} GPUs there, report it unhealthy (`allot "
+            f"host health {e.host} --unhealthy`: its work drains off it) and register the "
+            "machine under a new name"
         )
 
 

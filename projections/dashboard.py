@@ -59,6 +59,8 @@ class Snapshot:
     delivered: dict[str, Any] = field(default_factory=dict)
     empty: str | None = None  # an empty or missing journal: the message
     error: str | None = None  # an unreadable journal: the message
+    # what to do about `error` (None: the journal itself is bad, fix or replace it)
+    hint: str | None = None
     built: float = 0.0
     charts: dict[Any, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -181,10 +183,12 @@ def build_snapshot(lines: Iterable[bytes] | Lines) -> Snapshot:
 def _failed_snapshot(why: Exception) -> Snapshot | None:
     """The empty or error state a failed read or fold shows (None: a bug, raise it)."""
     from projections.views import ViewError
-    from streams.sources import EmptyJournal, SourceError
+    from streams.sources import BrokerError, EmptyJournal, SourceError
 
     if isinstance(why, EmptyJournal):
         return Snapshot(empty=str(why), built=time.time())
+    if isinstance(why, BrokerError):  # the journal may be fine: nothing there to fix
+        return Snapshot(error=str(why), hint=BROKER_HINT, built=time.time())
     if isinstance(why, SourceError):
         text = str(why)
         if "no such" in text:
@@ -485,6 +489,10 @@ def _header(snap: Snapshot, title: str) -> str:
     )
 
 
+BROKER_HINT = "The page asks the broker again on the next request."
+JOURNAL_HINT = "Fix or replace the journal; the page reloads it on the next request."
+
+
 def empty_page(snap: Snapshot, active: str, source: str) -> str:
     if snap.empty is not None:
         body = (
@@ -496,8 +504,7 @@ def empty_page(snap: Snapshot, active: str, source: str) -> str:
         return page("empty journal", body, active=active, source=source)
     body = (
         "<div class='empty' id='error-state'><h1>The journal cannot be read</h1>"
-        f"<p>{esc(snap.error)}</p><p class='hint'>Fix or replace the journal; the page "
-        "reloads it on the next request.</p></div>"
+        f"<p>{esc(snap.error)}</p><p class='hint'>{esc(snap.hint or JOURNAL_HINT)}</p></div>"
     )
     return page("unreadable journal", body, active=active, source=source)
 

@@ -12,7 +12,6 @@ or an ACL denial is one line too.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import threading
@@ -26,7 +25,9 @@ import orjson
 from streams import kafka_auth, topics
 from streams.bootstrap import BootstrapError
 from streams.bootstrap import parse_bootstrap as _parse_bootstrap
+from streams.broker_watch import answers
 from streams.embedded import JOURNAL_FILE, EmbeddedError, LineReader, append_requests
+from streams.kafka_clients import cancel_leftovers, quiet_stop
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
@@ -94,10 +95,18 @@ class InboxWriter(Protocol):
     def send(self, requests: list[dict[str, Any]]) -> None: ...
 
     def send_and_wait(
-        self, requests: list[dict[str, Any]], match: Match, timeout: float
+        self,
+        requests: list[dict[str, Any]],
+        match: Match,
+        timeout: float,
+        on_sent: Callable[[], None] | None = None,
     ) -> dict[str, Any] | None: ...
 
     def close(self) -> None: ...
+
+    # after a `send_and_wait` that returned None: why no verdict may have come besides
+    # the scheduler not answering in time (e.g. the broker went away), else None
+    trouble: str | None
 
 
 def encode_requests(requests: list[dict[str, Any]]) -> list[bytes]:
@@ -124,6 +133,7 @@ class EmbeddedInbox:
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.label = str(folder)
+        self.trouble: str | None = None
 
     def send(self, requests: list[dict[str, Any]]) -> None:
         try:
@@ -132,7 +142,11 @@ class EmbeddedInbox:
             raise InboxError(str(why)) from None
 
     def send_and_wait(
-        self, requests: list[dict[str, Any]], match: Match, timeout: float
+        self,
+        requests: list[dict[str, Any]],
+        match: Match,
+        timeout: float,
+        on_sent: Callable[[], None] | None = None,
     ) -> dict[str, Any] | None:
         path = self.folder / JOURNAL_FILE
         reader = LineReader(path)
@@ -140,6 +154,8 @@ class EmbeddedInbox:
             # only records written after the request can be its outcome
             reader.pos = path.stat().st_size if path.exists() else 0
             self.send(requests)
+            if on_sent is not None:
+                on_sent()
             deadline = time.monotonic() + timeout
             while True:
                 for line in reader.read():
@@ -194,6 +210,7 @@ class KafkaInbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._producer: Any = None
         self._topics_seen = False  # the inbox (and journal) were found on the broker
+        self.trouble: str | None = None
 
     def _failure(self, why: BaseException) -> InboxError:
         """A login or ACL problem in one line, else "cannot reach Kafka"."""
@@ -209,12 +226,40 @@ class KafkaInbox:
         return InboxError(f"cannot reach Kafka at {self.bootstrap}: {text}")
 
     def send(self, requests: list[dict[str, Any]]) -> None:
-        self._run(self._send(requests, None, 0.0))
+        self._run(self._send(requests, watch=False))
 
     def send_and_wait(
-        self, requests: list[dict[str, Any]], match: Match, timeout: float
+        self,
+        requests: list[dict[str, Any]],
+        match: Match,
+        timeout: float,
+        on_sent: Callable[[], None] | None = None,
     ) -> dict[str, Any] | None:
-        return self._run(self._send(requests, match, timeout))
+        """Send, then wait up to `timeout` for the journal record `match` accepts.
+
+        A failure before the broker acknowledged the send is an InboxError (nothing, or
+        nothing known, was sent). Once it is acknowledged `on_sent` runs (the caller
+        says the request is out), and from then on nothing raises: a broker that goes
+        away during the wait is a wait without a verdict (None), with `trouble` saying
+        so."""
+        self.trouble = None
+        consumer = self._run(self._send(requests, watch=True))
+        assert self._loop is not None
+        try:
+            if on_sent is not None:
+                on_sent()
+            try:
+                found = self._loop.run_until_complete(self._wait(consumer, match, timeout))
+            except Exception as why:  # the request is out: no traceback, no error exit
+                found = None
+                reason = kafka_auth.describe_error(why) or str(why) or type(why).__name__
+                self.trouble = f"reading {topics.JOURNAL} failed: {reason}"
+            gone = found is None and self.trouble is None
+            if gone and not self._loop.run_until_complete(answers(self.bootstrap, self.options)):
+                self.trouble = f"Kafka at {self.bootstrap} stopped answering during the wait"
+            return found
+        finally:
+            self._loop.run_until_complete(quiet_stop(consumer))
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
@@ -222,6 +267,7 @@ class KafkaInbox:
             return
         try:
             loop.run_until_complete(self._drop_producer())
+            cancel_leftovers(loop)
         finally:
             loop.close()
 
@@ -279,27 +325,22 @@ class KafkaInbox:
                     f"{', '.join(missing)}, or the topic does not exist (`allot topics "
                     "create` as an admin creates it)"
                 )
-            suffix = os.environ.get("ALLOT_TOPIC_SUFFIX")
-            hint = f" (ALLOT_TOPIC_SUFFIX is {suffix!r}: is it the scheduler's?)" if suffix else ""
-            raise InboxError(
-                f"no topic {', '.join(missing)} at {self.bootstrap}{hint}; "
-                "`allot topics create` creates them"
-            )
+            raise InboxError(f"{topics.missing(missing, self.bootstrap)}; {topics.NEW_DEPLOYMENT}")
         self._topics_seen = True
 
     async def _drop_producer(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
-            await _quiet_stop(producer)
+            await quiet_stop(producer)
 
     async def _start(self, client: Any) -> None:
         try:
             await asyncio.wait_for(client.start(), self.connect_timeout)
         except TimeoutError:
-            await _quiet_stop(client)
+            await quiet_stop(client)
             raise self._unreachable(f"no answer within {self.connect_timeout:g} s") from None
         except Exception as why:
-            await _quiet_stop(client)
+            await quiet_stop(client)
             reason = kafka_auth.describe_error(why)
             if reason is None and "Unable to bootstrap" in str(why):
                 reason = await kafka_auth.diagnose(self.bootstrap, self.options)
@@ -307,13 +348,14 @@ class KafkaInbox:
                 raise InboxError(f"Kafka at {self.bootstrap}: {reason}") from None
             raise self._unreachable(why) from None
 
-    async def _send(
-        self, requests: list[dict[str, Any]], match: Match | None, timeout: float
-    ) -> dict[str, Any] | None:
+    async def _send(self, requests: list[dict[str, Any]], *, watch: bool) -> Any:
+        """Send `requests` and wait for the broker's acknowledgement. With `watch`, a
+        consumer of the journal is positioned at its end first and returned (the
+        caller waits with it and stops it); on a failure it is stopped here."""
         encoded = encode_requests(requests)
-        await self._check_topics(journal=match is not None)
+        await self._check_topics(journal=watch)
         consumer = None
-        if match is not None:
+        if watch:
             consumer = await self._watch()
         try:
             producer = await self._open_producer()
@@ -335,12 +377,11 @@ class KafkaInbox:
             except BaseException:
                 await self._drop_producer()
                 raise
-            if consumer is None or match is None:
-                return None
-            return await self._wait(consumer, match, timeout)
-        finally:
+        except BaseException:
             if consumer is not None:
-                await _quiet_stop(consumer)
+                await quiet_stop(consumer)
+            raise
+        return consumer
 
     async def _watch(self) -> Any:
         """A consumer of the journal positioned at its end (before the request is sent);
@@ -371,7 +412,7 @@ class KafkaInbox:
         if topics.JOURNAL not in present and await kafka_auth.topic_denied(
             consumer._client, topics.JOURNAL
         ):
-            await _quiet_stop(consumer)
+            await quiet_stop(consumer)
             who = self.options.get("sasl_plain_username")
             raise InboxError(
                 f"Kafka at {self.bootstrap}: not authorized{f' as {who!r}' if who else ''} "
@@ -404,11 +445,6 @@ class KafkaInbox:
                         continue
                     if isinstance(record, dict) and match(record):
                         return record
-
-
-async def _quiet_stop(client: Any) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.stop(), 5.0)
 
 
 def open_inbox(target: Any) -> InboxWriter:

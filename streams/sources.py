@@ -65,6 +65,11 @@ class SourceError(RuntimeError):
     """The journal cannot be read: one line for the user."""
 
 
+class BrokerError(SourceError):
+    """The broker, not the journal, is the trouble: unreachable, a refused login or ACL,
+    no journal topic (a mistyped suffix). The journal itself may be fine."""
+
+
 class EmptyJournal(SourceError):
     """The journal exists but holds no (complete) records of the cluster."""
 
@@ -500,14 +505,14 @@ def _as_source_error(error: BaseException, bootstrap: str) -> SourceError:
     if isinstance(error, SourceError):
         return error
     if isinstance(error, asyncio.TimeoutError | TimeoutError):
-        return SourceError(
+        return BrokerError(
             f"cannot reach Kafka at {bootstrap}: no answer in {CONNECT_TIMEOUT_S:g}s"
         )
     reason = kafka_auth.describe_error(error)
     if reason is not None:
-        return SourceError(f"Kafka at {bootstrap}: {reason}")
+        return BrokerError(f"Kafka at {bootstrap}: {reason}")
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return SourceError(f"cannot read the journal from Kafka at {bootstrap}: {text}")
+    return BrokerError(f"cannot read the journal from Kafka at {bootstrap}: {text}")
 
 
 async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[Any, list[int]]:
@@ -520,7 +525,7 @@ async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[
     try:
         options = kafka_auth.client_options()
     except kafka_auth.KafkaAuthError as why:
-        raise SourceError(str(why)) from None
+        raise BrokerError(str(why)) from None
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         group_id=None,
@@ -540,8 +545,8 @@ async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[
         if reason is None and "Unable to bootstrap" in str(exc):
             reason = await kafka_auth.diagnose(bootstrap, options)
         if reason is not None:
-            raise SourceError(f"Kafka at {bootstrap}: {reason}") from None
-        raise SourceError(
+            raise BrokerError(f"Kafka at {bootstrap}: {reason}") from None
+        raise BrokerError(
             f"cannot reach Kafka at {bootstrap}: {_short(exc)}; "
             "check --kafka / $ALLOT_KAFKA and that the broker runs"
         ) from None
@@ -552,14 +557,13 @@ async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[
         if topics.JOURNAL not in metadata.topics() or not parts:
             if await kafka_auth.topic_denied(consumer._client, topics.JOURNAL):
                 who = options.get("sasl_plain_username")
-                raise SourceError(
+                raise BrokerError(
                     f"Kafka at {bootstrap}: not authorized"
                     f"{f' as {who!r}' if who else ''} to read {topics.JOURNAL} (ACLs); "
                     "use a principal that may read the journal (e.g. allot-reader)"
                 )
-            raise SourceError(
-                f"Kafka at {bootstrap} has no topic {topics.JOURNAL}: run `allot topics create` "
-                "and start the scheduler (allot serve --kafka ...)"
+            raise BrokerError(
+                f"{topics.missing([topics.JOURNAL], bootstrap)}; {topics.NEW_DEPLOYMENT}"
             )
     except BaseException:
         with contextlib.suppress(Exception):

@@ -72,6 +72,7 @@ import math
 import os
 import pickle
 import signal
+import socket
 import sys
 import time
 import uuid
@@ -94,6 +95,7 @@ from streams import topics as names
 from streams.broker_watch import BrokerWatch
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore, old_bucket_note
 from streams.kafka_auth import KafkaAuthError, client_options
+from streams.kafka_clients import quiet_stop
 from streams.log_repeats import quiet_repeats
 from streams.offloop import start_blobs
 
@@ -117,6 +119,16 @@ class BrokerUnavailable(RuntimeError):
 
 class WorkerError(RuntimeError):
     """The worker cannot go on (e.g. fenced by a newer worker with its identity)."""
+
+
+class MissingTopics(WorkerError):
+    """The inbox or journal topic does not exist and the worker was not asked to
+    create topics: a mistyped or forgotten topic suffix, or a deployment whose topics
+    nobody created (`allot topics create`)."""
+
+    def __init__(self, message: str, names: list[str]) -> None:
+        super().__init__(message)
+        self.names = names
 
 
 # ------------------------------------------------------------------ topics
@@ -257,15 +269,20 @@ async def create_topics(
     replication_factor: int = 1,
     timeout_s: float = 15.0,
     kafka_options: dict[str, Any] | None = None,
+    required: tuple[str, ...] = (),
 ) -> TopicsReport:
     """Create the inbox, journal, DLQ and snapshot topics; existing ones are left as
-    they are and reported. Raises BrokerUnavailable when the broker does not answer."""
+    they are and reported. Raises BrokerUnavailable when the broker does not answer,
+    and MissingTopics (creating nothing) when a topic of `required` does not exist."""
     topics = topics or Topics()
     configs = topic_configs(topics)
     report = TopicsReport()
     admin = await _admin(bootstrap, timeout_s, kafka_options)
     try:
         present = set(await admin.list_topics())
+        absent = [name for name in required if name not in present]
+        if absent:
+            raise MissingTopics(_missing_message(absent, bootstrap, topics), absent)
         missing = [name for name in topics.all() if name not in present]
         report.existing = [name for name in topics.all() if name in present]
         if missing:
@@ -310,6 +327,23 @@ async def create_topics(
     report.created.sort(key=order.__getitem__)
     report.existing.sort(key=order.__getitem__)
     return report
+
+
+def _missing_message(absent: list[str], bootstrap: str, topics: Topics) -> str:
+    """The worker's one line about its inbox or journal missing."""
+    suffix = (
+        topics.inbox.removeprefix(names.BASE_INBOX)
+        if topics.inbox.startswith(names.BASE_INBOX)
+        else None
+    )
+    said = names.missing(absent, bootstrap, suffix, who="this deployment")
+    user = os.environ.get("ALLOT_KAFKA_USER", "").strip()
+    if user:  # the broker lists only the topics the principal may describe
+        said += f" (or principal {user!r} may not describe it)"
+    return (
+        f"{said}; the scheduler creates no topics: if this is a new deployment, run "
+        f"`allot topics create --kafka {bootstrap}` first, with the same {names.SUFFIX_ENV}"
+    )
 
 
 # ------------------------------------------------------------------ helpers
@@ -441,7 +475,7 @@ class Worker:
         topics: Topics | None = None,
         max_batch: int = 5000,
         poll_ms: int = 100,
-        create: bool = True,
+        create: bool = False,
         partitions: int = 1,
         on_journal: Callable[..., None] | None = None,
         kafka_options: dict[str, Any] | None = None,
@@ -466,6 +500,8 @@ class Worker:
         self.topics = topics or Topics()
         self.max_batch = max_batch
         self.poll_ms = poll_ms
+        # create missing topics (else only the dead-letter and snapshot topics, and a
+        # missing inbox or journal is MissingTopics: `allot topics create` makes them)
         self.create = create
         self.partitions = partitions
         self.session_timeout_ms = session_timeout_ms
@@ -497,6 +533,10 @@ class Worker:
         self._joined = False
         self._closing: list[asyncio.Task] = []
         self._snapshotting: asyncio.Task | None = None
+        # without a group: this worker's membership of its identity's presence group, so
+        # a second worker with the same identity can tell it takes over from a live one
+        self._presence: AIOKafkaConsumer | None = None
+        self._presence_task: asyncio.Task | None = None
         # says in this log when the broker goes away and comes back (aiokafka retries)
         self._watch = BrokerWatch(self.bootstrap, self.kafka_options, log)
         self._config_written: set[str] = set()  # clusters whose start config is journaled
@@ -586,15 +626,20 @@ class Worker:
 
     # ---------------------------------------------------------------- start
     async def _start(self) -> None:
-        if self.create:
+        # the first contact is a probe: an unreachable broker is BrokerUnavailable's one
+        # line, not that plus aiokafka's own ERROR about the same connection
+        with _aiokafka_quiet():
             report = await create_topics(
                 self.bootstrap,
                 topics=self.topics,
                 partitions=self.partitions,
                 kafka_options=self.kafka_options,
+                required=() if self.create else (self.topics.inbox, self.topics.journal),
             )
-            for line in report.drift_lines():
-                log.warning("%s", line)
+        for name in report.created:
+            log.warning("created topic %s (it did not exist)", name)
+        for line in report.drift_lines():
+            log.warning("%s", line)
         self._meta = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap,
             enable_idempotence=True,
@@ -628,6 +673,7 @@ class Worker:
         )
         await self._consumer.start()
         if self.group is None:  # this worker owns every partition
+            live = await self._live_workers()  # asked before fencing them
             tps = [TopicPartition(self.topics.inbox, p) for p in self._inbox_parts]
             self._consumer.assign(tps)
             for tp in tps:
@@ -635,9 +681,89 @@ class Worker:
             self._pending = dict.fromkeys(self._inbox_parts, time.monotonic())
             await self._take_pending(retry=False)
             self._joined = True
+            if live:
+                log.warning(
+                    "took inbox partitions %s over from a live worker with the same topics "
+                    "and clusters (%s; or one that died less than %gs ago): it is fenced "
+                    "and stops at its next write ('another worker ... took over'). Without "
+                    "--group the newest worker of a cluster set takes over; run one, or "
+                    "several with --group",
+                    sorted(self.owned),
+                    ", ".join(live),
+                    self.session_timeout_ms / 1000,
+                )
+            await self._join_presence()
             self._announce_ready()
         else:  # partitions come and go with the group's rebalances
             self._consumer.subscribe([self.topics.inbox], listener=_Rebalance(self))
+
+    # ---------------------------------------------------------------- presence
+    def _presence_group(self) -> str:
+        """A consumer group per identity (topics and cluster set) whose members are the
+        running workers of that identity without --group. It reads nothing: it only
+        makes them visible to the broker's DescribeGroups, which is how a newcomer
+        knows it takes over from a live worker (transactions do not tell)."""
+        return f"{self.identity}/live"
+
+    async def _live_workers(self) -> list[str]:
+        """`CLIENT-ID at HOST` of each member of the presence group: the workers of this
+        identity running now. Best effort: [] when the broker will not say."""
+        try:
+            with _aiokafka_quiet():
+                admin = await _admin(self.bootstrap, 10.0, self.kafka_options)
+                try:
+                    responses = await asyncio.wait_for(
+                        admin.describe_consumer_groups([self._presence_group()]), 10.0
+                    )
+                finally:
+                    await admin.close()
+        except Exception as why:  # e.g. no Describe on the group under ACLs
+            log.debug("could not describe group %s: %s", self._presence_group(), why)
+            return []
+        return [
+            f"{member[1]} at {str(member[2]).lstrip('/')}"
+            for response in responses
+            for group in response.groups
+            if group[0] == 0
+            for member in group[5]
+        ]
+
+    async def _join_presence(self) -> None:
+        """Join the presence group (subscribed to the dead-letter topic from its end,
+        whatever it reads is dropped); a broker that refuses costs only the warning."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self._presence_group(),
+            client_id=f"allot-worker/{socket.gethostname()}/pid-{os.getpid()}",
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=max(500, self.session_timeout_ms // 4),
+            **self.kafka_options,
+        )
+        try:
+            await consumer.start()
+            consumer.subscribe([self.topics.dlq])
+        except Exception as why:
+            await _quiet_stop(consumer)
+            log.debug("not in group %s: %s", self._presence_group(), why)
+            return
+        self._presence = consumer
+        self._presence_task = asyncio.create_task(
+            self._stay_present(consumer), name="allot-presence"
+        )
+
+    @staticmethod
+    async def _stay_present(consumer: AIOKafkaConsumer) -> None:
+        """Poll now and then: a member that does not poll leaves after max.poll.interval."""
+        while True:
+            try:
+                await consumer.getmany(timeout_ms=1000, max_records=1)
+            except asyncio.CancelledError:
+                raise
+            except Exception as why:
+                log.debug("presence group: %s", why)
+                await asyncio.sleep(1.0)
 
     async def _partitions(self, topic: str) -> list[int]:
         """The topic's partitions (the producer's metadata wait; raises if it is missing)."""
@@ -1460,7 +1586,11 @@ class Worker:
             self._snapshotting.cancel()
             with contextlib.suppress(BaseException):
                 await self._snapshotting
-        clients: list[Any] = [self._consumer, self._meta]
+        if self._presence_task is not None:
+            self._presence_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._presence_task
+        clients: list[Any] = [self._consumer, self._meta, self._presence]
         clients += [part.producer for part in self.owned.values()]
         for client in clients:
             if client is not None:
@@ -1468,13 +1598,25 @@ class Worker:
         for task in self._closing:
             with contextlib.suppress(Exception):
                 await task
-        self._consumer = self._meta = None
+        self._consumer = self._meta = self._presence = None
+        self._presence_task = None
         self.owned = {}
 
 
+@contextlib.contextmanager
+def _aiokafka_quiet() -> Any:
+    """aiokafka's logger says nothing below CRITICAL meanwhile (its level restored)."""
+    logger = logging.getLogger("aiokafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 async def _quiet_stop(client: Any) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.stop(), 10.0)
+    await quiet_stop(client, 10.0)
 
 
 # ------------------------------------------------------------------ entry points
@@ -1494,7 +1636,7 @@ async def serve(
     dlq: str | None = None,
     snapshots: str | None = None,
     max_batch: int = 5000,
-    create_topics: bool = True,
+    create_topics: bool = False,
     partitions: int = 1,
     on_ready: Any = None,
     on_journal: Callable[..., None] | None = None,
@@ -1505,8 +1647,10 @@ async def serve(
 ) -> Worker:
     """Run the scheduler until `stop` is set (then snapshot and return the worker).
 
-    Topic names default to `streams.topics`; pass `topics=` or single names. With
-    `create_topics`, missing topics are created with `partitions` partitions. With a
+    Topic names default to `streams.topics`; pass `topics=` or single names. A missing
+    inbox or journal is MissingTopics (`allot topics create` makes them; a mistyped
+    suffix would else start an empty deployment), unless `create_topics`: then missing
+    topics are created with `partitions` partitions. With a
     consumer `group`, the workers of that group share the inbox partitions (see
     `Worker`); without one this worker takes them all."""
     chosen = topics or Topics()
@@ -1600,7 +1744,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=names.SUFFIX,
         help="suffix for every topic name (default $ALLOT_TOPIC_SUFFIX)",
     )
-    parser.add_argument("--partitions", type=int, default=1, help="for topics it creates")
+    parser.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="create missing topics (default: a missing inbox or journal stops the worker; "
+        "`allot topics create` makes them)",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=1, help="for topics --create-topics creates"
+    )
     parser.add_argument("--max-batch", type=int, default=5000)
     parser.add_argument(
         "--group",
@@ -1659,6 +1811,7 @@ def main(argv: list[str] | None = None) -> int:
             snapshot_every=args.snapshot_every,
             topics=Topics.suffixed(args.topic_suffix),
             max_batch=args.max_batch,
+            create_topics=args.create_topics,
             partitions=args.partitions,
             group=args.group,
             session_timeout_ms=int(args.session_timeout * 1000),

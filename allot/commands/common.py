@@ -14,12 +14,29 @@ from typing import Annotated, Any
 
 import typer
 
+
+def kafka_environment_help() -> str:
+    """What every `--kafka` help says besides the address: the topic suffix (and the
+    one in effect) and the login variables, read by every command alike."""
+    from streams.topics import BASE_INBOX, BASE_JOURNAL, SUFFIX, SUFFIX_ENV
+
+    now = (
+        f"now {SUFFIX!r}: {BASE_INBOX}{SUFFIX}, {BASE_JOURNAL}{SUFFIX}, ..." if SUFFIX else "unset"
+    )
+    return (
+        f"Topic names get ${SUFFIX_ENV} appended ({now}); use the scheduler's. A broker "
+        "with logins: $ALLOT_KAFKA_USER, $ALLOT_KAFKA_PASSWORD_FILE (or "
+        "$ALLOT_KAFKA_PASSWORD), $ALLOT_KAFKA_SASL_MECHANISM (default SCRAM-SHA-512), "
+        "$ALLOT_KAFKA_SECURITY_PROTOCOL (SASL_PLAINTEXT or SASL_SSL)."
+    )
+
+
 KafkaOpt = Annotated[
     str | None,
     typer.Option(
         "--kafka",
         envvar="ALLOT_KAFKA",
-        help="Kafka bootstrap HOST:PORT (default $ALLOT_KAFKA).",
+        help=f"Kafka bootstrap HOST:PORT (default $ALLOT_KAFKA). {kafka_environment_help()}",
         show_default=False,
     ),
 ]

@@ -32,8 +32,6 @@ def create(
         int, typer.Option("--replication-factor", min=1, help="Replicas per partition.")
     ] = 1,
 ) -> None:
-    """Create allot.inbox, allot.journal (kept forever, not compacted), allot.inbox.dlq and
-    allot.snapshots (compacted); existing topics are left alone and reported."""
     import asyncio
     import logging
 
@@ -79,6 +77,27 @@ def create(
         print(f"exists  {name} (left unchanged{other})")
     for line in report.drift_lines():
         print(f"warning: {line}", file=sys.stderr)
+
+
+def _create_doc() -> str:
+    from streams import topics
+
+    named = (
+        f" (${topics.SUFFIX_ENV} is {topics.SUFFIX!r}; without it they are allot.inbox, ...)"
+        if topics.SUFFIX
+        else f" (${topics.SUFFIX_ENV} appends a suffix to every name)"
+    )
+    return (
+        f"Create {topics.INBOX}, {topics.JOURNAL} (kept forever, not compacted), "
+        f"{topics.DLQ} and {topics.SNAPSHOTS} (compacted){named}; existing topics are left "
+        "alone and reported.\n\n"
+        "Run it once for a new deployment, before `allot serve` (which creates no "
+        "topics), with the environment the scheduler will have: the same suffix, and a "
+        "principal allowed to create topics."
+    )
+
+
+create.__doc__ = _create_doc()
 
 
 def register(app: typer.Typer) -> None:

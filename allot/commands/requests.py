@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -177,19 +178,37 @@ def _open_inbox(target: Target) -> Any:
     return open_inbox(target)
 
 
+@dataclass
+class _Sent:
+    """A request that went out: where, what, and with --wait the verdict (None: none
+    came in time) and, without one, what else kept it away (`trouble`: the broker went
+    away during the wait)."""
+
+    target: Target
+    request: dict[str, Any]
+    verdict: dict[str, Any] | None = None
+    trouble: str | None = None
+
+
 def _send_all(
-    target: Target, requests: list[dict[str, Any]], wait: float | None
-) -> dict[str, Any] | None:
-    """Send; with `wait`, also return the journal's verdict on the first request (None:
-    none came in time)."""
+    target: Target,
+    requests: list[dict[str, Any]],
+    wait: float | None,
+    on_sent: Callable[[], None],
+) -> _Sent:
+    """Send; `on_sent` runs once the requests are out (acknowledged by the broker, or
+    written to the folder), before any wait, so the caller says so before a verdict
+    that may not come. With `wait`, also the journal's verdict on the first request."""
     from streams.inbox import verdict_on
 
     writer = _open_inbox(target)
     try:
         if wait is None:
             writer.send(requests)
-            return None
-        return writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait)
+            on_sent()
+            return _Sent(target, requests[0])
+        verdict = writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait, on_sent)
+        return _Sent(target, requests[0], verdict, writer.trouble)
     finally:
         writer.close()
 
@@ -201,35 +220,57 @@ def _send(
     *,
     cluster: str,
     actor: str | None,
+    said: str,
     wait: float | None = None,
     **fields: Any,
-) -> tuple[Target, dict[str, Any], dict[str, Any] | None]:
+) -> _Sent:
+    """Send one `kind` request; `said` (`Registration of host h1 sent`) is printed with
+    its id as soon as it is out."""
     from streams.inbox import make_request
 
     _check_wait(wait)
     target = resolve_target(kafka, data)
     request = make_request(kind, cluster=cluster, actor=whoami(actor), **fields)
-    return target, request, _send_all(target, [request], wait)
+    return _send_all(target, [request], wait, lambda: _sent(said, target, request))
 
 
 def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
     typer.echo(f"{verb} (request {request['id']} to {target.where})")
 
 
-def _report_verdict(
-    what: str, done: str, target: Target, wait: float | None, verdict: dict[str, Any] | None
-) -> None:
-    """After `--wait`: `done` if the scheduler accepted `what`, else why not (exit 1)."""
+def _lost_on_the_way(what: str, wait: float, trouble: str, check: str) -> None:
+    """The one line after a --wait whose broker went away: no verdict, the request was
+    out, and how to see what became of it. Exit 1 (no verdict), not 2 (nothing sent)."""
+    typer.echo(
+        f"No verdict on {what} after {wait:g} s: {trouble}; the request was sent (above): "
+        f"once the broker answers, {check}",
+        err=True,
+    )
+    raise typer.Exit(1)
+
+
+def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check: str) -> None:
+    """After `--wait`: `done` if the scheduler accepted `what`, else why not (exit 1).
+    `check` says how to see the outcome later (when no verdict came because the broker
+    went away)."""
     if wait is None:
         return
+    verdict = sent.verdict
     if verdict is None:
-        hint = _no_scheduler_hint(target)
+        if sent.trouble is not None:
+            _lost_on_the_way(what, wait, sent.trouble, check)
+        hint = _no_scheduler_hint(sent.target)
         typer.echo(f"No verdict on {what} after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
     if str(verdict.get("type", "")).endswith(".rejected"):
         typer.echo(f"{what[0].upper()}{what[1:]} was rejected: {verdict.get('error')}")
         raise typer.Exit(1)
     typer.echo(done)
+
+
+def _request_check(request: dict[str, Any], effect: str) -> str:
+    """How to see what became of a request that is not about a workload."""
+    return f"{effect} shows whether it took effect (`allot why {request['id']}`: if it was rejected, why)"
 
 
 def _no_scheduler_hint(target: Target) -> str:
@@ -430,6 +471,17 @@ def submit(
         if test_only:
             _test_only(target, cluster, requests, horizon_s, parsable)
             return
+
+        def submitted() -> None:  # as soon as the broker has it: before any wait
+            if tasks is not None:
+                if parsable:
+                    typer.echo("\n".join(ids))
+                else:
+                    span = ids[0] if len(ids) == 1 else f"{ids[0]} … {ids[-1]}"
+                    typer.echo(f"Submitted array {workload}: {len(ids)} workloads ({span})")
+            else:
+                typer.echo(workload if parsable else f"Submitted workload {workload}")
+
         writer = _open_inbox(target)
         # an array's tasks differ only in their index: the first one's verdict (admitted
         # or refused, and why) is every task's; where they start is `allot queue -j`'s
@@ -437,23 +489,23 @@ def submit(
         try:
             if wait is None:
                 writer.send(requests)
+                submitted()
                 outcome = None
             else:
-                outcome = writer.send_and_wait(requests, verdict, wait)
+                outcome = writer.send_and_wait(requests, verdict, wait, submitted)
         finally:
             writer.close()
-    if tasks is not None:
-        if parsable:
-            typer.echo("\n".join(ids))
-        else:
-            span = ids[0] if len(ids) == 1 else f"{ids[0]} … {ids[-1]}"
-            typer.echo(f"Submitted array {workload}: {len(ids)} workloads ({span})")
-    else:
-        typer.echo(workload if parsable else f"Submitted workload {workload}")
     if wait is None:
         return
     first = ids[0]
     if outcome is None:
+        if writer.trouble is not None and verdict.accepted is None:
+            _lost_on_the_way(
+                f"workload {first}",
+                wait,
+                writer.trouble,
+                f"`allot why {first}` says what the scheduler decided",
+            )
         if verdict.accepted is not None:  # queued: the scheduler has it
             also = (
                 "" if tasks is None else f" (the array's first task; `allot queue -j {workload}`)"
@@ -789,21 +841,25 @@ def _about_workloads(
             )
             for wid in order
         ]
-        verdict = _send_all(target, requests, wait)
-    if len(requests) == 1:
-        _sent(f"{verb} of workload {ids[0]} sent", target, requests[0])
-    else:
-        typer.echo(
-            f"{verb} of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, to {target.where})"
-        )
-    for note in found.notes:
-        typer.echo(note)
+
+        def said() -> None:
+            if len(requests) == 1:
+                _sent(f"{verb} of workload {ids[0]} sent", target, requests[0])
+            else:
+                typer.echo(
+                    f"{verb} of {len(requests)} workloads sent ({ids[0]} … {ids[-1]}, "
+                    f"to {target.where})"
+                )
+            for note in found.notes:
+                typer.echo(note)
+
+        sent = _send_all(target, requests, wait, said)
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",
         f"Workload {ids[0]} {done}",
-        target,
         wait,
-        verdict,
+        sent,
+        f"`allot why {ids[0]}` says what the scheduler decided",
     )
 
 
@@ -968,21 +1024,27 @@ def budget_set(
                 "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
                 "--no-members)"
             )
-        target, request, verdict = _send(
+        what = f"weight {weight:g}" if weight is not None else "weight kept"
+        sent = _send(
             kafka,
             data,
             "budget.set",
             cluster=cluster,
             actor=as_,
+            said=f"Budget change for {path} ({what}) sent",
             allocation=path,
             weight=weight,
             managers=managers,
             members=members,
             wait=wait,
         )
-    what = f"weight {weight:g}" if weight is not None else "weight kept"
-    _sent(f"Budget change for {path} ({what}) sent", target, request)
-    _report_verdict(f"the budget change for {path}", f"Budget of {path} set", target, wait, verdict)
+    _report_verdict(
+        f"the budget change for {path}",
+        f"Budget of {path} set",
+        wait,
+        sent,
+        _request_check(sent.request, "`allot shares -l`"),
+    )
 
 
 @budget_app.command("remove")
@@ -996,11 +1058,17 @@ def budget_remove(
 ) -> None:
     """Remove an allocation that has no children and no live workloads."""
     with one_line_errors():
-        target, request, verdict = _send(
-            kafka, data, "budget.removed", cluster=cluster, actor=as_, allocation=path, wait=wait
-        )
-    _sent(f"Removal of {path} sent", target, request)
-    _report_verdict(f"the removal of {path}", f"Allocation {path} removed", target, wait, verdict)
+        sent = _send(
+            kafka, data, "budget.removed", cluster=cluster, actor=as_,
+            said=f"Removal of {path} sent", allocation=path, wait=wait,
+        )  # fmt: skip
+    _report_verdict(
+        f"the removal of {path}",
+        f"Allocation {path} removed",
+        wait,
+        sent,
+        _request_check(sent.request, "`allot shares -l`"),
+    )
 
 
 # a negative GPUS would otherwise read as an unknown option ("No such option: -1")
@@ -1014,7 +1082,12 @@ def host_register(
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Register a host and its GPUs (admins only, when admins are set)."""
+    """Register a host and its GPUs (admins only, when admins are set).
+
+    A host's GPU count is fixed once registered (placements and the GPU timeline
+    name its GPU indices): registering it again is refused. To change it, report
+    the host unhealthy (`allot host health HOST --unhealthy`: its work drains off
+    it) and register the machine under a new name."""
     from domain.admission import MAX_HOST_GPUS
     from domain.text import HOST_NAME_RULE, is_host_name
 
@@ -1023,13 +1096,16 @@ def host_register(
             raise RequestError(f"HOST {host!r}: a host name is {HOST_NAME_RULE}")
         if not 1 <= gpus <= MAX_HOST_GPUS:  # the scheduler would reject it
             raise RequestError(f"GPUS {gpus}: a host has 1 to {MAX_HOST_GPUS} GPUs")
-        target, request, verdict = _send(
+        sent = _send(
             kafka, data, "host.registered", cluster=cluster, actor=as_, host=host, gpus=gpus,
-            wait=wait,
+            said=f"Registration of host {host} ({plural(gpus, 'GPU')}) sent", wait=wait,
         )  # fmt: skip
-    _sent(f"Registration of host {host} ({plural(gpus, 'GPU')}) sent", target, request)
     _report_verdict(
-        f"the registration of host {host}", f"Host {host} registered", target, wait, verdict
+        f"the registration of host {host}",
+        f"Host {host} registered",
+        wait,
+        sent,
+        _request_check(sent.request, "`allot host list`"),
     )
 
 
@@ -1063,21 +1139,25 @@ def host_health(
             raise RequestError(f"say --healthy or --unhealthy for host {host}")
         if {"--healthy", "--unhealthy"} <= set(sys.argv):  # click keeps the last one
             raise RequestError(f"--healthy and --unhealthy: say one for host {host}")
-        target, request, verdict = _send(
+        state = "healthy" if healthy else "unhealthy"
+        sent = _send(
             kafka,
             data,
             "host.health",
             cluster=cluster,
             actor=as_,
+            said=f"Host {host} reported {state}",
             host=host,
             healthy=healthy,
             reason=reason,
             wait=wait,
         )
-    state = "healthy" if healthy else "unhealthy"
-    _sent(f"Host {host} reported {state}", target, request)
     _report_verdict(
-        f"the health report of {host}", f"Host {host} marked {state}", target, wait, verdict
+        f"the health report of {host}",
+        f"Host {host} marked {state}",
+        wait,
+        sent,
+        _request_check(sent.request, "`allot host list`"),
     )
 
 

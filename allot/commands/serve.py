@@ -195,6 +195,10 @@ def serve(
 ) -> None:
     """Run the scheduler: fold the inbox through the domain core into the journal.
 
+    With --kafka it creates no topics: a missing inbox or journal topic (a mistyped
+    or forgotten $ALLOT_TOPIC_SUFFIX, or a new deployment) stops it with one line;
+    `allot topics create` makes them, once per deployment.
+
     The config is in the journal: --admin, --policy, --set and --config change the
     keys they name (the others keep the journal's values, or the defaults on a new
     journal), journaled as `config.set` at the first input if that changes anything.

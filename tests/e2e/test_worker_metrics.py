@@ -204,6 +204,8 @@ def test_serve_kafka_exposes_metrics_of_what_it_journals(kafka_bootstrap: str) -
     # default topic names (`allot serve --kafka` has no suffix); a cluster of its own
     cluster = f"m-{uuid.uuid4().hex[:10]}"
     where = ["--kafka", kafka_bootstrap]
+    created = allot("topics", "create", *where)  # serve creates none
+    assert created.returncode == 0, created.stderr
     port = _free_port()
     with server(*where, "--cluster", cluster, "--metrics-port", str(port)):
         wait_scrape(port, lambda s: True)  # listening

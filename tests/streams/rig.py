@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,35 @@ FETCH_BYTES = 16 * 1024 * 1024  # room for the near-1 MiB records of the fuzz te
 
 def suffix() -> str:
     return f"-t{uuid.uuid4().hex[:10]}"
+
+
+KAFKA = ROOT / "deploy" / "kafka"
+
+
+class Broker:
+    """A broker of a test's own (`deploy/kafka/start` on a free port, a throwaway data
+    dir): for tests that stop it and start it again; the session broker stays untouched."""
+
+    def __init__(self, data: Path) -> None:
+        self.data = data
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.bootstrap = ""
+
+    def start(self) -> str:
+        out = subprocess.run(
+            [str(KAFKA / "start"), "--data", str(self.data), "--port", str(self.port), "--quiet"],
+            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        self.bootstrap = out.stdout.strip().splitlines()[-1]
+        return self.bootstrap
+
+    def stop(self) -> None:
+        subprocess.run(
+            [str(KAFKA / "stop"), "--data", str(self.data), "--quiet"], timeout=120, check=False
+        )
 
 
 # ------------------------------------------------------------------ helpers

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
-import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -23,8 +21,8 @@ from projections.replay import verify
 from streams.worker import Topics, create_topics, serve
 from tests.streams.rig import (
     ADMIN,
-    ROOT,
     WAIT_S,
+    Broker,
     Inbox,
     JournalReader,
     folded_up_to,
@@ -35,33 +33,6 @@ from tests.streams.rig import (
 )
 
 pytestmark = pytest.mark.kafka
-
-KAFKA = ROOT / "deploy" / "kafka"
-
-
-class Broker:
-    """A broker of this test's own: start, stop and start again on the same port/data."""
-
-    def __init__(self, data: Path) -> None:
-        self.data = data
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.bootstrap = ""
-
-    def start(self) -> str:
-        out = subprocess.run(
-            [str(KAFKA / "start"), "--data", str(self.data), "--port", str(self.port), "--quiet"],
-            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr[-2000:]
-        self.bootstrap = out.stdout.strip().splitlines()[-1]
-        return self.bootstrap
-
-    def stop(self) -> None:
-        subprocess.run(
-            [str(KAFKA / "stop"), "--data", str(self.data), "--quiet"], timeout=120, check=False
-        )
 
 
 @pytest.fixture

@@ -1,0 +1,86 @@
+"""The request tools when the broker goes away while they `--wait` for a verdict.
+
+The request is out once the broker acknowledged it, so its id (or "sent" line) comes
+first, and a broker lost during the wait ends in one line saying no verdict came and
+how to see what the scheduler decided, not in a traceback. Real processes and a broker
+of this module's own (it is stopped mid-test; the session broker stays untouched).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import allot
+from tests.streams.rig import Broker
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    b = Broker(tmp_path / "kafka")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _first_line(stream, timeout: float) -> str:
+    """The first line `stream` gives within `timeout` seconds ('' if none)."""
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return got[0] if got else ""
+
+
+@pytest.mark.parametrize(
+    ("args", "sent"),
+    [
+        (
+            ["submit", "-A", "lab", "-G", "1", "--min-runtime", "5m", "--as", "alice"],
+            "Submitted workload ",
+        ),
+        (["host", "health", "h1", "--unhealthy", "--as", "ops"], "Host h1 reported unhealthy"),
+    ],
+    ids=["submit", "host-health"],
+)
+def test_a_wait_whose_broker_goes_away_says_the_request_was_sent(
+    broker: Broker, args: list[str], sent: str
+) -> None:
+    environ = {"ALLOT_KAFKA": broker.bootstrap}
+    created = allot("topics", "create", env=environ)
+    assert created.returncode == 0, created.stderr
+    # no scheduler runs: the verdict is still pending when the broker goes away
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", *args, "--wait", "40"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env={**env, **environ},
+    )  # fmt: skip
+    try:
+        # said once the broker has it, while the wait goes on (it came only after the
+        # wait, and not at all when the broker went away meanwhile)
+        first = _first_line(proc.stdout, 30)
+        broker.stop()
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # the id / sent line came while the command was still waiting
+    assert first.startswith(sent), (first, rest, err)
+    assert proc.returncode == 1, (first, rest, err)
+    assert "Traceback" not in err and "Task was destroyed" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("No verdict on "), lines[0]
+    assert f"Kafka at {broker.bootstrap} stopped answering during the wait" in lines[0]
+    assert "the request was sent (above)" in lines[0] and "`allot why " in lines[0], lines[0]

@@ -1,0 +1,66 @@
+"""Every command that talks to Kafka says, in its `--help`, what else decides where
+and as whom: `$ALLOT_TOPIC_SUFFIX` (and the one in effect) and the login variables.
+An operator with a staging suffix or a secured broker finds them there, not only in
+the README."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from tests.e2e.cli import allot
+
+# the commands of the operator review, by the words that name them
+KAFKA_COMMANDS = [
+    "topics create", "serve", "executor", "metrics", "dashboard", "queue", "shares", "acct",
+    "why", "replay", "rollup", "audit load", "usage", "submit", "cancel", "host health",
+    "host register", "budget set",
+]  # fmt: skip
+VARIABLES = (
+    "$ALLOT_TOPIC_SUFFIX",
+    "$ALLOT_KAFKA_USER",
+    "$ALLOT_KAFKA_PASSWORD_FILE",
+    "$ALLOT_KAFKA_SASL_MECHANISM",
+    "$ALLOT_KAFKA_SECURITY_PROTOCOL",
+)
+
+
+@pytest.mark.parametrize("command", KAFKA_COMMANDS, ids=KAFKA_COMMANDS)
+def test_a_kafka_commands_help_names_the_topic_suffix_and_the_login(command: str) -> None:
+    result = allot(*command.split(), "--help", env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    missing = [name for name in VARIABLES if name not in result.stdout]
+    assert not missing, result.stdout
+
+
+def test_every_command_with_a_kafka_option_says_it() -> None:
+    """In-process: the click tree of `allot`, every `--kafka` option's help."""
+    from allot.cli import app
+
+    def walk(command, path):
+        for sub_name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*path, sub_name])
+        for param in getattr(command, "params", []):
+            if "--kafka" in getattr(param, "opts", ()):
+                yield " ".join(path), param.help or ""
+
+    found = dict(walk(typer.main.get_command(app), []))
+    assert set(KAFKA_COMMANDS) <= set(found), sorted(found)
+    silent = [name for name, text in found.items() if not all(v in text for v in VARIABLES)]
+    assert not silent, silent
+
+
+@pytest.mark.parametrize(
+    ("suffix", "names"),
+    [
+        ("", "allot.inbox, allot.journal"),
+        (".staging", "allot.inbox.staging, allot.journal.staging"),
+    ],
+    ids=["no-suffix", "suffix"],
+)
+def test_topics_create_help_names_the_topics_it_creates(suffix: str, names: str) -> None:
+    result = allot(
+        "topics", "create", "--help", env={"COLUMNS": "200", "ALLOT_TOPIC_SUFFIX": suffix}
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"Create {names} (kept forever" in " ".join(result.stdout.split()), result.stdout

@@ -1,0 +1,226 @@
+"""How `allot serve --kafka` (and `python -m streams.worker`) starts: it creates no
+topics, so a mistyped or forgotten `ALLOT_TOPIC_SUFFIX` stops it with one line instead
+of starting an empty deployment nobody's tools read; the read tools name the suffix the
+same way; an unreachable broker is one line. Real processes, the session's broker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.cli import allot, one_line_error
+
+pytestmark = pytest.mark.kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _topics(bootstrap: str) -> set[str]:
+    from streams.worker import _admin
+
+    async def names() -> set[str]:
+        admin = await _admin(bootstrap, 15.0)
+        try:
+            return set(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    return asyncio.run(names())
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    return {**env, **extra}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "allot.cli", "serve", "--cluster", "typo", "--tick", "0"],
+        ["-m", "streams.worker", "--cluster", "typo", "--tick-every", "0"],
+    ],
+    ids=["allot-serve", "streams-worker"],
+)
+def test_serve_with_a_suffix_nobody_created_refuses_and_creates_nothing(
+    kafka_bootstrap: str, command: list[str]
+) -> None:
+    suffix = f".stagng-{uuid.uuid4().hex[:8]}"
+    result = subprocess.run(
+        [sys.executable, *command],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT,
+        env=_env(ALLOT_KAFKA=kafka_bootstrap, ALLOT_TOPIC_SUFFIX=suffix),
+    )  # fmt: skip
+    one_line_error(
+        result,
+        f"no topic allot.inbox{suffix}, allot.journal{suffix} at {kafka_bootstrap}",
+        f"ALLOT_TOPIC_SUFFIX is '{suffix}'",
+        "`allot topics create --kafka ",
+    )
+    assert not [name for name in _topics(kafka_bootstrap) if name.endswith(suffix)]
+
+
+@pytest.mark.parametrize(
+    "command", [["queue"], ["shares"], ["acct"], ["host", "list"]], ids=" ".join
+)
+def test_a_read_tool_on_a_suffix_nobody_created_asks_about_the_suffix(
+    kafka_bootstrap: str, command: list[str]
+) -> None:
+    """It said `run allot topics create and start the scheduler`: with a mistyped
+    suffix, an invitation to make topics no scheduler reads."""
+    suffix = f".stagng-{uuid.uuid4().hex[:8]}"
+    result = allot(*command, env={"ALLOT_KAFKA": kafka_bootstrap, "ALLOT_TOPIC_SUFFIX": suffix})
+    one_line_error(
+        result,
+        f"no topic allot.journal{suffix} at {kafka_bootstrap}",
+        f"ALLOT_TOPIC_SUFFIX is '{suffix}': is it the scheduler's?",
+    )
+    assert "run `allot topics create`" not in result.stderr
+
+
+def test_serve_creates_a_missing_dead_letter_or_snapshot_topic_and_says_so(
+    kafka_bootstrap: str,
+) -> None:
+    """Only the inbox and the journal must exist (a deployment from before the
+    snapshot topic, or one whose dead letters were deleted)."""
+    from aiokafka.admin import NewTopic
+
+    from streams.worker import Topics, _admin, topic_configs
+
+    suffix = f".part-{uuid.uuid4().hex[:8]}"
+    topics = Topics.suffixed(suffix)
+    configs = topic_configs(topics)
+
+    async def some() -> None:
+        admin = await _admin(kafka_bootstrap, 15.0)
+        try:
+            await admin.create_topics(
+                [
+                    NewTopic(t, 1, 1, topic_configs=configs[t])
+                    for t in (topics.inbox, topics.journal)
+                ]
+            )
+        finally:
+            await admin.close()
+
+    asyncio.run(some())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--cluster", "c", "--tick", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+        env=_env(ALLOT_KAFKA=kafka_bootstrap, ALLOT_TOPIC_SUFFIX=suffix), cwd=ROOT,
+    )  # fmt: skip
+    lines = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "scheduler ready" in line:
+                break
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    logged = "".join(lines) + rest
+    assert proc.returncode == 0, logged
+    for name in (topics.dlq, topics.snapshots):
+        assert f"WARNING allot.worker: created topic {name} (it did not exist)" in logged
+    assert {topics.dlq, topics.snapshots} <= _topics(kafka_bootstrap)
+
+
+def test_serve_on_an_unreachable_broker_is_one_line() -> None:
+    """aiokafka's own ERROR about the connection came first."""
+    result = allot("serve", "--kafka", "127.0.0.1:1", "--cluster", "x", "--tick", "0")
+    one_line_error(result, "cannot reach Kafka at 127.0.0.1:1")
+
+
+class _Serve:
+    """`allot serve --kafka` in the background; its log lines read as they come."""
+
+    def __init__(self, environ: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "serve", "--cluster", "c", "--tick", "1s",
+             "--admin", "ops"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, env=environ, cwd=ROOT,
+        )  # fmt: skip
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.log: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+        self.lines.put("")  # the end
+
+    def until(self, text: str, timeout: float = 120) -> None:
+        """Read its log up to a line with `text` (fails if it ends or stays quiet)."""
+        while True:
+            line = self.lines.get(timeout=timeout)
+            assert line, "".join(self.log)
+            self.log.append(line)
+            if text in line:
+                return
+
+    def stop(self, signum: int = signal.SIGINT) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=60)
+        while True:
+            line = self.lines.get(timeout=30)
+            if not line:
+                return code
+            self.log.append(line)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.log)
+
+
+@pytest.mark.parametrize("previous", ["running", "stopped"], ids=["running", "stopped"])
+def test_a_second_serve_says_it_took_over_from_a_live_worker(
+    kafka_bootstrap: str, previous: str
+) -> None:
+    """Two `allot serve` for one cluster: the newcomer fences the running one (which
+    stops with 'took over'); its log used to read like any start."""
+    suffix = f".two-{uuid.uuid4().hex[:8]}"
+    environ = _env(ALLOT_KAFKA=kafka_bootstrap, ALLOT_TOPIC_SUFFIX=suffix)
+    created = allot(
+        "topics", "create", env={"ALLOT_KAFKA": kafka_bootstrap, "ALLOT_TOPIC_SUFFIX": suffix}
+    )
+    assert created.returncode == 0, created.stderr
+    first = _Serve(environ)
+    second = None
+    try:
+        first.until("scheduler ready")
+        if previous == "stopped":
+            assert first.stop() == 0, first.text
+        second = _Serve(environ)
+        second.until("scheduler ready")
+        if previous == "running":
+            # fenced at its next tick's write
+            assert first.proc.wait(timeout=120) == 2, first.text
+            assert first.stop() == 2
+            assert "another worker with this worker's topics and clusters took over" in first.text
+        assert second.stop() == 0, second.text
+    finally:
+        for serve in (first, second):
+            if serve is not None and serve.proc.poll() is None:
+                serve.proc.kill()
+                serve.proc.wait()
+    warned = [line for line in second.log if "from a live worker" in line]
+    if previous == "running":
+        assert len(warned) == 1, second.text
+        assert (
+            "WARNING allot.worker: took inbox partitions [0] over from a live worker" in warned[0]
+        )
+        assert "allot-worker/" in warned[0]  # which one: its client id and host
+    else:
+        assert not warned, second.text
