@@ -251,8 +251,7 @@ def _lost_on_the_way(what: str, wait: float, trouble: str, check: str) -> None:
 
 def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check: str) -> None:
     """After `--wait`: `done` if the scheduler accepted `what`, else why not (exit 1).
-    `check` says how to see the outcome later (when no verdict came because the broker
-    went away)."""
+    `check` says how to see the outcome later (when no verdict came in time)."""
     if wait is None:
         return
     verdict = sent.verdict
@@ -260,7 +259,12 @@ def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check
         if sent.trouble is not None:
             _lost_on_the_way(what, wait, sent.trouble, check)
         hint = _no_scheduler_hint(sent.target)
-        typer.echo(f"No verdict on {what} after {wait:g} s{hint}", err=True)
+        # the request is not lost: a scheduler started later decides it, so say so
+        typer.echo(
+            f"No verdict on {what} after {wait:g} s{hint}; the request stays queued and "
+            f"is decided when the scheduler reads it: {check}",
+            err=True,
+        )
         raise typer.Exit(1)
     if str(verdict.get("type", "")).endswith(".rejected"):
         typer.echo(f"{what[0].upper()}{what[1:]} was rejected: {verdict.get('error')}")

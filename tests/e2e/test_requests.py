@@ -538,6 +538,9 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     assert result.returncode == 1
     assert result.stdout.startswith("Cancel of workload w1 sent")
     assert "No verdict on the cancel of workload w1 after 0.3 s; no `allot serve" in result.stderr
+    # not lost: it waits in the inbox for a scheduler, and the line says how to follow it
+    assert "the request stays queued and is decided when the scheduler reads it" in result.stderr
+    assert "allot why w1" in result.stderr
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
     # several at once: follow them with `allot queue` instead (nothing is sent)
     line = one_line_error(allot("cancel", "w1", "w2", "--data", str(data), "--wait", "1"))
