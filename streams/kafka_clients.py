@@ -1,4 +1,5 @@
-"""Stopping aiokafka clients without letting their shutdown fail the caller.
+"""Stopping aiokafka clients without letting their shutdown fail the caller, and
+keeping aiokafka's own log quiet while a probe speaks for it.
 
 `quiet_stop(client)` stops a producer, consumer or admin client and swallows what its
 shutdown raises. That includes the `asyncio.CancelledError` aiokafka (0.14) raises from
@@ -13,7 +14,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
+
+# open `aiokafka_quiet` blocks and the level aiokafka's logger had before the first
+_quiet = {"depth": 0, "level": logging.NOTSET}
+
+
+@contextlib.contextmanager
+def aiokafka_quiet() -> Iterator[None]:
+    """aiokafka's logger says nothing below CRITICAL meanwhile. Counted, not saved per
+    block: two workers' blocks interleave across awaits, and restoring per block left
+    the logger silenced for good (the broker watch, which reads it, then never saw an
+    outage)."""
+    logger = logging.getLogger("aiokafka")
+    if _quiet["depth"] == 0:
+        _quiet["level"] = logger.level
+        logger.setLevel(logging.CRITICAL)
+    _quiet["depth"] += 1
+    try:
+        yield
+    finally:
+        _quiet["depth"] -= 1
+        if _quiet["depth"] == 0:
+            logger.setLevel(_quiet["level"])
 
 
 def _being_cancelled() -> bool:

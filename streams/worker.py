@@ -95,7 +95,7 @@ from streams import topics as names
 from streams.broker_watch import BrokerWatch
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore, old_bucket_note
 from streams.kafka_auth import KafkaAuthError, client_options
-from streams.kafka_clients import quiet_stop
+from streams.kafka_clients import aiokafka_quiet, quiet_stop
 from streams.log_repeats import quiet_repeats
 from streams.offloop import start_blobs
 
@@ -628,7 +628,7 @@ class Worker:
     async def _start(self) -> None:
         # the first contact is a probe: an unreachable broker is BrokerUnavailable's one
         # line, not that plus aiokafka's own ERROR about the same connection
-        with _aiokafka_quiet():
+        with aiokafka_quiet():
             report = await create_topics(
                 self.bootstrap,
                 topics=self.topics,
@@ -709,7 +709,7 @@ class Worker:
         """`CLIENT-ID at HOST` of each member of the presence group: the workers of this
         identity running now. Best effort: [] when the broker will not say."""
         try:
-            with _aiokafka_quiet():
+            with aiokafka_quiet():
                 admin = await _admin(self.bootstrap, 10.0, self.kafka_options)
                 try:
                     responses = await asyncio.wait_for(
@@ -1601,18 +1601,6 @@ class Worker:
         self._consumer = self._meta = self._presence = None
         self._presence_task = None
         self.owned = {}
-
-
-@contextlib.contextmanager
-def _aiokafka_quiet() -> Any:
-    """aiokafka's logger says nothing below CRITICAL meanwhile (its level restored)."""
-    logger = logging.getLogger("aiokafka")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 async def _quiet_stop(client: Any) -> None:

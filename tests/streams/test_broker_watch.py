@@ -106,3 +106,35 @@ async def test_a_committed_batch_ends_the_outage(rig) -> None:
     assert said(caplog)[-1].startswith("Kafka at k:9092 answers again after 1m30s")
     watch.answered()
     assert len(said(caplog)) == 2
+
+
+# (first block's start, its end, second block's start, its end), in 10 ms steps
+QUIET_BLOCKS = [
+    pytest.param((0, 3, 1, 5), id="interleaved-second-ends-last"),
+    pytest.param((0, 5, 1, 3), id="nested"),
+    pytest.param((0, 2, 3, 5), id="one-after-the-other"),
+]
+
+
+@pytest.mark.parametrize("steps", QUIET_BLOCKS)
+async def test_quiet_blocks_of_two_workers_give_the_watch_back_its_log(steps) -> None:
+    """Two workers in one process quiet aiokafka's log while they probe at start; when
+    their blocks overlapped across awaits, aiokafka's logger stayed silenced for good
+    and no later outage reached the watch."""
+    import asyncio
+
+    from streams.kafka_clients import aiokafka_quiet
+
+    logger = logging.getLogger("aiokafka")
+    before = logger.level
+
+    async def block(start: int, end: int) -> None:
+        await asyncio.sleep(start / 100)
+        with aiokafka_quiet():
+            assert logger.getEffectiveLevel() == logging.CRITICAL
+            await asyncio.sleep((end - start) / 100)
+
+    first_start, first_end, second_start, second_end = steps
+    await asyncio.gather(block(first_start, first_end), block(second_start, second_end))
+    assert logger.level == before
+    assert logger.isEnabledFor(logging.ERROR)
