@@ -627,8 +627,11 @@ def register(app: typer.Typer) -> None:
                 metavar="FIELD[,FIELD...]",
                 help="Columns, as sacct --format: id, name, allocation, user, state, gpus "
                 "(asked for), alloc_gpus (held: whole hosts for a gang), submitted, start, "
-                "end, wait, run, gpu_hours (held), window_gpu_hours, attempts, preemptions, "
-                "tags, reason; sacct's jobid, jobname, account, submit, elapsed work too.",
+                "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
+                "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
+                "window_gpu_hours, window_charged_gpu_hours, window_unallocated_gpu_hours, "
+                "attempts, preemptions, tags, reason; sacct's jobid, jobname, account, "
+                "submit, elapsed work too.",
                 show_default=False,
             ),
         ] = None,
@@ -698,8 +701,12 @@ def register(app: typer.Typer) -> None:
         preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy
         host; REJECTED: the submission was refused), when it was SUBMITTED, first
         STARTed and ENDed (UTC), how long it waited before its first start (WAIT)
-        and ran over all attempts (RUN), the GPU-hours it ran (GPU_H), how many
-        times it was placed (N) and why it ended. A last line adds them up.
+        and ran over all attempts (RUN), the GPU-hours it held GPUs (GPU_H: charged
+        and unallocated time alike), how many times it was placed (N) and why it
+        ended. A last line adds them up and splits the GPU-hours into charged (what
+        `allot shares`, `usage` and `rollup` count) and unallocated (free, charged to
+        no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
+        per workload.
         """
         from projections.acct import (
             DEFAULT_ACCT_COLUMNS,
@@ -793,11 +800,14 @@ def register(app: typer.Typer) -> None:
             if noheader:  # sacct -n: the rows alone, for scripts
                 return
             states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
+            windowed = lo is not None or hi is not None
+            pre = "window_" if windowed else ""
             ran = (
-                f"{total['window_gpu_hours']:,.1f} GPU-hours run in the window "
-                f"({total['gpu_hours']:,.1f} over their whole lives)"
-                if lo is not None or hi is not None
-                else f"{total['gpu_hours']:,.1f} GPU-hours run"
+                f"{total[pre + 'gpu_hours']:,.1f} GPU-hours run"
+                f"{' in the window' if windowed else ''} "
+                f"({total[pre + 'charged_gpu_hours']:,.1f} charged, "
+                f"{total[pre + 'unallocated_gpu_hours']:,.1f} unallocated"
+                + (f"; {total['gpu_hours']:,.1f} over their whole lives)" if windowed else ")")
             )
             typer.echo(
                 f"{plural(total['workloads'], 'workload')}, {ran}"

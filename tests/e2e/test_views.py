@@ -180,7 +180,7 @@ def test_acct_format_help_names_only_fields_format_reads() -> None:
     text = re.sub(r"\([^)]*\)", "", _format_help("acct")).split(":", 1)[1]  # no asides
     text = text.replace("sacct's", "").replace("work too.", "")
     names = [n.strip() for n in re.split(r"[,;]", text) if n.strip()]
-    assert len(names) == 23  # every field, and sacct's names for some
+    assert len(names) == 27  # every field, and sacct's names for some
     assert parse_acct_format(",".join(names))
 
 
@@ -244,6 +244,52 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
     nothing = allot("acct", "--journal", str(journal), "-p", "-u", "nobody")
     assert nothing.stdout.splitlines() == [  # the header alone: a script sees no rows
         "ID|ALLOCATION|USER|STATE|GPUS|ALLOC|SUBMITTED|START|END|WAIT|RUN|GPU_H|N|REASON"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "last_line", "json_totals"),
+    [
+        pytest.param(
+            [],
+            "3 workloads, 11.0 GPU-hours run (6.0 charged, 5.0 unallocated); now 3 completed",
+            {"gpu_hours": 11.0, "charged_gpu_hours": 6.0, "unallocated_gpu_hours": 5.0},
+            id="whole-lives",
+        ),
+        pytest.param(
+            ["-S", "2026-01-01T01:30"],
+            "2 workloads, 2.5 GPU-hours run in the window (2.5 charged, 0.0 unallocated; "
+            "7.0 over their whole lives); now 2 completed",
+            {
+                "window_gpu_hours": 2.5,
+                "window_charged_gpu_hours": 2.5,
+                "window_unallocated_gpu_hours": 0.0,
+            },
+            id="window",
+        ),
+    ],
+)
+def test_acct_totals_split_charged_from_unallocated_gpu_hours(
+    tmp_path: Path, args: list[str], last_line: str, json_totals: dict[str, float]
+) -> None:
+    """The charged part is what `allot shares` counts; sums by hand in
+    tests/projections/test_acct.py's `charged_and_free`."""
+    from tests.projections.test_acct import charged_and_free
+
+    path = charged_and_free().write(tmp_path / "journal.jsonl")
+    table = allot("acct", "--journal", str(path), *args)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[-1] == last_line
+    payload = orjson.loads(allot("acct", "--journal", str(path), *args, "--json").stdout)
+    assert {k: payload["totals"][k] for k in json_totals} == json_totals
+    split = allot(
+        "acct", "--journal", str(path), "-p", "-o", "id,charged_gpu_hours,unallocated_gpu_hours"
+    )
+    assert split.stdout.splitlines() == [
+        "ID|CHARGED_GPU_H|UNALLOC_GPU_H",
+        "paid|4.0|0.0",
+        "free|0.0|4.0",
+        "mixed|2.0|1.0",
     ]
 
 
