@@ -1001,7 +1001,9 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     window as of the last bucket edge, `ratios_as_of` in the header: ratios and ranks
     are read from it), ratio (None = infinite: zero share),
     rank (leaves), running (charged GPUs now), unallocated (GPUs running unallocated),
-    entitled (share x healthy capacity), pending (GPUs of pending work), managers and
+    entitled and entitled_gpus (the same: share x healthy capacity, in GPUs now, where
+    `allot usage`'s entitled_gpu_h is GPU-hours over a period), pending (GPUs of
+    pending work), managers and
     members (as `allot budget set` last gave them).
     """
     view = _view(source)
@@ -1034,7 +1036,9 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
                     "rank": ranking.ranks.get(p),
                     "running": state.charged.rate(p),
                     "unallocated": state.unallocated.rate(p),
+                    # GPUs now (`allot usage`'s entitled_gpu_h is GPU-hours over a period)
                     "entitled": round(node.share * state.healthy_capacity, 2),
+                    "entitled_gpus": round(node.share * state.healthy_capacity, 2),
                     "pending": pending.get(p, 0),
                     "managers": list(node.managers),
                     "members": list(node.members),
@@ -1056,13 +1060,17 @@ def shares_header(source: JournalView | Iterable[Any]) -> dict[str, Any]:
     """What the share numbers are relative to."""
     view = _view(source)
     state = view.require()
+    edge = state.charged.last_edge(state.now)
     return {
         "cluster": state.cluster,
         "now": iso(state.now),
         "time": state.now,
         "policy": state.ordering.name,
         "window_s": state.config.window,
-        "ratios_as_of": iso(state.charged.last_edge(state.now)),
+        # usage (and the ratios) cover [usage_since, ratios_as_of]: the window to the
+        # last bucket edge
+        "usage_since": iso(edge - state.config.window),
+        "ratios_as_of": iso(edge),
         "bucket_s": state.config.bucket,
         "capacity": state.capacity,
         "healthy_capacity": state.healthy_capacity,

@@ -843,6 +843,11 @@ def register(app: typer.Typer) -> None:
         requested by pending work. --long adds MANAGERS (may change the budgets
         under it, and submit to it) and MEMBERS (may submit to it); a leaf with no
         members and no managers above it is open to anyone.
+
+        --json: running, entitled (also as entitled_gpus), unallocated and pending
+        are GPUs now; usage_gpu_h is GPU-hours over the window [usage_since,
+        ratios_as_of] (`allot usage` gives GPU-hours over a period: its entitled_gpu_h
+        is share x healthy capacity summed over the hours).
         """
         from rich.text import Text
 
@@ -857,9 +862,9 @@ def register(app: typer.Typer) -> None:
                 _emit_json({**header, "allocations": rows})
                 return
             title = (
-                f"cluster {header['cluster']} · as of {header['now']} UTC · window "
-                f"{format_duration(header['window_s'])}, usage and ratios as of "
-                f"{_as_of(header['ratios_as_of'], header['now'])} · "
+                f"cluster {header['cluster']} · as of {header['now']} UTC · usage and "
+                f"ratios over the {format_duration(header['window_s'])} window to "
+                f"{_as_of(header['ratios_as_of'], header['now'])} (last bucket edge) · "
                 f"{header['healthy_capacity']} of "
                 f"{header['capacity']} GPUs healthy · policy {header['policy']}"
             )
