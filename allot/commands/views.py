@@ -486,8 +486,10 @@ def register(app: typer.Typer) -> None:
         before unallocated, then allocation rank from fair share, priority, submit
         time), then running work by start time. WAIT/TIME: how long a pending workload
         has waited since it last became pending, or how long a running one has run.
-        REASON for pending work: Priority (it would fit, but higher-ranked work comes
-        first), Resources (no room even by preemption), Reserved (hosts are being kept
+        REASON for pending work: Priority (higher-ranked work comes first: it would
+        fit now, or higher-ranked work waits for GPUs ahead of it and takes them first
+        as they free up, as Slurm's Priority), Resources (no room even by preemption,
+        and no higher-ranked work waits for GPUs ahead of it), Reserved (hosts are being kept
         free for it), Headroom (only the hosts kept for short jobs have room), Held
         (`allot hold`: it waits until `allot release`); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
@@ -997,7 +999,8 @@ def register(app: typer.Typer) -> None:
         preemption (reason, beneficiary, the numbers compared: ratios and hysteresis
         for rule 'ratio', running vs entitled GPUs for rule 'reclaim'); rejected
         requests about it; and now: running, ended, or pending with its position and
-        reason; for live work, when it is expected to start and end (the forecast of
+        reason (as `allot queue` gives it), its allocation's rank, fair-share ratio
+        and share, and those of the work ahead that the reason names; for live work, when it is expected to start and end (the forecast of
         `allot queue --start`, within --horizon). Then its history, one line per
         event: submitted, placed (hosts, GPUs, protected until), preempted (by whom,
         reason and numbers), requeued, finished or cancelled, rejected requests.

@@ -520,7 +520,10 @@ def test_why_preempted_workload(journal: Path, records: list[dict[str, Any]]) ->
     at = next(i for i, line in enumerate(lines) if line.startswith("history, "))
     # the answer (now, and for live work what is expected), then its history under it
     now_at = max(i for i, line in enumerate(lines[:at]) if line.startswith("now: "))
-    assert all(line.startswith(("expected", "  (a forecast")) for line in lines[now_at + 1 : at])
+    # (numbers indented under now: its allocation's fair share and what is ahead)
+    assert all(
+        line.startswith(("expected", "  (a forecast", "    ")) for line in lines[now_at + 1 : at]
+    )
     assert any(f"preempted #{q['attempt']}" in line for line in lines[at + 1 :])
     as_json = allot("why", q["workload"], "--journal", str(journal), "--json")
     payload = orjson.loads(as_json.stdout)
