@@ -433,6 +433,15 @@ def num(x: float | None, digits: int = 4) -> float | None:
     return round(x, digits)
 
 
+def ratio_text(ratio: float | None, rank: int | None = 0) -> str:
+    """A fair-share ratio for people, one way everywhere: `inf` for a zero share (JSON
+    null, as the journal has it), blank for an allocation the policy does not rank
+    (`rank` None: no fair share, no ratio)."""
+    if ratio is None:
+        return "" if rank is None else "inf"
+    return f"{ratio:.4g}"
+
+
 def show(x: float | None, digits: int = 4) -> str:
     if x is None:
         return "inf"
@@ -889,7 +898,7 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     ),
     "position": ("p", "POS", lambda r: "" if r["position"] is None else str(r["position"])),
     "rank": ("k", "RANK", lambda r: "" if r["rank"] is None else str(r["rank"])),
-    "ratio": ("f", "RATIO", lambda r: "" if r["ratio"] is None else f"{r['ratio']:.4g}"),
+    "ratio": ("f", "RATIO", lambda r: ratio_text(r["ratio"], r["rank"])),
     "priority": ("Q", "PRIO", lambda r: str(r["priority"])),
     "submitted": ("V", "SUBMITTED", lambda r: r["submitted"] or ""),
     "min_runtime": ("l", "MIN_RUNTIME", lambda r: format_duration(r["min_runtime"])),

@@ -506,6 +506,81 @@ def test_shares(journal: Path) -> None:
     assert long.stdout.splitlines()[1].split()[-2:] == ["MANAGERS", "MEMBERS"]
 
 
+def zero_share_journal(folder: Path) -> Path:
+    """lab/tulu's carol runs charged from 0; at 10m lab/tulu's weight becomes 0; at 1h
+    (protection over) olmo's alice preempts her (ratios compared: tulu's infinite);
+    alice ends at 2h and carol runs again, unallocated, ranked last with an infinite
+    ratio."""
+    from domain import events as ev
+    from tests.projections.test_views import make
+
+    c = make(hosts=1, headroom_hosts=0, window="1d")
+    c.tree({"lab/olmo": 1, "lab/tulu": 1})
+    c.submit("carol", "lab/tulu", gpus=8, min_runtime="1h")
+    c.at("10m").budget("lab/tulu", 0)
+    c.after(1).submit("alice", "lab/olmo", gpus=8, min_runtime="1h")
+    c.at("1h").tick()
+    c.at("2h").finish("alice")
+    c.at("2h1m").tick()
+    first = ev.ConfigSet(
+        id="cfg", time=c.start, cluster=c.name, actor=ev.SCHEDULER,
+        config=c.initial.model_dump(mode="json"),  # type: ignore[attr-defined]
+    )  # fmt: skip
+    path = folder / "journal.jsonl"
+    records = [ev.event_to_dict(e) for e in [first, *c.journal]]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # sshare-like: WEIGHT SHARE USAGE RATIO ... on tulu's line
+        (["shares"], re.compile(r"^\s*tulu\s+0\s+0\.0000\s+\S+\s+inf\s", re.M)),
+        (["queue", "-o", "id,ratio"], re.compile(r"^carol\s+inf$", re.M)),
+        (["why", "carol"], "compared fair-share ratios lab/olmo 0, lab/tulu inf"),
+        (["why", "carol"], "allocation rank 2, fair-share ratio inf, share 0,"),
+        # the history lines under the answer
+        (["why", "carol"], re.compile(r"^\s+ratios lab/olmo 0, lab/tulu inf \(hysteresis", re.M)),
+        (["why", "carol"], re.compile(r"^\s+rank 2, ratio inf, share 0, position 1", re.M)),
+    ],
+    ids=[
+        "shares",
+        "queue-ratio-column",
+        "why-preemption-numbers",
+        "why-placement-numbers",
+        "why-history-preempted",
+        "why-history-placed",
+    ],
+)
+def test_a_zero_shares_ratio_reads_inf_everywhere(
+    tmp_path: Path, args: list[str], needle: str | re.Pattern[str]
+) -> None:
+    """It printed three ways: inf in shares, blank in queue --long, inf and - in why."""
+    path = zero_share_journal(tmp_path)
+    result = allot(*args, "--journal", str(path), env={"COLUMNS": "250"})
+    assert result.returncode == 0, result.stderr
+    if isinstance(needle, str):
+        assert needle in result.stdout, result.stdout
+    else:
+        assert needle.search(result.stdout), result.stdout
+
+
+def test_a_zero_shares_ratio_is_null_in_every_json(tmp_path: Path) -> None:
+    path = zero_share_journal(tmp_path)
+
+    def payload(*args: str) -> Any:
+        return orjson.loads(allot(*args, "--journal", str(path), "--json").stdout)
+
+    shares = {r["path"]: r for r in payload("shares")["allocations"]}
+    queue = {r["id"]: r for r in payload("queue")["workloads"]}
+    why = payload("why", "carol")
+    assert shares["lab/tulu"]["ratio"] is None and shares["lab/tulu"]["rank"] == 2
+    assert queue["carol"]["ratio"] is None and queue["carol"]["rank"] == 2
+    assert why["placements"][-1]["explain"]["ratio"] is None
+    assert why["preemptions"][0]["explain"]["compared"]["lab/tulu"] is None
+
+
 # ------------------------------------------------------------------ why
 
 
