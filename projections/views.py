@@ -1075,7 +1075,9 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     entitled and entitled_gpus (the same: share x healthy capacity, in GPUs now, where
     `allot usage`'s entitled_gpu_h is GPU-hours over a period), pending (GPUs of
     pending work), managers and
-    members (as `allot budget set` last gave them).
+    members (as `allot budget set` last gave them), members_active (False on an
+    allocation with children: its members may not submit there, nor below it, until
+    it is a leaf again).
     """
     view = _view(source)
     state = view.require()
@@ -1113,6 +1115,9 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
                     "pending": pending.get(p, 0),
                     "managers": list(node.managers),
                     "members": list(node.members),
+                    # members may submit to a leaf only: on an allocation given children
+                    # since, they are kept (a leaf again, it takes them back) but idle
+                    "members_active": not node.children,
                 }
             )
             if node.children:

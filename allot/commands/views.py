@@ -182,6 +182,12 @@ def _ratio(value: float | None) -> str:
     return f"{value:.4f}" if value == 0 or value >= 0.001 else f"{value:.2e}"
 
 
+def _members(row: dict[str, Any]) -> str:
+    """An allocation's MEMBERS cell: marked inactive where they may not submit."""
+    names = ",".join(row["members"])
+    return names if row["members_active"] or not names else f"{names} (inactive: not a leaf)"
+
+
 def _workload_list(ids: list[str], shown: int = 3) -> str:
     """A host's workloads, the first few and how many more."""
     if len(ids) <= shown:
@@ -844,7 +850,10 @@ def register(app: typer.Typer) -> None:
         (share x healthy capacity); UNALLOC: GPUs running unallocated; PEND: GPUs
         requested by pending work. --long adds MANAGERS (may change the budgets
         under it, and submit to it) and MEMBERS (may submit to it); a leaf with no
-        members and no managers above it is open to anyone.
+        members and no managers above it is open to anyone. Members of an allocation
+        that has children (it was a leaf when they were named) may submit neither to
+        it nor below it: they are shown '(inactive: not a leaf)', kept for when it is
+        a leaf again (--json: members_active false).
 
         --json: running, entitled (also as entitled_gpus), unallocated and pending
         are GPUs now; usage_gpu_h is GPU-hours over the window [usage_since,
@@ -895,7 +904,7 @@ def register(app: typer.Typer) -> None:
                     f"{r['running']}/{r['entitled']:g}",
                     str(r["unallocated"]),
                     str(r["pending"]),
-                    *((",".join(r["managers"]), ",".join(r["members"])) if long else ()),
+                    *((",".join(r["managers"]), _members(r)) if long else ()),
                     style=None if r["leaf"] else "bold",
                 )
             print_table(title, table)

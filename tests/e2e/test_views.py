@@ -511,7 +511,6 @@ def zero_share_journal(folder: Path) -> Path:
     (protection over) olmo's alice preempts her (ratios compared: tulu's infinite);
     alice ends at 2h and carol runs again, unallocated, ranked last with an infinite
     ratio."""
-    from domain import events as ev
     from tests.projections.test_views import make
 
     c = make(hosts=1, headroom_hosts=0, window="1d")
@@ -522,14 +521,43 @@ def zero_share_journal(folder: Path) -> Path:
     c.at("1h").tick()
     c.at("2h").finish("alice")
     c.at("2h1m").tick()
+    return write_cluster(c, folder)
+
+
+def write_cluster(c: Any, folder: Path) -> Path:
+    """A tests.domain.builders cluster's journal as the scheduler writes it (its
+    config first), in folder/journal.jsonl."""
+    from domain import events as ev
+
     first = ev.ConfigSet(
         id="cfg", time=c.start, cluster=c.name, actor=ev.SCHEDULER,
-        config=c.initial.model_dump(mode="json"),  # type: ignore[attr-defined]
+        config=c.state.config.model_dump(mode="json"),
     )  # fmt: skip
     path = folder / "journal.jsonl"
     records = [ev.event_to_dict(e) for e in [first, *c.journal]]
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     return path
+
+
+@pytest.mark.parametrize(
+    ("children", "cell"),
+    [(False, "alice,bob"), (True, "alice,bob (inactive: not a leaf)")],
+    ids=["a-leaf", "given-children"],
+)
+def test_shares_long_marks_members_that_may_not_submit(
+    tmp_path: Path, children: bool, cell: str
+) -> None:
+    from tests.domain.builders import cluster
+
+    c = cluster(hosts=1)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/olmo", 3, members=("alice", "bob"), actor="pm")
+    if children:
+        c.budget("lab/olmo/pre", 1, members=("alice",), actor="pm")
+    result = allot("shares", "-l", "--journal", str(write_cluster(c, tmp_path)))
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.split()[:1] == ["olmo"])
+    assert line.rstrip().endswith(f"  {cell}"), line
 
 
 @pytest.mark.parametrize(

@@ -919,3 +919,29 @@ def test_work_first_in_line_that_could_start_says_when_the_scheduler_looks_again
     assert row["detail"].endswith("starts it by 00:20 at the latest")
     c.at("20m").tick()
     assert c.placed("a1") is not None and c.preempted("u") is not None
+
+
+@pytest.mark.parametrize(
+    ("children", "active"),
+    [(False, True), (True, False)],
+    ids=["a-leaf-its-members-submit", "given-children-its-members-may-not"],
+)
+def test_members_of_an_allocation_given_children_read_as_inactive(
+    children: bool, active: bool
+) -> None:
+    """`budget set lab/olmo --member alice,bob`, then a child under it: lab/olmo is no
+    leaf (no submissions), and bob is no member of the child, yet shares -l listed
+    alice,bob as if they could submit. They are kept, for when it is a leaf again."""
+    c = cluster(hosts=1)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/olmo", 3, members=("alice", "bob"), actor="pm")
+    if children:
+        c.budget("lab/olmo/pre", 1, members=("alice",), actor="pm")
+    rows = {r["path"]: r for r in v.share_rows(c.journal)}
+    olmo = rows["lab/olmo"]
+    assert (olmo["members"], olmo["members_active"]) == (["alice", "bob"], active)
+    # as admission decides: may bob submit to it (a leaf), or to the leaf under it?
+    leaf = "lab/olmo/pre" if children else "lab/olmo"
+    assert c.state.tree.may_submit("bob", leaf) is active
+    if children:
+        assert rows["lab/olmo/pre"]["members_active"] is True
