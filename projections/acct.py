@@ -3,8 +3,9 @@
 One row per submitted workload (and per rejected submission), from a folded journal
 (`projections.views.JournalView`): its state, when it was submitted, first started and
 ended, how long it waited and ran (all attempts), the GPUs it asked for and held (a gang
-holds whole hosts), the GPU-hours it held them (as charged), and how often it was
-placed and preempted.
+holds whole hosts), the GPU-hours it held them, split into charged (allocated: what
+`allot shares`, `usage` and `rollup` count) and unallocated (free) time, and how often
+it was placed and preempted.
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ def _state(view: JournalView, h: History) -> str:
     return "PENDING"
 
 
-def _runs(h: History, now: float, running: bool) -> list[tuple[float, float, int]]:
+def _runs(h: History, now: float, running: bool) -> list[tuple[float, float, int, bool]]:
     """Its run intervals over all attempts (the current one up to `now`), each with the
-    GPUs it held (its hosts' GPUs: whole hosts for a gang, as it is charged)."""
+    GPUs it held (its hosts' GPUs: whole hosts for a gang, as it is charged) and whether
+    the attempt was charged (allocated) or ran unallocated (free)."""
     stops = {q.attempt: q.time for q in h.preemptions}
     stops.update((lost.attempt, lost.time) for lost in h.lost)
     out = []
@@ -87,7 +89,7 @@ def _runs(h: History, now: float, running: bool) -> list[tuple[float, float, int
         if stop is None and i == len(h.placements) - 1:
             stop = now if running else (h.ended or {}).get("time")
         if stop is not None and stop > p.time:
-            out.append((p.time, stop, _held(p)))
+            out.append((p.time, stop, _held(p), p.charged))
     return out
 
 
@@ -146,15 +148,18 @@ def acct_rows(
         if (since is not None and last < since) or (until is not None and submitted > until):
             continue
         runs = _runs(h, now, running)
-        ran = sum(b - a for a, b, _ in runs)
+        ran = sum(b - a for a, b, _, _ in runs)
         lo = -math.inf if since is None else since
         hi = math.inf if until is None else until
         if states is not None and windowed:
             during = _states_during(h, name, submitted, runs, ended, now, lo, hi)
             if not during & set(states):
                 continue
-        gpu_s = sum(held * (b - a) for a, b, held in runs)
-        inside = sum(held * max(0.0, min(b, hi) - max(a, lo)) for a, b, held in runs)
+        # GPU-seconds held, in all and inside the window: [charged, unallocated]
+        gpu_s, inside = [0.0, 0.0], [0.0, 0.0]
+        for a, b, held, charged in runs:
+            gpu_s[not charged] += held * (b - a)
+            inside[not charged] += held * max(0.0, min(b, hi) - max(a, lo))
         gpus = s.gpus if s is not None else (rejection.gpus or 0)
         rows.append(
             {
@@ -173,8 +178,13 @@ def acct_rows(
                 "wait_s": round((first if first is not None else last) - submitted, 3),
                 "run_s": round(ran, 3),
                 "alloc_gpus": _held(h.placements[-1]) if h.placements else None,
-                "gpu_hours": round(gpu_s / 3600, 4),
-                "window_gpu_hours": round(inside / 3600, 4),
+                # held, charged or not (sacct's); charged is what the shares count
+                "gpu_hours": round(sum(gpu_s) / 3600, 4),
+                "charged_gpu_hours": round(gpu_s[0] / 3600, 4),
+                "unallocated_gpu_hours": round(gpu_s[1] / 3600, 4),
+                "window_gpu_hours": round(sum(inside) / 3600, 4),
+                "window_charged_gpu_hours": round(inside[0] / 3600, 4),
+                "window_unallocated_gpu_hours": round(inside[1] / 3600, 4),
                 "attempts": len(h.placements),
                 "preemptions": len(h.preemptions),
                 "tags": list(s.tags) if s is not None else [],
@@ -193,7 +203,7 @@ def _states_during(
     h: History,
     final: str,
     submitted: float,
-    runs: list[tuple[float, float, int]],
+    runs: list[tuple[float, float, int, bool]],
     ended: float | None,
     now: float,
     lo: float,
@@ -201,10 +211,10 @@ def _states_during(
 ) -> set[str]:
     """The states a workload was in at some moment of [lo, hi]."""
     out = set()
-    if any(a <= hi and b >= lo for a, b, _ in runs):
+    if any(a <= hi and b >= lo for a, b, _, _ in runs):
         out.add("RUNNING")
     # pending from submission, and from each requeue, to the next start (or its end)
-    starts = sorted(a for a, _, _ in runs)
+    starts = sorted(a for a, _, _, _ in runs)
     waits_from = [submitted, *_requeue_times(h)]
     last = now if ended is None else ended
     for t in waits_from:
@@ -243,12 +253,20 @@ def _requeue_times(h: History) -> list[float]:
 
 def totals(rows: list[AcctRow]) -> dict[str, Any]:
     """What the rows add up to: workloads, GPU-hours run (in all, and inside the
-    window the rows were chosen by), workloads per state (now)."""
+    window the rows were chosen by; each also split into charged and unallocated),
+    workloads per state (now)."""
     by_state = Counter(r["state"] for r in rows)
+
+    def add(key: str) -> float:
+        return round(sum(r[key] for r in rows), 3)
+
     return {
         "workloads": len(rows),
-        "gpu_hours": round(sum(r["gpu_hours"] for r in rows), 3),
-        "window_gpu_hours": round(sum(r["window_gpu_hours"] for r in rows), 3),
+        **{
+            f"{window}{kind}gpu_hours": add(f"{window}{kind}gpu_hours")
+            for window in ("", "window_")
+            for kind in ("", "charged_", "unallocated_")
+        },
         "by_state": {s: by_state[s] for s in STATES if by_state[s]},
     }
 
@@ -274,7 +292,20 @@ ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
     "wait": ("WAIT", lambda r: _dur(r["wait_s"])),
     "run": ("RUN", lambda r: _dur(r["run_s"])),
     "gpu_hours": ("GPU_H", lambda r: f"{r['gpu_hours']:.1f}"),
+    "charged_gpu_hours": ("CHARGED_GPU_H", lambda r: f"{r['charged_gpu_hours']:.1f}"),
+    "unallocated_gpu_hours": (
+        "UNALLOC_GPU_H",
+        lambda r: f"{r['unallocated_gpu_hours']:.1f}",
+    ),
     "window_gpu_hours": ("WINDOW_GPU_H", lambda r: f"{r['window_gpu_hours']:.1f}"),
+    "window_charged_gpu_hours": (
+        "WINDOW_CHARGED_GPU_H",
+        lambda r: f"{r['window_charged_gpu_hours']:.1f}",
+    ),
+    "window_unallocated_gpu_hours": (
+        "WINDOW_UNALLOC_GPU_H",
+        lambda r: f"{r['window_unallocated_gpu_hours']:.1f}",
+    ),
     "attempts": ("N", lambda r: str(r["attempts"])),
     "preemptions": ("PREEMPTIONS", lambda r: str(r["preemptions"])),
     "tags": ("TAGS", lambda r: ",".join(r["tags"])),
@@ -285,7 +316,8 @@ DEFAULT_ACCT_COLUMNS = [
     "wait", "run", "gpu_hours", "attempts", "reason",
 ]  # fmt: skip
 RIGHT_ALIGNED = frozenset(
-    {"GPUS", "ALLOC", "WAIT", "RUN", "GPU_H", "WINDOW_GPU_H", "N", "PREEMPTIONS"}
+    {"GPUS", "ALLOC", "WAIT", "RUN", "N", "PREEMPTIONS"}
+    | {header for header, _ in ACCT_COLUMNS.values() if header.endswith("GPU_H")}
 )
 # sacct --format names for the same fields
 SACCT_NAMES = {

@@ -794,7 +794,12 @@ def queue_page(snap: Snapshot, query: dict[str, list[str]] | None = None) -> str
             + _td(r["gpus"], "gpus", num=True)
             + _td("yes" if r["allocated"] else "no", "allocated")
             + _td("" if r["rank"] is None else r["rank"], "rank", num=True)
-            + _td("inf" if r["ratio"] is None else f"{r['ratio']:.4f}", "ratio", num=True)
+            # a zero share's ratio is inf; work the policy does not rank has none
+            + _td(
+                "" if r["rank"] is None else "inf" if r["ratio"] is None else f"{r['ratio']:.4f}",
+                "ratio",
+                num=True,
+            )
             + _td(r["priority"], "priority", num=True)
             + _td(r["submitted"], "submitted", cls="nowrap")
             + _td(fmt_dur(r["time_s"]), "waited", num=True, cls="nowrap")

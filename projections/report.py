@@ -528,7 +528,7 @@ def _delivered_rows(summary: dict[str, Any], proj: SummaryProjection) -> list[li
         rows.append(
             [
                 html.escape(leaf),
-                fmt_pct(proj.tree.share(leaf), 2) if leaf in proj.tree else "—",
+                _share_cell(proj, leaf),
                 fmt_num(owed.get(leaf), 1),
                 fmt_num(received.get(leaf), 1),
                 fmt_num(unalloc.get(leaf, 0.0) / HOUR, 1),
@@ -564,6 +564,21 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .bad { color: #b00020; font-weight: 600; } .warn { color: #a15c00; font-weight: 600; }
 footer { color: var(--muted); font-size: 12px; margin-top: 36px; }
 """
+
+
+def _share_cell(proj: SummaryProjection, leaf: str) -> str:
+    """The leaf's share at the end of the run and, when a budget change moved it during
+    the run, each earlier value with when it changed: owed was computed hour by hour
+    from the share in force then, so the final share alone does not explain it."""
+    final = fmt_pct(proj.tree.share(leaf), 2) if leaf in proj.tree else "—"
+    steps = proj.share_steps(leaf)
+    if len(steps) < 2:
+        return final
+    history = ", ".join(
+        f"{fmt_pct(share, 2)} from {_when(t)}" if i else f"{fmt_pct(share, 2)} at first"
+        for i, (t, share) in enumerate(steps)
+    )
+    return f"{final} now<br><small>({html.escape(history)})</small>"
 
 
 def _lost_attempts(lost: Any) -> str:
@@ -726,13 +741,15 @@ def render_html(
             charts["alloc"],
             "usage vs owed",
             "owed = min(share × healthy capacity, "
-            "demand) per hour; received = charged GPU time; delivered = min(1, Σ received "
-            "/ Σ owed) over the run.",
+            "demand) per hour, with the share in force that hour; received = charged GPU "
+            "time; delivered = min(1, Σ received / Σ owed) over the run. The table's share "
+            "is the one at the end of the run, followed by its earlier values when a "
+            "budget change moved it.",
         ),
         _table(
             [
                 "allocation",
-                "share",
+                "share (at the end)",
                 "owed GPU-h",
                 "received GPU-h",
                 "unallocated GPU-h",

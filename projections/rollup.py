@@ -383,49 +383,87 @@ class Rollup:
     def cluster_names(self) -> list[str]:
         return sorted(self._clusters)
 
-    def result(
-        self, *, since: float | str | None = None, until: float | str | None = None
-    ) -> RollupResult:
-        """The roll-up over [since, until] (see the module docstring for defaults)."""
-        clusters = self._clusters
+    def require_wanted(self) -> None:
+        """RollupError if a cluster asked for has no records, naming those there are."""
         if self.wanted is not None:
-            missing = sorted(self.wanted - set(clusters))
+            missing = sorted(self.wanted - set(self._clusters))
             if missing:
-                held = ", ".join(sorted(set(clusters) | self.others)) or "nothing"
+                held = ", ".join(sorted(set(self._clusters) | self.others)) or "nothing"
                 raise RollupError(
                     f"no records of cluster {', '.join(map(repr, missing))} "
                     f"(the journal holds: {held})"
                 )
+
+    def bounds(
+        self,
+        *,
+        since: float | str | None = None,
+        until: float | str | None = None,
+        default_since: float | None = None,
+    ) -> tuple[float, float, float | None]:
+        """(lo, hi, window) of the range: `until` defaults to the latest record, `since`
+        to `default_since` if given, else to the usage window before `until` (then
+        returned as `window`, else None). See the module docstring for the forms."""
+        clusters = self._clusters
         if not clusters:
             raise RollupError("the journal is empty: no records to roll up")
         latest = max(c.last for c in clusters.values())
         hi = latest if until is None else parse_time(until, latest, end=True)
         window: float | None = None
-        if since is None:
-            windows = [c.window for c in clusters.values() if c.window is not None]
-            window = max(windows) if windows else DEFAULT_WINDOW
-            lo = hi - window
-        else:
+        if since is not None:
             lo = parse_time(since, latest)
+        elif default_since is not None:
+            lo = default_since
+        else:
+            window = self.window
+            lo = hi - window
         if hi < lo:
             raise RollupError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
+        return lo, hi, window
+
+    @property
+    def window(self) -> float:
+        """The usage window of the clusters' `config.set` (the largest if they differ),
+        else the default (7 days)."""
+        windows = [c.window for c in self._clusters.values() if c.window is not None]
+        return max(windows) if windows else DEFAULT_WINDOW
+
+    def first(self, name: str) -> float:
+        """The time of cluster `name`'s first record."""
+        return self._clusters[name].first
+
+    def projection(self, name: str, lo: float, hi: float) -> UsageProjection:
+        """Cluster `name`'s records folded into a usage projection clipped to [lo, hi],
+        closed at `hi` or the cluster's last record if earlier (its journal knows
+        nothing later): its `hourly_rows()` are the range's, split exactly at its edges."""
+        c = self._clusters[name]
+        proj = UsageProjection(start=lo, end=hi)
+        for i, record in enumerate(c.records):
+            if fields(record)["time"] > hi:
+                break  # each cluster's records are in journal (time) order
+            try:
+                proj.apply(record)
+            except RecordError as why:
+                place = c.place(i) or f"record {i + 1} of cluster {name!r}"
+                raise RollupError(f"{place}: not a journal record: {why}") from None
+        proj.close(end=min(hi, c.last))
+        return proj
+
+    def result(
+        self, *, since: float | str | None = None, until: float | str | None = None
+    ) -> RollupResult:
+        """The roll-up over [since, until] (see the module docstring for defaults)."""
+        clusters = self._clusters
+        self.require_wanted()
+        lo, hi, window = self.bounds(since=since, until=until)
 
         infos: dict[str, ClusterInfo] = {}
         accounts: list[tuple[str, str, Amounts]] = []
         tree_paths: dict[str, set[str]] = {}
         for name in sorted(clusters):
             c = clusters[name]
-            proj = UsageProjection(start=lo, end=hi)
-            for i, record in enumerate(c.records):
-                if fields(record)["time"] > hi:
-                    break  # each cluster's records are in journal (time) order
-                try:
-                    proj.apply(record)
-                except RecordError as why:
-                    place = c.place(i) or f"record {i + 1} of cluster {name!r}"
-                    raise RollupError(f"{place}: not a journal record: {why}") from None
+            proj = self.projection(name, lo, hi)
             end = min(hi, c.last)
-            proj.close(end=end)
             info = ClusterInfo(
                 name=name,
                 first=c.first,

@@ -258,7 +258,7 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
             numbers = []
             compared = x.get("compared")
             if isinstance(compared, dict) and compared:
-                pairs = ", ".join(f"{k} {_num(v)}" for k, v in compared.items())
+                pairs = ", ".join(f"{k} {_ratio(v)}" for k, v in compared.items())
                 numbers.append(f"ratios {pairs} (hysteresis {_num(x.get('hysteresis'))})")
             if x.get("beneficiary_rank") is not None or x.get("victim_rank") is not None:
                 numbers.append(
@@ -308,11 +308,18 @@ def _num(x: Any) -> str:
     return f"{x:.4g}"
 
 
+def _ratio(x: Any) -> str:
+    """A fair-share ratio: the journal's null is infinite (a zero share), `inf` as
+    `allot shares` prints it."""
+    return "inf" if x is None else _num(x)
+
+
 def _numbers(explain: Mapping[str, Any], keys: tuple[str, ...]) -> list[str]:
     out = []
     for key in keys:
         value = explain.get(key)
-        if value is None:
-            continue
-        out.append(f"{key} {_num(value) if key != 'policy' else value}")
+        if key == "ratio" and key in explain:  # null: infinite (explain has it if ranked)
+            out.append(f"ratio {_ratio(value)}")
+        elif value is not None:
+            out.append(f"{key} {_num(value) if key != 'policy' else value}")
     return out

@@ -738,6 +738,25 @@ class UsageProjection:
             i += 1
         return out
 
+    def share_steps(self, leaf: str) -> list[tuple[float, float]]:
+        """`leaf`'s share of the cluster over the integrated period: (from, share) at
+        its start and at each change (a budget change), the value in force before the
+        period counted from its start. Empty if the leaf never had a budget in it."""
+        lo, hi = self.period()
+        steps: list[tuple[float, float]] = []
+        for t, (_, shares) in zip(self._tl_times, self._tl_values, strict=True):
+            share = shares.get(leaf)
+            if hi is not None and t > hi:
+                break
+            if share is None:
+                continue
+            t = t if lo is None else max(t, lo)
+            if steps and steps[-1][0] == t:
+                steps.pop()  # several at one moment: the last holds
+            if not steps or steps[-1][1] != share:
+                steps.append((t, share))
+        return steps
+
     def _hour_bounds(self, h: float) -> tuple[float, float]:
         a, b = self._clip(h, h + self.bin_s)
         if self.first_time is not None:

@@ -433,6 +433,15 @@ def num(x: float | None, digits: int = 4) -> float | None:
     return round(x, digits)
 
 
+def ratio_text(ratio: float | None, rank: int | None = 0) -> str:
+    """A fair-share ratio for people, one way everywhere: `inf` for a zero share (JSON
+    null, as the journal has it), blank for an allocation the policy does not rank
+    (`rank` None: no fair share, no ratio)."""
+    if ratio is None:
+        return "" if rank is None else "inf"
+    return f"{ratio:.4g}"
+
+
 def show(x: float | None, digits: int = 4) -> str:
     if x is None:
         return "inf"
@@ -528,6 +537,7 @@ class _Reasons:
     state: State
     cycle: Any
     holders: dict[str, tuple[list[str], float]]
+    fitting: set[str] = field(default_factory=set)  # pending ids that would start now
 
     @classmethod
     def build(cls, state: State) -> _Reasons:
@@ -537,10 +547,16 @@ class _Reasons:
 
     def plan(self, pending: list[tuple[Any, Workload, bool]]) -> None:
         """The scheduler's own dry run (`domain.decide.Cycle.dry_run`): who would hold
-        which hosts."""
-        self.cycle.dry_run(pending)
+        which hosts, and who would start now."""
+        self.fitting = self.cycle.dry_run(pending)
         for host, (wid, start) in self.cycle.reservations.items():
             self.holders.setdefault(wid, ([], start))[0].append(host)
+
+    def waits_for_gpus(self, w: Workload) -> bool:
+        """Pending `w` would not start now but could on the healthy cluster: when GPUs
+        free up it takes them before any lower-ranked work (what Slurm's Priority
+        reason means for the work behind it)."""
+        return w.id not in self.fitting and w.gpus <= self.state.healthy_capacity
 
     @property
     def ranking(self) -> Any:
@@ -550,11 +566,18 @@ class _Reasons:
         return self.cycle.fits(w, allocated, short)
 
     def reason(
-        self, w: Workload, allocated: bool, ahead: int, first: Workload | None
-    ) -> tuple[str, str]:
+        self,
+        w: Workload,
+        allocated: bool,
+        ahead: int,
+        first: Workload | None,
+        blocker: tuple[int, Workload] | None = None,
+    ) -> tuple[str, str, Workload | None]:
         """`ahead`: how many pending workloads the scheduler considers before `w`,
         `first` the first of them (a count, not a list: a list per row made a queue of
-        20k pending quadratic)."""
+        20k pending quadratic); `blocker` the first of them that waits for GPUs
+        (`waits_for_gpus`), with its position. Returns the reason, its detail and the
+        workload ahead that the detail names (None if none)."""
         s, cycle = self.state, self.cycle
         now = s.now
         short = s.short_small(w)
@@ -565,10 +588,12 @@ class _Reasons:
             # ranking; not a bound: as ranks move, a preemption may come sooner
             # (`queue --start` plays the ranking forward)
             when = "now" if start <= now else f"from {clock(start, now)} as ranks stand now"
-            return "Reserved", f"holds {nodelist(hosts)} for it, free {when}"
+            return "Reserved", f"holds {nodelist(hosts)} for it, free {when}", None
         if w.gpus > s.healthy_capacity:
-            return "Resources", (
-                f"needs {w.gpus} GPUs; the cluster has {s.healthy_capacity} healthy GPUs"
+            return (
+                "Resources",
+                f"needs {w.gpus} GPUs; the cluster has {s.healthy_capacity} healthy GPUs",
+                None,
             )
         behind = f"behind {ahead} higher-ranked pending workload{'s' if ahead != 1 else ''}" + (
             f" (first: {first.id} of {first.allocation})" if first else ""
@@ -579,11 +604,13 @@ class _Reasons:
                 # last full one have not looked where it fits (a full cycle at every
                 # usage bucket edge does)
                 edge = s.charged.next_edge(now)
-                return "Priority", (
+                return (
+                    "Priority",
                     "first in line and it could start now; the scheduler's next full "
-                    f"cycle starts it by {clock(edge, now)} at the latest"
+                    f"cycle starts it by {clock(edge, now)} at the latest",
+                    None,
                 )
-            return "Priority", behind
+            return "Priority", behind, first
         saved = cycle.reservations
         if saved:
             cycle.reservations = {}
@@ -593,20 +620,48 @@ class _Reasons:
                 cycle.reservations = saved
             if fits_unreserved:
                 holders = sorted({wid for wid, _ in saved.values()})
-                return "Priority", (
-                    f"the hosts it could use are held for higher-ranked {', '.join(holders)}"
+                held_for = s.workloads.get(holders[0])
+                return (
+                    "Priority",
+                    f"the hosts it could use are held for higher-ranked {', '.join(holders)}",
+                    held_for,
                 )
         if allocated and not short and s.headroom and self.fits(w, allocated, True):
             cfg = s.config
-            return "Headroom", (
+            return (
+                "Headroom",
                 f"only the headroom hosts {nodelist(sorted(s.headroom))} have room; they are "
                 f"kept for short jobs (<= {cfg.short_job_max_gpus} GPUs, min runtime "
-                f"<= {format_duration(cfg.short_job_max_min_runtime)})"
+                f"<= {format_duration(cfg.short_job_max_min_runtime)})",
+                None,
             )
         room = _no_room(s, w.gpus)
         if not allocated and not s.ordering.unallocated_may_preempt:
-            return "Resources", f"{room}; unallocated work preempts nothing"
-        return "Resources", f"{room} and nothing it may preempt"
+            room = f"{room}; unallocated work preempts nothing"
+        else:
+            room = f"{room} and nothing it may preempt"
+        if blocker is not None:
+            # as Slurm's Priority: higher-ranked work waits for GPUs too, and takes
+            # them first as they free up
+            position, b = blocker
+            return (
+                "Priority",
+                f"behind {ahead} higher-ranked pending workload{'s' if ahead != 1 else ''}, "
+                f"of which {b.id} of {b.allocation} (position {position}) gets GPUs first "
+                f"as they free up; now {room}",
+                b,
+            )
+        return "Resources", room, None
+
+
+def _fair_share(state: State, ranking: Any, path: str) -> dict[str, Any]:
+    """An allocation's rank, fair-share ratio (None: infinite, a zero share) and share."""
+    node = state.tree.nodes.get(path)
+    return {
+        "rank": ranking.ranks.get(path),
+        "ratio": num(ranking.ratios.get(path), 6),
+        "share": None if node is None else num(node.share, 6),
+    }
 
 
 def _no_room(s: Any, gpus: int) -> str:
@@ -708,17 +763,33 @@ def queue_rows(
 
     rows: list[QueueRow] = []
     first = pending[0][1] if pending else None
+    blocker: tuple[int, Workload] | None = None  # the first pending that waits for GPUs
+    positions: dict[str, int] = {}
     for position, (key, w, allocated) in enumerate(pending, start=1):
         wanted = _wanted(w, user, allocation, ids)
         if wanted:
-            reason, detail = reasons.reason(
-                w, allocated, position - 1, first if position > 1 else None
+            reason, detail, named = reasons.reason(
+                w, allocated, position - 1, first if position > 1 else None, blocker
             )
             h = view.histories.get(w.id)
             since = h.pending_since if h and h.pending_since is not None else w.submit_time
             row = _row(view, w, "PENDING", now - since, reason, detail, ranking)
             row.update(position=position, allocated=allocated, sort_key=_key_json(key))
+            # the workload ahead that the detail names, with its fair-share numbers
+            row["ahead"] = (
+                None
+                if named is None
+                else {
+                    "id": named.id,
+                    "allocation": named.allocation,
+                    "position": positions.get(named.id),
+                    **_fair_share(state, ranking, named.allocation),
+                }
+            )
             rows.append(row)
+        positions[w.id] = position
+        if blocker is None and reasons.waits_for_gpus(w):
+            blocker = (position, w)
     for w in sorted(held, key=lambda w: (w.submit_time, id_order(w.id))):
         if not _wanted(w, user, allocation, ids):
             continue
@@ -827,7 +898,7 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     ),
     "position": ("p", "POS", lambda r: "" if r["position"] is None else str(r["position"])),
     "rank": ("k", "RANK", lambda r: "" if r["rank"] is None else str(r["rank"])),
-    "ratio": ("f", "RATIO", lambda r: "" if r["ratio"] is None else f"{r['ratio']:.4g}"),
+    "ratio": ("f", "RATIO", lambda r: ratio_text(r["ratio"], r["rank"])),
     "priority": ("Q", "PRIO", lambda r: str(r["priority"])),
     "submitted": ("V", "SUBMITTED", lambda r: r["submitted"] or ""),
     "min_runtime": ("l", "MIN_RUNTIME", lambda r: format_duration(r["min_runtime"])),
@@ -1001,8 +1072,12 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     window as of the last bucket edge, `ratios_as_of` in the header: ratios and ranks
     are read from it), ratio (None = infinite: zero share),
     rank (leaves), running (charged GPUs now), unallocated (GPUs running unallocated),
-    entitled (share x healthy capacity), pending (GPUs of pending work), managers and
-    members (as `allot budget set` last gave them).
+    entitled and entitled_gpus (the same: share x healthy capacity, in GPUs now, where
+    `allot usage`'s entitled_gpu_h is GPU-hours over a period), pending (GPUs of
+    pending work), managers and
+    members (as `allot budget set` last gave them), members_active (False on an
+    allocation with children: its members may not submit there, nor below it, until
+    it is a leaf again).
     """
     view = _view(source)
     state = view.require()
@@ -1034,10 +1109,15 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
                     "rank": ranking.ranks.get(p),
                     "running": state.charged.rate(p),
                     "unallocated": state.unallocated.rate(p),
+                    # GPUs now (`allot usage`'s entitled_gpu_h is GPU-hours over a period)
                     "entitled": round(node.share * state.healthy_capacity, 2),
+                    "entitled_gpus": round(node.share * state.healthy_capacity, 2),
                     "pending": pending.get(p, 0),
                     "managers": list(node.managers),
                     "members": list(node.members),
+                    # members may submit to a leaf only: on an allocation given children
+                    # since, they are kept (a leaf again, it takes them back) but idle
+                    "members_active": not node.children,
                 }
             )
             if node.children:
@@ -1056,13 +1136,17 @@ def shares_header(source: JournalView | Iterable[Any]) -> dict[str, Any]:
     """What the share numbers are relative to."""
     view = _view(source)
     state = view.require()
+    edge = state.charged.last_edge(state.now)
     return {
         "cluster": state.cluster,
         "now": iso(state.now),
         "time": state.now,
         "policy": state.ordering.name,
         "window_s": state.config.window,
-        "ratios_as_of": iso(state.charged.last_edge(state.now)),
+        # usage (and the ratios) cover [usage_since, ratios_as_of]: the window to the
+        # last bucket edge
+        "usage_since": iso(edge - state.config.window),
+        "ratios_as_of": iso(edge),
         "bucket_s": state.config.bucket,
         "capacity": state.capacity,
         "healthy_capacity": state.healthy_capacity,
@@ -1461,6 +1545,7 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
     current = _current(view, wid, h)
     out["current"] = current
     text.append("now: " + current["text"])
+    text.extend("    " + line for line in current.pop("lines", []))
     out["text"] = text
     out["history"] = timeline(history_records(view, wid))
     return out
@@ -1644,4 +1729,35 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
             f"pending for {format_duration(row['time_s'])}, position {row['position']} of "
             f"{pending} — {row['reason']}: {row['detail']}"
         )
-    return {"state": "PENDING", "text": text, "row": row}
+    out: dict[str, Any] = {"state": "PENDING", "text": text, "row": row}
+    if row is not None and not w.on_hold:
+        # the numbers behind its position: its allocation's, and those of the work
+        # ahead that the reason names (ranks and ratios as of the last bucket edge)
+        node = state.tree.nodes.get(w.allocation)
+        mine = {
+            "allocation": w.allocation,
+            "rank": row["rank"],
+            "ratio": row["ratio"],
+            "share": None if node is None else num(node.share, 6),
+        }
+        out["fair_share"] = mine
+        out["ahead"] = row.get("ahead")
+        lines = [f"its allocation {_fair_share_text(mine)}"]
+        ahead = row.get("ahead")
+        if ahead is not None:
+            where = f" (position {ahead['position']})" if ahead.get("position") else ""
+            lines.append(f"ahead of it: {ahead['id']}{where} of {_fair_share_text(ahead)}")
+        out["lines"] = lines
+    return out
+
+
+def _fair_share_text(x: dict[str, Any]) -> str:
+    """`lab/tulu: rank 1, fair-share ratio 0.0319, share 0.375` (a zero share's ratio is
+    `inf`, as `allot shares` prints it; without fair share, no rank or ratio)."""
+    parts = []
+    if x.get("rank") is not None:
+        parts.append(f"rank {x['rank']}")
+        parts.append(f"fair-share ratio {show(x.get('ratio'))}")
+    if x.get("share") is not None:
+        parts.append(f"share {show(x['share'])}")
+    return f"{x['allocation']}: {', '.join(parts)}" if parts else x["allocation"]

@@ -182,6 +182,12 @@ def _ratio(value: float | None) -> str:
     return f"{value:.4f}" if value == 0 or value >= 0.001 else f"{value:.2e}"
 
 
+def _members(row: dict[str, Any]) -> str:
+    """An allocation's MEMBERS cell: marked inactive where they may not submit."""
+    names = ",".join(row["members"])
+    return names if row["members_active"] or not names else f"{names} (inactive: not a leaf)"
+
+
 def _workload_list(ids: list[str], shown: int = 3) -> str:
     """A host's workloads, the first few and how many more."""
     if len(ids) <= shown:
@@ -486,8 +492,10 @@ def register(app: typer.Typer) -> None:
         before unallocated, then allocation rank from fair share, priority, submit
         time), then running work by start time. WAIT/TIME: how long a pending workload
         has waited since it last became pending, or how long a running one has run.
-        REASON for pending work: Priority (it would fit, but higher-ranked work comes
-        first), Resources (no room even by preemption), Reserved (hosts are being kept
+        REASON for pending work: Priority (higher-ranked work comes first: it would
+        fit now, or higher-ranked work waits for GPUs ahead of it and takes them first
+        as they free up, as Slurm's Priority), Resources (no room even by preemption,
+        and no higher-ranked work waits for GPUs ahead of it), Reserved (hosts are being kept
         free for it), Headroom (only the hosts kept for short jobs have room), Held
         (`allot hold`: it waits until `allot release`); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
@@ -627,8 +635,11 @@ def register(app: typer.Typer) -> None:
                 metavar="FIELD[,FIELD...]",
                 help="Columns, as sacct --format: id, name, allocation, user, state, gpus "
                 "(asked for), alloc_gpus (held: whole hosts for a gang), submitted, start, "
-                "end, wait, run, gpu_hours (held), window_gpu_hours, attempts, preemptions, "
-                "tags, reason; sacct's jobid, jobname, account, submit, elapsed work too.",
+                "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
+                "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
+                "window_gpu_hours, window_charged_gpu_hours, window_unallocated_gpu_hours, "
+                "attempts, preemptions, tags, reason; sacct's jobid, jobname, account, "
+                "submit, elapsed work too.",
                 show_default=False,
             ),
         ] = None,
@@ -698,8 +709,12 @@ def register(app: typer.Typer) -> None:
         preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy
         host; REJECTED: the submission was refused), when it was SUBMITTED, first
         STARTed and ENDed (UTC), how long it waited before its first start (WAIT)
-        and ran over all attempts (RUN), the GPU-hours it ran (GPU_H), how many
-        times it was placed (N) and why it ended. A last line adds them up.
+        and ran over all attempts (RUN), the GPU-hours it held GPUs (GPU_H: charged
+        and unallocated time alike), how many times it was placed (N) and why it
+        ended. A last line adds them up and splits the GPU-hours into charged (what
+        `allot shares`, `usage` and `rollup` count) and unallocated (free, charged to
+        no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
+        per workload.
         """
         from projections.acct import (
             DEFAULT_ACCT_COLUMNS,
@@ -793,11 +808,14 @@ def register(app: typer.Typer) -> None:
             if noheader:  # sacct -n: the rows alone, for scripts
                 return
             states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
+            windowed = lo is not None or hi is not None
+            pre = "window_" if windowed else ""
             ran = (
-                f"{total['window_gpu_hours']:,.1f} GPU-hours run in the window "
-                f"({total['gpu_hours']:,.1f} over their whole lives)"
-                if lo is not None or hi is not None
-                else f"{total['gpu_hours']:,.1f} GPU-hours run"
+                f"{total[pre + 'gpu_hours']:,.1f} GPU-hours run"
+                f"{' in the window' if windowed else ''} "
+                f"({total[pre + 'charged_gpu_hours']:,.1f} charged, "
+                f"{total[pre + 'unallocated_gpu_hours']:,.1f} unallocated"
+                + (f"; {total['gpu_hours']:,.1f} over their whole lives)" if windowed else ")")
             )
             typer.echo(
                 f"{plural(total['workloads'], 'workload')}, {ran}"
@@ -832,7 +850,15 @@ def register(app: typer.Typer) -> None:
         (share x healthy capacity); UNALLOC: GPUs running unallocated; PEND: GPUs
         requested by pending work. --long adds MANAGERS (may change the budgets
         under it, and submit to it) and MEMBERS (may submit to it); a leaf with no
-        members and no managers above it is open to anyone.
+        members and no managers above it is open to anyone. Members of an allocation
+        that has children (it was a leaf when they were named) may submit neither to
+        it nor below it: they are shown '(inactive: not a leaf)', kept for when it is
+        a leaf again (--json: members_active false).
+
+        --json: running, entitled (also as entitled_gpus), unallocated and pending
+        are GPUs now; usage_gpu_h is GPU-hours over the window [usage_since,
+        ratios_as_of] (`allot usage` gives GPU-hours over a period: its entitled_gpu_h
+        is share x healthy capacity summed over the hours).
         """
         from rich.text import Text
 
@@ -847,9 +873,9 @@ def register(app: typer.Typer) -> None:
                 _emit_json({**header, "allocations": rows})
                 return
             title = (
-                f"cluster {header['cluster']} · as of {header['now']} UTC · window "
-                f"{format_duration(header['window_s'])}, usage and ratios as of "
-                f"{_as_of(header['ratios_as_of'], header['now'])} · "
+                f"cluster {header['cluster']} · as of {header['now']} UTC · usage and "
+                f"ratios over the {format_duration(header['window_s'])} window to "
+                f"{_as_of(header['ratios_as_of'], header['now'])} (last bucket edge) · "
                 f"{header['healthy_capacity']} of "
                 f"{header['capacity']} GPUs healthy · policy {header['policy']}"
             )
@@ -878,7 +904,7 @@ def register(app: typer.Typer) -> None:
                     f"{r['running']}/{r['entitled']:g}",
                     str(r["unallocated"]),
                     str(r["pending"]),
-                    *((",".join(r["managers"]), ",".join(r["members"])) if long else ()),
+                    *((",".join(r["managers"]), _members(r)) if long else ()),
                     style=None if r["leaf"] else "bold",
                 )
             print_table(title, table)
@@ -982,7 +1008,8 @@ def register(app: typer.Typer) -> None:
         preemption (reason, beneficiary, the numbers compared: ratios and hysteresis
         for rule 'ratio', running vs entitled GPUs for rule 'reclaim'); rejected
         requests about it; and now: running, ended, or pending with its position and
-        reason; for live work, when it is expected to start and end (the forecast of
+        reason (as `allot queue` gives it), its allocation's rank, fair-share ratio
+        and share, and those of the work ahead that the reason names; for live work, when it is expected to start and end (the forecast of
         `allot queue --start`, within --horizon). Then its history, one line per
         event: submitted, placed (hosts, GPUs, protected until), preempted (by whom,
         reason and numbers), requeued, finished or cancelled, rejected requests.

@@ -157,6 +157,8 @@ def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path)
         "received_gpu_h": 15_360.0,
         "entitled_gpu_h": 11_520.0,
         "delivered": 1.0,  # 15,360 / 11,520, capped
+        "since": "2026-01-01T00:00:00",  # the period: the whole journal
+        "until": "2026-01-02T06:00:00",
     }
     assert rows[EVAL] == {
         "allocation": EVAL,
@@ -167,4 +169,134 @@ def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path)
         "received_gpu_h": 0.0,
         "entitled_gpu_h": 3_840.0,  # 128 x 30
         "delivered": 0.0,
+        "since": "2026-01-01T00:00:00",
+        "until": "2026-01-02T06:00:00",
     }
+
+
+# ------------------------------------------------------------------ the period
+
+
+def two_days() -> JournalBuilder:
+    """A 1-day usage window on a 2-day journal: one 8-GPU host, lab/a's 4 GPUs run
+    charged 0 → 48h (4 GPU-h every hour), the journal ends at 48h."""
+    j = JournalBuilder(cluster="default").host("h0")
+    j.add("config.set", actor="admin", config={"window": "1d"}).budget("lab", 1)
+    j.budget("lab/a", 1).submit("w", "lab/a", 4).place("w", {"h0": [0, 1, 2, 3]})
+    j.at(48 * HOUR).tick()
+    return j
+
+
+@pytest.mark.parametrize(
+    ("args", "period", "since", "until", "charged"),
+    [
+        # the whole journal, as the title says: 4 GPUs x 48 h
+        (
+            [],
+            "the whole journal, 2026-01-01 00:00 → 2026-01-03 00:00 UTC (2d)",
+            "2026-01-01T00:00:00",
+            "2026-01-03T00:00:00",
+            192.0,
+        ),
+        # the usage window's length: what shares and rollup count, 4 x 24 h
+        (
+            ["--since", "1d"],
+            "2026-01-02 00:00 → 2026-01-03 00:00 UTC (1d)",
+            "2026-01-02T00:00:00",
+            "2026-01-03T00:00:00",
+            96.0,
+        ),
+        # ISO times, -S/-E as acct takes them: 4 x 12 h
+        (
+            ["-S", "2026-01-01T12:00", "-E", "2026-01-02"],
+            "2026-01-01 12:00 → 2026-01-02 00:00 UTC (12h)",
+            "2026-01-01T12:00:00",
+            "2026-01-02T00:00:00",
+            48.0,
+        ),
+        # --until alone: from the first record; 6h before the latest is 42 h in
+        (
+            ["--until", "6h"],
+            "2026-01-01 00:00 → 2026-01-02 18:00 UTC (1d18h)",
+            "2026-01-01T00:00:00",
+            "2026-01-02T18:00:00",
+            168.0,
+        ),
+    ],
+    ids=["whole-journal", "window-length", "iso-range", "until-only"],
+)
+def test_the_title_says_the_period_and_a_range_can_be_asked_for(
+    tmp_path: Path, args: list[str], period: str, since: str, until: str, charged: float
+) -> None:
+    """`usage` covered the whole journal, took no range and did not say so, while
+    shares and rollup count the window: 10,306.4 GPU-h vs 2,856.9 on one leaf."""
+    path = two_days().write(tmp_path / "journal.jsonl")
+    table = allot("usage", "--journal", str(path), *args, env={"COLUMNS": "200"})
+    assert table.returncode == 0, table.stderr
+    title = table.stdout.splitlines()[0]
+    assert title.startswith(f"usage in GPU-hours over {period} from"), title
+    (row,) = usage_json("--journal", str(path), *args)
+    assert (row["charged_gpu_h"], row["since"], row["until"]) == (charged, since, until)
+    # the whole-journal title says how to get the window shares and rollup count
+    hint = "`allot shares` counts the 1d usage window"
+    assert (hint in " ".join(table.stdout.split())) == (not args)
+
+
+def test_over_the_window_usage_rollup_and_shares_agree(tmp_path: Path) -> None:
+    """The window's length as --since gives rollup's default range; shares counts the
+    same window (its end on a bucket edge, here the journal's end): 96 GPU-h."""
+    path = two_days().write(tmp_path / "journal.jsonl")
+    (row,) = usage_json("--journal", str(path), "--since", "1d")
+    rolled = orjson.loads(allot("rollup", "--journal", str(path), "--json").stdout)
+    leaf = next(n for n in rolled["allocations"] if n["path"] == "lab/a")
+    shares = orjson.loads(allot("shares", "--journal", str(path), "--json").stdout)
+    usage = {r["path"]: r["usage_gpu_h"] for r in shares["allocations"]}
+    assert row["charged_gpu_h"] == leaf["charged_gpu_h"] == usage["lab/a"] == 96.0
+    assert (shares["usage_since"], shares["ratios_as_of"]) == (
+        "2026-01-02 00:00:00",
+        "2026-01-03 00:00:00",
+    )
+    title = allot("shares", "--journal", str(path), env={"COLUMNS": "200"}).stdout
+    assert "usage and ratios over the 1d window to 00:00:00 (last bucket edge)" in title
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # 48 hours of lab/a: 4 GPUs charged; share 1 of 8 healthy GPUs = 8 GPU-h an hour
+        ([], [{"charged_gpu_h": 192.0, "entitled_gpu_h": 384.0}]),
+        (
+            ["--hourly"],
+            [
+                {
+                    "hour": f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00:00",
+                    "hour_time": JournalBuilder.START + h * HOUR,
+                    "charged_gpu_h": 4.0,
+                    "entitled_gpu_h": 8.0,
+                }
+                for h in range(48)
+            ],
+        ),
+    ],
+    ids=["period", "hourly"],
+)
+def test_json_is_in_gpu_hours_with_iso_times_hourly_too(
+    tmp_path: Path, args: list[str], expected: list[dict]
+) -> None:
+    """`usage --hourly --json` gave GPU-seconds and the hour as an epoch number, where
+    the period rows give GPU-hours and other JSON ISO times."""
+    path = two_days().write(tmp_path / "journal.jsonl")
+    rows = usage_json("--journal", str(path), *args)
+    assert [{k: row[k] for k in want} for row, want in zip(rows, expected, strict=True)] == (
+        expected
+    )
+    assert not [k for row in rows for k in row if k.endswith("_gpu_s")]
+
+
+def test_shares_json_says_entitled_is_gpus(tmp_path: Path) -> None:
+    """`entitled` is GPUs in shares and GPU-hours in usage: shares also names it by its
+    unit (the old key is kept), as usage's entitled_gpu_h does."""
+    path = two_days().write(tmp_path / "journal.jsonl")
+    shares = orjson.loads(allot("shares", "--journal", str(path), "--json").stdout)
+    leaf = next(r for r in shares["allocations"] if r["path"] == "lab/a")
+    assert leaf["entitled_gpus"] == leaf["entitled"] == 8

@@ -180,7 +180,7 @@ def test_acct_format_help_names_only_fields_format_reads() -> None:
     text = re.sub(r"\([^)]*\)", "", _format_help("acct")).split(":", 1)[1]  # no asides
     text = text.replace("sacct's", "").replace("work too.", "")
     names = [n.strip() for n in re.split(r"[,;]", text) if n.strip()]
-    assert len(names) == 23  # every field, and sacct's names for some
+    assert len(names) == 27  # every field, and sacct's names for some
     assert parse_acct_format(",".join(names))
 
 
@@ -244,6 +244,52 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
     nothing = allot("acct", "--journal", str(journal), "-p", "-u", "nobody")
     assert nothing.stdout.splitlines() == [  # the header alone: a script sees no rows
         "ID|ALLOCATION|USER|STATE|GPUS|ALLOC|SUBMITTED|START|END|WAIT|RUN|GPU_H|N|REASON"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "last_line", "json_totals"),
+    [
+        pytest.param(
+            [],
+            "3 workloads, 11.0 GPU-hours run (6.0 charged, 5.0 unallocated); now 3 completed",
+            {"gpu_hours": 11.0, "charged_gpu_hours": 6.0, "unallocated_gpu_hours": 5.0},
+            id="whole-lives",
+        ),
+        pytest.param(
+            ["-S", "2026-01-01T01:30"],
+            "2 workloads, 2.5 GPU-hours run in the window (2.5 charged, 0.0 unallocated; "
+            "7.0 over their whole lives); now 2 completed",
+            {
+                "window_gpu_hours": 2.5,
+                "window_charged_gpu_hours": 2.5,
+                "window_unallocated_gpu_hours": 0.0,
+            },
+            id="window",
+        ),
+    ],
+)
+def test_acct_totals_split_charged_from_unallocated_gpu_hours(
+    tmp_path: Path, args: list[str], last_line: str, json_totals: dict[str, float]
+) -> None:
+    """The charged part is what `allot shares` counts; sums by hand in
+    tests/projections/test_acct.py's `charged_and_free`."""
+    from tests.projections.test_acct import charged_and_free
+
+    path = charged_and_free().write(tmp_path / "journal.jsonl")
+    table = allot("acct", "--journal", str(path), *args)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[-1] == last_line
+    payload = orjson.loads(allot("acct", "--journal", str(path), *args, "--json").stdout)
+    assert {k: payload["totals"][k] for k in json_totals} == json_totals
+    split = allot(
+        "acct", "--journal", str(path), "-p", "-o", "id,charged_gpu_hours,unallocated_gpu_hours"
+    )
+    assert split.stdout.splitlines() == [
+        "ID|CHARGED_GPU_H|UNALLOC_GPU_H",
+        "paid|4.0|0.0",
+        "free|0.0|4.0",
+        "mixed|2.0|1.0",
     ]
 
 
@@ -460,6 +506,109 @@ def test_shares(journal: Path) -> None:
     assert long.stdout.splitlines()[1].split()[-2:] == ["MANAGERS", "MEMBERS"]
 
 
+def zero_share_journal(folder: Path) -> Path:
+    """lab/tulu's carol runs charged from 0; at 10m lab/tulu's weight becomes 0; at 1h
+    (protection over) olmo's alice preempts her (ratios compared: tulu's infinite);
+    alice ends at 2h and carol runs again, unallocated, ranked last with an infinite
+    ratio."""
+    from tests.projections.test_views import make
+
+    c = make(hosts=1, headroom_hosts=0, window="1d")
+    c.tree({"lab/olmo": 1, "lab/tulu": 1})
+    c.submit("carol", "lab/tulu", gpus=8, min_runtime="1h")
+    c.at("10m").budget("lab/tulu", 0)
+    c.after(1).submit("alice", "lab/olmo", gpus=8, min_runtime="1h")
+    c.at("1h").tick()
+    c.at("2h").finish("alice")
+    c.at("2h1m").tick()
+    return write_cluster(c, folder)
+
+
+def write_cluster(c: Any, folder: Path) -> Path:
+    """A tests.domain.builders cluster's journal as the scheduler writes it (its
+    config first), in folder/journal.jsonl."""
+    from domain import events as ev
+
+    first = ev.ConfigSet(
+        id="cfg", time=c.start, cluster=c.name, actor=ev.SCHEDULER,
+        config=c.state.config.model_dump(mode="json"),
+    )  # fmt: skip
+    path = folder / "journal.jsonl"
+    records = [ev.event_to_dict(e) for e in [first, *c.journal]]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("children", "cell"),
+    [(False, "alice,bob"), (True, "alice,bob (inactive: not a leaf)")],
+    ids=["a-leaf", "given-children"],
+)
+def test_shares_long_marks_members_that_may_not_submit(
+    tmp_path: Path, children: bool, cell: str
+) -> None:
+    from tests.domain.builders import cluster
+
+    c = cluster(hosts=1)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/olmo", 3, members=("alice", "bob"), actor="pm")
+    if children:
+        c.budget("lab/olmo/pre", 1, members=("alice",), actor="pm")
+    result = allot("shares", "-l", "--journal", str(write_cluster(c, tmp_path)))
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if x.split()[:1] == ["olmo"])
+    assert line.rstrip().endswith(f"  {cell}"), line
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # sshare-like: WEIGHT SHARE USAGE RATIO ... on tulu's line
+        (["shares"], re.compile(r"^\s*tulu\s+0\s+0\.0000\s+\S+\s+inf\s", re.M)),
+        (["queue", "-o", "id,ratio"], re.compile(r"^carol\s+inf$", re.M)),
+        (["why", "carol"], "compared fair-share ratios lab/olmo 0, lab/tulu inf"),
+        (["why", "carol"], "allocation rank 2, fair-share ratio inf, share 0,"),
+        # the history lines under the answer
+        (["why", "carol"], re.compile(r"^\s+ratios lab/olmo 0, lab/tulu inf \(hysteresis", re.M)),
+        (["why", "carol"], re.compile(r"^\s+rank 2, ratio inf, share 0, position 1", re.M)),
+    ],
+    ids=[
+        "shares",
+        "queue-ratio-column",
+        "why-preemption-numbers",
+        "why-placement-numbers",
+        "why-history-preempted",
+        "why-history-placed",
+    ],
+)
+def test_a_zero_shares_ratio_reads_inf_everywhere(
+    tmp_path: Path, args: list[str], needle: str | re.Pattern[str]
+) -> None:
+    """It printed three ways: inf in shares, blank in queue --long, inf and - in why."""
+    path = zero_share_journal(tmp_path)
+    result = allot(*args, "--journal", str(path), env={"COLUMNS": "250"})
+    assert result.returncode == 0, result.stderr
+    if isinstance(needle, str):
+        assert needle in result.stdout, result.stdout
+    else:
+        assert needle.search(result.stdout), result.stdout
+
+
+def test_a_zero_shares_ratio_is_null_in_every_json(tmp_path: Path) -> None:
+    path = zero_share_journal(tmp_path)
+
+    def payload(*args: str) -> Any:
+        return orjson.loads(allot(*args, "--journal", str(path), "--json").stdout)
+
+    shares = {r["path"]: r for r in payload("shares")["allocations"]}
+    queue = {r["id"]: r for r in payload("queue")["workloads"]}
+    why = payload("why", "carol")
+    assert shares["lab/tulu"]["ratio"] is None and shares["lab/tulu"]["rank"] == 2
+    assert queue["carol"]["ratio"] is None and queue["carol"]["rank"] == 2
+    assert why["placements"][-1]["explain"]["ratio"] is None
+    assert why["preemptions"][0]["explain"]["compared"]["lab/tulu"] is None
+
+
 # ------------------------------------------------------------------ why
 
 
@@ -474,7 +623,10 @@ def test_why_preempted_workload(journal: Path, records: list[dict[str, Any]]) ->
     at = next(i for i, line in enumerate(lines) if line.startswith("history, "))
     # the answer (now, and for live work what is expected), then its history under it
     now_at = max(i for i, line in enumerate(lines[:at]) if line.startswith("now: "))
-    assert all(line.startswith(("expected", "  (a forecast")) for line in lines[now_at + 1 : at])
+    # (numbers indented under now: its allocation's fair share and what is ahead)
+    assert all(
+        line.startswith(("expected", "  (a forecast", "    ")) for line in lines[now_at + 1 : at]
+    )
     assert any(f"preempted #{q['attempt']}" in line for line in lines[at + 1 :])
     as_json = allot("why", q["workload"], "--journal", str(journal), "--json")
     payload = orjson.loads(as_json.stdout)

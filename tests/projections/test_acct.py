@@ -137,3 +137,56 @@ def test_a_runs_gpu_hours_add_up_to_its_timeline(seed: int) -> None:
     assert len(rows) == 40
     finished = {r.workload for r in records if r.type == "workload.finished"}
     assert {r["id"] for r in rows if r["state"] == "COMPLETED"} == finished
+
+
+def charged_and_free() -> JournalBuilder:
+    """One 8-GPU host, one leaf; times in hours.
+    - paid: 2 GPUs charged, 0 → 2h: 4 charged GPU-h;
+    - free: 4 GPUs unallocated (min_runtime 0), 0 → 1h: 4 free GPU-h;
+    - mixed: 1 GPU, its first attempt unallocated 0 → 1h (1 free GPU-h), preempted,
+      its second charged 1h → 3h (2 charged GPU-h)."""
+    hour = 3600.0
+    j = JournalBuilder().host("h0").budget("lab", 1)
+    j.submit("paid", "lab", 2).place("paid", {"h0": [0, 1]})
+    j.submit("free", "lab", 4, min_runtime=0).place("free", {"h0": [2, 3, 4, 5]})
+    j.submit("mixed", "lab", 1).place("mixed", {"h0": [6]}, charged=False)
+    j.at(hour).finish("free").preempt("mixed", beneficiary="paid")
+    j.place("mixed", {"h0": [6]})
+    j.at(2 * hour).finish("paid")
+    j.at(3 * hour).finish("mixed")
+    return j
+
+
+@pytest.mark.parametrize(
+    ("since_h", "expected", "total"),
+    [
+        # per workload: (charged, unallocated) GPU-hours; totals (charged, unallocated)
+        (None, {"paid": (4, 0), "free": (0, 4), "mixed": (2, 1)}, (6, 5)),
+        # from 1h30 on: paid 2 GPUs x 0.5 h, mixed 1 GPU x 1.5 h, free ended at 1h
+        (1.5, {"paid": (1, 0), "mixed": (1.5, 0)}, (2.5, 0)),
+    ],
+    ids=["whole-lives", "window-from-1h30"],
+)
+def test_gpu_hours_split_into_charged_and_unallocated(
+    since_h: float | None,
+    expected: dict[str, tuple[float, float]],
+    total: tuple[float, float],
+) -> None:
+    """GPU_H is all the time held; the charged part is what `allot shares`, `usage`
+    and `rollup` count, the unallocated part is free: a manager reconciles acct with
+    the shares through the split (it was one number, the two added)."""
+    j = charged_and_free()
+    since = None if since_h is None else j.start + since_h * 3600
+    rows = {r["id"]: r for r in acct_rows(fold(j.events), since=since)}
+    pre = "" if since is None else "window_"
+    got = {
+        wid: (r[f"{pre}charged_gpu_hours"], r[f"{pre}unallocated_gpu_hours"])
+        for wid, r in rows.items()
+    }
+    assert got == expected  # whole quarter hours: exact
+    for r in rows.values():  # the two parts make up the held time
+        held = r[f"{pre}gpu_hours"]
+        assert r[f"{pre}charged_gpu_hours"] + r[f"{pre}unallocated_gpu_hours"] == held
+    sums = totals(list(rows.values()))
+    assert (sums[f"{pre}charged_gpu_hours"], sums[f"{pre}unallocated_gpu_hours"]) == total
+    assert sums[f"{pre}gpu_hours"] == sum(total)

@@ -402,3 +402,20 @@ def test_the_budget_tree_names_its_root_without_a_trailing_slash(path: str, show
     row = re.search(rf'<tr data-path="{path}">(.*?)</tr>', text, re.S)[1]
     name = re.search(r'data-k="name">(.*?)</td>', row)[1]
     assert html.unescape(name).replace("\xa0", "") == shown
+
+
+@pytest.mark.parametrize(
+    ("ordering", "ratio"),
+    [("fairshare", "inf"), ("fifo", "")],
+    ids=["zero-share-fair-share", "no-fair-share"],
+)
+def test_a_pending_rows_ratio_reads_as_allot_queue_prints_it(ordering: str, ratio: str):
+    """A zero share's ratio is `inf` (JSON null), as in `allot shares` and `allot queue`;
+    a policy without fair share ranks nothing and shows no ratio (it said inf)."""
+    j = JournalBuilder().host("h0").add("config.set", config={"ordering": ordering})
+    j.budget("lab", 1).budget("lab/a", 1).budget("lab/zero", 0)
+    j.submit("run1", "lab/a", 8).place("run1", {"h0": H8})
+    j.at(60).submit("wait1", "lab/zero", 4)
+    j.at(120).tick()
+    pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', queue_page(snapshot(j)), re.S)[1]
+    assert f'<td class="num" data-k="ratio">{ratio}</td>' in pending, pending

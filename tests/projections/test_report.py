@@ -228,3 +228,43 @@ def test_contended_idle_rows_name_what_the_smallest_waiting_workload_needed():
         ["idle while work waited (GPU-h)", "5.0"],
         ["… of it on hosts kept for short jobs", "4.0"],
     ]
+
+
+def weight_change(at_h: float | None) -> JournalBuilder:
+    """One 8-GPU host, lab/a and lab/b 1:1 (shares 50%); lab/a runs 4 GPUs (its demand)
+    from 0 to 6h. `at_h`: lab/b's weight becomes 3 then (lab/a's share 25%)."""
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1).budget("lab/b", 1)
+    j.submit("a", "lab/a", 4).place("a", {"h0": [0, 1, 2, 3]})
+    if at_h is not None:
+        j.at(at_h * HOUR).budget("lab/b", 3)
+    j.at(6 * HOUR).finish("a")
+    return j
+
+
+@pytest.mark.parametrize(
+    ("at_h", "share", "owed"),
+    [
+        (None, "50.00%", "24.0"),  # min(50% x 8, 4) = 4 GPUs owed for 6 h
+        # owed min(4, 4) x 3 h + min(25% x 8, 4) x 3 h = 12 + 6: both shares, where the
+        # final one alone would make it 12
+        (
+            3,
+            "25.00% now<br><small>(50.00% at first, 25.00% from 2026-01-01 03:00 UTC)</small>",
+            "18.0",
+        ),
+    ],
+    ids=["share-unchanged", "weight-changed-mid-run"],
+)
+def test_the_share_beside_owed_says_when_a_budget_change_moved_it(
+    tmp_path, at_h: float | None, share: str, owed: str
+):
+    """report.html showed only the final share next to owed computed from both."""
+    journal = weight_change(at_h).write(tmp_path / "journal.jsonl")
+    summary = summarize(journal, policy="fairshare")
+    text = write_report(journal, summary, tmp_path / "report.html").read_text(encoding="utf-8")
+    row = re.search(r"<tr><td class=\"\">lab/a</td>(.*?)</tr>", text, re.S)
+    assert row is not None
+    cells = re.findall(r'<td class="num">(.*?)</td>', row.group(1), re.S)
+    assert cells[:2] == [share, owed]
+    assert "share (at the end)" in text and "with the share in force that hour" in text

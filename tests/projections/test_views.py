@@ -101,11 +101,12 @@ QUEUE_CASES: list[tuple[str, Callable[[], Cluster], list[tuple[str, str, str]]]]
     (
         "rank-then-priority-then-unallocated",
         order_by_rank_then_priority,
+        # b waits for GPUs ahead of the rest: they wait behind it (Slurm's Priority)
         [
             ("b", "PENDING", "Reserved"),
-            ("a-hi", "PENDING", "Resources"),
-            ("a-lo", "PENDING", "Resources"),
-            ("u", "PENDING", "Resources"),
+            ("a-hi", "PENDING", "Priority"),
+            ("a-lo", "PENDING", "Priority"),
+            ("u", "PENDING", "Priority"),
             ("a-run", "RUNNING", "protected until 10:00"),
         ],
     ),
@@ -115,7 +116,7 @@ QUEUE_CASES: list[tuple[str, Callable[[], Cluster], list[tuple[str, str, str]]]]
         [
             ("b16", "PENDING", "Reserved"),
             ("b4", "PENDING", "Priority"),
-            ("u8", "PENDING", "Resources"),
+            ("u8", "PENDING", "Priority"),
             ("a-h0", "RUNNING", "protected until 03:00"),
             ("a-h1", "RUNNING", "protected until 03:00"),
         ],
@@ -172,6 +173,113 @@ def test_a_resources_reason_counts_the_free_gpus(running: list, asks: int, detai
     row = next(r for r in v.queue_rows(view_of(c)) if r["id"] == "wants")
     assert (row["state"], row["reason"]) == ("PENDING", "Resources")
     assert row["detail"].startswith(detail), row["detail"]
+
+
+def behind(ahead: str | None) -> Cluster:
+    """Two 8-GPU hosts, window 1d: lab/olmo used both hosts for 2h, then `run` (its own,
+    protected 8h) holds h0 and `full` h1: no free GPUs, nothing to preempt. lab/tulu
+    (no usage) ranks first. `ahead`: what lab/tulu asks for before olmo's `mine` (4 GPUs):
+    `waits` 8 GPUs (it waits for GPUs too), `too-big` 24 on a third host registered
+    unhealthy (more than the healthy cluster: it waits for no GPUs that can free up),
+    None nothing.
+
+    Hand numbers, as of 3h: olmo charged 16 GPUs x 2h + 16 x 1h = 48 GPU-h; its budget
+    is share 0.5 x 16 GPUs x 24 h = 192 GPU-h, ratio 0.25; tulu's ratio is 0."""
+    c = make(hosts=2, headroom_hosts=0, window="1d")
+    c.tree({"lab/olmo": 1, "lab/tulu": 1})
+    warm(c, "lab/olmo")
+    c.submit("run", "lab/olmo", gpus=8, min_runtime="8h")
+    c.submit("full", "lab/olmo", gpus=8, min_runtime="8h")
+    if ahead == "too-big":
+        c.host("h2")
+        c.health("h2", False, "bad GPU")
+    if ahead is not None:
+        c.after(1).submit("first", "lab/tulu", gpus=8 if ahead == "waits" else 24, min_runtime="1h")
+    c.after(1).submit("mine", "lab/olmo", gpus=4, min_runtime="1h")
+    c.at("3h").tick()
+    return c
+
+
+@pytest.mark.parametrize(
+    ("ahead", "reason", "detail", "named"),
+    [
+        pytest.param(
+            "waits",
+            "Priority",
+            "behind 1 higher-ranked pending workload, of which first of lab/tulu "
+            "(position 1) gets GPUs first as they free up; now no free GPUs and nothing "
+            "it may preempt",
+            {
+                "id": "first",
+                "allocation": "lab/tulu",
+                "position": 1,
+                "rank": 1,
+                "ratio": 0.0,
+                "share": 0.5,
+            },
+            id="behind-higher-ranked-work-that-waits",
+        ),
+        pytest.param(
+            None,
+            "Resources",
+            "no free GPUs and nothing it may preempt",
+            None,
+            id="first-in-line",
+        ),
+        pytest.param(
+            "too-big",
+            "Resources",
+            "no free GPUs and nothing it may preempt",
+            None,
+            id="ahead-of-it-only-work-that-cannot-run",
+        ),
+    ],
+)
+def test_work_behind_higher_ranked_waiting_work_waits_for_priority(
+    ahead: str | None, reason: str, detail: str, named: dict | None
+) -> None:
+    """As Slurm's Priority: higher-ranked work waits ahead and takes GPUs first as they
+    free up. It said Resources; `queue` and `why` say the same."""
+    view = view_of(behind(ahead))
+    row = next(r for r in v.queue_rows(view) if r["id"] == "mine")
+    assert (row["reason"], row["detail"], row["ahead"]) == (reason, detail, named)
+    answer = v.why(view, "mine")
+    now = next(line for line in answer["text"] if line.startswith("now: "))
+    assert f"— {reason}: {detail}" in now
+
+
+@pytest.mark.parametrize(
+    ("ahead", "lines"),
+    [
+        pytest.param(
+            "waits",
+            [
+                "    its allocation lab/olmo: rank 2, fair-share ratio 0.25, share 0.5",
+                "    ahead of it: first (position 1) of lab/tulu: rank 1, fair-share ratio 0, "
+                "share 0.5",
+            ],
+            id="behind-higher-ranked-work",
+        ),
+        pytest.param(
+            None,
+            ["    its allocation lab/olmo: rank 2, fair-share ratio 0.25, share 0.5"],
+            id="first-in-line",
+        ),
+    ],
+)
+def test_why_a_pending_workload_shows_the_numbers_behind_its_position(
+    ahead: str | None, lines: list[str]
+) -> None:
+    """Its allocation's rank, ratio and share, and those of the work ahead the reason
+    names (it gave a position and none of them)."""
+    answer = v.why(view_of(behind(ahead)), "mine")
+    at = next(i for i, line in enumerate(answer["text"]) if line.startswith("now: "))
+    assert answer["text"][at + 1 : at + 1 + len(lines)] == lines
+    assert not any(line.startswith("    ahead") for line in answer["text"][at + 1 + len(lines) :])
+    mine = {"allocation": "lab/olmo", "rank": 2, "ratio": 0.25, "share": 0.5}
+    assert answer["current"]["fair_share"] == mine
+    first = {"id": "first", "allocation": "lab/tulu", "position": 1, "rank": 1, "ratio": 0.0}
+    assert answer["current"]["ahead"] == ({**first, "share": 0.5} if ahead else None)
 
 
 def test_fold_rebuilds_the_schedulers_state() -> None:
@@ -453,7 +561,8 @@ def test_why_finished_and_cancelled() -> None:
 def test_why_pending_tells_position_and_reason() -> None:
     answer = v.why(view_of(reservation_blocks_backfill()), "b4")
     assert answer["current"]["state"] == "PENDING"
-    assert "position 2 of 3 — Priority" in answer["text"][-1]
+    now = next(line for line in answer["text"] if line.startswith("now: "))
+    assert "position 2 of 3 — Priority" in now
 
 
 def test_why_by_rejected_request_id() -> None:
@@ -810,3 +919,29 @@ def test_work_first_in_line_that_could_start_says_when_the_scheduler_looks_again
     assert row["detail"].endswith("starts it by 00:20 at the latest")
     c.at("20m").tick()
     assert c.placed("a1") is not None and c.preempted("u") is not None
+
+
+@pytest.mark.parametrize(
+    ("children", "active"),
+    [(False, True), (True, False)],
+    ids=["a-leaf-its-members-submit", "given-children-its-members-may-not"],
+)
+def test_members_of_an_allocation_given_children_read_as_inactive(
+    children: bool, active: bool
+) -> None:
+    """`budget set lab/olmo --member alice,bob`, then a child under it: lab/olmo is no
+    leaf (no submissions), and bob is no member of the child, yet shares -l listed
+    alice,bob as if they could submit. They are kept, for when it is a leaf again."""
+    c = cluster(hosts=1)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/olmo", 3, members=("alice", "bob"), actor="pm")
+    if children:
+        c.budget("lab/olmo/pre", 1, members=("alice",), actor="pm")
+    rows = {r["path"]: r for r in v.share_rows(c.journal)}
+    olmo = rows["lab/olmo"]
+    assert (olmo["members"], olmo["members_active"]) == (["alice", "bob"], active)
+    # as admission decides: may bob submit to it (a leaf), or to the leaf under it?
+    leaf = "lab/olmo/pre" if children else "lab/olmo"
+    assert c.state.tree.may_submit("bob", leaf) is active
+    if children:
+        assert rows["lab/olmo/pre"]["members_active"] is True
