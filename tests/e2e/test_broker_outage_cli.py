@@ -61,7 +61,8 @@ def test_a_wait_whose_broker_goes_away_says_the_request_was_sent(
     # no scheduler runs: the verdict is still pending when the broker goes away
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "allot.cli", *args, "--wait", "40"],
+        # long enough to outlast the broker's stop below, short enough for the suite
+        [sys.executable, "-m", "allot.cli", *args, "--wait", "15"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         env={**env, **environ},
     )  # fmt: skip
