@@ -115,7 +115,9 @@ class _Fold:
         last = max(self.last_time, max(e.time for e in events))
         return source_bin(self.view.first_time, last) == self.bin_s
 
-    def add(self, events: list[Any]) -> None:
+    def add(self, events: list[Any], where: Callable[[int], str] | None = None) -> None:
+        """Fold `events`; `where(i)` names the record of `events[i]` if the view finds it
+        inconsistent (`projections.views.UnintroducedError`)."""
         from projections.report import source_bin
         from projections.usage import HOUR, UsageProjection
 
@@ -130,11 +132,18 @@ class _Fold:
             [self.usage, self.gantt] if self.fine is None else [self.usage, self.gantt, self.fine]
         )
         from projections.journal import gc_paused
+        from projections.views import UnintroducedError
 
         view = self.view
+        start = view.records
         with gc_paused():
             for event in events:
-                view.add(event)
+                try:
+                    view.add(event)
+                except UnintroducedError as why:
+                    if where is None:
+                        raise
+                    raise why.at(where(view.records - start)) from None
                 for sink in sinks:
                     sink.apply(event)
 
@@ -310,7 +319,9 @@ class Dashboard:
             yield self._snap
 
     def _refresh(self) -> Snapshot:
-        from projections.views import decode_lines
+        from functools import partial
+
+        from projections.views import decode_lines, event_place
         from streams.sources import JournalChanged, SourceError
 
         for _ in range(3):  # a journal rewritten while read: start over, a few times
@@ -319,10 +330,12 @@ class Dashboard:
                     self._reader, self._fold = self.tail(), _Fold()
                     self.refolds += 1
                 lines, mark = self._reader.read()
-                events = list(decode_lines(lines, first=self._reader.count + 1))
+                first, skipped = self._reader.count + 1, []
+                events = list(decode_lines(lines, first, skipped))
                 if events and not self._fold.fits(events):
                     raise JournalChanged("the charts' bins change: fold again")
-                self._fold.add(events)
+                # a record the view finds inconsistent: named as a corrupt one is
+                self._fold.add(events, partial(event_place, lines, first, skipped))
                 self._reader.advance(mark)
             except JournalChanged:
                 self._reader = self._fold = None

@@ -283,7 +283,12 @@ class _ClusterFold:
             if kind in self.rejections:
                 self.rejections[kind] += 1
         self.usage.apply(event)
-        evolve(self.state, event)
+        try:
+            evolve(self.state, event)
+        except KeyError as why:  # a host or workload no earlier record introduced
+            from projections.views import UnintroducedError  # (slow to import: on error only)
+
+            raise UnintroducedError(event, why, self.records) from None
 
     # ------------------------------------------------------------- reading
     def gpus(self) -> dict[str, int]:

@@ -52,6 +52,28 @@ class ViewError(ValueError):
     """A question the journal cannot answer: one line for the user."""
 
 
+class UnintroducedError(ViewError):
+    """A record that refers to a host or workload no earlier record introduces (a
+    journal read from its middle, or edited). The fold that finds it does not know where
+    the record is, only how many it folded (the message says `record N`); the reader
+    that does names it with `at` (`decode_lines`, as `record_place` names a record that
+    does not parse), only when one is raised: the fold keeps no place per record."""
+
+    def __init__(self, event: Any, missing: KeyError, number: int) -> None:
+        self.what = (
+            f"{event.type} {event.id} refers to {missing} that no earlier record introduces: "
+            "the journal must be read from its beginning"
+        )
+        super().__init__(
+            f"record {number} ({event.type} {event.id}) refers to {missing} that "
+            "no earlier record introduces: the journal must be read from its beginning"
+        )
+
+    def at(self, place: str) -> ViewError:
+        """The same error, naming the record by `place` (FILE:LINE, `journal record N`)."""
+        return ViewError(f"{place}: {self.what}")
+
+
 # ------------------------------------------------------------------ decoding
 
 _KNOWN_TYPES: frozenset[str] = frozenset(
@@ -61,25 +83,35 @@ _KNOWN_TYPES: frozenset[str] = frozenset(
 )
 
 
-def decode_lines(lines: Iterable[bytes], first: int = 1) -> Iterator[Any]:
+def decode_lines(
+    lines: Iterable[bytes], first: int = 1, skipped: list[int] | None = None
+) -> Iterator[Any]:
     """Journal records (JSON bytes) as events. Records of types this version does not
-    know are skipped (a newer writer); a corrupt record raises ViewError naming it
-    (`record_place`; counting from `first`: the number of the first of `lines` in the
-    journal)."""
+    know are skipped (a newer writer; their numbers appended to `skipped`, if given: see
+    `event_place`); a corrupt record raises ViewError naming it (`record_place`;
+    counting from `first`: the number of the first of `lines` in the journal), and so
+    does a record the fold finds inconsistent (an `UnintroducedError` thrown back in
+    at the record just yielded, as `fold` does)."""
     for number, line in enumerate(lines, start=first):
         try:
             raw = upcast(load_object(line))
         except Undecodable as why:
             raise ViewError(f"{record_place(lines, number)}: {why}") from None
         if raw.get("type") not in _KNOWN_TYPES:
+            if skipped is not None:
+                skipped.append(number)
             continue
         try:
-            yield ev.parse_event(raw)
+            event = ev.parse_event(raw)
         except ValidationError as why:
             raise ViewError(
                 f"{record_place(lines, number)}: not a valid {raw.get('type')} record: "
                 f"{ev.describe_validation_error(why)}"
             ) from None
+        try:
+            yield event
+        except UnintroducedError as why:  # thrown in by `fold`: this record's
+            raise why.at(record_place(lines, number)) from None
 
 
 def record_place(lines: Iterable[bytes], number: int) -> str:
@@ -93,6 +125,17 @@ def record_place(lines: Iterable[bytes], number: int) -> str:
         return place_of(number)
     place = getattr(lines, "place", None)
     return place if place is not None else f"journal record {number}"
+
+
+def event_place(lines: Iterable[bytes], first: int, skipped: list[int], index: int) -> str:
+    """How an error names the event at `index` of those `decode_lines(lines, first,
+    skipped)` returned, read whole (the records of `skipped` are not among them).
+    `lines` must name any of its records (`place_of`, or a list: `journal record N`)."""
+    number = first + index
+    for s in skipped:  # in order
+        if s <= number:
+            number += 1
+    return record_place(lines, number)
 
 
 # ------------------------------------------------------------------ history
@@ -251,10 +294,7 @@ class JournalView:
         try:
             evolve(state, event)
         except KeyError as why:  # a host or workload no earlier record introduced
-            raise ViewError(
-                f"record {self.records + 1} ({event.type} {event.id}) refers to {why} that "
-                "no earlier record introduces: the journal must be read from its beginning"
-            ) from None
+            raise UnintroducedError(event, why, self.records + 1) from None
         seq = self.records
         self.records += 1
         if is_cause(event):
@@ -400,7 +440,16 @@ def fold(
     view = JournalView(live_only, last_time)
     with gc_paused():
         for event in events:
-            view.add(event)
+            try:
+                view.add(event)
+            except UnintroducedError as why:
+                # the reader that yielded the record (`decode_lines`, suspended at it)
+                # names where it is; any other source leaves the error as it is
+                throw = getattr(events, "throw", None)
+                if throw is None:
+                    raise
+                throw(why)
+                raise
     view.require()
     return view
 

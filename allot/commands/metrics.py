@@ -82,6 +82,7 @@ def fold_journal(
 ) -> int:
     """Fold the journal's records (after the first `skip`) into `collector`; returns
     the number of records read. Following never returns. `on_bad`: see `_decode`."""
+    from projections.views import UnintroducedError, record_place
     from streams.sources import journal_lines
 
     count = skip
@@ -89,7 +90,10 @@ def fold_journal(
     for number, event in _decode(lines, skip, on_bad):
         count = number
         if event is not None:
-            collector.apply(event)
+            try:
+                collector.apply(event)
+            except UnintroducedError as why:  # named as a corrupt record is (`_decode`)
+                raise why.at(record_place(lines, number)) from None
     return count
 
 

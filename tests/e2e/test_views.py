@@ -734,6 +734,58 @@ def test_metrics_names_a_corrupt_record_by_file_and_line(journal: Path, tmp_path
     one_line_error(result, f"error: {bad}:3: not a JSON object but list")
 
 
+def unintroduced_host(journal: Path, tmp_path: Path) -> tuple[Path, str]:
+    """The journal without the registration of the host its first placement uses, and
+    with a blank line, another cluster's record and a record of a type this version
+    does not know before that placement (so its line is not its record count): the
+    file, and how the read commands should name the placement."""
+    lines = journal.read_bytes().splitlines(keepends=True)
+    records = [orjson.loads(line) for line in lines]
+    placed = next(r for r in records if r["type"] == "workload.placed")
+    host = next(iter(placed["hosts"]))
+    registered = next(
+        i for i, r in enumerate(records) if r["type"] == "host.registered" and r["host"] == host
+    )
+    first = records[0]
+    other = orjson.dumps({**first, "cluster": "other"}) + b"\n"
+    newer = orjson.dumps({"type": "budget.forecast", "id": "n1", "time": first["time"],
+                          "cluster": first["cluster"]}) + b"\n"  # fmt: skip
+    kept = [line for i, line in enumerate(lines) if i != registered]
+    bad = tmp_path / "unintroduced.jsonl"
+    out = [kept[0], b"\n", other, newer, *kept[1:]]
+    bad.write_bytes(b"".join(out))
+    number = out.index(lines[records.index(placed)]) + 1
+    assert number != records.index(placed) + 1  # the line is not the record count
+    return bad, (
+        f"error: {bad}:{number}: workload.placed {placed['id']} refers to {host!r} that no "
+        "earlier record introduces: the journal must be read from its beginning"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(["queue"], id="queue"),
+        pytest.param(["queue", "--start"], id="queue-start"),
+        pytest.param(["acct"], id="acct"),
+        pytest.param(["shares"], id="shares"),
+        pytest.param(["host", "list"], id="host-list"),
+        pytest.param(["why", "0-000001"], id="why"),
+        pytest.param(["metrics", "--no-follow", "--port", "1"], id="metrics"),
+    ],
+)
+def test_a_record_referring_to_what_no_earlier_one_introduces_is_named_by_file_and_line(
+    journal: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """Named as a corrupt record is (FILE:LINE); these said `record N (...)`, a count of
+    the records folded, not the line: a blank line, another cluster's record and a
+    record of an unknown type come before it."""
+    bad, says = unintroduced_host(journal, tmp_path)
+    result = allot(*command, "--journal", str(bad), "--cluster", "tiny")
+    one_line_error(result)
+    assert result.stderr.strip() == says
+
+
 @pytest.mark.parametrize(
     "command", [["queue"], ["acct"], ["shares"], ["host", "list"]], ids=lambda c: " ".join(c)
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import orjson
 import pytest
 
 from domain import events as ev
@@ -172,3 +173,38 @@ def test_no_refresh_changes_the_view_while_a_page_reads_it(tmp_path: Path) -> No
     assert refreshed.wait(30)
     other.join()
     same_as_full_fold(board.snapshot(), RUN)
+
+
+@pytest.mark.parametrize("appended", [False, True], ids=["in-the-first-fold", "appended"])
+def test_a_record_referring_to_an_unregistered_host_is_named_by_file_and_line(
+    tmp_path: Path, appended: bool
+) -> None:
+    """As `allot queue` names it (FILE:LINE); the pages said `record N (...)`, the count
+    of records folded: a blank line and a record of a type this version does not know
+    (not folded) come before it, in the piece a refresh reads."""
+    records = [orjson.loads(r) for r in RUN]
+    placed = next(i for i, r in enumerate(records) if r["type"] == "workload.placed")
+    host = next(iter(records[placed]["hosts"]))
+    kept = [
+        line
+        for line, r in zip(RUN, records, strict=True)
+        if not (r["type"] == "host.registered" and r["host"] == host)
+    ]
+    at = kept.index(RUN[placed])
+    newer = orjson.dumps({"type": "budget.forecast", "id": "n", "time": T0, "cluster": "c"})
+    lines = [*(r + b"\n" for r in kept[:at]), b"\n", newer + b"\n", *(r + b"\n" for r in kept[at:])]
+    path = tmp_path / "journal.jsonl"
+    board = board_on(path)
+    if appended:
+        path.write_bytes(b"".join(lines[: at - 1]))
+        assert board.snapshot().ok
+        with path.open("ab") as f:
+            f.write(b"".join(lines[at - 1 :]))
+    else:
+        path.write_bytes(b"".join(lines))
+    snap = board.snapshot()
+    assert not snap.ok
+    assert snap.error == (
+        f"{path}:{at + 3}: workload.placed {records[placed]['id']} refers to {host!r} that no "
+        "earlier record introduces: the journal must be read from its beginning"
+    )

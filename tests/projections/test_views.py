@@ -17,6 +17,7 @@ import pytest
 from domain import events as ev
 from domain.fairshare import ratio
 from projections import views as v
+from streams.codec import encode
 from tests.domain.builders import START, Cluster, cluster, fingerprint
 
 
@@ -666,6 +667,57 @@ def test_decode_lines_skips_unknown_types_and_names_bad_records() -> None:
     bad = orjson.dumps({"type": "host.registered", "id": "h", "time": START, "host": "h0"})
     with pytest.raises(v.ViewError, match=r"^journal record 1: not a valid host.registered .*gpus"):
         list(v.decode_lines([bad]))
+
+
+def _unregistered_placement() -> list[bytes]:
+    """A submission, a record of a type this version does not know, then the work's
+    placement on a host no record registered: journal record 3, the view's 2nd."""
+    common = {"time": START, "cluster": "c", "workload": "w", "allocation": "lab/a", "gpus": 1}
+    submitted = ev.WorkloadSubmitted(id="s", actor="u", runtime=60.0, **common)
+    future = orjson.dumps({"type": "workload.progress", "id": "p", "time": START})
+    placed = ev.WorkloadPlaced(
+        id="p1", cause="s", hosts={"h9": (0,)}, attempt=1, charged=True, protected_until=None,
+        **common,
+    )  # fmt: skip
+    return [encode(submitted), future, encode(placed)]
+
+
+TAIL = (
+    "refers to 'h9' that no earlier record introduces: the journal must be read from its beginning"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        pytest.param(
+            lambda lines: v.decode_lines(lines),
+            f"journal record 3: workload.placed p1 {TAIL}",
+            id="decoded-records",  # as Kafka's are named: no lines
+        ),
+        pytest.param(
+            lambda lines: iter(list(v.decode_lines(lines))),
+            f"record 2 (workload.placed p1) {TAIL}",
+            id="events-whose-place-is-unknown",
+        ),
+    ],
+)
+def test_a_record_referring_to_an_unknown_host_is_named_as_its_reader_can(
+    source: Callable[[list[bytes]], Any], says: str
+) -> None:
+    with pytest.raises(v.ViewError) as info:
+        v.fold(source(_unregistered_placement()))
+    assert str(info.value) == says
+
+
+def test_event_place_counts_the_records_decode_lines_skipped() -> None:
+    lines, skipped = _unregistered_placement(), []
+    events = list(v.decode_lines(lines, 5, skipped))
+    assert skipped == [6]
+    assert [v.event_place(lines, 5, skipped, i) for i in range(len(events))] == [
+        "journal record 5",
+        "journal record 7",
+    ]
 
 
 @pytest.mark.parametrize(
