@@ -372,9 +372,16 @@ def _ecdf(values: Any, limit: int = 2000, never: int = 0) -> tuple[np.ndarray, n
 
 
 def _wait_chart(proj: SummaryProjection) -> str:
+    return _png(wait_figure(proj))
+
+
+def wait_figure(proj: SummaryProjection) -> Any:
+    """Wait CDFs by tag, first placement and after a requeue: each panel's key sits
+    under its x label, not over the curves (in the corner it hid the sweep and train
+    curves, which rise through it, and the 60 s line struck through its labels)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     never, again = proj._unplaced()
     panels = (
         (axes[0], proj.waits, "Queue wait: submit → first placement", never),
@@ -418,7 +425,13 @@ def _wait_chart(proj: SummaryProjection) -> str:
         ax.set_xscale("symlog", linthresh=1.0)
         ax.axvline(60, color="#b00020", lw=0.8, ls=":")
         if groups:
-            ax.legend(loc="lower right", fontsize=8.5, frameon=False)
+            ax.legend(
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.2),
+                ncol=min(3, len(groups)),
+                fontsize=8.5,
+                frameon=False,
+            )
         _style_axes(ax)
     for ax in axes:
         ticks = [(v, lab) for v, lab in _DUR_TICKS if v <= xmax * 1.5]
@@ -429,7 +442,7 @@ def _wait_chart(proj: SummaryProjection) -> str:
     axes[0].set_ylabel("fraction of workloads\n(short of 1: never started)")
     axes[0].set_ylim(0, 1.02)
     fig.tight_layout()
-    return _png(fig)
+    return fig
 
 
 def _preemption_chart(proj: SummaryProjection, tb: _Timebase) -> str | None:

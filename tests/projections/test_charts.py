@@ -21,6 +21,7 @@ from projections.report import (
     cluster_figure,
     draw_gantt,
     source_bin,
+    wait_figure,
 )
 from projections.simulate import shared_gantt_window, write_reports
 from projections.summary import fold, summarize
@@ -443,3 +444,33 @@ def test_leaves_of_one_group_are_clearly_different_shades(size: int) -> None:
         assert lightness == sorted(lightness), group  # darker to lighter by path
         # one hue per group, whatever the shade
         assert len({round(colorsys.rgb_to_hls(*row)[0], 3) for row in rows}) == 1, group
+
+
+def test_wait_cdf_keys_sit_below_the_curves_not_over_them(close_figures):
+    """Each wait panel's key is outside its plot area (in the lower right corner it was
+    drawn over the sweep and train curves rising through it), under the x label, and
+    inside the picture."""
+    j = JournalBuilder()
+    j.host("h0").host("h1")
+    j.budget("lab", 1).budget("lab/a", 1)
+    for k, tag in enumerate(("debug", "eval", "sweep", "train", "filler")):
+        j.submit(f"w{k}", "lab/a", 8, tags=(tag,))
+    j.place("w0", {"h0": H8}).at(90).place("w1", {"h1": H8})
+    j.at(HOUR).preempt("w0").place("w2", {"h0": H8})
+    j.at(3 * HOUR).place("w0", {"h0": H8}).at(6 * HOUR).tick()
+    proj, _ = charts(j)
+    fig = wait_figure(proj)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    whole = fig.bbox
+    keyed = [ax for ax in fig.axes if ax.get_legend() is not None]
+    assert len(keyed) == 2
+    for ax in keyed:
+        key = ax.get_legend().get_window_extent(renderer)
+        plot = ax.get_window_extent(renderer)
+        label = ax.xaxis.label.get_window_extent(renderer)
+        assert key.y1 <= plot.y0, (key, plot)  # below the plot area, not over curves
+        assert key.y1 <= label.y0, (key, label)  # and below the x label
+        assert whole.x0 <= key.x0 and key.x1 <= whole.x1 and whole.y0 <= key.y0, (key, whole)
+    left, right = (ax.get_legend().get_window_extent(renderer) for ax in keyed)
+    assert left.x1 <= right.x0  # the two keys side by side, not on each other
