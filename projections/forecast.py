@@ -232,6 +232,8 @@ def timeline(view: Any, fc: Forecast) -> Any:
     now = fc.now
     g = GanttCollector()
     g.kind = "forecast"
+    for path in state.tree.nodes:  # colours as in the picture of the past
+        g.apply({"type": "budget.set", "time": now, "allocation": path})
     for name, host in sorted(state.hosts.items(), key=lambda item: item[1].index):
         g.apply({"type": "host.registered", "time": now, "host": name, "gpus": host.gpus})
         if not host.healthy:

@@ -131,14 +131,18 @@ def _shade_targets(base: float, n: int) -> list[float]:
     return [first + span * k / (n - 1) for k in range(n)]
 
 
-def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
+def palette(leaves: list[str], known: Iterable[str] = ()) -> tuple[dict[str, str], np.ndarray]:
     """Hue per allocation at the first level where the tree branches (the top-level
     ones, or under a single root such as `lab/` its children) and an RGB row per leaf
     (in `leaves` order): leaves of one such group get shades of its hue, from darker to
     lighter by path, evenly apart in perceived lightness (`SHADE_LSTAR`, `SHADE_STEP`);
-    a group's only leaf has the group's own colour."""
+    a group's only leaf has the group's own colour. Hues and shades are spread over
+    `leaves` and `known` (the budget tree's leaves): an allocation keeps its colour
+    whichever of them a picture shows; the hues returned are those of `leaves`."""
     from matplotlib.colors import to_rgb
 
+    shown = leaves
+    leaves = sorted({*leaves, *known})
     depth = _branch_depth(leaves)
 
     def group(leaf: str) -> str:
@@ -160,10 +164,11 @@ def palette(leaves: list[str]) -> tuple[dict[str, str], np.ndarray]:
         targets = _shade_targets(lstar(base), len(siblings))
         for leaf, target in zip(siblings, targets, strict=True):
             shade[leaf] = _with_lstar(h, s, target)
-    rgb = np.zeros((max(1, len(leaves)), 3))
-    for i, leaf in enumerate(leaves):
+    rgb = np.zeros((max(1, len(shown)), 3))
+    for i, leaf in enumerate(shown):
         rgb[i] = shade[leaf] if leaf else to_rgb(_UNKNOWN_COLOR)
-    return top_color, rgb
+    groups = {group(leaf) for leaf in shown if leaf}
+    return {top: c for top, c in top_color.items() if top in groups}, rgb
 
 
 _UNHEALTHY_FILL = (0.85, 0.15, 0.15, 0.22)
@@ -181,6 +186,9 @@ class GanttCollector:
         self.host_row0: dict[str, int] = {}
         self.n_rows = 0
         self.leaves: list[str] = []
+        # every allocation the budget tree has had: colours are spread over these, so
+        # that one keeps its colour in every picture (the past, the forecast, a policy)
+        self.budget_paths: set[str] = set()
         self._leaf_idx: dict[str, int] = {}
         self._alloc_of: dict[str, str] = {}  # live workloads
         # running: workload -> (start, leaf idx, preemptible_from, rows)
@@ -218,6 +226,8 @@ class GanttCollector:
             self._stop(d["workload"], t, preempted=False)
             if not d.get("requeued"):  # a lost attempt's work runs again
                 self._alloc_of.pop(d["workload"], None)
+        elif kind == "budget.set":
+            self.budget_paths.add(d["allocation"])
         elif kind == "host.registered":
             self._register(d["host"], int(d.get("gpus") or 0))
         elif kind == "host.health":
@@ -320,7 +330,9 @@ class GanttCollector:
 
     # ------------------------------------------------------------------ draw
     def colors(self) -> tuple[dict[str, str], np.ndarray]:
-        return palette(self.leaves)
+        paths = self.budget_paths
+        inner = {p.rsplit("/", 1)[0] for p in paths if "/" in p}
+        return palette(self.leaves, known=sorted(paths - inner))
 
     def render(
         self,

@@ -419,3 +419,30 @@ def test_a_pending_rows_ratio_reads_as_allot_queue_prints_it(ordering: str, rati
     j.at(120).tick()
     pending = re.search(r'<tr data-id="wait1">(.*?)</tr>', queue_page(snapshot(j)), re.S)[1]
     assert f'<td class="num" data-k="ratio">{ratio}</td>' in pending, pending
+
+
+def test_an_allocation_has_one_colour_in_the_past_and_in_the_forecast():
+    """lab/a, lab/b and lab/c ran; only lab/c runs now. The forecast picture used to
+    spread lab's shades over the leaves it showed (lab/c alone: the group's own colour),
+    so lab/c was one shade above and another below on the timeline page; both pictures
+    now spread them over the budget tree, and the forecast's key names only lab/c."""
+    from projections.forecast import timeline
+
+    j = JournalBuilder().host("h0").host("h1")
+    j.budget("lab", 1).budget("ops", 1)
+    for leaf in ("lab/a", "lab/b", "lab/c", "ops/x", "ops/y"):
+        j.budget(leaf, 1)
+    j.submit("a", "lab/a", 8).place("a", {"h0": H8})
+    j.submit("b", "lab/b", 8).place("b", {"h1": H8})
+    j.at(3600).finish("a").finish("b")
+    j.submit("c", "lab/c", 8, expected_runtime=3600.0).place("c", {"h0": H8})
+    j.at(3660).tick()
+    snap = snapshot(j)
+    past = snap.gantt
+    ahead = timeline(snap.view, snap.forecast())
+    assert ahead.leaves == ["lab/c"]
+    past_tops, past_rgb = past.colors()
+    ahead_tops, ahead_rgb = ahead.colors()
+    assert list(ahead_rgb[0]) == list(past_rgb[past.leaves.index("lab/c")])
+    assert ahead_tops == {"lab": past_tops["lab"]}  # ops ran in neither: no key for it
+    assert len({tuple(c) for c in past_rgb}) == 3  # three shades of lab's hue
