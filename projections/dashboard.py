@@ -405,6 +405,10 @@ th, td { padding: 5px 10px; border-bottom: 1px solid var(--line); text-align: le
 th { background: #f2f2f5; font-weight: 600; font-size: 13px; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.detail { color: var(--muted); font-size: 12.5px; min-width: 240px; max-width: 420px; }
+/* two lines at most, so a long reason does not make every row of a queue screen-tall;
+   the whole text is the cell's tooltip and on the workload's page */
+td.detail > div { display: -webkit-box; -webkit-box-orient: vertical; -webkit-line-clamp: 2;
+                  line-clamp: 2; overflow: hidden; }
 .scroll { overflow: auto; max-width: 100%; max-height: 85vh; margin: 6px 0; }
 .scroll > table { margin: 0; }
 .scroll th { position: sticky; top: 0; z-index: 1; }
@@ -472,6 +476,12 @@ def _workload_cell(r: dict[str, Any]) -> str:
     name = r.get("name")
     under = f'<span class="wname" title="{esc(name)}">{esc(name)}</span>' if name else ""
     return _td(f'<a href="/workload/{wid}">{wid}</a>{under}', "id", raw=True, cls="nowrap")
+
+
+def _detail_td(text: Any) -> str:
+    """A queue row's long reason, cut to two lines on screen (see `td.detail > div`)."""
+    shown = esc(text)
+    return _td(f'<div title="{shown}">{shown}</div>', "detail", raw=True, cls="detail")
 
 
 def _td(value: Any, key: str, *, num: bool = False, raw: bool = False, cls: str = "") -> str:
@@ -823,7 +833,7 @@ def queue_page(snap: Snapshot, query: dict[str, list[str]] | None = None) -> str
                 "reason",
                 raw=True,
             )
-            + _td(r["detail"], "detail", cls="detail")
+            + _detail_td(r["detail"])
             + "</tr>"
         )
     out.append(
@@ -868,7 +878,7 @@ def queue_page(snap: Snapshot, query: dict[str, list[str]] | None = None) -> str
             + _td(r["nodelist"], "nodelist", cls="nowrap")
             + _td(_expected_end(r), "expected_end", cls="nowrap")
             + _td(r["reason"], "reason")
-            + _td(r["detail"], "detail", cls="detail")
+            + _detail_td(r["detail"])
             + "</tr>"
         )
     out.append(

@@ -517,3 +517,28 @@ def test_a_table_wider_than_the_window_scrolls_to_its_last_column(
         assert t["boxHeight"] <= t["tall"], t
         assert t["boxLeft"] - 1 <= t["lastLeft"] and t["lastRight"] <= t["boxRight"] + 1, t
         assert abs(t["headTop"] - t["boxTop"]) <= 1, t  # scrolled down: the header stays
+
+
+# each queue row's height, and whether its reason is cut on screen with the whole text
+# kept in the cell's tooltip
+_MEASURE_DETAILS = """JSON.stringify([...document.querySelectorAll('td.detail')].map(td => {
+  const box = td.firstElementChild, line = parseFloat(getComputedStyle(td).lineHeight)
+    || 1.25 * parseFloat(getComputedStyle(td).fontSize);
+  return {row: td.parentElement.getBoundingClientRect().height, line: line,
+          cut: box !== null && box.scrollHeight > box.clientHeight + 1,
+          title: box === null ? '' : box.title, text: td.textContent};
+}))"""
+
+
+@pytest.mark.parametrize("width", [1400, 1000], ids=["desktop", "half-a-laptop"])
+def test_a_long_reason_keeps_its_queue_row_two_lines_tall(server: Server, width: int) -> None:
+    """A pending workload's reason is long; wrapped in its narrow column it made every
+    row of the queue six lines tall (nine rows to a screen). It is cut to two lines; the
+    whole reason is the cell's tooltip (and on the workload's page)."""
+    cells = orjson.loads(
+        evaluate(server.url + "/queue", _MEASURE_DETAILS, width=width, height=1000)
+    )
+    tall = [c for c in cells if c["row"] > 2 * c["line"] + 16]  # two lines and padding
+    assert not tall, tall[:3]
+    assert [c["title"] for c in cells] == [c["text"] for c in cells]
+    assert any(c["cut"] for c in cells)  # else this tests nothing
