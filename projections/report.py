@@ -254,6 +254,31 @@ def _allocation_chart(
     return None if fig is None else _png(fig)
 
 
+_TOP_KEYS = ("received", "owed", "entitled", "unalloc")
+
+
+def _robust_top(series: dict[str, np.ndarray], live: np.ndarray) -> tuple[float, np.ndarray | None]:
+    """The y limit of one usage-vs-owed panel from its per-bin means, and the bins whose
+    value lies above it (None when nothing is clipped). The limit is 1.3 × the peak,
+    unless a few bins spike far above the rest: then it is 1.3 × the larger of the
+    series' 90th percentile and 1.5 × owed's, and the bins above it are returned so the
+    chart can mark them rather than hide them silently."""
+    vals = {k: np.nan_to_num(v[live]) for k, v in series.items() if v[live].size}
+    if not vals:
+        return 0.0, None
+    peak = max(float(v.max()) for v in vals.values())
+    steady = max(float(np.percentile(v, 90, method="lower")) for v in vals.values())
+    if "owed" in vals:
+        steady = max(steady, 1.5 * float(np.percentile(vals["owed"], 90, method="lower")))
+    limit = steady * 1.3
+    if peak <= 0 or limit <= 0 or peak <= 1.2 * limit:
+        return peak * 1.3, None
+    over = np.zeros(live.shape, dtype=bool)
+    for v in series.values():
+        over |= np.nan_to_num(v) > limit
+    return limit, over & live
+
+
 def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict) -> Any:
     """Usage vs owed small multiples, one panel per leaf in `rows` (a matplotlib Figure
     the caller closes, or None without rows)."""
@@ -298,10 +323,39 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         if s["unalloc"].any():
             # neutral: an allocation's own hue may be this orange (or any other colour)
             ax.plot(x, s["unalloc"], color=_UNALLOC_LINE, lw=1.0, ls="-.", label="unallocated")
-        # demand is often many times the share: keep the interesting part readable
-        top = max(float(s[k].max()) for k in ("received", "owed", "entitled", "unalloc"))
+        # demand is often many times the share: keep the interesting part readable; a
+        # short spike does not set the axis either (it is clipped, marked and named)
+        top, clipped = _robust_top(
+            {key: series[leaf][key] / covered for key in _TOP_KEYS}, covered > 0
+        )
         if top > 0:
-            ax.set_ylim(0, top * 1.3)
+            ax.set_ylim(0, top)
+        if clipped is not None:
+            peak = max(float(s[key].max()) for key in _TOP_KEYS)
+            # inside the panel's top right: beside the title it would run into long names
+            ax.text(
+                0.995,
+                0.97,
+                f"peak {fmt_num(peak)} clipped ▲",
+                transform=ax.transAxes,
+                ha="right",
+                va="top",
+                fontsize=7.5,
+                color="#b00020",
+                zorder=6,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.0},
+            )
+            ax.plot(
+                ((tb.xedges()[:-1] + tb.xedges()[1:]) / 2)[clipped],
+                np.full(int(clipped.sum()), top),
+                ls="none",
+                marker="^",
+                ms=6,
+                color="#b00020",
+                clip_on=False,
+                label="_clipped",
+                zorder=5,
+            )
         ratio = by_alloc.get(leaf)
         ax.set_title(
             f"{leaf}  —  delivered {fmt_pct(ratio)}",
@@ -757,7 +811,8 @@ def render_html(
             "demand) per hour, with the share in force that hour; received = charged GPU "
             "time; delivered = min(1, Σ received / Σ owed) over the run. The table's share "
             "is the one at the end of the run, followed by its earlier values when a "
-            "budget change moved it.",
+            "budget change moved it. A panel whose few bins spike far above the rest tops "
+            "out below them: those bins are marked ▲ and the panel names the peak.",
         ),
         _table(
             [

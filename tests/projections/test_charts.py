@@ -474,3 +474,55 @@ def test_wait_cdf_keys_sit_below_the_curves_not_over_them(close_figures):
         assert whole.x0 <= key.x0 and key.x1 <= whole.x1 and whole.y0 <= key.y0, (key, whole)
     left, right = (ax.get_legend().get_window_extent(renderer) for ax in keyed)
     assert left.x1 <= right.x0  # the two keys side by side, not on each other
+
+
+def _steady_rows(tb, received, owed):
+    """One allocation's rows: per chart bin, `received` and `owed` mean GPUs."""
+    starts = tb.edges_s()[:-1]
+    covered = tb.covered()
+    return [
+        {
+            "allocation": "agents/code",
+            "hour": t,
+            "received_gpu_s": r * c,
+            "owed_gpu_s": o * c,
+            "demand_gpu_s": r * c,
+            "entitled_gpu_s": o * c,
+            "unallocated_gpu_s": 0.0,
+        }
+        for t, c, r, o in zip(starts, covered, received, owed, strict=True)
+    ]
+
+
+def _clip_note(ax):
+    return [t.get_text() for t in ax.texts if "clipped" in t.get_text()]
+
+
+@pytest.mark.parametrize("spike_at", [1, 40], ids=["early-spike", "mid-run-spike"])
+def test_allocation_chart_clips_a_lone_spike_and_says_so(close_figures, spike_at):
+    """Steady usage of 60–100 GPUs owed 55, with one bin at 600: the axis tops out well
+    below the spike (the steady part fills the panel), the clipped bin is marked and the
+    panel names the peak."""
+    tb = _Timebase(YOUNG, YOUNG + 7 * DAY)
+    received = 60 + 40 * (np.arange(tb.n) % 5) / 4
+    received[spike_at] = 600.0
+    fig = allocation_figure(tb, _steady_rows(tb, received, np.full(tb.n, 55.0)), {})
+    ax = fig.axes[0]
+    bottom, top = ax.get_ylim()
+    assert bottom == 0 and 100 <= top <= 200  # the steady part is readable
+    assert _clip_note(ax) == ["peak 600 clipped ▲"]
+    markers = [line for line in ax.get_lines() if line.get_marker() == "^"]
+    assert len(markers) == 1
+    mx, my = markers[0].get_data()
+    assert len(mx) == 1 and my[0] == pytest.approx(top)
+    assert tb.xedges()[spike_at] < mx[0] < tb.xedges()[spike_at + 1]
+
+
+def test_allocation_chart_without_a_spike_shows_everything(close_figures):
+    tb = _Timebase(YOUNG, YOUNG + 7 * DAY)
+    received = 60 + 40 * (np.arange(tb.n) % 5) / 4
+    fig = allocation_figure(tb, _steady_rows(tb, received, np.full(tb.n, 55.0)), {})
+    ax = fig.axes[0]
+    assert ax.get_ylim() == pytest.approx((0, 100 * 1.3))
+    assert _clip_note(ax) == []
+    assert not [line for line in ax.get_lines() if line.get_marker() == "^"]
