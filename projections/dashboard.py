@@ -919,6 +919,19 @@ class RangeError(ValueError):
     """A bad ?from= / ?to=: one line for the user."""
 
 
+def example_time(start: float, end: float | None = None) -> str:
+    """A UTC time inside the journal to show as the ranges' example (`2026-01-05
+    03:00`): three whole hours after its first one, or its first whole minute when the
+    journal is younger than that (a fixed date would lie outside most journals)."""
+    end = start if end is None else max(end, start)
+    t = math.ceil(start / 3600) * 3600 + 3 * 3600
+    if t > end:
+        t = math.ceil(start / 60) * 60
+        if t > end:
+            t = math.floor(start / 60) * 60
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+
 def parse_time(text: str, start: float, end: float | None = None) -> float:
     """An offset from the run start (`3h`, `1d12h`, `90m`), a UTC time (`2026-01-01
     03:00`, `2026-01-01T03:00:00Z`) or a UTC time of day (`08:03`, as the pages print
@@ -938,9 +951,10 @@ def parse_time(text: str, start: float, end: float | None = None) -> float:
     try:
         return parse_utc(text)
     except ValueError:
+        example = example_time(start, end)
         raise RangeError(
             f"{text!r} is neither an offset from the start (like 3h or 1d6h) nor a UTC "
-            "time (like 2026-01-01 03:00 or 03:00)"
+            f"time (like {example} or {example[-5:]})"
         ) from None
 
 
@@ -1045,7 +1059,7 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
         f"<label>to<input name='to' value='{esc(b_val)}'></label>"
         "<button type='submit'>Show</button>"
         "<span class='hint'>offsets from the journal's start (3h, 1d6h) or UTC times "
-        f"(2026-01-01 03:00). The journal spans {esc(_when(t0))} → "
+        f"({esc(example_time(t0, g.last_time))}). The journal spans {esc(_when(t0))} → "
         f"{esc(_when(g.last_time))} ({esc(_offset(g.last_time or t0, t0))}).</span></form>"
     )
     out.append(message)

@@ -446,3 +446,43 @@ def test_an_allocation_has_one_colour_in_the_past_and_in_the_forecast():
     assert list(ahead_rgb[0]) == list(past_rgb[past.leaves.index("lab/c")])
     assert ahead_tops == {"lab": past_tops["lab"]}  # ops ran in neither: no key for it
     assert len({tuple(c) for c in past_rgb}) == 3  # three shades of lab's hue
+
+
+JAN5 = JournalBuilder.START + 4 * 86400 + 14 * 3600 + 17 * 60  # 2026-01-05 14:17 UTC
+
+
+@pytest.mark.parametrize(
+    "span",
+    [7 * 86400, 5 * 3600, 1800],
+    ids=["a-week-from-jan-5", "five-hours", "half-an-hour"],
+)
+def test_the_timeline_hint_and_range_error_give_an_example_inside_the_journal(span):
+    """The hint's example UTC time came out as 2026-01-01 03:00 whatever the journal:
+    outside one that runs from 01-05 on. It is now one of the journal's own times."""
+    from datetime import UTC, datetime
+
+    from projections.dashboard import timeline_page
+
+    j = JournalBuilder(start=JAN5).host("h0")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("run1", "lab/a", 8).place("run1", {"h0": H8})
+    j.at(span).tick()
+    snap = snapshot(j)
+    t0, t1 = JAN5, JAN5 + span
+
+    def inside(example: str) -> bool:
+        t = datetime.strptime(example, "%Y-%m-%d %H:%M").replace(tzinfo=UTC).timestamp()
+        return t0 <= t <= t1
+
+    status, text = timeline_page(snap, {})
+    assert status == 200
+    hint = re.search(r"<span class='hint'>(.*?)</span>", text, re.S)[1]
+    example = re.search(r"UTC times \((\d{4}-\d\d-\d\d \d\d:\d\d)\)", hint)[1]
+    assert inside(example), (example, hint)
+    assert "2026-01-01" not in hint
+
+    status, text = timeline_page(snap, {"from": ["yesterday"]})
+    assert status == 400
+    error = html.unescape(re.search(r"id='range-error'>(.*?)</div>", text, re.S)[1])
+    example = re.search(r"UTC time \(like (\d{4}-\d\d-\d\d \d\d:\d\d) or \d\d:\d\d\)", error)[1]
+    assert inside(example), error
