@@ -926,36 +926,6 @@ def one_4_gpu_host_for_lab_x(data: Path) -> None:
     wait_for(data, lambda r: r.get("allocation") == "lab/x")
 
 
-def test_cancelling_a_job_array_starts_none_of_its_waiting_tasks(tmp_path: Path) -> None:
-    """scancel of an array: 4 tasks run on the one 4-GPU host, 8 wait. Cancels sent in
-    index order would free a GPU for the next waiting task just before its own cancel."""
-    data = tmp_path / "data"
-    server = serve(data)
-    try:
-        one_4_gpu_host_for_lab_x(data)
-        result = allot(
-            "submit", "--data", str(data), "-A", "lab/x", "-G", "1", "--min-runtime", "1h",
-            "--array", "0-11", "--parsable", "--as", ADMIN,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        base = result.stdout.split()[0].rsplit("_", 1)[0]
-        wait_for(data, lambda r: r["type"] == "workload.placed" and r["workload"] == f"{base}_3")
-        result = allot("cancel", f"{base}_[0-11]", "--data", str(data), "--as", ADMIN)
-        assert result.returncode == 0, result.stderr
-        wait_for(
-            data,
-            lambda r: r["type"] == "workload.cancelled" and r["workload"] == f"{base}_0",
-        )
-        records = journal(data)
-        started = {r["workload"] for r in records if r["type"] == "workload.placed"}
-        assert started == {f"{base}_{i}" for i in range(4)}
-        cancelled = [r["workload"] for r in records if r["type"] == "workload.cancelled"]
-        assert sorted(cancelled) == sorted(f"{base}_{i}" for i in range(12))
-    finally:
-        server.send_signal(signal.SIGINT)
-        server.communicate(timeout=30)
-
-
 def test_cancelling_a_list_with_running_work_last_starts_none_of_the_waiting(
     tmp_path: Path,
 ) -> None:
@@ -1359,7 +1329,9 @@ def test_cancelling_a_job_array_by_tasks_or_base_starts_none_of_its_waiting_task
     tmp_path: Path, given: str
 ) -> None:
     """scancel 1234 cancels the whole array, as naming its tasks does: 4 tasks run on
-    the one 4-GPU host, 8 wait, none of those starts on a GPU a cancel frees."""
+    the one 4-GPU host, 8 wait, none of those starts on a GPU a cancel frees (cancels
+    sent in index order would free a GPU for the next waiting task just before its own
+    cancel)."""
     data = tmp_path / "data"
     server = serve(data)
     try:
