@@ -900,18 +900,24 @@ class Cycle:
             return known
 
         found: dict[str, list[Any]] = {}
+
+        def take_group(hosts: dict[str, dict[str, int]], reason: str, skip: Any = ()) -> None:
+            """List an exposed group's work as victims, host by host (but `skip`)."""
+            for name, on_host in hosts.items():
+                if name in skip:
+                    continue
+                entries = found.get(name)
+                if entries is None:
+                    entries = found[name] = []
+                for vid, n in on_host.items():
+                    known = keys.get(vid) or victim_key(vid)
+                    entries.append((known[0], known[1], n, reason))
+
         if only is None:
             for hosts, sample in self.exposed_groups():
                 reason = may_preempt(s, ranking, w, sample, now)
-                if reason is None:
-                    continue
-                for name, on_host in hosts.items():
-                    entries = found.get(name)
-                    if entries is None:
-                        entries = found[name] = []
-                    for vid, n in on_host.items():
-                        known = keys.get(vid) or victim_key(vid)
-                        entries.append((known[0], known[1], n, reason))
+                if reason is not None:
+                    take_group(hosts, reason)
         else:
             # a light cycle: only the work on its few changed hosts, each group judged
             # by the same member as in a full search
@@ -953,17 +959,8 @@ class Cycle:
                     if sample.charged:
                         continue
                     reason = may_preempt(s, ranking, w, sample, now)
-                    if reason is None:
-                        continue
-                    for name, on_host in hosts.items():
-                        if name in only:
-                            continue  # its victims are listed above
-                        entries = found.get(name)
-                        if entries is None:
-                            entries = found[name] = []
-                        for vid, n in on_host.items():
-                            known = keys.get(vid) or victim_key(vid)
-                            entries.append((known[0], known[1], n, reason))
+                    if reason is not None:
+                        take_group(hosts, reason, skip=only)  # `only`: listed above
         totals: dict[str, tuple[int, int, int]] = {}
         for name, entries in found.items():
             entries.sort()  # keys are unique (they end with the workload id)
