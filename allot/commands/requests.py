@@ -125,7 +125,8 @@ def expand_ids(ids: list[str]) -> list[str]:
 
 def _tags(given: list[str] | None) -> list[str]:
     """`--tag a,b --tag c` -> [a, b, c], as --member reads its lists: every view shows
-    a workload's tags joined by commas, so a tag with a comma inside read as two."""
+    a workload's tags joined by commas, so a tag with a comma inside read as two.
+    A repeated tag is sent once."""
     tags: list[str] = []
     for text in given or ():
         names = [t.strip() for t in text.split(",") if t.strip()]
@@ -134,7 +135,7 @@ def _tags(given: list[str] | None) -> list[str]:
                 f"--tag {text!r} names no tag; e.g. --tag debug or --tag debug,short"
             )
         tags += names
-    return tags
+    return list(dict.fromkeys(tags))  # a tag named twice is one tag (kept where first named)
 
 
 def _wait_seconds(text: str) -> float:

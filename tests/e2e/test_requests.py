@@ -434,6 +434,7 @@ def _submit_tagged(
         pytest.param([" a , b,"], ["a", "b"], id="spaces-and-a-trailing-comma"),
         pytest.param(["debug"], ["debug"], id="one"),
         pytest.param([], [], id="none"),
+        pytest.param(["debug", "a,debug"], ["debug", "a"], id="a-tag-named-twice-once"),
     ],
 )
 def test_tags_split_on_commas_as_slurm_lists_do(
