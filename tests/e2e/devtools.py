@@ -24,6 +24,15 @@ from typing import Any
 import orjson
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# a headless browser that reaches out to nothing (no sandbox: tests may run as root)
+HEADLESS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-extensions",
+)
 TIMEOUT_S = 60.0
 
 
@@ -74,12 +83,7 @@ def evaluate(url: str, expression: str, *, width: int, height: int) -> Any:
     profile = tempfile.mkdtemp(prefix="chrome-devtools-")
     args = [
         CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--no-first-run",
-        "--disable-extensions",
+        *HEADLESS,
         "--remote-debugging-pipe",
         f"--user-data-dir={profile}",
         f"--window-size={width},{height}",

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,8 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def broker(tmp_path: Path):
-    b = Broker(tmp_path / "kafka")
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    yield from Broker.running(tmp_path / "kafka")
 
 
 def _first_line(stream, timeout: float) -> str:

@@ -40,11 +40,10 @@ from projections.gantt import GanttCollector
 from projections.report import fmt_pct
 from projections.summary import fold as fold_usage
 from projections.usage import iter_journal
-from tests.e2e.devtools import evaluate
+from tests.e2e.devtools import CHROMIUM, HEADLESS, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROME_TIMEOUT_S = 60.0
 SERVER_START_S = 30.0
 
@@ -150,12 +149,7 @@ def _chromium(args: list[str], tmp: Path) -> tuple[str, str]:
     profile = tempfile.mkdtemp(prefix="chrome-", dir=tmp)
     cmd = [
         CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--no-first-run",
-        "--disable-extensions",
+        *HEADLESS,
         "--enable-logging=stderr",
         "--v=0",
         f"--user-data-dir={profile}",

@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,16 @@ class Broker:
         subprocess.run(
             [str(KAFKA / "stop"), "--data", str(self.data), "--quiet"], timeout=120, check=False
         )
+
+    @classmethod
+    def running(cls, data: Path) -> Iterator[Broker]:
+        """A started broker, stopped afterwards: the body of a test's `broker` fixture."""
+        broker = cls(data)
+        broker.start()
+        try:
+            yield broker
+        finally:
+            broker.stop()
 
 
 # ------------------------------------------------------------------ helpers

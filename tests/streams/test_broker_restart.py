@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -36,13 +37,8 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def broker(tmp_path: Path):
-    b = Broker(tmp_path / "kafka")
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
+def broker(tmp_path: Path) -> Iterator[Broker]:
+    yield from Broker.running(tmp_path / "kafka")
 
 
 def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
