@@ -27,7 +27,7 @@ from streams.bootstrap import BootstrapError
 from streams.bootstrap import parse_bootstrap as _parse_bootstrap
 from streams.broker_watch import answers
 from streams.embedded import JOURNAL_FILE, EmbeddedError, LineReader, append_requests
-from streams.kafka_clients import cancel_leftovers, quiet_stop
+from streams.kafka_clients import cancel_leftovers, quiet_stop, unreachable
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
@@ -220,10 +220,7 @@ class KafkaInbox:
         return self._unreachable(why)
 
     def _unreachable(self, why: object) -> InboxError:
-        text = str(why) or type(why).__name__
-        if "Unable to bootstrap" in text:
-            text = "no broker answered (is it running? is the address right?)"
-        return InboxError(f"cannot reach Kafka at {self.bootstrap}: {text}")
+        return InboxError(unreachable(self.bootstrap, why))
 
     def send(self, requests: list[dict[str, Any]]) -> None:
         self._run(self._send(requests, watch=False))

@@ -41,6 +41,22 @@ def aiokafka_quiet() -> Iterator[None]:
             logger.setLevel(_quiet["level"])
 
 
+def unreachable(bootstrap: str, why: object) -> str:
+    """The one line every command says when no broker answers at `bootstrap`, whichever
+    client found out (aiokafka's own text names its address tuples, which says nothing
+    more to a user)."""
+    if isinstance(why, TimeoutError):
+        text = "no answer in time"
+    else:
+        text = str(why).strip().split("\n")[0][:200] or type(why).__name__
+        if "Unable to bootstrap" in text:
+            text = "no broker answered"
+    return (
+        f"cannot reach Kafka at {bootstrap}: {text}; "
+        "check --kafka / $ALLOT_KAFKA and that the broker runs"
+    )
+
+
 def _being_cancelled() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0

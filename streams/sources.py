@@ -45,6 +45,7 @@ from typing import Any
 import orjson
 
 from streams import kafka_auth, topics
+from streams.kafka_clients import unreachable
 
 # aiokafka logs connection failures itself; SourceError reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
@@ -505,9 +506,7 @@ def _as_source_error(error: BaseException, bootstrap: str) -> SourceError:
     if isinstance(error, SourceError):
         return error
     if isinstance(error, asyncio.TimeoutError | TimeoutError):
-        return BrokerError(
-            f"cannot reach Kafka at {bootstrap}: no answer in {CONNECT_TIMEOUT_S:g}s"
-        )
+        return BrokerError(unreachable(bootstrap, f"no answer in {CONNECT_TIMEOUT_S:g}s"))
     reason = kafka_auth.describe_error(error)
     if reason is not None:
         return BrokerError(f"Kafka at {bootstrap}: {reason}")
@@ -546,10 +545,7 @@ async def _open_journal(bootstrap: str, *, reset: str, client_id: str) -> tuple[
             reason = await kafka_auth.diagnose(bootstrap, options)
         if reason is not None:
             raise BrokerError(f"Kafka at {bootstrap}: {reason}") from None
-        raise BrokerError(
-            f"cannot reach Kafka at {bootstrap}: {_short(exc)}; "
-            "check --kafka / $ALLOT_KAFKA and that the broker runs"
-        ) from None
+        raise BrokerError(unreachable(bootstrap, exc)) from None
     try:
         # the public `topics()` does not keep the partitions it saw; ask the client once
         metadata = await asyncio.wait_for(consumer._client.fetch_all_metadata(), CONNECT_TIMEOUT_S)
@@ -708,11 +704,6 @@ def _keep(key: bytes | None, value: bytes | None, want: bytes | None, cluster: s
     if key is not None:
         return key == want
     return _matches(value, cluster)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # ------------------------------------------------------------------ kafka, resumable

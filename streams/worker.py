@@ -95,7 +95,7 @@ from streams import topics as names
 from streams.broker_watch import BrokerWatch
 from streams.core import SNAPSHOT_FORMAT, InboxRecord, SchedulerCore, old_bucket_note
 from streams.kafka_auth import KafkaAuthError, client_options
-from streams.kafka_clients import aiokafka_quiet, quiet_stop
+from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
 from streams.log_repeats import quiet_repeats
 from streams.offloop import start_blobs
 
@@ -255,9 +255,7 @@ async def _admin(
     except (TimeoutError, KafkaConnectionError, KafkaError, OSError) as why:
         with contextlib.suppress(Exception):
             await admin.close()
-        raise BrokerUnavailable(
-            f"cannot reach Kafka at {bootstrap} ({_reason(why)}); is the broker running?"
-        ) from None
+        raise BrokerUnavailable(unreachable(bootstrap, why)) from None
     return admin
 
 
@@ -649,9 +647,7 @@ class Worker:
         try:
             await self._meta.start()
         except KafkaConnectionError as why:
-            raise BrokerUnavailable(
-                f"cannot reach Kafka at {self.bootstrap} ({_reason(why)}); is the broker running?"
-            ) from None
+            raise BrokerUnavailable(unreachable(self.bootstrap, why)) from None
         self._inbox_parts = await self._partitions(self.topics.inbox)
         self._journal_parts = await self._partitions(self.topics.journal)
         self._consumer = AIOKafkaConsumer(

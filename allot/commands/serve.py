@@ -361,7 +361,9 @@ def _serve_kafka(
         typer.echo(f"error: {why}", err=True)
         raise typer.Exit(2) from None
     except (KafkaError, OSError) as why:
-        typer.echo(f"error: cannot reach Kafka at {bootstrap}: {why}", err=True)
+        from streams.kafka_clients import unreachable
+
+        typer.echo(f"error: {unreachable(bootstrap, why)}", err=True)
         raise typer.Exit(2) from None
     finally:
         if metrics is not None:

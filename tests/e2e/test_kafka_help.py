@@ -64,3 +64,27 @@ def test_topics_create_help_names_the_topics_it_creates(suffix: str, names: str)
     )
     assert result.returncode == 0, result.stderr
     assert f"Create {names} (kept forever" in " ".join(result.stdout.split()), result.stdout
+
+
+UNREACHABLE = (
+    "error: cannot reach Kafka at 127.0.0.1:1: no broker answered; "
+    "check --kafka / $ALLOT_KAFKA and that the broker runs"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "create"],
+        ["serve"],
+        ["queue"],
+        ["submit", "-A", "lab/a", "-G", "1", "--min-runtime", "0"],
+    ],
+    ids=["topics-create", "serve", "queue", "submit"],
+)
+def test_an_unreachable_broker_reads_the_same_in_every_command(args: list[str]) -> None:
+    """One line, worded once: a reader (queue) printed aiokafka's own text with its
+    address tuples, a sender said something else again."""
+    result = allot(*args, "--kafka", "127.0.0.1:1")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.strip() == UNREACHABLE
