@@ -243,6 +243,22 @@ def _reason(why: BaseException) -> str:
     return text.split("\n")[0][:200]
 
 
+def _died_here(client_id: str) -> bool:
+    """A presence member that was a worker on this machine whose process is gone: the
+    broker keeps it until its session times out, so a worker restarted at once after a
+    crash would otherwise warn that it took over from a live one."""
+    prefix = f"allot-worker/{socket.gethostname()}/pid-"
+    if not client_id.startswith(prefix) or not client_id[len(prefix) :].isdigit():
+        return False
+    try:
+        os.kill(int(client_id[len(prefix) :]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, as another user
+        return False
+    return False
+
+
 async def _admin(
     bootstrap: str, timeout_s: float, kafka_options: dict[str, Any] | None = None
 ) -> AIOKafkaAdminClient:
@@ -722,6 +738,7 @@ class Worker:
             for group in response.groups
             if group[0] == 0
             for member in group[5]
+            if not _died_here(member[1])
         ]
 
     async def _join_presence(self) -> None:
