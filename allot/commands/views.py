@@ -392,6 +392,23 @@ def _answer(fn: Any) -> Any:
         raise _fail(message) from None
 
 
+def _every(seconds: int, report: Any) -> None:
+    """`report` now and every `seconds` after it finished, as squeue -i: each one after a
+    blank line and the wall-clock time (the report's own "as of" is the journal's time);
+    Ctrl-C ends it with exit 0."""
+    import time
+    from datetime import UTC, datetime
+
+    try:
+        while True:
+            typer.echo(datetime.now(UTC).strftime("%a %b %d %H:%M:%S %Y UTC"))
+            _answer(report)
+            time.sleep(seconds)
+            typer.echo("")
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
 # errors meant for the user, by module: only modules already imported can have raised them
 _USER_ERRORS = (
     ("allot.commands.common", "TargetError"),
@@ -481,6 +498,18 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         horizon: HorizonOpt = "2d",
+        iterate: Annotated[
+            int | None,
+            typer.Option(
+                "--iterate",
+                "-i",
+                metavar="SECONDS",
+                min=1,
+                help="Read the journal again and print the queue every SECONDS seconds, "
+                "as squeue -i, until Ctrl-C (each report headed by the wall-clock time).",
+                show_default=False,
+            ),
+        ] = None,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         journal: JournalOpt = None,
@@ -623,7 +652,12 @@ def register(app: typer.Typer) -> None:
 
                 typer.echo(footnote(fc))
 
-        _answer(run)
+        if iterate is None:
+            _answer(run)
+            return
+        if json_:
+            raise _fail("--iterate prints tables; for JSON, run `allot queue --json` each time")
+        _every(iterate, run)
 
     @app.command("acct")
     def acct(

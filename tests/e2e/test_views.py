@@ -1562,3 +1562,47 @@ def test_queue_nodelist_refuses_a_host_it_does_not_know(
     on_three_hosts: Path, hosts: str, error: str
 ) -> None:
     one_line_error(allot("queue", "--journal", str(on_three_hosts), "-w", hosts), error)
+
+
+def test_queue_iterate_reads_the_journal_again_until_ctrl_c(journal: Path, tmp_path: Path) -> None:
+    """`allot queue -i 1`, as squeue -i: a report now, then one a second, each headed
+    by the wall-clock time and each from the journal as it is then (records appended
+    between them show); Ctrl-C ends it with exit 0 and no traceback."""
+    lines = journal.read_bytes().splitlines(keepends=True)
+    growing = tmp_path / "growing.jsonl"
+    growing.write_bytes(b"".join(lines[: len(lines) // 2]))
+    env = {k: val for k, val in os.environ.items() if not k.startswith("ALLOT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "queue", "-i", "1", "--journal", str(growing)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    reports: list[list[str]] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if re.fullmatch(r"\w{3} \w{3} \d\d \d\d:\d\d:\d\d \d{4} UTC\n", line):
+                reports.append([])
+                if len(reports) == 2:  # the first report is out: the journal grows
+                    growing.write_bytes(b"".join(lines))
+                if len(reports) == 4:
+                    break
+            else:
+                reports[-1].append(line)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    titles = [
+        next(line for line in report if line.startswith("cluster ")) for report in reports[:3]
+    ]
+    whole = v.fold(v.decode_lines(journal_lines(journal=journal)))
+    assert v.iso(whole.now) not in titles[0], titles  # half the journal: an earlier time
+    assert v.iso(whole.now) in titles[2], titles
+
+
+def test_queue_iterate_refuses_json(journal: Path) -> None:
+    one_line_error(allot("queue", "-i", "1", "--json", "--journal", str(journal)), "--iterate")
