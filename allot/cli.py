@@ -457,7 +457,10 @@ def simulate(
 def replay(
     journal: Annotated[
         Path | None,
-        typer.Argument(help="A recorded journal (JSONL); or read it from Kafka with --kafka."),
+        typer.Argument(
+            help="A recorded journal: a JSONL file, a run folder (<out>/<policy>) or a --data "
+            "folder; or read it from Kafka with --kafka."
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Output folder for the what-if.")
@@ -508,7 +511,8 @@ def replay(
     """Replay a recorded journal: check determinism (--verify), or re-decide it under
     another policy, config or budget (a what-if).
 
-    The journal is a file, or the journal topic with --kafka. --verify checks
+    The journal is a file, a run folder or a --data folder (its journal.jsonl), or
+    the journal topic with --kafka. --verify checks
     determinism; otherwise re-decide its inputs (submissions with the work each
     workload did, budget and health changes) under a new policy, config or budget
     (--policy, --set, --budget) — a what-if. `allot compare A B` then shows who

@@ -13,6 +13,8 @@ Environment (arguments win):
     ALLOT_KAFKA_PASSWORD           the password itself (when no file is given)
     ALLOT_KAFKA_SASL_MECHANISM     SCRAM-SHA-512 (default), SCRAM-SHA-256 or PLAIN
     ALLOT_KAFKA_SECURITY_PROTOCOL  SASL_PLAINTEXT (default) or SASL_SSL
+    ALLOT_KAFKA_SSL_CAFILE         with SASL_SSL: CA certificates (PEM) to check the
+                                   broker's certificate with (default: the system's)
 
 Errors are `KafkaAuthError` with one line a person can act on.
 """

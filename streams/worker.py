@@ -1723,22 +1723,39 @@ def run_worker(
     asyncio.run(main())
 
 
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m streams.worker", description="Run the allot scheduler on Kafka."
     )
     parser.add_argument(
-        "--kafka", default=os.environ.get("ALLOT_KAFKA"), help="bootstrap HOST:PORT"
+        "--kafka",
+        default=os.environ.get("ALLOT_KAFKA"),
+        help="bootstrap HOST:PORT (default $ALLOT_KAFKA)",
     )
-    parser.add_argument("--cluster", action="append", dest="clusters", help="only these clusters")
-    parser.add_argument("--admin", action="append", dest="admins", help="admin principal (repeat)")
-    parser.add_argument("--tick-every", type=float, default=10.0)
+    parser.add_argument(
+        "--cluster",
+        action="append",
+        dest="clusters",
+        help="only this cluster (repeat; default: every cluster on the inbox partitions)",
+    )
+    parser.add_argument(
+        "--admin",
+        action="append",
+        dest="admins",
+        help="admin principal (repeat; default $ALLOT_ADMINS, comma-separated)",
+    )
+    parser.add_argument(
+        "--tick-every",
+        type=float,
+        default=10.0,
+        help="seconds between clock.tick records, so time moves (0 = never; default %(default)s)",
+    )
     parser.add_argument(
         "--snapshot-every",
         type=float,
         default=60.0,
         help="seconds between periodic snapshots (0 = none; hand-overs and a clean stop "
-        "still snapshot)",
+        "still snapshot; default %(default)s)",
     )
     parser.add_argument(
         "--topic-suffix",
@@ -1754,7 +1771,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--partitions", type=int, default=1, help="for topics --create-topics creates"
     )
-    parser.add_argument("--max-batch", type=int, default=5000)
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=5000,
+        help="inbox records read per poll (default %(default)s)",
+    )
     parser.add_argument(
         "--group",
         help="consumer group: workers of one group share the inbox partitions and take "
@@ -1764,14 +1786,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--session-timeout",
         type=float,
         default=10.0,
-        help="seconds without a heartbeat before the group hands a worker's partitions on",
+        help="seconds without a heartbeat before the group hands a worker's partitions on "
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--set", action="append", default=[],
         help="change config key=value (the others keep the journal's values)",
     )  # fmt: skip
-    parser.add_argument("-l", "--log-level", default="info")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "-l", "--log-level", default="info", help="debug, info, warning or error (default info)"
+    )
+    return parser
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return _parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

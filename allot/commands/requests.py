@@ -1133,7 +1133,7 @@ def host_health(
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Report a host healthy or unhealthy.
+    """Report a host healthy or unhealthy (admins only, when admins are set).
 
     Unhealthy: no new work goes there; unallocated work and work past its
     protection are preempted at once, protected work when its protection

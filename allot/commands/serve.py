@@ -123,7 +123,7 @@ def serve(
         list[str] | None,
         typer.Option(
             "--admin",
-            help="May create top-level allocations, register hosts, set config "
+            help="May create top-level allocations, register hosts and report their health, set config "
             "(repeatable; default $ALLOT_ADMINS, comma-separated).",
         ),
     ] = None,

@@ -76,7 +76,8 @@ def import_trace(
     """Read FILE and write one `workload.submitted` record per GPU job to --out.
 
     Times are seconds from the trace start; jobs that never ended get no `runtime`
-    (they run until the scenario's horizon); rows asking for no GPU are skipped.
+    (they run until the scenario's horizon, or to the end of a run without one); rows
+    asking for no GPU are skipped, and so are alibaba-openb pods never scheduled.
     """
     from rich.console import Console
     from rich.markup import escape
