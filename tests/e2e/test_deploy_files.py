@@ -56,3 +56,22 @@ def test_the_dashboard_uses_the_provisioned_data_source() -> None:
         if isinstance(target.get("datasource"), dict)
     }
     assert used and used <= uids, (used, uids)
+
+
+def test_the_examples_ship_inside_the_package() -> None:
+    """`allot demo` after `pip install .` (not -e), as the compose file's containers
+    install it: the scenarios are found as package `allot.examples` (a link to
+    examples/) and packed as package data; without it demo said the examples folder
+    was missing."""
+    import tomllib
+
+    from setuptools import find_namespace_packages
+
+    root = DEPLOY.parent
+    settings = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = find_namespace_packages(where=str(root), **settings["packages"]["find"])
+    assert "allot.examples" in found
+    patterns = settings["package-data"]["*"]
+    shipped = [p.name for p in (root / "allot" / "examples").iterdir()]
+    assert {"lab.yaml", "debug-flood.yaml"} <= set(shipped)
+    assert all(any(Path(name).match(pat) for pat in patterns) for name in shipped), shipped
