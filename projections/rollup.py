@@ -274,7 +274,7 @@ class RollupResult:
 def iso(t: float | None) -> str | None:
     if t is None or not math.isfinite(t):
         return None
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: float | str, latest: float, end: bool = False) -> float:

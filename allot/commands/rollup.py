@@ -137,7 +137,7 @@ def rollup(
     from projections.rollup import iso
 
     def when(t: float) -> str:
-        return (iso(t) or "?").replace("T", " ")
+        return (iso(t) or "?").replace("T", " ").removesuffix("Z")
 
     span = f"{when(result.since)} → {when(result.until)} UTC"
     if result.window is not None:

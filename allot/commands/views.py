@@ -841,7 +841,7 @@ def register(app: typer.Typer) -> None:
             )
             if noheader:  # sacct -n: the rows alone, for scripts
                 return
-            states = ", ".join(f"{n} {s.lower()}" for s, n in total["by_state"].items())
+            states = ", ".join(f"{n:,} {s.lower()}" for s, n in total["by_state"].items())
             windowed = lo is not None or hi is not None
             pre = "window_" if windowed else ""
             ran = (

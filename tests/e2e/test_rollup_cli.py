@@ -54,7 +54,7 @@ def rollup_json(*args: str) -> dict:
 def test_json_numbers(lab, tiny_delivered):
     out = rollup_json("--journal", str(lab), *RANGE)
     assert sorted(out["clusters"]) == ["tiny", "west"]
-    assert out["since"] == "2026-01-01T00:00:00" and out["until"] == "2026-01-01T12:00:00"
+    assert out["since"] == "2026-01-01T00:00:00Z" and out["until"] == "2026-01-01T12:00:00Z"
     nodes = {a["path"]: a for a in out["allocations"]}
     assert list(nodes) == ["lab", "lab/eval", "lab/ops", "lab/train"]
     assert nodes["lab/train"]["clusters"] == ["tiny", "west"]
@@ -133,7 +133,7 @@ def test_cluster_depth_and_data_folder(lab, tmp_path):
     assert out["total"]["charged_gpu_h"] == 32.0
     # the default range: the window journaled by tiny (1d) before the latest record
     everything = rollup_json("--journal", str(lab))
-    assert everything["window_s"] == 86400.0 and everything["until"] == "2026-01-01T12:00:00"
+    assert everything["window_s"] == 86400.0 and everything["until"] == "2026-01-01T12:00:00Z"
 
 
 @pytest.mark.parametrize(

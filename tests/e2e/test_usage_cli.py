@@ -157,8 +157,8 @@ def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path)
         "received_gpu_h": 15_360.0,
         "entitled_gpu_h": 11_520.0,
         "delivered": 1.0,  # 15,360 / 11,520, capped
-        "since": "2026-01-01T00:00:00",  # the period: the whole journal
-        "until": "2026-01-02T06:00:00",
+        "since": "2026-01-01T00:00:00Z",  # the period: the whole journal
+        "until": "2026-01-02T06:00:00Z",
     }
     assert rows[EVAL] == {
         "allocation": EVAL,
@@ -169,8 +169,8 @@ def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path)
         "received_gpu_h": 0.0,
         "entitled_gpu_h": 3_840.0,  # 128 x 30
         "delivered": 0.0,
-        "since": "2026-01-01T00:00:00",
-        "until": "2026-01-02T06:00:00",
+        "since": "2026-01-01T00:00:00Z",
+        "until": "2026-01-02T06:00:00Z",
     }
 
 
@@ -194,32 +194,32 @@ def two_days() -> JournalBuilder:
         (
             [],
             "the whole journal, 2026-01-01 00:00 → 2026-01-03 00:00 UTC (2d)",
-            "2026-01-01T00:00:00",
-            "2026-01-03T00:00:00",
+            "2026-01-01T00:00:00Z",
+            "2026-01-03T00:00:00Z",
             192.0,
         ),
         # the usage window's length: what shares and rollup count, 4 x 24 h
         (
             ["--since", "1d"],
             "2026-01-02 00:00 → 2026-01-03 00:00 UTC (1d)",
-            "2026-01-02T00:00:00",
-            "2026-01-03T00:00:00",
+            "2026-01-02T00:00:00Z",
+            "2026-01-03T00:00:00Z",
             96.0,
         ),
         # ISO times, -S/-E as acct takes them: 4 x 12 h
         (
             ["-S", "2026-01-01T12:00", "-E", "2026-01-02"],
             "2026-01-01 12:00 → 2026-01-02 00:00 UTC (12h)",
-            "2026-01-01T12:00:00",
-            "2026-01-02T00:00:00",
+            "2026-01-01T12:00:00Z",
+            "2026-01-02T00:00:00Z",
             48.0,
         ),
         # --until alone: from the first record; 6h before the latest is 42 h in
         (
             ["--until", "6h"],
             "2026-01-01 00:00 → 2026-01-02 18:00 UTC (1d18h)",
-            "2026-01-01T00:00:00",
-            "2026-01-02T18:00:00",
+            "2026-01-01T00:00:00Z",
+            "2026-01-02T18:00:00Z",
             168.0,
         ),
     ],
@@ -269,7 +269,7 @@ def test_over_the_window_usage_rollup_and_shares_agree(tmp_path: Path) -> None:
             ["--hourly"],
             [
                 {
-                    "hour": f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00:00",
+                    "hour": f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00:00Z",
                     "hour_time": JournalBuilder.START + h * HOUR,
                     "charged_gpu_h": 4.0,
                     "entitled_gpu_h": 8.0,

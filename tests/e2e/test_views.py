@@ -230,6 +230,20 @@ def test_acct_lists_every_workload_like_sacct(journal: Path, folded: v.JournalVi
     assert coded.returncode == 0 and coded.stdout == table.stdout
 
 
+def test_acct_totals_count_states_with_thousands_separators(tmp_path: Path) -> None:
+    """As the workload count beside them ("1,200 workloads"); it read "1200 pending"."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="default").host("h0").budget("lab", 1).budget("lab/a", 1)
+    for i in range(1200):
+        j.submit(f"w{i}", "lab/a", 8)
+    path = j.write(tmp_path / "journal.jsonl")
+    result = allot("acct", "--journal", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("1,200 workloads"), result.stdout[-300:]
+    assert result.stdout.splitlines()[-1].endswith("now 1,200 pending"), result.stdout[-300:]
+
+
 def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.JournalView) -> None:
     from projections.acct import acct_rows
 
