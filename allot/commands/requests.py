@@ -191,11 +191,34 @@ class _Sent:
     trouble: str | None = None
 
 
+def _wait_stoppable(
+    writer: Any, requests: list[dict[str, Any]], match: Any, wait: float, on_sent: Any, check: str
+) -> Any:
+    """`writer.send_and_wait`, where Ctrl-C after the requests are out stops the wait, not
+    the requests (as sbatch --wait): one line says they stand and how to follow them,
+    exit 130. Ctrl-C before they are out is an ordinary interruption."""
+    out = False
+
+    def said() -> None:
+        nonlocal out
+        out = True
+        on_sent()
+
+    try:
+        return writer.send_and_wait(requests, match, wait, said)
+    except KeyboardInterrupt:
+        if not out:
+            raise
+        typer.echo(f"Stopped waiting (Ctrl-C); the request was sent and stands: {check}", err=True)
+        raise typer.Exit(130) from None
+
+
 def _send_all(
     target: Target,
     requests: list[dict[str, Any]],
     wait: float | None,
     on_sent: Callable[[], None],
+    check: str,
 ) -> _Sent:
     """Send; `on_sent` runs once the requests are out (acknowledged by the broker, or
     written to the folder), before any wait, so the caller says so before a verdict
@@ -208,7 +231,8 @@ def _send_all(
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0])
-        verdict = writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait, on_sent)
+        match = verdict_on(requests[0]["id"])
+        verdict = _wait_stoppable(writer, requests, match, wait, on_sent, check)
         return _Sent(target, requests[0], verdict, writer.trouble)
     finally:
         writer.close()
@@ -232,7 +256,8 @@ def _send(
     _check_wait(wait)
     target = resolve_target(kafka, data)
     request = make_request(kind, cluster=cluster, actor=whoami(actor), **fields)
-    return _send_all(target, [request], wait, lambda: _sent(said, target, request))
+    check = f"`allot why {request['id']}` says what the scheduler decided"
+    return _send_all(target, [request], wait, lambda: _sent(said, target, request), check)
 
 
 def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
@@ -497,7 +522,11 @@ def submit(
                 submitted()
                 outcome = None
             else:
-                outcome = writer.send_and_wait(requests, verdict, wait, submitted)
+                check = (
+                    f"`allot why {ids[0]}` says what the scheduler decided, "
+                    f"`allot cancel {workload}` withdraws it"
+                )
+                outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
         finally:
             writer.close()
     if wait is None:
@@ -858,7 +887,8 @@ def _about_workloads(
             for note in found.notes:
                 typer.echo(note)
 
-        sent = _send_all(target, requests, wait, said)
+        check = f"`allot why {ids[0]}` says what the scheduler decided"
+        sent = _send_all(target, requests, wait, said, check)
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",
         f"Workload {ids[0]} {done}",

@@ -509,6 +509,48 @@ def test_submit_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
 
 
+def _interrupted_wait(*args: str, environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """`allot ARGS --wait 60` stopped with Ctrl-C once it said the request was out: its
+    stdout and stderr (it must exit 130)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", *args, "--wait", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ or env(),
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # printed once the request is out, before the wait
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, (first, out, err)
+    return first + out, err
+
+
+def test_ctrl_c_during_wait_says_the_request_stands(tmp_path: Path) -> None:
+    """Ctrl-C ended `--wait` without a word (typer turns it into exit 130 before
+    allot's own 'interrupted' line): was the job submitted or not?"""
+    data = tmp_path / "idle"
+    out, err = _interrupted_wait(
+        "submit", "--data", str(data), "-A", "a", "-G", "1", "--min-runtime", "0",
+        "--parsable",
+    )  # fmt: skip
+    workload = out.strip()
+    assert ULID.match(workload), out
+    assert err.splitlines()[-1] == (
+        f"Stopped waiting (Ctrl-C); the request was sent and stands: `allot why {workload}` "
+        f"says what the scheduler decided, `allot cancel {workload}` withdraws it"
+    )
+    assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
+    out, err = _interrupted_wait("cancel", workload, "--data", str(data))
+    assert out.startswith(f"Cancel of workload {workload} sent")
+    assert err.splitlines() == [
+        "Stopped waiting (Ctrl-C); the request was sent and stands: "
+        f"`allot why {workload}` says what the scheduler decided"
+    ]
+
+
 def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None:
     """The journal holds the submission but no GPU is free: it used to ask whether a
     scheduler was running at all."""
@@ -640,6 +682,22 @@ def test_submit_to_kafka_writes_an_orjson_record_keyed_by_cluster(
     assert (
         f"after 2 s; is an `allot serve --kafka {kafka_bootstrap}` running for this cluster?"
     ) in result.stderr
+
+
+@pytest.mark.kafka
+def test_ctrl_c_during_a_kafka_wait_prints_no_traceback(kafka_bootstrap: str) -> None:
+    """The wait's task outlived its consumer: 'Task exception was never retrieved' and
+    a ConsumerStoppedError traceback after Ctrl-C."""
+    suffix = f".ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
+    environ = env(ALLOT_TOPIC_SUFFIX=suffix, ALLOT_KAFKA=kafka_bootstrap)
+    created = allot("topics", "create", environ=environ)
+    assert created.returncode == 0, created.stderr
+    out, err = _interrupted_wait(
+        "submit", "-A", "lab/a", "-G", "1", "--min-runtime", "1m", environ=environ
+    )
+    assert out.startswith("Submitted workload ")
+    assert err.splitlines() == [err.splitlines()[0]], err  # one line, no traceback
+    assert err.startswith("Stopped waiting (Ctrl-C); the request was sent and stands")
 
 
 @pytest.mark.kafka
