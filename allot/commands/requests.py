@@ -62,12 +62,29 @@ def one_line_errors() -> Iterator[None]:
 def _duration(flag: str, text: str | None) -> float | None:
     if text is None:
         return None
-    from domain.durations import parse_duration
+    from domain.durations import format_duration, parse_duration
 
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as why:
         raise RequestError(f"{flag} {text!r}: {why}") from None
+    if seconds > 0 and _bare_number(text):
+        # Slurm's --time reads a bare number as minutes: `--min-runtime 15` protected
+        # a job for 15 seconds without a word
+        typer.echo(
+            f"note: {flag} {text.strip()} means {format_duration(seconds)}: a bare number "
+            "is seconds here, not minutes as in Slurm's --time",
+            err=True,
+        )
+    return seconds
+
+
+def _bare_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 MAX_ARRAY_TASKS = 10_000
@@ -353,7 +370,8 @@ def submit(
         str,
         typer.Option(
             "--min-runtime",
-            help="Shortest useful occupancy (15m, 2h; 0 = unallocated, preemptible any time).",
+            help="Shortest useful occupancy (15m, 2h, 1:30:00; a bare number is seconds; "
+            "0 = unallocated, preemptible any time).",
         ),
     ],
     resumable: Annotated[

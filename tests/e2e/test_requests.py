@@ -551,6 +551,28 @@ def test_ctrl_c_during_wait_says_the_request_stands(tmp_path: Path) -> None:
     ]
 
 
+def test_a_bare_number_duration_is_said_to_be_seconds(tmp_path: Path) -> None:
+    """A Slurm user's `--min-runtime 15` (Slurm's --time reads minutes) protected the
+    job for 15 seconds without a word; units and zero need no note."""
+    data = tmp_path / "idle"
+    data.mkdir()
+    common = ["submit", "--data", str(data), "-A", "a", "-G", "1", "--parsable"]
+    bare = allot(*common, "--min-runtime", "15", "--runtime", "90")
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stderr.splitlines() == [
+        "note: --min-runtime 15 means 15s: a bare number is seconds here, not minutes as in "
+        "Slurm's --time",
+        "note: --runtime 90 means 1m30s: a bare number is seconds here, not minutes as in "
+        "Slurm's --time",
+    ]
+    for durations in (["--min-runtime", "15m", "--runtime", "1:30"], ["--min-runtime", "0"]):
+        quiet = allot(*common, *durations)
+        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    lines = (data / "inbox.jsonl").read_bytes().splitlines()
+    sent = [orjson.loads(orjson.loads(line)["value"]) for line in lines]
+    assert [(r["min_runtime"], r.get("runtime")) for r in sent] == [(15, 90), (900, 90), (0, None)]
+
+
 def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None:
     """The journal holds the submission but no GPU is free: it used to ask whether a
     scheduler was running at all."""
