@@ -40,6 +40,7 @@ SinceOpt = Annotated[
     str | None,
     typer.Option(
         "--since",
+        "-S",
         help="From: an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
         "journal's latest event, e.g. 7d.",
         show_default=False,
@@ -49,6 +50,7 @@ UntilOpt = Annotated[
     str | None,
     typer.Option(
         "--until",
+        "-E",
         help="Until (same forms as --since; default: the latest event).",
         show_default=False,
     ),

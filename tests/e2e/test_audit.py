@@ -107,6 +107,14 @@ def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
     assert "REASON" in table.stdout and preempted[0]["workload"] in table.stdout
 
 
+def test_history_and_preemptions_take_sacct_short_range_flags(db: Path) -> None:
+    """-S/-E, as acct and usage take them: `history -S 7d` was "No such option: -S"."""
+    for command in (["history", "-a", "lab"], ["preemptions"]):
+        long = as_json(allot(*command, "--since", "6h", "--until", "1h", "--json", db=db))
+        short = as_json(allot(*command, "-S", "6h", "-E", "1h", "--json", db=db))
+        assert short == long
+
+
 # ------------------------------------------------------------------ errors
 
 
