@@ -28,6 +28,7 @@ from allot.commands.common import (
     quiet_on_closed_pipe,
     terminal_safe,
     visible,
+    whoami,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +41,21 @@ UserOpt = Annotated[
     str | None,
     typer.Option("--user", "-u", metavar="USER[,USER...]", help="Only these users' workloads."),
 ]
+MeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--me", help="Only your own workloads ($USER), as squeue --me; with -u, theirs too."
+    ),
+]
+
+
+def _with_me(user: str | None, me: bool) -> str | None:
+    """-u's list with the caller added by --me."""
+    if not me:
+        return user
+    return ",".join(u for u in (user, whoami(None)) if u)
+
+
 AllocationsOpt = Annotated[
     str | None,
     typer.Option(
@@ -433,6 +449,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         json_: JsonOpt = False,
         user: UserOpt = None,
+        me: MeOpt = False,
         allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
         noheader: Annotated[
@@ -527,6 +544,8 @@ def register(app: typer.Typer) -> None:
             resolve_jobs,
             split_names,
         )
+
+        user = _with_me(user, me)
 
         def run() -> None:
             columns = parse_format(format_) if format_ else None
@@ -662,6 +681,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
+        me: MeOpt = False,
         allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
         state: Annotated[
@@ -728,6 +748,8 @@ def register(app: typer.Typer) -> None:
         )
         from projections.audit import parse_time
         from projections.views import iso, resolve_jobs, split_names
+
+        user = _with_me(user, me)
 
         def run() -> None:
             wanted = None

@@ -206,6 +206,23 @@ def test_users_and_allocations_take_comma_separated_lists(
     assert result.returncode == 2 and "-a lab/nope: no such allocation" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["queue", "acct"])
+def test_me_is_the_callers_user_as_squeue_me(
+    journal: Path, folded: v.JournalView, command: str
+) -> None:
+    """`squeue --me` was "No such option: --me"."""
+
+    def ids(user: str, *args: str) -> set[str]:
+        run = allot(command, "--journal", str(journal), "--json", *args, env={"USER": user})
+        assert run.returncode == 0, run.stderr
+        return {r["id"] for r in orjson.loads(run.stdout)["workloads"]}
+
+    first, second = sorted({r["user"] for r in v.queue_rows(folded)})[:2]
+    mine = ids(first, "--me")
+    assert mine and mine == ids(second, "-u", first)
+    assert ids(first, "--me", "-u", second) == mine | ids(first, "-u", second)
+
+
 # ------------------------------------------------------------------ acct
 
 
