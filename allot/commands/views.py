@@ -346,6 +346,23 @@ def _queue_states(text: str) -> set[str]:
     return {_QUEUE_STATES[x] for x in asked}
 
 
+def _ended_note(view: Any, ids: set[str], jobs: list[str], **filters: Any) -> str:
+    """For `queue -j` that shows nothing: how the named workloads (of the -u/-a
+    `filters`) ended, as squeue -j still shows a job that just completed (CD) where
+    allot's queue holds live work only."""
+    import shlex
+    from collections import Counter
+
+    from projections.acct import acct_rows
+
+    rows = acct_rows(view, ids=ids, **filters)
+    ended = Counter(r["state"].lower() for r in rows if r["state"] not in ("PENDING", "RUNNING"))
+    if not ended:
+        return ""
+    how = ", ".join(f"{count} {state}" for state, count in sorted(ended.items()))
+    return f"; ended: {how} (`allot acct -j {shlex.quote(','.join(jobs))}` has the records)"
+
+
 def _known_hosts(view: Any, text: str) -> set[str]:
     """-w's hosts; TargetError for a list that cannot be read or names an unknown host."""
     from projections.views import expand_nodelist
@@ -636,6 +653,11 @@ def register(app: typer.Typer) -> None:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
                     + (" for that filter" if user or allocation or jobs or states else "")
+                    + (
+                        _ended_note(view, ids, jobs, user=split_names(user), allocation=paths)
+                        if ids and jobs
+                        else ""
+                    )
                 )
             elif fc is not None:
                 from projections.forecast import footnote

@@ -223,6 +223,27 @@ def test_me_is_the_callers_user_as_squeue_me(
     assert ids(first, "--me", "-u", second) == mine | ids(first, "-u", second)
 
 
+def test_queue_of_ended_workloads_says_how_they_ended(
+    journal: Path, records: list[dict[str, Any]]
+) -> None:
+    """squeue -j shows a job that just completed (CD); allot's queue said only "no
+    workloads pending or running", as if the id named nothing."""
+    done = next(
+        r["workload"]
+        for r in records
+        if r["type"] == "workload.finished" and r.get("outcome") == "completed"
+    )
+    result = allot("queue", "--journal", str(journal), "-j", done)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "no workloads pending or running for that filter; ended: 1 completed "
+        f"(`allot acct -j {done}` has the records)"
+    )
+    # another user's filter leaves it out: the note counts what the filters keep
+    other = allot("queue", "--journal", str(journal), "-j", done, "-u", "nobody")
+    assert other.stdout.splitlines()[-1] == "no workloads pending or running for that filter"
+
+
 # ------------------------------------------------------------------ acct
 
 
