@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -172,8 +172,8 @@ WaitOpt = Annotated[
         parser=_wait_seconds,
         help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict; exit 1 if "
         "it rejected the request (the reason is printed) or none came. Cancel, hold, "
-        "release and requeue wait for one workload only; submit --array waits for its "
-        "first task.",
+        "release and requeue of several workloads wait for each one's; submit --array "
+        "waits for its first task's.",
     ),
 ]
 
@@ -206,6 +206,8 @@ class _Sent:
     request: dict[str, Any]
     verdict: dict[str, Any] | None = None
     trouble: str | None = None
+    # with --wait, the verdict on each request by its id (those that came in time)
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _wait_stoppable(
@@ -248,9 +250,18 @@ def _send_all(
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0])
-        match = verdict_on(requests[0]["id"])
-        verdict = _wait_stoppable(writer, requests, match, wait, on_sent, check)
-        return _Sent(target, requests[0], verdict, writer.trouble)
+        verdicts: dict[str, dict[str, Any]] = {}
+        matches = {r["id"]: verdict_on(r["id"]) for r in requests}
+
+        def every(record: dict[str, Any]) -> bool:  # the wait ends with the last verdict
+            for ref, match in matches.items():
+                if ref not in verdicts and match(record):
+                    verdicts[ref] = record
+            return len(verdicts) == len(matches)
+
+        _wait_stoppable(writer, requests, every, wait, on_sent, check)
+        first = verdicts.get(requests[0]["id"])
+        return _Sent(target, requests[0], first, writer.trouble, verdicts)
     finally:
         writer.close()
 
@@ -870,21 +881,16 @@ def _about_workloads(
     """Send one `kind` request per workload (cancel, hold, release, requeue) and report."""
     from streams.inbox import make_request
 
-    several = "--wait works for one workload; nothing was sent (follow several with `allot queue`)"
     with one_line_errors():
         _check_wait(wait)
         if any(not wid.strip() for wid in workloads):  # '' starts every id
             raise RequestError("ID '': empty; give a workload id (`allot queue` lists them)")
         ids = expand_ids(workloads)
-        if wait is not None and len(ids) > 1:
-            raise RequestError(several)
         target = resolve_target(*target_options)
         found = _resolve_ids(kind, target, cluster, ids)
         ids = found.ids
         if not ids:
             raise RequestError(f"{'; '.join(found.empty)}; nothing was sent")
-        if wait is not None and len(ids) > 1:  # a job array's base
-            raise RequestError(several)
         actor = whoami(as_)
         order = _cancel_order(target, cluster, ids, found.view) if kind == _CANCEL else ids
         requests = [
@@ -905,15 +911,48 @@ def _about_workloads(
             for note in found.notes:
                 typer.echo(note)
 
-        check = f"`allot why {ids[0]}` says what the scheduler decided"
+        follow = f"`allot why {ids[0]}`" if len(ids) == 1 else "`allot why ID` (each id)"
+        check = f"{follow} says what the scheduler decided"
         sent = _send_all(target, requests, wait, said, check)
+    if len(requests) > 1 and wait is not None:
+        _report_verdicts(verb, done, requests, wait, sent, check)
+        return
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",
         f"Workload {ids[0]} {done}",
         wait,
         sent,
-        f"`allot why {ids[0]}` says what the scheduler decided",
+        check,
     )
+
+
+def _report_verdicts(
+    verb: str, done: str, requests: list[dict[str, Any]], wait: float, sent: _Sent, check: str
+) -> None:
+    """After `--wait` on several workloads (as scancel of several jobs does): a line for
+    each rejection, then how many were `done`; exit 1 unless every one was, saying how
+    many had no verdict in time."""
+    rejected = 0
+    for r in requests:
+        verdict = sent.verdicts.get(r["id"])
+        if verdict is not None and str(verdict.get("type", "")).endswith(".rejected"):
+            rejected += 1
+            typer.echo(
+                f"The {verb.lower()} of workload {r['workload']} was rejected: "
+                f"{verdict.get('error')}"
+            )
+    accepted = len(sent.verdicts) - rejected
+    typer.echo(f"{accepted} of {plural(len(requests), 'workload')} {done}")
+    missing = len(requests) - len(sent.verdicts)
+    if missing:
+        why = f": {sent.trouble}" if sent.trouble else _no_scheduler_hint(sent.target)
+        typer.echo(
+            f"No verdict on {missing} of the {len(requests)} requests after {wait:g} s{why}; "
+            f"they stay queued and are decided when the scheduler reads them: {check}",
+            err=True,
+        )
+    if rejected or missing:
+        raise typer.Exit(1)
 
 
 def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[..., None]:
