@@ -679,8 +679,8 @@ def register(app: typer.Typer) -> None:
                 "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
                 "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
                 "window_gpu_hours, window_charged_gpu_hours, window_unallocated_gpu_hours, "
-                "attempts, preemptions, tags, reason; sacct's jobid, jobname, account, "
-                "submit, elapsed work too.",
+                "attempts, preemptions, tags, reason, exit_code (the launcher's); sacct's "
+                "jobid, jobname, account, submit, elapsed, exitcode work too.",
                 show_default=False,
             ),
         ] = None,
