@@ -397,7 +397,10 @@ def submit(
             "--tag", help="A tag, e.g. debug (repeatable, or comma-separated: debug,short)."
         ),
     ] = None,
-    name: Annotated[str | None, typer.Option("--name", help="A human-readable name.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", "--job-name", "-J", help="A human-readable name (sbatch's -J too)."),
+    ] = None,
     runtime: Annotated[
         str | None,
         typer.Option(

@@ -573,6 +573,18 @@ def test_a_bare_number_duration_is_said_to_be_seconds(tmp_path: Path) -> None:
     assert [(r["min_runtime"], r.get("runtime")) for r in sent] == [(15, 90), (900, 90), (0, None)]
 
 
+def test_a_name_takes_sbatchs_job_name_flags(tmp_path: Path) -> None:
+    """`allot submit -J NAME` (sbatch's) was "No such option: -J"."""
+    data = tmp_path / "idle"
+    data.mkdir()
+    common = ["submit", "--data", str(data), "-A", "a", "-G", "1", "--min-runtime", "0"]
+    for flag in ("--name", "--job-name", "-J"):
+        assert allot(*common, flag, f"run{flag}").returncode == 0
+    lines = (data / "inbox.jsonl").read_bytes().splitlines()
+    names = [orjson.loads(orjson.loads(line)["value"])["name"] for line in lines]
+    assert names == ["run--name", "run--job-name", "run-J"]
+
+
 def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None:
     """The journal holds the submission but no GPU is free: it used to ask whether a
     scheduler was running at all."""
