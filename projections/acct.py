@@ -310,13 +310,14 @@ ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
     "preemptions": ("PREEMPTIONS", lambda r: str(r["preemptions"])),
     "tags": ("TAGS", lambda r: ",".join(r["tags"])),
     "reason": ("REASON", lambda r: r["reason"]),
+    "exit_code": ("EXIT", lambda r: "" if r["exit_code"] is None else str(r["exit_code"])),
 }
 DEFAULT_ACCT_COLUMNS = [
     "id", "allocation", "user", "state", "gpus", "alloc_gpus", "submitted", "start", "end",
     "wait", "run", "gpu_hours", "attempts", "reason",
 ]  # fmt: skip
 RIGHT_ALIGNED = frozenset(
-    {"GPUS", "ALLOC", "WAIT", "RUN", "N", "PREEMPTIONS"}
+    {"GPUS", "ALLOC", "WAIT", "RUN", "N", "PREEMPTIONS", "EXIT"}
     | {header for header, _ in ACCT_COLUMNS.values() if header.endswith("GPU_H")}
 )
 # sacct --format names for the same fields
@@ -328,12 +329,13 @@ SACCT_NAMES = {
     "elapsed": "run",
     "reqgpus": "gpus",
     "allocgpus": "alloc_gpus",
+    "exitcode": "exit_code",
 }
 
 
 def parse_acct_format(spec: str) -> list[str]:
     """`id,state,gpu_hours` (or space-separated, any case; sacct's jobid, jobname,
-    account, submit, elapsed too) -> column names; ValueError naming the unknown ones
+    account, submit, elapsed, exitcode too) -> column names; ValueError naming the unknown ones
     and listing the known."""
     names = [n.strip().lower() for n in spec.replace(",", " ").split() if n.strip()]
     names = [SACCT_NAMES.get(n, n) for n in names]

@@ -242,11 +242,13 @@ class KafkaInbox:
         self.trouble = None
         consumer = self._run(self._send(requests, watch=True))
         assert self._loop is not None
+        waiting = None
         try:
             if on_sent is not None:
                 on_sent()
+            waiting = self._loop.create_task(self._wait(consumer, match, timeout))
             try:
-                found = self._loop.run_until_complete(self._wait(consumer, match, timeout))
+                found = self._loop.run_until_complete(waiting)
             except Exception as why:  # the request is out: no traceback, no error exit
                 found = None
                 reason = kafka_auth.describe_error(why) or str(why) or type(why).__name__
@@ -256,6 +258,11 @@ class KafkaInbox:
                 self.trouble = f"Kafka at {self.bootstrap} stopped answering during the wait"
             return found
         finally:
+            if waiting is not None and not waiting.done():
+                # Ctrl-C stopped the loop mid-wait: end the wait before its consumer, or
+                # the stopped consumer's error is printed as a task nobody retrieved
+                waiting.cancel()
+                self._loop.run_until_complete(asyncio.gather(waiting, return_exceptions=True))
             self._loop.run_until_complete(quiet_stop(consumer))
 
     def close(self) -> None:

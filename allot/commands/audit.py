@@ -40,6 +40,7 @@ SinceOpt = Annotated[
     str | None,
     typer.Option(
         "--since",
+        "-S",
         help="From: an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
         "journal's latest event, e.g. 7d.",
         show_default=False,
@@ -49,6 +50,7 @@ UntilOpt = Annotated[
     str | None,
     typer.Option(
         "--until",
+        "-E",
         help="Until (same forms as --since; default: the latest event).",
         show_default=False,
     ),
@@ -256,6 +258,12 @@ def audit_sql(
     _answer(run)
 
 
+def _shown_time(iso: str) -> str:
+    """A time as the other tables show it (`acct`, `queue`, `why`: 2026-01-01 06:00:00);
+    the JSON keeps ISO's T."""
+    return iso.replace("T", " ", 1)
+
+
 def _history(
     allocation: str, since: str | None, until: str | None, db: Path | None, json_: bool
 ) -> None:
@@ -270,8 +278,9 @@ def _history(
         if json_:
             _emit_json(answer)
             return
+        first = _shown_time(answer["since"]) if answer["since"] else "start"
         title = (
-            f"{answer['allocation']} · {answer['since'] or 'start'} → {answer['until']} UTC · "
+            f"{answer['allocation']} · {first} → {_shown_time(answer['until'])} UTC · "
             "GPU-hours by user"
         )
         table = _table(
@@ -328,7 +337,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
         )
         for r in rows:
             table.add_row(
-                r["time"],
+                _shown_time(r["time"]),
                 r["actor"] or "",
                 r["allocation"] or "",
                 r["change"],
@@ -374,7 +383,7 @@ def _preemptions(since: str | None, until: str | None, db: Path | None, json_: b
 
         for r in rows:
             table.add_row(
-                r["time"],
+                _shown_time(r["time"]),
                 r["workload"] or "",
                 _cell(r["attempt"]),
                 r["allocation"] or "",

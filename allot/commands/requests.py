@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -62,12 +62,29 @@ def one_line_errors() -> Iterator[None]:
 def _duration(flag: str, text: str | None) -> float | None:
     if text is None:
         return None
-    from domain.durations import parse_duration
+    from domain.durations import format_duration, parse_duration
 
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as why:
         raise RequestError(f"{flag} {text!r}: {why}") from None
+    if seconds > 0 and _bare_number(text):
+        # Slurm's --time reads a bare number as minutes: `--min-runtime 15` protected
+        # a job for 15 seconds without a word
+        typer.echo(
+            f"note: {flag} {text.strip()} means {format_duration(seconds)}: a bare number "
+            "is seconds here, not minutes as in Slurm's --time",
+            err=True,
+        )
+    return seconds
+
+
+def _bare_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 MAX_ARRAY_TASKS = 10_000
@@ -155,8 +172,8 @@ WaitOpt = Annotated[
         parser=_wait_seconds,
         help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict; exit 1 if "
         "it rejected the request (the reason is printed) or none came. Cancel, hold, "
-        "release and requeue wait for one workload only; submit --array waits for its "
-        "first task.",
+        "release and requeue of several workloads wait for each one's; submit --array "
+        "waits for its first task's.",
     ),
 ]
 
@@ -189,6 +206,30 @@ class _Sent:
     request: dict[str, Any]
     verdict: dict[str, Any] | None = None
     trouble: str | None = None
+    # with --wait, the verdict on each request by its id (those that came in time)
+    verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _wait_stoppable(
+    writer: Any, requests: list[dict[str, Any]], match: Any, wait: float, on_sent: Any, check: str
+) -> Any:
+    """`writer.send_and_wait`, where Ctrl-C after the requests are out stops the wait, not
+    the requests (as sbatch --wait): one line says they stand and how to follow them,
+    exit 130. Ctrl-C before they are out is an ordinary interruption."""
+    out = False
+
+    def said() -> None:
+        nonlocal out
+        out = True
+        on_sent()
+
+    try:
+        return writer.send_and_wait(requests, match, wait, said)
+    except KeyboardInterrupt:
+        if not out:
+            raise
+        typer.echo(f"Stopped waiting (Ctrl-C); the request was sent and stands: {check}", err=True)
+        raise typer.Exit(130) from None
 
 
 def _send_all(
@@ -196,6 +237,7 @@ def _send_all(
     requests: list[dict[str, Any]],
     wait: float | None,
     on_sent: Callable[[], None],
+    check: str,
 ) -> _Sent:
     """Send; `on_sent` runs once the requests are out (acknowledged by the broker, or
     written to the folder), before any wait, so the caller says so before a verdict
@@ -208,8 +250,18 @@ def _send_all(
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0])
-        verdict = writer.send_and_wait(requests, verdict_on(requests[0]["id"]), wait, on_sent)
-        return _Sent(target, requests[0], verdict, writer.trouble)
+        verdicts: dict[str, dict[str, Any]] = {}
+        matches = {r["id"]: verdict_on(r["id"]) for r in requests}
+
+        def every(record: dict[str, Any]) -> bool:  # the wait ends with the last verdict
+            for ref, match in matches.items():
+                if ref not in verdicts and match(record):
+                    verdicts[ref] = record
+            return len(verdicts) == len(matches)
+
+        _wait_stoppable(writer, requests, every, wait, on_sent, check)
+        first = verdicts.get(requests[0]["id"])
+        return _Sent(target, requests[0], first, writer.trouble, verdicts)
     finally:
         writer.close()
 
@@ -232,7 +284,8 @@ def _send(
     _check_wait(wait)
     target = resolve_target(kafka, data)
     request = make_request(kind, cluster=cluster, actor=whoami(actor), **fields)
-    return _send_all(target, [request], wait, lambda: _sent(said, target, request))
+    check = f"`allot why {request['id']}` says what the scheduler decided"
+    return _send_all(target, [request], wait, lambda: _sent(said, target, request), check)
 
 
 def _sent(verb: str, target: Target, request: dict[str, Any]) -> None:
@@ -328,7 +381,8 @@ def submit(
         str,
         typer.Option(
             "--min-runtime",
-            help="Shortest useful occupancy (15m, 2h; 0 = unallocated, preemptible any time).",
+            help="Shortest useful occupancy (15m, 2h, 1:30:00; a bare number is seconds; "
+            "0 = unallocated, preemptible any time).",
         ),
     ],
     resumable: Annotated[
@@ -343,7 +397,10 @@ def submit(
             "--tag", help="A tag, e.g. debug (repeatable, or comma-separated: debug,short)."
         ),
     ] = None,
-    name: Annotated[str | None, typer.Option("--name", help="A human-readable name.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", "--job-name", "-J", help="A human-readable name (sbatch's -J too)."),
+    ] = None,
     runtime: Annotated[
         str | None,
         typer.Option(
@@ -497,7 +554,11 @@ def submit(
                 submitted()
                 outcome = None
             else:
-                outcome = writer.send_and_wait(requests, verdict, wait, submitted)
+                check = (
+                    f"`allot why {ids[0]}` says what the scheduler decided, "
+                    f"`allot cancel {workload}` withdraws it"
+                )
+                outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
         finally:
             writer.close()
     if wait is None:
@@ -823,21 +884,16 @@ def _about_workloads(
     """Send one `kind` request per workload (cancel, hold, release, requeue) and report."""
     from streams.inbox import make_request
 
-    several = "--wait works for one workload; nothing was sent (follow several with `allot queue`)"
     with one_line_errors():
         _check_wait(wait)
         if any(not wid.strip() for wid in workloads):  # '' starts every id
             raise RequestError("ID '': empty; give a workload id (`allot queue` lists them)")
         ids = expand_ids(workloads)
-        if wait is not None and len(ids) > 1:
-            raise RequestError(several)
         target = resolve_target(*target_options)
         found = _resolve_ids(kind, target, cluster, ids)
         ids = found.ids
         if not ids:
             raise RequestError(f"{'; '.join(found.empty)}; nothing was sent")
-        if wait is not None and len(ids) > 1:  # a job array's base
-            raise RequestError(several)
         actor = whoami(as_)
         order = _cancel_order(target, cluster, ids, found.view) if kind == _CANCEL else ids
         requests = [
@@ -858,14 +914,48 @@ def _about_workloads(
             for note in found.notes:
                 typer.echo(note)
 
-        sent = _send_all(target, requests, wait, said)
+        follow = f"`allot why {ids[0]}`" if len(ids) == 1 else "`allot why ID` (each id)"
+        check = f"{follow} says what the scheduler decided"
+        sent = _send_all(target, requests, wait, said, check)
+    if len(requests) > 1 and wait is not None:
+        _report_verdicts(verb, done, requests, wait, sent, check)
+        return
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",
         f"Workload {ids[0]} {done}",
         wait,
         sent,
-        f"`allot why {ids[0]}` says what the scheduler decided",
+        check,
     )
+
+
+def _report_verdicts(
+    verb: str, done: str, requests: list[dict[str, Any]], wait: float, sent: _Sent, check: str
+) -> None:
+    """After `--wait` on several workloads (as scancel of several jobs does): a line for
+    each rejection, then how many were `done`; exit 1 unless every one was, saying how
+    many had no verdict in time."""
+    rejected = 0
+    for r in requests:
+        verdict = sent.verdicts.get(r["id"])
+        if verdict is not None and str(verdict.get("type", "")).endswith(".rejected"):
+            rejected += 1
+            typer.echo(
+                f"The {verb.lower()} of workload {r['workload']} was rejected: "
+                f"{verdict.get('error')}"
+            )
+    accepted = len(sent.verdicts) - rejected
+    typer.echo(f"{accepted} of {plural(len(requests), 'workload')} {done}")
+    missing = len(requests) - len(sent.verdicts)
+    if missing:
+        why = f": {sent.trouble}" if sent.trouble else _no_scheduler_hint(sent.target)
+        typer.echo(
+            f"No verdict on {missing} of the {len(requests)} requests after {wait:g} s{why}; "
+            f"they stay queued and are decided when the scheduler reads them: {check}",
+            err=True,
+        )
+    if rejected or missing:
+        raise typer.Exit(1)
 
 
 def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[..., None]:

@@ -40,6 +40,7 @@ def rollup(
         str | None,
         typer.Option(
             "--since",
+            "-S",
             help="From: an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
             "latest record, e.g. 7d (default: the usage window before --until).",
             show_default=False,
@@ -49,6 +50,7 @@ def rollup(
         str | None,
         typer.Option(
             "--until",
+            "-E",
             help="Until (same forms as --since; default: the latest record).",
             show_default=False,
         ),

@@ -28,6 +28,7 @@ from allot.commands.common import (
     quiet_on_closed_pipe,
     terminal_safe,
     visible,
+    whoami,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +41,21 @@ UserOpt = Annotated[
     str | None,
     typer.Option("--user", "-u", metavar="USER[,USER...]", help="Only these users' workloads."),
 ]
+MeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--me", help="Only your own workloads ($USER), as squeue --me; with -u, theirs too."
+    ),
+]
+
+
+def _with_me(user: str | None, me: bool) -> str | None:
+    """-u's list with the caller added by --me."""
+    if not me:
+        return user
+    return ",".join(u for u in (user, whoami(None)) if u)
+
+
 AllocationsOpt = Annotated[
     str | None,
     typer.Option(
@@ -330,6 +346,23 @@ def _queue_states(text: str) -> set[str]:
     return {_QUEUE_STATES[x] for x in asked}
 
 
+def _ended_note(view: Any, ids: set[str], jobs: list[str], **filters: Any) -> str:
+    """For `queue -j` that shows nothing: how the named workloads (of the -u/-a
+    `filters`) ended, as squeue -j still shows a job that just completed (CD) where
+    allot's queue holds live work only."""
+    import shlex
+    from collections import Counter
+
+    from projections.acct import acct_rows
+
+    rows = acct_rows(view, ids=ids, **filters)
+    ended = Counter(r["state"].lower() for r in rows if r["state"] not in ("PENDING", "RUNNING"))
+    if not ended:
+        return ""
+    how = ", ".join(f"{count} {state}" for state, count in sorted(ended.items()))
+    return f"; ended: {how} (`allot acct -j {shlex.quote(','.join(jobs))}` has the records)"
+
+
 def _known_hosts(view: Any, text: str) -> set[str]:
     """-w's hosts; TargetError for a list that cannot be read or names an unknown host."""
     from projections.views import expand_nodelist
@@ -450,6 +483,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         json_: JsonOpt = False,
         user: UserOpt = None,
+        me: MeOpt = False,
         allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
         noheader: Annotated[
@@ -557,6 +591,8 @@ def register(app: typer.Typer) -> None:
             split_names,
         )
 
+        user = _with_me(user, me)
+
         def run() -> None:
             columns = parse_format(format_) if format_ else None
             wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
@@ -646,6 +682,11 @@ def register(app: typer.Typer) -> None:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
                     + (" for that filter" if user or allocation or jobs or states else "")
+                    + (
+                        _ended_note(view, ids, jobs, user=split_names(user), allocation=paths)
+                        if ids and jobs
+                        else ""
+                    )
                 )
             elif fc is not None:
                 from projections.forecast import footnote
@@ -672,8 +713,8 @@ def register(app: typer.Typer) -> None:
                 "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
                 "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
                 "window_gpu_hours, window_charged_gpu_hours, window_unallocated_gpu_hours, "
-                "attempts, preemptions, tags, reason; sacct's jobid, jobname, account, "
-                "submit, elapsed work too.",
+                "attempts, preemptions, tags, reason, exit_code (the launcher's); sacct's "
+                "jobid, jobname, account, submit, elapsed, exitcode work too.",
                 show_default=False,
             ),
         ] = None,
@@ -696,6 +737,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
+        me: MeOpt = False,
         allocation: AllocationsOpt = None,
         jobs: JobsOpt = None,
         state: Annotated[
@@ -762,6 +804,8 @@ def register(app: typer.Typer) -> None:
         )
         from projections.audit import parse_time
         from projections.views import iso, resolve_jobs, split_names
+
+        user = _with_me(user, me)
 
         def run() -> None:
             wanted = None

@@ -4,6 +4,7 @@ subprocesses on a simulation's journal, and their one-line errors."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,31 @@ def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
     table = allot("preemptions", "--db", str(db))
     assert table.returncode == 0, table.stderr
     assert "REASON" in table.stdout and preempted[0]["workload"] in table.stdout
+
+
+def test_history_and_preemptions_take_sacct_short_range_flags(db: Path) -> None:
+    """-S/-E, as acct and usage take them: `history -S 7d` was "No such option: -S"."""
+    for command in (["history", "-a", "lab"], ["preemptions"]):
+        long = as_json(allot(*command, "--since", "6h", "--until", "1h", "--json", db=db))
+        short = as_json(allot(*command, "-S", "6h", "-E", "1h", "--json", db=db))
+        assert short == long
+
+
+def test_audit_tables_show_times_as_acct_and_queue_do(db: Path) -> None:
+    """history's title, budget log and preemptions printed 2026-01-01T06:00:00 where
+    acct, queue and why print 2026-01-01 06:00:00; their JSON keeps ISO's T."""
+    stamp = re.compile(r"\b2026-01-01[ T]\d\d:\d\d:\d\d\b")
+    tables = [
+        allot("history", "-a", "lab", "-S", "2026-01-01T06:00", db=db),
+        allot("budget", "log", db=db),
+        allot("preemptions", db=db),
+    ]
+    for table in tables:
+        assert table.returncode == 0, table.stderr
+        shown = stamp.findall(table.stdout)
+        assert shown and all("T" not in t for t in shown), table.stdout
+    assert tables[0].stdout.startswith("lab · 2026-01-01 06:00:00 → ")
+    assert all("T" in r["time"] for r in as_json(allot("preemptions", "--json", db=db)))
 
 
 # ------------------------------------------------------------------ errors

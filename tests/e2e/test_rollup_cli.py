@@ -91,6 +91,12 @@ def test_json_numbers(lab, tiny_delivered):
         assert nodes["lab"][key] == pytest.approx(sum(nodes[c][key] for c in children), abs=0.003)
 
 
+def test_short_range_flags_as_acct_and_usage_take_them(lab):
+    assert rollup_json("--journal", str(lab), "-S", "6h", "-E", "1h") == rollup_json(
+        "--journal", str(lab), "--since", "6h", "--until", "1h"
+    )
+
+
 def test_human_table(lab):
     result = allot("rollup", "--journal", str(lab), *RANGE)
     assert result.returncode == 0, result.stderr

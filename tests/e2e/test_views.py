@@ -180,7 +180,7 @@ def test_acct_format_help_names_only_fields_format_reads() -> None:
     text = re.sub(r"\([^)]*\)", "", _format_help("acct")).split(":", 1)[1]  # no asides
     text = text.replace("sacct's", "").replace("work too.", "")
     names = [n.strip() for n in re.split(r"[,;]", text) if n.strip()]
-    assert len(names) == 27  # every field, and sacct's names for some
+    assert len(names) == 29  # every field, and sacct's names for some
     assert parse_acct_format(",".join(names))
 
 
@@ -204,6 +204,44 @@ def test_users_and_allocations_take_comma_separated_lists(
     assert paths and paths == ids("-a", leaves[0]) | ids("-a", leaves[1])
     result = allot(command, "--journal", str(journal), "-a", f"{leaves[0]},lab/nope")
     assert result.returncode == 2 and "-a lab/nope: no such allocation" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["queue", "acct"])
+def test_me_is_the_callers_user_as_squeue_me(
+    journal: Path, folded: v.JournalView, command: str
+) -> None:
+    """`squeue --me` was "No such option: --me"."""
+
+    def ids(user: str, *args: str) -> set[str]:
+        run = allot(command, "--journal", str(journal), "--json", *args, env={"USER": user})
+        assert run.returncode == 0, run.stderr
+        return {r["id"] for r in orjson.loads(run.stdout)["workloads"]}
+
+    first, second = sorted({r["user"] for r in v.queue_rows(folded)})[:2]
+    mine = ids(first, "--me")
+    assert mine and mine == ids(second, "-u", first)
+    assert ids(first, "--me", "-u", second) == mine | ids(first, "-u", second)
+
+
+def test_queue_of_ended_workloads_says_how_they_ended(
+    journal: Path, records: list[dict[str, Any]]
+) -> None:
+    """squeue -j shows a job that just completed (CD); allot's queue said only "no
+    workloads pending or running", as if the id named nothing."""
+    done = next(
+        r["workload"]
+        for r in records
+        if r["type"] == "workload.finished" and r.get("outcome") == "completed"
+    )
+    result = allot("queue", "--journal", str(journal), "-j", done)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "no workloads pending or running for that filter; ended: 1 completed "
+        f"(`allot acct -j {done}` has the records)"
+    )
+    # another user's filter leaves it out: the note counts what the filters keep
+    other = allot("queue", "--journal", str(journal), "-j", done, "-u", "nobody")
+    assert other.stdout.splitlines()[-1] == "no workloads pending or running for that filter"
 
 
 # ------------------------------------------------------------------ acct

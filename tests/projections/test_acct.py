@@ -95,6 +95,18 @@ def test_the_launchers_exit_code_is_a_number_too(rows: dict[str, dict]) -> None:
     assert rows["done"]["exit_code"] is None
 
 
+def test_the_exit_code_is_a_format_field_under_sacct_name_too(rows: dict[str, dict]) -> None:
+    """`allot acct -o jobid,state,exitcode` was "unknown field exitcode" though --json
+    had it."""
+    from projections.acct import acct_cells, parse_acct_format
+
+    columns = parse_acct_format("JobID,State,ExitCode")
+    assert columns == ["id", "state", "exit_code"]
+    headers, cells = acct_cells([rows["failed"], rows["done"]], columns)
+    assert headers == ["ID", "STATE", "EXIT"]
+    assert cells == [["failed", "FAILED", "137"], ["done", "COMPLETED", ""]]
+
+
 def test_filters_and_totals(rows: dict[str, dict]) -> None:
     view = fold(lives().events)
     t0 = lives().start
