@@ -39,9 +39,18 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    `workload.placed` starts the next attempt; resume it from its checkpoint there), at
    most `max_lost_requeues` times (config, default 5; then a lost report ends it).
 5. `workload.cancelled`: stop it; no report is needed.
-6. On restart, re-read the journal (or resume from the committed offset) and
-   reconcile: run exactly the attempts that are placed and not yet finished,
-   preempted or cancelled.
+6. On restart, re-read the journal (or resume from the committed offset) to its end
+   before acting, and reconcile: the attempts that should run are those placed and not
+   yet finished, preempted or cancelled. Which of them do run is the launcher's own
+   record (keep one: process or job ids, exit statuses): adopt what still runs, report
+   what ended while it was down, stop what the journal ended, start only attempts it
+   never started. Nothing is sent back for a preemption or a cancellation.
+
+Requests go to `allot.inbox` keyed by cluster, or as lines
+`{"ts": <now>, "value": "<request JSON>"}` appended to `DIR/inbox.jsonl` under `flock`
+on `DIR/.lock` (`streams.inbox.open_inbox` writes either); `streams.sources.journal_tail`
+reads either journal. `examples/launcher/local_launcher.py` is a real launcher built on
+them (local processes), tested by `tests/e2e/test_local_launcher.py`.
 
 Requests are v1 inbox records (DESIGN §4): `type`, `v: 1`, a unique `id`, `time`
 (now; the scheduler stamps its own), `cluster`, `actor` (this launcher's principal),
@@ -369,7 +378,8 @@ def register(app: typer.Typer) -> None:
             if not simulate:
                 raise TargetError(
                     "only the simulated executor is built in: use --simulate (a real launcher "
-                    "follows the contract in README, 'How a real launcher consumes the journal')"
+                    "follows the contract in README, 'How a real launcher consumes the journal'; "
+                    "examples/launcher/local_launcher.py is one to start from)"
                 )
             if not (speed > 0 and math.isfinite(speed)):
                 raise TargetError(f"--speed must be a number > 0, got {speed:g}")
@@ -417,7 +427,8 @@ _HELP = (
     "ends, send workload.finished with outcome completed, failed or lost and the "
     "attempt (a workload that cannot be started is reported failed); on "
     "workload.cancelled stop it. Reports for an old attempt are rejected, never end a "
-    "newer one. See the module docstring of allot/commands/executor.py for details."
+    "newer one. See the module docstring of allot/commands/executor.py for details, and "
+    "examples/launcher/local_launcher.py for a real launcher (local processes) to start from."
 )
 
 __all__ = ["SimulatedLauncher", "register", "run_executor"]
