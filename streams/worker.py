@@ -1178,8 +1178,8 @@ class Worker:
             fetch_max_bytes=max(fetch, 32 * 1024 * 1024),
             **self.kafka_options,
         )
-        await consumer.start()
-        try:
+        try:  # a start that fails (the broker went away) is closed too, not left to GC
+            await consumer.start()
             parts = only if only is not None else await self._partitions(topic)
             tps = [TopicPartition(topic, p) for p in parts]
             if not tps:
@@ -1215,8 +1215,8 @@ class Worker:
             isolation_level="read_uncommitted",
             **self.kafka_options,
         )
-        await probe.start()
         try:
+            await probe.start()
             return await probe.end_offsets(tps)
         finally:
             await probe.stop()
