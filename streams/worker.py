@@ -111,6 +111,10 @@ MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow mem
 JOURNAL_BATCH_BYTES = 256 * 1024  # one produce batch; ~600 journal records
 READ_TIMEOUT_S = 120.0  # reading a topic to its end during recovery
 TRANSACTION_TIMEOUT_MS = 15_000  # one batch or snapshot round takes well under this
+# a stop waits this long for the batch (or last snapshot) being written: aiokafka retries
+# a write to a broker that is gone until it is back, and a stop that waited on it hung
+# until a supervisor's SIGKILL (a batch not committed is redone at the next start)
+STOP_GRACE_S = 10.0
 
 
 class BrokerUnavailable(RuntimeError):
@@ -495,9 +499,11 @@ class Worker:
         kafka_options: dict[str, Any] | None = None,
         session_timeout_ms: int = 10_000,
         max_clusters: int = MAX_CLUSTERS,
+        stop_grace: float = STOP_GRACE_S,
     ) -> None:
         self.bootstrap = bootstrap.removeprefix("kafka://")
         self.max_clusters = max_clusters
+        self.stop_grace = stop_grace
         # called with (cluster, journal lines) after each transaction commits and, when
         # a partition is taken over, with every committed journal record of its clusters
         # (from the beginning, whatever the snapshot covers) and `recovered=True`: e.g.
@@ -560,17 +566,23 @@ class Worker:
         stop = stop or asyncio.Event()
         ticker: asyncio.Task | None = None
         logging.getLogger("aiokafka").addHandler(self._watch)
-        # its own task: a batch write stuck on the lost broker must not keep it quiet
-        watching = asyncio.create_task(self._watch.run(stop), name="allot-broker-watch")
+        # its own task: a batch write stuck on the lost broker must not keep it quiet;
+        # it watches until the end (a last snapshot to a broker gone is not waited for)
+        watching = asyncio.create_task(self._watch.run(asyncio.Event()), name="allot-broker-watch")
         try:
             await self._start()
             if self.tick_every and self.tick_every > 0:
                 ticker = asyncio.create_task(self._ticker(stop), name="allot-ticker")
-            await self._loop(stop)
-            if self._snapshotting is not None:
-                with contextlib.suppress(Exception):
-                    await self._snapshotting
-            await self._snapshot_dirty()
+            if await self._loop_until(stop):
+                log.warning(
+                    "stopping without the batch being written: Kafka at %s has not taken "
+                    "it for %gs since the stop; it is not committed, and the next start "
+                    "decides it again (nothing is lost or decided twice)",
+                    self.bootstrap,
+                    self.stop_grace,
+                )
+            else:
+                await self._last_snapshot()
             self._tell_dead(0, "", force=True)
             s = self.stats
             log.info(
@@ -589,6 +601,54 @@ class Worker:
                         await task
             await self._close()
             logging.getLogger("aiokafka").removeHandler(self._watch)
+
+    async def _loop_until(self, stop: asyncio.Event) -> bool:
+        """Run the loop until `stop`, then give the batch being written `stop_grace`
+        seconds to commit. True if it had not and was cut (the broker is gone)."""
+        looping = asyncio.create_task(self._loop(stop), name="allot-loop")
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({looping, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not looping.done():
+                await asyncio.wait({looping}, timeout=self.stop_grace)
+            if looping.done():
+                looping.result()  # the loop's own error (e.g. fenced) stops the worker
+                return False
+            return True
+        finally:
+            stopped.cancel()
+            if not looping.done():
+                looping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await looping
+
+    async def _last_snapshot(self) -> None:
+        """Snapshot at a clean stop, however long a big state takes, but not while the
+        broker is gone (the next start then re-derives from the snapshot before)."""
+
+        async def write() -> None:
+            if self._snapshotting is not None:
+                with contextlib.suppress(Exception):
+                    await self._snapshotting
+            await self._snapshot_dirty()
+
+        writing = asyncio.create_task(write(), name="allot-last-snapshot")
+        try:
+            while not writing.done() and not self._watch.down:
+                await asyncio.wait({writing}, timeout=0.5)
+            if writing.done():
+                writing.result()
+                return
+        finally:
+            if not writing.done():
+                writing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writing
+        log.warning(
+            "no last snapshot: Kafka at %s does not answer; the next start re-derives "
+            "the journal after the last snapshot written",
+            self.bootstrap,
+        )
 
     def _tell_dead(self, count: int, error: str, *, force: bool = False) -> None:
         """Say in the log that inbox records went to the dead-letter topic (they are not
@@ -1131,8 +1191,8 @@ class Worker:
             fetch_max_bytes=max(fetch, 32 * 1024 * 1024),
             **self.kafka_options,
         )
-        await consumer.start()
-        try:
+        try:  # a start that fails (the broker went away) is closed too, not left to GC
+            await consumer.start()
             parts = only if only is not None else await self._partitions(topic)
             tps = [TopicPartition(topic, p) for p in parts]
             if not tps:
@@ -1168,8 +1228,8 @@ class Worker:
             isolation_level="read_uncommitted",
             **self.kafka_options,
         )
-        await probe.start()
         try:
+            await probe.start()
             return await probe.end_offsets(tps)
         finally:
             await probe.stop()
@@ -1605,9 +1665,9 @@ class Worker:
                 await self._presence_task
         clients: list[Any] = [self._consumer, self._meta, self._presence]
         clients += [part.producer for part in self.owned.values()]
-        for client in clients:
-            if client is not None:
-                await _quiet_stop(client)
+        # at once: with the broker gone each stop waits out its timeout, and one after
+        # the other they kept a stopping worker alive past a supervisor's grace period
+        await asyncio.gather(*(_quiet_stop(client) for client in clients if client is not None))
         for task in self._closing:
             with contextlib.suppress(Exception):
                 await task
@@ -1645,6 +1705,7 @@ async def serve(
     kafka_options: dict[str, Any] | None = None,
     session_timeout_ms: int = 10_000,
     max_clusters: int = MAX_CLUSTERS,
+    stop_grace: float = STOP_GRACE_S,
 ) -> Worker:
     """Run the scheduler until `stop` is set (then snapshot and return the worker).
 
@@ -1676,6 +1737,7 @@ async def serve(
         kafka_options=kafka_options,
         session_timeout_ms=session_timeout_ms,
         max_clusters=max_clusters,
+        stop_grace=stop_grace,
     )
     if on_ready is not None:
 

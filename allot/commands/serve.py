@@ -395,12 +395,22 @@ def _serve_embedded(
     if metrics is not None:
         metrics.start()  # answering while it recovers (a long recovery looked dead)
     try:
-        recovery = scheduler.start()
+        recovery = _recover_unless_stopped(scheduler)
     except BaseException:
         if metrics is not None:
             metrics.stop()
         raise
+    if recovery is None:
+        if metrics is not None:
+            metrics.stop()
+        typer.echo(
+            f"allot serve: stopped while recovering {folder}, before deciding anything; "
+            "the next start recovers again (nothing is lost)"
+        )
+        return
     stop = _StopFlag()
+    if not once:
+        _install_stop_handlers(stop)
     try:
         if metrics is not None:
             metrics.ready()
@@ -426,7 +436,6 @@ def _serve_embedded(
         if once:
             scheduler.drain()
         else:
-            _install_stop_handlers(stop)
             tick_failures = _AtMostEvery(60.0)
             next_tick = time.monotonic() + tick_s
             while not stop.is_set():
@@ -488,6 +497,27 @@ class _StopFlag:
 
     def is_set(self) -> bool:
         return self._set
+
+
+def _recover_unless_stopped(scheduler: Any) -> Any:
+    """`scheduler.start()`, which Ctrl-C or SIGTERM cut short (None then): SIGTERM's
+    default ended a recovery without a word, and a flag would make the stop wait for
+    the whole recovery. Cutting it is safe: it writes only whole appends, as a crash
+    may leave them, and the next start recovers again."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGTERM)
+    with contextlib.suppress(ValueError):  # not the main thread
+        signal.signal(signal.SIGTERM, interrupt)
+    try:
+        return scheduler.start()
+    except KeyboardInterrupt:
+        return None
+    finally:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _install_stop_handlers(stop: _StopFlag) -> None:

@@ -26,6 +26,8 @@ from tests.streams.rig import (
     Broker,
     Inbox,
     JournalReader,
+    assert_cluster_replays,
+    assert_folded_exactly_once,
     folded_up_to,
     inbox_ends,
     inputs_seen,
@@ -129,3 +131,69 @@ async def test_worker_survives_a_broker_restart_mid_stream(
             b"".join(r.value + b"\n" for r in raw_journal if r.key == cluster.encode())
         )
         assert verify(dump).difference is None
+
+
+async def test_a_stop_while_the_broker_is_gone_does_not_wait_for_it(
+    broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM (`stop`) while a batch is being written to a broker that went away: the
+    worker used to retry that write until the broker came back, so `allot serve` ignored
+    the stop (a supervisor's SIGKILL ended it). It now gives the write `stop_grace`
+    seconds, says it stops without it, and the next start decides that batch once."""
+    caplog.set_level(logging.WARNING, logger="allot.worker")
+    bootstrap = broker.bootstrap
+    topics = Topics.suffixed("-stop-gone")
+    await create_topics(bootstrap, topics=topics)
+    cluster = "s"
+    async with Inbox(bootstrap, topics.inbox) as inbox:
+        await inbox.setup(cluster, hosts=2)
+        for n in range(3000):  # far more than one batch: the next is fetched already
+            body = inbox.record(
+                cluster, "workload.submitted", actor="u", workload=f"w{n}",
+                allocation="lab/a", gpus=1, min_runtime=60,
+            )  # fmt: skip
+            await inbox.producer.send(topics.inbox, orjson.dumps(body), key=cluster.encode())
+        await inbox.producer.flush()
+
+    def stop_the_broker_after_the_first_batch(_cluster: str, lines: list, **kw: object) -> None:
+        if lines and not kw.get("recovered") and broker.bootstrap:
+            # the next batch is written to a broker that is gone
+            broker.stop()
+            broker.bootstrap = ""
+
+    stop = asyncio.Event()
+    config = SchedulerConfig(admins=(ADMIN,))
+    task = asyncio.create_task(
+        serve(bootstrap, config=config, topics=topics, stop=stop, tick_every=0,
+              snapshot_every=0, max_batch=100, stop_grace=1.0,
+              on_journal=stop_the_broker_after_the_first_batch)
+    )  # fmt: skip
+    try:
+        while not _said(caplog, "lost the connection to Kafka"):
+            assert not task.done()
+            await asyncio.sleep(0.1)
+        stop.set()
+        # the broker stays away: the stop must not wait for it
+        await asyncio.wait_for(task, WAIT_S)
+    finally:
+        if not task.done():
+            task.cancel()
+    (cut,) = _said(caplog, "stopping without the batch being written")
+    assert bootstrap in cut and "nothing is lost or decided twice" in cut
+
+    broker.start()
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        serve(bootstrap, config=config, topics=topics, stop=stop, tick_every=0)
+    )
+    try:
+        ends = await inbox_ends(bootstrap, topics.inbox)
+        async with JournalReader(bootstrap, topics.journal) as journal:
+            await journal.wait_for(folded_up_to(ends))
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, WAIT_S)
+    inbox_records = await read_all(bootstrap, topics.inbox)
+    raw_journal = await read_all(bootstrap, topics.journal)
+    assert_folded_exactly_once(inbox_records, [orjson.loads(r.value) for r in raw_journal])
+    assert_cluster_replays(raw_journal, cluster, tmp_path)

@@ -33,6 +33,7 @@ from streams.embedded import (
     append_dead_letters,
     append_journal,
     append_requests,
+    folder_lock,
     read_dead_letters,
     read_inbox,
     read_journal_lines,
@@ -481,6 +482,56 @@ def test_serve_ticks_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert ticks[0]["time"] < ticks[1]["time"]  # time moves in the log
     assert "ticking every 0.2 s" in out and "stopped at inbox offset" in out
     assert_exactly_once(tmp_path)
+
+
+def test_a_stop_while_serve_recovers_is_said_and_cuts_nothing(tmp_path: Path) -> None:
+    """SIGTERM while `allot serve` rebuilds its state (a big journal takes minutes; here
+    it waits for the folder lock, held as README says to rotate the inbox, to complete
+    a cut-short input) ended it without a word: SIGTERM's default action. It now stops
+    with a line, leaves the folder as a crash there would, and the next start goes on."""
+    data = tmp_path / "data"
+    append_requests(data, setup_requests())
+    append_requests(
+        data,
+        [
+            make_request(
+                "workload.submitted", cluster="default", actor="alice", workload="w1",
+                allocation="lab/a", gpus=1, min_runtime=60,
+            )
+        ],
+    )  # fmt: skip
+    once = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert once.returncode == 0, once.stderr
+    lines = (data / JOURNAL_FILE).read_bytes().splitlines(keepends=True)
+    assert orjson.loads(lines[-1])["type"] == "workload.placed"
+    cut = b"".join(lines[:-1])  # a crash before the placement of w1 was written
+    (data / JOURNAL_FILE).write_bytes(cut)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    with folder_lock(data):  # completing w1's records waits for this lock
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "serve", "--data", str(data), "--admin", ADMIN],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            while serving_pid(data) != proc.pid:  # it is recovering
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, (out, err)
+    assert "Traceback" not in err, err
+    assert f"allot serve: stopped while recovering {data}" in out, (out, err)
+    assert "resumed at" not in out
+    assert (data / JOURNAL_FILE).read_bytes() == cut
+    again = allot("serve", "--data", str(data), "--once", "--admin", ADMIN)
+    assert again.returncode == 0, again.stderr
+    assert (data / JOURNAL_FILE).read_bytes() == b"".join(lines)
+    assert_exactly_once(data)
 
 
 def test_serve_once_says_how_many_inputs_went_to_the_dead_letter_file(tmp_path: Path) -> None:

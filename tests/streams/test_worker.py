@@ -825,3 +825,36 @@ def test_the_faust_apps_intervals_read_durations_as_the_cli_does(
     monkeypatch.setenv("ALLOT_SNAPSHOT_EVERY", "soon")
     with pytest.raises(ValueError, match=r"\$ALLOT_SNAPSHOT_EVERY: not a duration: 'soon'"):
         _float_env("ALLOT_SNAPSHOT_EVERY", 60.0)
+
+
+async def test_a_read_whose_broker_is_gone_leaves_no_consumer_unclosed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The broker going away while a worker recovered ended `allot serve` with its error
+    line and then `ERROR asyncio: Unclosed AIOKafkaConsumer` and the consumer's repr: a
+    journal read's consumer whose start failed was left to the garbage collector."""
+    import gc
+    import socket
+    import warnings
+
+    from aiokafka.errors import KafkaConnectionError
+    from aiokafka.structs import TopicPartition
+
+    from streams.worker import Worker
+
+    with socket.socket() as s:  # a port nothing listens on: the broker is gone
+        s.bind(("127.0.0.1", 0))
+        gone = f"127.0.0.1:{s.getsockname()[1]}"
+    worker = Worker(gone, config=None)
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(KafkaConnectionError):
+            async for _ in worker._read_to_end("allot.journal"):
+                pass
+        with pytest.raises(KafkaConnectionError):
+            await worker._high_watermarks([TopicPartition("allot.journal", 0)])
+        gc.collect()
+    unclosed = [r.getMessage() for r in caplog.records if "Unclosed" in r.getMessage()]
+    unclosed += [str(w.message) for w in warned if "Unclosed" in str(w.message)]
+    assert not unclosed, unclosed
