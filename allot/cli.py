@@ -21,7 +21,7 @@ from allot.commands import (
     usage,
     views,
 )
-from allot.commands.common import kafka_environment_help
+from allot.commands.common import InterruptedWithNote, kafka_environment_help
 
 
 def _no_value_shown_for_flags() -> None:
@@ -273,8 +273,7 @@ def _run_policies_locked(
             finished = swapped
         else:
             finished = stop.finished if isinstance(stop, Interrupted) else list(summaries)
-        typer.echo(_interrupted(out, policies, finished), err=True)
-        raise typer.Exit(130) from None
+        raise InterruptedWithNote(_interrupted(out, policies, finished)) from None
     comparison = out / "comparison.md"
     if len(summaries) > 1:
         _print_comparison(summaries)
@@ -910,6 +909,9 @@ def main() -> None:
 
         err.print(f"[red]error:[/] {escape(why.format_message())}", soft_wrap=True)
         sys.exit(why.exit_code)
+    except InterruptedWithNote as why:
+        print(why, file=sys.stderr)
+        sys.exit(130)
     except (KeyboardInterrupt, typer.Abort):
         err.print("interrupted")
         sys.exit(130)
@@ -927,6 +929,8 @@ def main() -> None:
         # columns when stderr is not a terminal); escape: a message may hold [brackets]
         err.print(f"[red]error:[/] {escape(str(why))}", soft_wrap=True)
         sys.exit(2)
+    if code == 130:  # typer turns Ctrl-C in a command into a silent Exit(130)
+        err.print("interrupted")
     sys.exit(code if isinstance(code, int) else 0)
 
 

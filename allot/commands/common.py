@@ -90,6 +90,11 @@ HorizonOpt = Annotated[
 ]
 
 
+class InterruptedWithNote(Exception):
+    """Ctrl-C that a command answered itself: `allot` prints the note (what stands, what
+    was left where) instead of its bare "interrupted", and exits 130."""
+
+
 class TargetError(ValueError):
     """A missing or conflicting --kafka/--data/--journal: one line for the user."""
 

@@ -79,7 +79,6 @@ import heapq
 import math
 import queue
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -410,7 +409,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {why}", err=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
-            sys.exit(130)
+            raise typer.Exit(130) from None  # `allot` says "interrupted"
 
 
 _HELP = (

@@ -26,6 +26,7 @@ from allot.commands.common import (
     ClusterOpt,
     DataOpt,
     HorizonOpt,
+    InterruptedWithNote,
     KafkaOpt,
     Target,
     TargetError,
@@ -228,8 +229,9 @@ def _wait_stoppable(
     except KeyboardInterrupt:
         if not out:
             raise
-        typer.echo(f"Stopped waiting (Ctrl-C); the request was sent and stands: {check}", err=True)
-        raise typer.Exit(130) from None
+        raise InterruptedWithNote(
+            f"Stopped waiting (Ctrl-C); the request was sent and stands: {check}"
+        ) from None
 
 
 def _send_all(

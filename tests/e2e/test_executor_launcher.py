@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from allot.commands.executor import SimulatedLauncher
@@ -65,3 +71,20 @@ def test_reports_are_retried_while_the_inbox_is_down(monkeypatch: pytest.MonkeyP
     stopped = threading.Event()
     stopped.set()
     assert not executor.send_retrying(FlakyInbox(failures=1), batch, stopped)
+
+
+def test_ctrl_c_says_interrupted(tmp_path: Path) -> None:
+    """typer turns Ctrl-C in a command into a silent exit 130: a stopped executor (or any
+    command without a note of its own) ended without a word."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "executor", "--simulate", "--data", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    banner = proc.stderr.readline()  # it runs: now interrupt it
+    assert banner.startswith("allot executor: simulating"), banner
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == ["interrupted"], err
