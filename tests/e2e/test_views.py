@@ -1635,7 +1635,9 @@ def test_queue_iterate_reads_the_journal_again_until_ctrl_c(journal: Path, tmp_p
             if re.fullmatch(r"\w{3} \w{3} \d\d \d\d:\d\d:\d\d \d{4} UTC\n", line):
                 reports.append([])
                 if len(reports) == 2:  # the first report is out: the journal grows
-                    growing.write_bytes(b"".join(lines))
+                    # whole at once (a rewrite in place, read mid-way, is no journal)
+                    (tmp_path / "whole.jsonl").write_bytes(b"".join(lines))
+                    (tmp_path / "whole.jsonl").replace(growing)
                 if len(reports) == 4:
                     break
             else:
