@@ -778,11 +778,17 @@ def queue_rows(
     user: str | Collection[str] | None = None,
     allocation: str | Collection[str] | None = None,
     ids: Collection[str] | None = None,
+    states: Collection[str] | None = None,
+    hosts: Collection[str] | None = None,
+    names: Collection[str] | None = None,
 ) -> list[QueueRow]:
     """Live workloads: pending first, in the order the scheduler would consider them
     (the ordering policy's rank and sort key, as `domain.decide` merges its buckets),
     then running ones by start time. `allocation` matches the path and what is under it;
-    `ids` a workload id or a job array's base id (`BASE` matches `BASE_<index>`).
+    `ids` a workload id or a job array's base id (`BASE` matches `BASE_<index>`);
+    `states` PENDING and/or RUNNING; `hosts` work running on any of them; `names`
+    workloads with one of these names. This is the one selection of live work: `allot
+    queue` shows it and `allot cancel/hold/release/requeue` with filters act on it.
 
     Each row: id, name, allocation, user, state (PENDING/RUNNING), gpus, time_s (pending:
     waited since it last became pending; running: run time of this attempt), reason,
@@ -814,9 +820,12 @@ def queue_rows(
     first = pending[0][1] if pending else None
     blocker: tuple[int, Workload] | None = None  # the first pending that waits for GPUs
     positions: dict[str, int] = {}
+
+    def wanted(w: Workload) -> bool:
+        return _wanted(w, user, allocation, ids) and _matches(w, states, hosts, names)
+
     for position, (key, w, allocated) in enumerate(pending, start=1):
-        wanted = _wanted(w, user, allocation, ids)
-        if wanted:
+        if wanted(w):
             reason, detail, named = reasons.reason(
                 w, allocated, position - 1, first if position > 1 else None, blocker
             )
@@ -840,7 +849,7 @@ def queue_rows(
         if blocker is None and reasons.waits_for_gpus(w):
             blocker = (position, w)
     for w in sorted(held, key=lambda w: (w.submit_time, id_order(w.id))):
-        if not _wanted(w, user, allocation, ids):
+        if not wanted(w):
             continue
         h = view.histories.get(w.id)
         who, when = h.held if h and h.held else ("?", now)
@@ -850,7 +859,7 @@ def queue_rows(
         row.update(position=None, allocated=state.allocated(w), sort_key=None)
         rows.append(row)
     for w in running:
-        if not _wanted(w, user, allocation, ids):
+        if not wanted(w):
             continue
         if w.charged and w.protected_until > now:
             if math.isinf(w.protected_until):
@@ -891,6 +900,19 @@ def _wanted(
         matches_user(w.actor, user)
         and matches_allocation(w.allocation, allocation)
         and (ids is None or w.id in ids or w.id.rsplit("_", 1)[0] in ids)
+    )
+
+
+def _matches(
+    w: Workload,
+    states: Collection[str] | None,
+    hosts: Collection[str] | None,
+    names: Collection[str] | None,
+) -> bool:
+    return (
+        (states is None or ("RUNNING" if w.state == RUNNING else "PENDING") in states)
+        and (hosts is None or any(h in hosts for h in w.hosts))
+        and (names is None or w.name in names)
     )
 
 

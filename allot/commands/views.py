@@ -346,6 +346,71 @@ def _queue_states(text: str) -> set[str]:
     return {_QUEUE_STATES[x] for x in asked}
 
 
+StatesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--states",
+        "--state",
+        "-t",
+        metavar="STATE[,STATE...]",
+        help="Only pending or running work: pending/pd, running/r, or all (as squeue -t); "
+        "held work is pending.",
+    ),
+]
+NodelistOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nodelist",
+        "-w",
+        metavar="HOSTS",
+        help="Only work running on these hosts, as squeue -w: names or Slurm host "
+        "lists (h3,h[8-11]), e.g. to requeue what runs on a host: `allot requeue -w h3`.",
+    ),
+]
+NameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        "-n",
+        metavar="NAME[,NAME...]",
+        help="Only workloads with one of these names (`allot submit --name`), as squeue -n.",
+    ),
+]
+
+
+def select_rows(
+    view: Any,
+    *,
+    ids: set[str] | None = None,
+    user: str | None = None,
+    allocation: str | None = None,
+    states: str | None = None,
+    nodelist: str | None = None,
+    name: str | None = None,
+) -> list[Any]:
+    """The queue's rows (`projections.views.queue_rows`) that the flags select, as `allot
+    queue` shows them and `allot cancel` (hold, release, requeue) with filters acts on
+    them: -u/--me USERS, -a PATHS, -t STATES, -w HOSTS, -n NAMES, and `ids` (already
+    resolved, `resolve_jobs`). TargetError for a state, host or allocation that cannot
+    be (squeue refuses them too, rather than answer nothing)."""
+    from projections.views import queue_rows, split_names
+
+    paths = _allocations(view, allocation)
+    shown = None if states is None else _queue_states(states)
+    on = None if nodelist is None else _known_hosts(view, nodelist)
+    rows = queue_rows(
+        view,
+        user=split_names(user),
+        allocation=paths,
+        ids=ids,
+        states=shown,
+        hosts=on,
+        names=None if name is None else split_names(name) or [name],
+    )
+    _refuse_unknown_allocation(view, paths)
+    return rows
+
+
 def _ended_note(view: Any, ids: set[str], jobs: list[str], **filters: Any) -> str:
     """For `queue -j` that shows nothing: how the named workloads (of the -u/-a
     `filters`) ended, as squeue -j still shows a job that just completed (CD) where
@@ -495,26 +560,9 @@ def register(app: typer.Typer) -> None:
                 "nothing when none), without the footnotes.",
             ),
         ] = False,
-        states: Annotated[
-            str | None,
-            typer.Option(
-                "--states",
-                "-t",
-                metavar="STATE[,STATE...]",
-                help="Only pending or running work: pending/pd, running/r, or all (as squeue -t).",
-            ),
-        ] = None,
-        nodelist: Annotated[
-            str | None,
-            typer.Option(
-                "--nodelist",
-                "-w",
-                metavar="HOSTS",
-                help="Only work running on these hosts, as squeue -w: names or Slurm host "
-                "lists (h3,h[8-11]), e.g. to requeue what runs on a host: `allot requeue "
-                "$(allot queue -w h3 -h -o %i)`.",
-            ),
-        ] = None,
+        states: StatesOpt = None,
+        nodelist: NodelistOpt = None,
+        name: NameOpt = None,
         long: Annotated[
             bool,
             typer.Option(
@@ -585,7 +633,6 @@ def register(app: typer.Typer) -> None:
             iso,
             parse_format,
             queue_cells,
-            queue_rows,
             render_template,
             resolve_jobs,
             split_names,
@@ -608,14 +655,15 @@ def register(app: typer.Typer) -> None:
                 view = fold(read(), live_only=jobs is None)
             ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
-            rows = queue_rows(view, user=split_names(user), allocation=paths, ids=ids)
-            _refuse_unknown_allocation(view, paths)
-            if states is not None:
-                shown = _queue_states(states)
-                rows = [r for r in rows if r["state"] in shown]
-            if nodelist is not None:
-                on = _known_hosts(view, nodelist)
-                rows = [r for r in rows if on.intersection(r["hosts"])]
+            rows = select_rows(
+                view,
+                ids=ids,
+                user=user,
+                allocation=allocation,
+                states=states,
+                nodelist=nodelist,
+                name=name,
+            )
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate
@@ -681,7 +729,11 @@ def register(app: typer.Typer) -> None:
             if not rows:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
-                    + (" for that filter" if user or allocation or jobs or states else "")
+                    + (
+                        " for that filter"
+                        if user or allocation or jobs or states or nodelist or name
+                        else ""
+                    )
                     + (
                         _ended_note(view, ids, jobs, user=split_names(user), allocation=paths)
                         if ids and jobs
