@@ -184,7 +184,9 @@ def _check_wait(wait: float | None) -> None:
         raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
 
 
-def _open_inbox(target: Target) -> Any:
+def _open_inbox(target: Target) -> tuple[Any, bool]:
+    """The inbox writer, and whether a note on stderr said that no scheduler serves the
+    `--data` folder now (so a --wait that times out need not say it again)."""
     from streams.inbox import open_inbox
 
     if target.data is not None and not Path(target.data).exists():
@@ -194,7 +196,24 @@ def _open_inbox(target: Target) -> Any:
             f"until `allot serve --data {target.data}` runs",
             err=True,
         )
-    return open_inbox(target)
+        return open_inbox(target), True
+    if target.data is not None and _unserved(target.data):
+        # sent to a folder nobody serves, the request waits silently: a stopped or
+        # crashed serve (the OS drops its lock with it, even on kill -9) or a wrong folder
+        typer.echo(
+            f"note: no scheduler serves {target.data} now; the request waits in its inbox "
+            f"until `allot serve --data {target.data}` runs",
+            err=True,
+        )
+        return open_inbox(target), True
+    return open_inbox(target), False
+
+
+def _unserved(folder: Path) -> bool:
+    """No `allot serve --data FOLDER` holds the folder's serve lock now."""
+    from streams.embedded import serving_pid
+
+    return serving_pid(folder) is None
 
 
 @dataclass
@@ -207,6 +226,8 @@ class _Sent:
     request: dict[str, Any]
     verdict: dict[str, Any] | None = None
     trouble: str | None = None
+    # a note already said that no scheduler serves the --data folder
+    noted_unserved: bool = False
     # with --wait, the verdict on each request by its id (those that came in time)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -245,12 +266,12 @@ def _send_all(
     that may not come. With `wait`, also the journal's verdict on the first request."""
     from streams.inbox import verdict_on
 
-    writer = _open_inbox(target)
+    writer, noted = _open_inbox(target)
     try:
         if wait is None:
             writer.send(requests)
             on_sent()
-            return _Sent(target, requests[0])
+            return _Sent(target, requests[0], noted_unserved=noted)
         verdicts: dict[str, dict[str, Any]] = {}
         matches = {r["id"]: verdict_on(r["id"]) for r in requests}
 
@@ -262,7 +283,7 @@ def _send_all(
 
         _wait_stoppable(writer, requests, every, wait, on_sent, check)
         first = verdicts.get(requests[0]["id"])
-        return _Sent(target, requests[0], first, writer.trouble, verdicts)
+        return _Sent(target, requests[0], first, writer.trouble, noted, verdicts)
     finally:
         writer.close()
 
@@ -313,7 +334,7 @@ def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check
     if verdict is None:
         if sent.trouble is not None:
             _lost_on_the_way(what, wait, sent.trouble, check)
-        hint = _no_scheduler_hint(sent.target)
+        hint = _no_scheduler_hint(sent.target, sent.noted_unserved)
         # the request is not lost: a scheduler started later decides it, so say so
         typer.echo(
             f"No verdict on {what} after {wait:g} s{hint}; the request stays queued and "
@@ -332,12 +353,11 @@ def _request_check(request: dict[str, Any], effect: str) -> str:
     return f"{effect} shows whether it took effect (`allot why {request['id']}`: if it was rejected, why)"
 
 
-def _no_scheduler_hint(target: Target) -> str:
-    """Why a wait for the scheduler may have timed out, when we can tell."""
+def _no_scheduler_hint(target: Target, noted: bool = False) -> str:
+    """Why a wait for the scheduler may have timed out, when we can tell; nothing new
+    when a note said before the wait that no scheduler serves the folder."""
     if target.data is not None:
-        from streams.embedded import serving_pid
-
-        if serving_pid(target.data) is None:
+        if _unserved(target.data) and not noted:
             return f"; no `allot serve --data {target.data}` is running"
         return ""
     if target.kafka is not None:  # no way to see the workers from here: say what to check
@@ -545,7 +565,7 @@ def submit(
             else:
                 typer.echo(workload if parsable else f"Submitted workload {workload}")
 
-        writer = _open_inbox(target)
+        writer, noted = _open_inbox(target)
         # an array's tasks differ only in their index: the first one's verdict (admitted
         # or refused, and why) is every task's; where they start is `allot queue -j`'s
         verdict = outcome_of(ids[0], requests[0]["id"])
@@ -583,7 +603,7 @@ def submit(
                 err=True,
             )
         else:
-            hint = _no_scheduler_hint(target)
+            hint = _no_scheduler_hint(target, noted)
             typer.echo(f"Workload {first} still pending after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
     typer.echo(describe_outcome(outcome), err=parsable or tasks is not None)
@@ -1065,7 +1085,11 @@ def _report_verdicts(
     typer.echo(f"{accepted} of {plural(len(requests), 'workload')} {done}")
     missing = len(requests) - len(sent.verdicts)
     if missing:
-        why = f": {sent.trouble}" if sent.trouble else _no_scheduler_hint(sent.target)
+        why = (
+            f": {sent.trouble}"
+            if sent.trouble
+            else _no_scheduler_hint(sent.target, sent.noted_unserved)
+        )
         typer.echo(
             f"No verdict on {missing} of the {len(requests)} requests after {wait:g} s{why}; "
             f"they stay queued and are decided when the scheduler reads them: {check}",

@@ -59,6 +59,14 @@ def wait_for(folder: Path, match: Callable[[dict], bool], timeout: float = 20) -
     raise AssertionError(f"no matching journal record in {timeout} s: {journal(folder)[-5:]}")
 
 
+def unserved_note(folder: Path) -> str:
+    """The note a request to a folder that no `allot serve` serves now gets on stderr."""
+    return (
+        f"note: no scheduler serves {folder} now; the request waits in its inbox until "
+        f"`allot serve --data {folder}` runs"
+    )
+
+
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr
@@ -475,7 +483,8 @@ def test_a_data_folder_that_did_not_exist_is_named(tmp_path: Path) -> None:
     assert f"note: {typo} did not exist and was created" in result.stderr
     assert f"until `allot serve --data {typo}` runs" in result.stderr
     result = allot("cancel", "x", "--data", str(typo))
-    assert result.returncode == 0 and result.stderr == ""  # it exists now: no note
+    # it exists now: no note that it did not; still nobody serves it
+    assert result.returncode == 0 and result.stderr.splitlines() == [unserved_note(typo)]
 
 
 def test_help_shows_no_value_for_on_off_flags() -> None:
@@ -505,7 +514,9 @@ def test_submit_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stdout.startswith("Submitted workload ")
-    assert "still pending after 0.3 s; no `allot serve" in result.stderr
+    note, pending = result.stderr.splitlines()  # said once: the folder's note, then the wait
+    assert note.startswith(f"note: {data} did not exist and was created; no scheduler reads")
+    assert pending.endswith("still pending after 0.3 s")
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
 
 
@@ -546,9 +557,34 @@ def test_ctrl_c_during_wait_says_the_request_stands(tmp_path: Path) -> None:
     out, err = _interrupted_wait("cancel", workload, "--data", str(data))
     assert out.startswith(f"Cancel of workload {workload} sent")
     assert err.splitlines() == [
+        unserved_note(data),
         "Stopped waiting (Ctrl-C); the request was sent and stands: "
-        f"`allot why {workload}` says what the scheduler decided"
+        f"`allot why {workload}` says what the scheduler decided",
     ]
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigkill"])
+def test_a_request_to_a_folder_nobody_serves_says_so_once(tmp_path: Path, stop: str) -> None:
+    """A request to a folder whose serve stopped (or died by kill -9, which drops its
+    lock with it) waited in the inbox without a word; --parsable output stays the id."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        one_4_gpu_host_for_lab_x(data)
+        served = allot("cancel", "w1", "w2", "--data", str(data))
+        assert served.returncode == 0 and served.stderr == "", served.stderr
+    finally:
+        server.send_signal(signal.SIGINT if stop == "sigint" else signal.SIGKILL)
+        server.communicate(timeout=30)
+    submit = ["submit", "-A", "lab/x", "-G", "1", "--min-runtime", "0", "--data", str(data)]
+    result = allot(*submit, "--array", "0-3", "--parsable")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split()) == 4 and all(
+        ULID.match(t[:26]) for t in result.stdout.split()
+    )
+    assert result.stderr.splitlines() == [unserved_note(data)]
+    result = allot("cancel", "w1", "w2", "--data", str(data))
+    assert result.returncode == 0 and result.stderr.splitlines() == [unserved_note(data)]
 
 
 def test_a_bare_number_duration_is_said_to_be_seconds(tmp_path: Path) -> None:
@@ -564,10 +600,11 @@ def test_a_bare_number_duration_is_said_to_be_seconds(tmp_path: Path) -> None:
         "Slurm's --time",
         "note: --runtime 90 means 1m30s: a bare number is seconds here, not minutes as in "
         "Slurm's --time",
+        unserved_note(data),
     ]
     for durations in (["--min-runtime", "15m", "--runtime", "1:30"], ["--min-runtime", "0"]):
-        quiet = allot(*common, *durations)
-        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+        quiet = allot(*common, *durations)  # no duration note (nobody serves the folder)
+        assert quiet.returncode == 0 and quiet.stderr.splitlines() == [unserved_note(data)]
     lines = (data / "inbox.jsonl").read_bytes().splitlines()
     sent = [orjson.loads(orjson.loads(line)["value"]) for line in lines]
     assert [(r["min_runtime"], r.get("runtime")) for r in sent] == [(15, 90), (900, 90), (0, None)]
@@ -614,7 +651,8 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     result = allot("cancel", "w1", "--data", str(data), "--wait", "0.3")
     assert result.returncode == 1
     assert result.stdout.startswith("Cancel of workload w1 sent")
-    assert "No verdict on the cancel of workload w1 after 0.3 s; no `allot serve" in result.stderr
+    assert "no scheduler reads it until `allot serve" in result.stderr  # said once, at once
+    assert "No verdict on the cancel of workload w1 after 0.3 s; the request" in result.stderr
     # not lost: it waits in the inbox for a scheduler, and the line says how to follow it
     assert "the request stays queued and is decided when the scheduler reads it" in result.stderr
     assert "allot why w1" in result.stderr
@@ -623,9 +661,9 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     several = allot("cancel", "w1", "w2", "--data", str(data), "--wait", "0.3")
     assert several.returncode == 1
     assert several.stdout.splitlines()[-1] == "0 of 2 workloads cancelled"
-    assert several.stderr.startswith(
-        "No verdict on 2 of the 2 requests after 0.3 s; no `allot serve"
-    )
+    note, verdicts = several.stderr.splitlines()
+    assert note == unserved_note(data)
+    assert verdicts.startswith("No verdict on 2 of the 2 requests after 0.3 s; they stay")
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 3
 
 
