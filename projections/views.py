@@ -1251,9 +1251,11 @@ def find_workload(view: JournalView, wid: str) -> str:
     if prefixed:  # an ambiguous prefix, e.g. the shared time part of ULIDs
         shown = ", ".join(sorted(prefixed, key=id_order)[:5])
         more = f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else ""
+        bases = {k.rpartition("_")[0] for k in prefixed}
+        array = bases.pop() if len(bases) == 1 and all(_task(k) for k in prefixed) else None
         raise ViewError(
             f"{wid!r} is the start of {len(prefixed)} workload ids ({shown}{more}); "
-            "give more of the id"
+            "give more of the id" + (f", or `allot why {array}` for the job array" if array else "")
         )
     close = difflib.get_close_matches(wid, list(known), n=5, cutoff=0.5)
     hint = f"; did you mean: {', '.join(close)}?" if close else ""
@@ -1335,6 +1337,12 @@ def resolve_live(view: JournalView, wid: str) -> str:
     if len(bases) == 1 and all("_" in k and k.rpartition("_")[2].isdigit() for k in found):
         hint += f", or name tasks of the job array as '{bases.pop()}_[SPEC]'"
     raise ViewError(f"{wid!r} is the start of {len(found)} live workload ids ({shown}); {hint}")
+
+
+def _task(wid: str) -> bool:
+    """Is `wid` a job array's task (BASE_<n>)?"""
+    head, sep, index = wid.rpartition("_")
+    return bool(sep and head and index.isdigit())
 
 
 def _one_base(bases: set[str], prefix: str) -> str | None:

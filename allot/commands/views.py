@@ -1148,6 +1148,12 @@ def register(app: typer.Typer) -> None:
         from the audit database (the same lines for the same journal). With --audit
         and no journal option on the command line ($ALLOT_KAFKA alone does not count),
         only the database is read: the history and the last state it records.
+
+        A job array's base id (BASE, whose tasks are BASE_<n>) gives the array:
+        its tasks by state, then each task's state and reason (the first 20;
+        `allot acct -j BASE` lists them all). Its --json is an object with
+        `array`, `cluster`, `now`, `by_state` (state: count) and `tasks`, every
+        task in index order (`id`, `index`, `state`, `reason`, `nodelist`).
         """
 
         def run() -> None:
@@ -1277,10 +1283,14 @@ def _why_from_journal(
     horizon_s: float,
 ) -> dict[str, Any]:
     """The answer from the journal; the history from it, or from `db` when given."""
+    from projections.acct import array_summary
     from projections.views import why as explain
 
     read = journal_reader(kafka, data, journal, cluster)
     view = fold_for_forecast(read, kafka, data, journal, cluster)
+    summary = array_summary(view, workload.strip())
+    if summary is not None:  # a job array's base id: its tasks, not one workload
+        return summary
     answer = explain(view, workload)
     if "workload" not in answer:
         return answer  # a rejected request's id
