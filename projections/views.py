@@ -916,6 +916,22 @@ def _matches(
     )
 
 
+def _nodes(state: State, w: Workload) -> int | None:
+    """squeue's %D: the hosts running work holds; for waiting work the hosts it will
+    take — one when it fits on the largest host, else whole hosts of the cluster's one
+    host size — and None on a cluster of mixed sizes, where that depends on which hosts
+    free up (or with no host registered)."""
+    if w.hosts:
+        return len(w.hosts)
+    if not state.hosts:
+        return None
+    if w.gpus <= state.max_host_gpus():
+        return 1
+    if state.smallest_host != state.largest_host:
+        return None
+    return -(-w.gpus // state.largest_host)
+
+
 def _row(
     view: JournalView,
     w: Workload,
@@ -937,6 +953,8 @@ def _row(
         "detail": detail,
         "nodelist": nodelist(w.hosts) if w.hosts else "",
         "hosts": {name: list(gpus) for name, gpus in w.hosts.items()},
+        "nodes": _nodes(view.require(), w),
+        "cluster": view.cluster,
         "rank": ranking.ranks.get(w.allocation),
         "ratio": num(ranking.ratios.get(w.allocation), 6),
         "priority": w.priority,
@@ -962,6 +980,10 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     "time": ("M", "WAIT/TIME", lambda r: format_duration(r["time_s"])),
     "reason": ("r", "REASON", lambda r: r["reason"]),
     "nodelist": ("N", "NODELIST", lambda r: r["nodelist"]),
+    # squeue's node count: blank for waiting gangs on a cluster of mixed host sizes
+    "nodes": ("D", "NODES", lambda r: "" if r["nodes"] is None else str(r["nodes"])),
+    # squeue's partition: allot's nearest analog is the cluster (one scheduler each)
+    "partition": ("P", "PARTITION", lambda r: r["cluster"]),
     "reason_or_nodes": (
         "R",
         "NODELIST(REASON)",
