@@ -272,6 +272,28 @@ def totals(rows: list[AcctRow]) -> dict[str, Any]:
     }
 
 
+def split_hours(total: float, charged: float, unallocated: float) -> tuple[str, str, str]:
+    """The totals line's GPU-hours `total (charged, unallocated)` as text whose parts
+    add up to the total as shown: one decimal, or more (up to three) while the rounded
+    parts do not (1.1 = 1.0 + 0.0 reads as 1.06 = 1.02 + 0.04). Each number stays its
+    own value rounded, so the charged part is what `allot rollup` counts, at that
+    precision; should three decimals still disagree (per-workload rounding), the total
+    shown is the sum of the parts shown."""
+    from decimal import Decimal
+
+    for digits in (1, 2, 3):
+        shown = [f"{x:.{digits}f}" for x in (total, charged, unallocated)]
+        if Decimal(shown[1]) + Decimal(shown[2]) == Decimal(shown[0]):
+            break
+    else:
+        shown[0] = str(Decimal(shown[1]) + Decimal(shown[2]))
+    return (
+        f"{Decimal(shown[0]):,}",
+        f"{Decimal(shown[1]):,}",
+        f"{Decimal(shown[2]):,}",
+    )
+
+
 def _dur(seconds: float) -> str:
     from domain.durations import format_duration
 

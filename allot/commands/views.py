@@ -855,6 +855,7 @@ def register(app: typer.Typer) -> None:
             acct_cells,
             acct_rows,
             parse_acct_format,
+            split_hours,
             totals,
         )
         from projections.audit import parse_time
@@ -943,12 +944,21 @@ def register(app: typer.Typer) -> None:
             states = ", ".join(f"{n:,} {s.lower()}" for s, n in total["by_state"].items())
             windowed = lo is not None or hi is not None
             pre = "window_" if windowed else ""
+            # the parts add up to the total as shown (more decimals when one would not)
+            held, charged, free = split_hours(
+                total[pre + "gpu_hours"],
+                total[pre + "charged_gpu_hours"],
+                total[pre + "unallocated_gpu_hours"],
+            )
+            digits = len(held.rpartition(".")[2])
             ran = (
-                f"{total[pre + 'gpu_hours']:,.1f} GPU-hours run"
-                f"{' in the window' if windowed else ''} "
-                f"({total[pre + 'charged_gpu_hours']:,.1f} charged, "
-                f"{total[pre + 'unallocated_gpu_hours']:,.1f} unallocated"
-                + (f"; {total['gpu_hours']:,.1f} over their whole lives)" if windowed else ")")
+                f"{held} GPU-hours run{' in the window' if windowed else ''} "
+                f"({charged} charged, {free} unallocated"
+                + (
+                    f"; {total['gpu_hours']:,.{digits}f} over their whole lives)"
+                    if windowed
+                    else ")"
+                )
             )
             typer.echo(
                 f"{plural(total['workloads'], 'workload')}, {ran}"

@@ -299,6 +299,23 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
     ]
 
 
+def test_acct_totals_parts_add_up_to_the_total_as_shown(tmp_path: Path) -> None:
+    """'1.1 GPU-hours run (1.0 charged, 0.0 unallocated)': each rounded on its own, the
+    parts did not add up; one more decimal where they would not."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder().host("h0").budget("lab", 1)
+    j.submit("paid", "lab", 1).submit("free", "lab", 1, min_runtime=0)
+    j.place("paid", {"h0": [0]}).place("free", {"h0": [1]})
+    j.at(144).finish("free").at(3744).finish("paid")  # 0.04 and 1.04 GPU-hours
+    path = j.write(tmp_path / "journal.jsonl")
+    table = allot("acct", "--journal", str(path))
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[-1] == (
+        "2 workloads, 1.08 GPU-hours run (1.04 charged, 0.04 unallocated); now 2 completed"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "last_line", "json_totals"),
     [

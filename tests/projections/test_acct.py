@@ -251,3 +251,27 @@ def test_a_job_arrays_base_id_summarises_its_tasks() -> None:
     assert array_summary(view, "S2") is None
     assert array_summary(view, "S_1") is None
     assert array_summary(view, "") is None
+
+
+@pytest.mark.parametrize(
+    ("hours", "shown"),
+    [
+        pytest.param((11.0, 6.0, 5.0), ("11.0", "6.0", "5.0"), id="one-decimal-adds-up"),
+        pytest.param((1.08, 1.04, 0.04), ("1.08", "1.04", "0.04"), id="two-decimals"),
+        pytest.param((0.108, 0.054, 0.054), ("0.108", "0.054", "0.054"), id="three"),
+        pytest.param((1234.56, 1000.0, 234.56), ("1,234.6", "1,000.0", "234.6"), id="thousands"),
+        # per-workload rounding left them apart even at three decimals: the parts win
+        pytest.param((0.11, 0.0544, 0.0544), ("0.108", "0.054", "0.054"), id="parts-win"),
+    ],
+)
+def test_the_totals_gpu_hours_add_up_as_shown(
+    hours: tuple[float, float, float], shown: tuple[str, str, str]
+) -> None:
+    from decimal import Decimal
+
+    from projections.acct import split_hours
+
+    total, charged, free = split_hours(*hours)
+    assert (total, charged, free) == shown
+    plain = [Decimal(x.replace(",", "")) for x in (total, charged, free)]
+    assert plain[1] + plain[2] == plain[0]
