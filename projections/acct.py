@@ -23,6 +23,7 @@ from projections.views import (
     iso,
     matches_allocation,
     matches_user,
+    nodelist,
     queue_rows,
 )
 
@@ -271,6 +272,28 @@ def totals(rows: list[AcctRow]) -> dict[str, Any]:
     }
 
 
+def split_hours(total: float, charged: float, unallocated: float) -> tuple[str, str, str]:
+    """The totals line's GPU-hours `total (charged, unallocated)` as text whose parts
+    add up to the total as shown: one decimal, or more (up to three) while the rounded
+    parts do not (1.1 = 1.0 + 0.0 reads as 1.06 = 1.02 + 0.04). Each number stays its
+    own value rounded, so the charged part is what `allot rollup` counts, at that
+    precision; should three decimals still disagree (per-workload rounding), the total
+    shown is the sum of the parts shown."""
+    from decimal import Decimal
+
+    for digits in (1, 2, 3):
+        shown = [f"{x:.{digits}f}" for x in (total, charged, unallocated)]
+        if Decimal(shown[1]) + Decimal(shown[2]) == Decimal(shown[0]):
+            break
+    else:
+        shown[0] = str(Decimal(shown[1]) + Decimal(shown[2]))
+    return (
+        f"{Decimal(shown[0]):,}",
+        f"{Decimal(shown[1]):,}",
+        f"{Decimal(shown[2]):,}",
+    )
+
+
 def _dur(seconds: float) -> str:
     from domain.durations import format_duration
 
@@ -364,3 +387,59 @@ __all__ = [
     "parse_acct_format",
     "totals",
 ]
+
+
+ARRAY_TASKS_SHOWN = 20  # task lines `allot why BASE` prints before "… N more"
+
+
+def array_summary(
+    view: JournalView, base: str, shown: int = ARRAY_TASKS_SHOWN
+) -> dict[str, Any] | None:
+    """`allot why BASE` of a job array: its tasks by state, then each task's state and
+    reason (as `allot acct` gives them), in index order. None when `base` is a workload's
+    own id or no task BASE_<n> was submitted. The text lists the first `shown` tasks;
+    `tasks` lists them all (id, index, state, reason, nodelist)."""
+    from domain.state import id_order
+
+    histories = view.histories
+    if base in histories and (histories[base].submitted or histories[base].rejections):
+        return None
+    rows = [r for r in acct_rows(view, ids={base}) if r["id"] != base]
+    if not rows:
+        return None
+    rows.sort(key=lambda r: id_order(r["id"]))
+    state = view.require()
+    counts = Counter(r["state"] for r in rows)
+    # what runs and waits first, as squeue lists it; then how the others ended
+    order = ("RUNNING", "PENDING", *(s for s in STATES if s not in ("RUNNING", "PENDING")))
+    by_state = {s.lower(): counts[s] for s in order if counts[s]}
+    live = state.workloads
+    tasks = [
+        {
+            "id": r["id"],
+            "index": int(r["id"].rsplit("_", 1)[1]),
+            "state": r["state"],
+            "reason": r["reason"],
+            "nodelist": nodelist(live[r["id"]].hosts) if r["id"] in live else "",
+        }
+        for r in rows
+    ]
+    parts = ", ".join(f"{n:,} {s}" for s, n in by_state.items())
+    text = [f"array {base}: {len(rows):,} task{'s' if len(rows) != 1 else ''} — {parts}"]
+    width = max(len(t["id"]) for t in tasks[:shown])
+    for t in tasks[:shown]:
+        where = f" on {t['nodelist']}" if t["nodelist"] else ""
+        reason = f" — {t['reason']}" if t["reason"] else ""
+        text.append(f"  {t['id']:<{width}}  {t['state'].lower()}{where}{reason}")
+    if len(tasks) > shown:
+        text.append(f"  … {len(tasks) - shown:,} more (`allot acct -j {base}` lists every task)")
+    index = tasks[0]["index"]
+    text.append(f"`allot why {base}_{index}` explains one task (its numbers and history)")
+    return {
+        "array": base,
+        "cluster": state.cluster,
+        "now": iso(state.now),
+        "by_state": by_state,
+        "tasks": tasks,
+        "text": text,
+    }

@@ -945,8 +945,10 @@ class JournalBuilder:
         resumable: bool = True,
         actor: str = "alice",
         expected_runtime: float | None = None,
+        name: str | None = None,
     ) -> JournalBuilder:
         self._subs[wid] = {"allocation": allocation, "gpus": gpus, "min_runtime": min_runtime}
+        named = {} if name is None else {"name": name}
         return self.add(
             "workload.submitted",
             actor=actor,
@@ -957,6 +959,7 @@ class JournalBuilder:
             resumable=resumable,
             tags=list(tags),
             expected_runtime=expected_runtime,
+            **named,
         )
 
     def place(

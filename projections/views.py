@@ -778,11 +778,17 @@ def queue_rows(
     user: str | Collection[str] | None = None,
     allocation: str | Collection[str] | None = None,
     ids: Collection[str] | None = None,
+    states: Collection[str] | None = None,
+    hosts: Collection[str] | None = None,
+    names: Collection[str] | None = None,
 ) -> list[QueueRow]:
     """Live workloads: pending first, in the order the scheduler would consider them
     (the ordering policy's rank and sort key, as `domain.decide` merges its buckets),
     then running ones by start time. `allocation` matches the path and what is under it;
-    `ids` a workload id or a job array's base id (`BASE` matches `BASE_<index>`).
+    `ids` a workload id or a job array's base id (`BASE` matches `BASE_<index>`);
+    `states` PENDING and/or RUNNING; `hosts` work running on any of them; `names`
+    workloads with one of these names. This is the one selection of live work: `allot
+    queue` shows it and `allot cancel/hold/release/requeue` with filters act on it.
 
     Each row: id, name, allocation, user, state (PENDING/RUNNING), gpus, time_s (pending:
     waited since it last became pending; running: run time of this attempt), reason,
@@ -814,9 +820,12 @@ def queue_rows(
     first = pending[0][1] if pending else None
     blocker: tuple[int, Workload] | None = None  # the first pending that waits for GPUs
     positions: dict[str, int] = {}
+
+    def wanted(w: Workload) -> bool:
+        return _wanted(w, user, allocation, ids) and _matches(w, states, hosts, names)
+
     for position, (key, w, allocated) in enumerate(pending, start=1):
-        wanted = _wanted(w, user, allocation, ids)
-        if wanted:
+        if wanted(w):
             reason, detail, named = reasons.reason(
                 w, allocated, position - 1, first if position > 1 else None, blocker
             )
@@ -840,7 +849,7 @@ def queue_rows(
         if blocker is None and reasons.waits_for_gpus(w):
             blocker = (position, w)
     for w in sorted(held, key=lambda w: (w.submit_time, id_order(w.id))):
-        if not _wanted(w, user, allocation, ids):
+        if not wanted(w):
             continue
         h = view.histories.get(w.id)
         who, when = h.held if h and h.held else ("?", now)
@@ -850,7 +859,7 @@ def queue_rows(
         row.update(position=None, allocated=state.allocated(w), sort_key=None)
         rows.append(row)
     for w in running:
-        if not _wanted(w, user, allocation, ids):
+        if not wanted(w):
             continue
         if w.charged and w.protected_until > now:
             if math.isinf(w.protected_until):
@@ -894,6 +903,35 @@ def _wanted(
     )
 
 
+def _matches(
+    w: Workload,
+    states: Collection[str] | None,
+    hosts: Collection[str] | None,
+    names: Collection[str] | None,
+) -> bool:
+    return (
+        (states is None or ("RUNNING" if w.state == RUNNING else "PENDING") in states)
+        and (hosts is None or any(h in hosts for h in w.hosts))
+        and (names is None or w.name in names)
+    )
+
+
+def _nodes(state: State, w: Workload) -> int | None:
+    """squeue's %D: the hosts running work holds; for waiting work the hosts it will
+    take — one when it fits on the largest host, else whole hosts of the cluster's one
+    host size — and None on a cluster of mixed sizes, where that depends on which hosts
+    free up (or with no host registered)."""
+    if w.hosts:
+        return len(w.hosts)
+    if not state.hosts:
+        return None
+    if w.gpus <= state.max_host_gpus():
+        return 1
+    if state.smallest_host != state.largest_host:
+        return None
+    return -(-w.gpus // state.largest_host)
+
+
 def _row(
     view: JournalView,
     w: Workload,
@@ -915,6 +953,8 @@ def _row(
         "detail": detail,
         "nodelist": nodelist(w.hosts) if w.hosts else "",
         "hosts": {name: list(gpus) for name, gpus in w.hosts.items()},
+        "nodes": _nodes(view.require(), w),
+        "cluster": view.cluster,
         "rank": ranking.ranks.get(w.allocation),
         "ratio": num(ranking.ratios.get(w.allocation), 6),
         "priority": w.priority,
@@ -940,6 +980,10 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     "time": ("M", "WAIT/TIME", lambda r: format_duration(r["time_s"])),
     "reason": ("r", "REASON", lambda r: r["reason"]),
     "nodelist": ("N", "NODELIST", lambda r: r["nodelist"]),
+    # squeue's node count: blank for waiting gangs on a cluster of mixed host sizes
+    "nodes": ("D", "NODES", lambda r: "" if r["nodes"] is None else str(r["nodes"])),
+    # squeue's partition: allot's nearest analog is the cluster (one scheduler each)
+    "partition": ("P", "PARTITION", lambda r: r["cluster"]),
     "reason_or_nodes": (
         "R",
         "NODELIST(REASON)",
@@ -1229,9 +1273,11 @@ def find_workload(view: JournalView, wid: str) -> str:
     if prefixed:  # an ambiguous prefix, e.g. the shared time part of ULIDs
         shown = ", ".join(sorted(prefixed, key=id_order)[:5])
         more = f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else ""
+        bases = {k.rpartition("_")[0] for k in prefixed}
+        array = bases.pop() if len(bases) == 1 and all(_task(k) for k in prefixed) else None
         raise ViewError(
             f"{wid!r} is the start of {len(prefixed)} workload ids ({shown}{more}); "
-            "give more of the id"
+            "give more of the id" + (f", or `allot why {array}` for the job array" if array else "")
         )
     close = difflib.get_close_matches(wid, list(known), n=5, cutoff=0.5)
     hint = f"; did you mean: {', '.join(close)}?" if close else ""
@@ -1313,6 +1359,12 @@ def resolve_live(view: JournalView, wid: str) -> str:
     if len(bases) == 1 and all("_" in k and k.rpartition("_")[2].isdigit() for k in found):
         hint += f", or name tasks of the job array as '{bases.pop()}_[SPEC]'"
     raise ViewError(f"{wid!r} is the start of {len(found)} live workload ids ({shown}); {hint}")
+
+
+def _task(wid: str) -> bool:
+    """Is `wid` a job array's task (BASE_<n>)?"""
+    head, sep, index = wid.rpartition("_")
+    return bool(sep and head and index.isdigit())
 
 
 def _one_base(bases: set[str], prefix: str) -> str | None:

@@ -37,6 +37,7 @@ from allot.commands.common import (
     visible,
     whoami,
 )
+from allot.commands.views import MeOpt, NameOpt, NodelistOpt, StatesOpt, UserOpt
 
 
 class RequestError(ValueError):
@@ -184,7 +185,9 @@ def _check_wait(wait: float | None) -> None:
         raise RequestError(f"--wait {wait}: give a number of seconds >= 0")
 
 
-def _open_inbox(target: Target) -> Any:
+def _open_inbox(target: Target) -> tuple[Any, bool]:
+    """The inbox writer, and whether a note on stderr said that no scheduler serves the
+    `--data` folder now (so a --wait that times out need not say it again)."""
     from streams.inbox import open_inbox
 
     if target.data is not None and not Path(target.data).exists():
@@ -194,7 +197,24 @@ def _open_inbox(target: Target) -> Any:
             f"until `allot serve --data {target.data}` runs",
             err=True,
         )
-    return open_inbox(target)
+        return open_inbox(target), True
+    if target.data is not None and _unserved(target.data):
+        # sent to a folder nobody serves, the request waits silently: a stopped or
+        # crashed serve (the OS drops its lock with it, even on kill -9) or a wrong folder
+        typer.echo(
+            f"note: no scheduler serves {target.data} now; the request waits in its inbox "
+            f"until `allot serve --data {target.data}` runs",
+            err=True,
+        )
+        return open_inbox(target), True
+    return open_inbox(target), False
+
+
+def _unserved(folder: Path) -> bool:
+    """No `allot serve --data FOLDER` holds the folder's serve lock now."""
+    from streams.embedded import serving_pid
+
+    return serving_pid(folder) is None
 
 
 @dataclass
@@ -207,6 +227,8 @@ class _Sent:
     request: dict[str, Any]
     verdict: dict[str, Any] | None = None
     trouble: str | None = None
+    # a note already said that no scheduler serves the --data folder
+    noted_unserved: bool = False
     # with --wait, the verdict on each request by its id (those that came in time)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -246,12 +268,12 @@ def _send_all(
     that may not come. With `wait`, also the journal's verdict on the first request."""
     from streams.inbox import verdict_on
 
-    writer = _open_inbox(target)
+    writer, noted = _open_inbox(target)
     try:
         if wait is None:
             writer.send(requests)
             on_sent()
-            return _Sent(target, requests[0])
+            return _Sent(target, requests[0], noted_unserved=noted)
         verdicts: dict[str, dict[str, Any]] = {}
         matches = {r["id"]: verdict_on(r["id"]) for r in requests}
 
@@ -263,7 +285,7 @@ def _send_all(
 
         _wait_stoppable(writer, requests, every, wait, on_sent, check)
         first = verdicts.get(requests[0]["id"])
-        return _Sent(target, requests[0], first, writer.trouble, verdicts)
+        return _Sent(target, requests[0], first, writer.trouble, noted, verdicts)
     finally:
         writer.close()
 
@@ -314,7 +336,7 @@ def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check
     if verdict is None:
         if sent.trouble is not None:
             _lost_on_the_way(what, wait, sent.trouble, check)
-        hint = _no_scheduler_hint(sent.target)
+        hint = _no_scheduler_hint(sent.target, sent.noted_unserved)
         # the request is not lost: a scheduler started later decides it, so say so
         typer.echo(
             f"No verdict on {what} after {wait:g} s{hint}; the request stays queued and "
@@ -333,12 +355,11 @@ def _request_check(request: dict[str, Any], effect: str) -> str:
     return f"{effect} shows whether it took effect (`allot why {request['id']}`: if it was rejected, why)"
 
 
-def _no_scheduler_hint(target: Target) -> str:
-    """Why a wait for the scheduler may have timed out, when we can tell."""
+def _no_scheduler_hint(target: Target, noted: bool = False) -> str:
+    """Why a wait for the scheduler may have timed out, when we can tell; nothing new
+    when a note said before the wait that no scheduler serves the folder."""
     if target.data is not None:
-        from streams.embedded import serving_pid
-
-        if serving_pid(target.data) is None:
+        if _unserved(target.data) and not noted:
             return f"; no `allot serve --data {target.data}` is running"
         return ""
     if target.kafka is not None:  # no way to see the workers from here: say what to check
@@ -546,7 +567,7 @@ def submit(
             else:
                 typer.echo(workload if parsable else f"Submitted workload {workload}")
 
-        writer = _open_inbox(target)
+        writer, noted = _open_inbox(target)
         # an array's tasks differ only in their index: the first one's verdict (admitted
         # or refused, and why) is every task's; where they start is `allot queue -j`'s
         verdict = outcome_of(ids[0], requests[0]["id"])
@@ -584,7 +605,7 @@ def submit(
                 err=True,
             )
         else:
-            hint = _no_scheduler_hint(target)
+            hint = _no_scheduler_hint(target, noted)
             typer.echo(f"Workload {first} still pending after {wait:g} s{hint}", err=True)
         raise typer.Exit(1)
     typer.echo(describe_outcome(outcome), err=parsable or tasks is not None)
@@ -697,13 +718,15 @@ def _print_test_only(fc: Any, ids: list[str], now: float, horizon_s: float, pars
 
 
 IdsArg = Annotated[
-    list[str],
+    list[str] | None,
     typer.Argument(
-        metavar="ID...",
+        metavar="ID",
         help="Workload ids (as `allot submit` printed; a unique prefix of a live one is "
         "enough, as for `allot why`); 'BASE_[SPEC]' names tasks of a job array, e.g. "
         "'BASE_[0-15]' or 'BASE_[3,7]' (quote it from the shell); BASE alone, every task "
-        "of the array the command can act on (as scancel BASE).",
+        "of the array the command can act on (as scancel BASE). May be left out when a "
+        "filter (-u, --me, -t, -a, -n, -w) selects the workloads.",
+        show_default=False,
     ),
 ]
 
@@ -873,26 +896,122 @@ def _array_tasks(kind: str, base: str, state: Any, submitted: int, out: _Resolve
     return tasks
 
 
+@dataclass
+class _Filters:
+    """scancel's selection flags, read as `allot queue` reads them (its -u, --me, -a,
+    -t, -n, -w): with any given, the workloads are the queue's rows they select."""
+
+    user: str | None = None
+    me: bool = False
+    allocation: str | None = None
+    states: str | None = None
+    name: str | None = None
+    nodelist: str | None = None
+
+    def given(self) -> bool:
+        return self.me or any(
+            v is not None
+            for v in (self.user, self.allocation, self.states, self.name, self.nodelist)
+        )
+
+    def text(self) -> str:
+        """The filters as flags, to say what selected the workloads."""
+        import shlex
+
+        flags = [
+            ("-u", self.user),
+            ("--me", "" if self.me else None),
+            ("-a", self.allocation),
+            ("-t", self.states),
+            ("-n", self.name),
+            ("-w", self.nodelist),
+        ]
+        return " ".join(
+            f"{flag} {shlex.quote(value)}" if value else flag
+            for flag, value in flags
+            if value is not None
+        )
+
+
+def _select(
+    kind: str, target: Target, cluster: str, ids: list[str] | None, filters: _Filters
+) -> _Resolved:
+    """The live workloads `filters` select (of `ids`, when given, as `allot queue -j`
+    reads them: scancel's filters narrow the ids it is given), and of those the ones a
+    `kind` request applies to (hold: waiting and not held; release: held; requeue:
+    running; cancel: all). Notes how many, in `out.notes`."""
+    from allot.commands.views import _with_me, journal_reader, select_rows
+    from projections.views import fold, resolve_jobs
+
+    out = _Resolved()
+    read = journal_reader(target.kafka, target.data, None, cluster)
+    out.view = view = fold(read(), live_only=ids is None)
+    what = filters.text()
+    if view.state is None:  # an empty journal: nothing is live
+        out.notes.append(f"No live workload matches {what}")
+        return out
+    rows = select_rows(
+        view,
+        ids=resolve_jobs(view, ids),
+        user=_with_me(filters.user, filters.me),
+        allocation=filters.allocation,
+        states=filters.states,
+        nodelist=filters.nodelist,
+        name=filters.name,
+    )
+    live = view.state.workloads
+    applies, are, is_ = _ARRAY_TASKS[kind]
+    out.ids = [r["id"] for r in rows if applies(live[r["id"]])]
+    selected = plural(len(rows), "live workload")
+    if len(out.ids) == len(rows):
+        out.notes.append(
+            f"Selected {selected} ({what})" if rows else f"No live workload matches {what}"
+        )
+    else:
+        out.notes.append(
+            f"Selected {selected} ({what}): {len(out.ids)} {is_ if len(out.ids) == 1 else are}"
+        )
+    if kind == _REQUEUE:
+        out.attempts = {w: live[w].attempt for w in out.ids if live[w].attempt}
+    return out
+
+
 def _about_workloads(
     kind: str,
     verb: str,
     done: str,
-    workloads: list[str],
+    workloads: list[str] | None,
     wait: float | None,
     target_options: tuple[str | None, Path | None],
     cluster: str,
     as_: str | None,
+    filters: _Filters | None = None,
 ) -> None:
-    """Send one `kind` request per workload (cancel, hold, release, requeue) and report."""
+    """Send one `kind` request per workload (cancel, hold, release, requeue) and report.
+    With `filters`, the workloads are those the queue's selection names (see `_select`);
+    none selected sends nothing and exits 0, as scancel -u USER with no jobs does."""
     from streams.inbox import make_request
 
+    filters = filters or _Filters()
     with one_line_errors():
         _check_wait(wait)
-        if any(not wid.strip() for wid in workloads):  # '' starts every id
+        if not workloads and not filters.given():
+            raise RequestError(
+                "give workload ids, or filters that select them (-u USER, --me, -t STATE, "
+                "-a PATH, -n NAME, -w HOSTS; `allot queue` takes the same)"
+            )
+        if any(not wid.strip() for wid in workloads or ()):  # '' starts every id
             raise RequestError("ID '': empty; give a workload id (`allot queue` lists them)")
-        ids = expand_ids(workloads)
+        ids = expand_ids(workloads) if workloads else None
         target = resolve_target(*target_options)
-        found = _resolve_ids(kind, target, cluster, ids)
+        if filters.given():
+            found = _select_or_fail(kind, target, cluster, ids, filters)
+            if not found.ids:
+                typer.echo(f"{found.notes[-1]}; nothing was sent")
+                return
+        else:
+            assert ids is not None
+            found = _resolve_ids(kind, target, cluster, ids)
         ids = found.ids
         if not ids:
             raise RequestError(f"{'; '.join(found.empty)}; nothing was sent")
@@ -931,6 +1050,24 @@ def _about_workloads(
     )
 
 
+def _select_or_fail(
+    kind: str, target: Target, cluster: str, ids: list[str] | None, filters: _Filters
+) -> _Resolved:
+    """`_select`, with a journal that cannot be read (or a filter naming nothing there)
+    as a RequestError: selecting by filter needs the journal, unlike naming ids."""
+    from allot.commands.views import _expected
+
+    try:
+        return _select(kind, target, cluster, ids, filters)
+    except OSError as why:
+        raise RequestError(f"cannot read the journal to select workloads: {why}") from None
+    except Exception as why:
+        message = _expected(why)
+        if message is None:
+            raise
+        raise RequestError(visible(" ".join(message.split()))) from None
+
+
 def _report_verdicts(
     verb: str, done: str, requests: list[dict[str, Any]], wait: float, sent: _Sent, check: str
 ) -> None:
@@ -950,7 +1087,11 @@ def _report_verdicts(
     typer.echo(f"{accepted} of {plural(len(requests), 'workload')} {done}")
     missing = len(requests) - len(sent.verdicts)
     if missing:
-        why = f": {sent.trouble}" if sent.trouble else _no_scheduler_hint(sent.target)
+        why = (
+            f": {sent.trouble}"
+            if sent.trouble
+            else _no_scheduler_hint(sent.target, sent.noted_unserved)
+        )
         typer.echo(
             f"No verdict on {missing} of the {len(requests)} requests after {wait:g} s{why}; "
             f"they stay queued and are decided when the scheduler reads them: {check}",
@@ -965,16 +1106,40 @@ def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[...
     requeue)."""
 
     def command(
-        workloads: IdsArg,
+        workloads: IdsArg = None,
+        user: UserOpt = None,
+        me: MeOpt = False,
+        allocation: Annotated[
+            str | None,
+            typer.Option(
+                "--allocation",
+                "-a",
+                "--account",
+                "-A",
+                metavar="PATH[,PATH...]",
+                help="Only these allocations and those under them (scancel's -A/--account).",
+            ),
+        ] = None,
+        states: StatesOpt = None,
+        name: NameOpt = None,
+        nodelist: NodelistOpt = None,
         wait: WaitOpt = None,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         cluster: ClusterOpt = "default",
         as_: AsOpt = None,
     ) -> None:
-        _about_workloads(kind, verb, done, workloads, wait, (kafka, data), cluster, as_)
+        filters = _Filters(user, me, allocation, states, name, nodelist)
+        _about_workloads(kind, verb, done, workloads, wait, (kafka, data), cluster, as_, filters)
 
     command.__doc__ = doc
+    if kind != _CANCEL:
+        command.__doc__ += (
+            "\n\n    Filters (-u, --me, -a, -t, -n, -w) select workloads as `allot queue` "
+            "does with the same flags\n    (with ids too: those of them the filters match); "
+            "it acts on those it can\n    and says how many; none is not an error (exit 0, "
+            "nothing sent)."
+        )
     command.__name__ = verb.lower()
     return command
 
@@ -986,7 +1151,13 @@ cancel = _workload_command(
     """Cancel workloads (their submitter, their allocation's managers or an admin may).
 
     A job array's base id cancels every task of the array that has not
-    ended, as scancel does.""",
+    ended, as scancel does.
+
+    Filters select the workloads as `allot queue` does with the same flags
+    (`allot cancel --me -t pending` cancels what `allot queue --me -t pending`
+    lists); with ids too, only those of them the filters match (as scancel).
+    It says how many were selected; none is not an error (exit 0, nothing
+    sent). Waiting work is cancelled before running work.""",
 )
 hold = _workload_command(
     "workload.held",

@@ -99,7 +99,10 @@ FORMAT_HELP = (
     "'id,user,state,reason' (comma-separated). Fields: %i id, %j name, %a allocation, "
     "%u user, %T state, %t st (PD/R), %g gpus, %M time (pending: waited; running: run "
     "time), %r reason, %N nodelist, %R reason_or_nodes (nodelist, or (reason) while "
-    "pending), %p position, %k rank, "
+    "pending), %D nodes (hosts it runs on; pending: the hosts it will take, 1 when it "
+    "fits on one host, else whole hosts; blank for such a gang on a cluster of mixed "
+    "host sizes), %P partition (the cluster's name: allot schedules each cluster on "
+    "its own, its nearest analog of a partition), %p position, %k rank, "
     "%f ratio, %Q priority, %V submitted, %l min_runtime, %K tags, %d detail, "
     "%S start and %Y schednodes (for pending work expected, as with --start; for "
     "running work when it started). "
@@ -346,6 +349,71 @@ def _queue_states(text: str) -> set[str]:
     return {_QUEUE_STATES[x] for x in asked}
 
 
+StatesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--states",
+        "--state",
+        "-t",
+        metavar="STATE[,STATE...]",
+        help="Only pending or running work: pending/pd, running/r, or all (as squeue -t); "
+        "held work is pending.",
+    ),
+]
+NodelistOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--nodelist",
+        "-w",
+        metavar="HOSTS",
+        help="Only work running on these hosts, as squeue -w: names or Slurm host "
+        "lists (h3,h[8-11]), e.g. to requeue what runs on a host: `allot requeue -w h3`.",
+    ),
+]
+NameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        "-n",
+        metavar="NAME[,NAME...]",
+        help="Only workloads with one of these names (`allot submit --name`), as squeue -n.",
+    ),
+]
+
+
+def select_rows(
+    view: Any,
+    *,
+    ids: set[str] | None = None,
+    user: str | None = None,
+    allocation: str | None = None,
+    states: str | None = None,
+    nodelist: str | None = None,
+    name: str | None = None,
+) -> list[Any]:
+    """The queue's rows (`projections.views.queue_rows`) that the flags select, as `allot
+    queue` shows them and `allot cancel` (hold, release, requeue) with filters acts on
+    them: -u/--me USERS, -a PATHS, -t STATES, -w HOSTS, -n NAMES, and `ids` (already
+    resolved, `resolve_jobs`). TargetError for a state, host or allocation that cannot
+    be (squeue refuses them too, rather than answer nothing)."""
+    from projections.views import queue_rows, split_names
+
+    paths = _allocations(view, allocation)
+    shown = None if states is None else _queue_states(states)
+    on = None if nodelist is None else _known_hosts(view, nodelist)
+    rows = queue_rows(
+        view,
+        user=split_names(user),
+        allocation=paths,
+        ids=ids,
+        states=shown,
+        hosts=on,
+        names=None if name is None else split_names(name) or [name],
+    )
+    _refuse_unknown_allocation(view, paths)
+    return rows
+
+
 def _ended_note(view: Any, ids: set[str], jobs: list[str], **filters: Any) -> str:
     """For `queue -j` that shows nothing: how the named workloads (of the -u/-a
     `filters`) ended, as squeue -j still shows a job that just completed (CD) where
@@ -495,26 +563,9 @@ def register(app: typer.Typer) -> None:
                 "nothing when none), without the footnotes.",
             ),
         ] = False,
-        states: Annotated[
-            str | None,
-            typer.Option(
-                "--states",
-                "-t",
-                metavar="STATE[,STATE...]",
-                help="Only pending or running work: pending/pd, running/r, or all (as squeue -t).",
-            ),
-        ] = None,
-        nodelist: Annotated[
-            str | None,
-            typer.Option(
-                "--nodelist",
-                "-w",
-                metavar="HOSTS",
-                help="Only work running on these hosts, as squeue -w: names or Slurm host "
-                "lists (h3,h[8-11]), e.g. to requeue what runs on a host: `allot requeue "
-                "$(allot queue -w h3 -h -o %i)`.",
-            ),
-        ] = None,
+        states: StatesOpt = None,
+        nodelist: NodelistOpt = None,
+        name: NameOpt = None,
         long: Annotated[
             bool,
             typer.Option(
@@ -585,7 +636,6 @@ def register(app: typer.Typer) -> None:
             iso,
             parse_format,
             queue_cells,
-            queue_rows,
             render_template,
             resolve_jobs,
             split_names,
@@ -608,14 +658,15 @@ def register(app: typer.Typer) -> None:
                 view = fold(read(), live_only=jobs is None)
             ids = resolve_jobs(view, _job_ids(jobs))
             paths = _allocations(view, allocation)
-            rows = queue_rows(view, user=split_names(user), allocation=paths, ids=ids)
-            _refuse_unknown_allocation(view, paths)
-            if states is not None:
-                shown = _queue_states(states)
-                rows = [r for r in rows if r["state"] in shown]
-            if nodelist is not None:
-                on = _known_hosts(view, nodelist)
-                rows = [r for r in rows if on.intersection(r["hosts"])]
+            rows = select_rows(
+                view,
+                ids=ids,
+                user=user,
+                allocation=allocation,
+                states=states,
+                nodelist=nodelist,
+                name=name,
+            )
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate
@@ -681,7 +732,11 @@ def register(app: typer.Typer) -> None:
             if not rows:
                 typer.echo(
                     ("no workloads pending" if start else "no workloads pending or running")
-                    + (" for that filter" if user or allocation or jobs or states else "")
+                    + (
+                        " for that filter"
+                        if user or allocation or jobs or states or nodelist or name
+                        else ""
+                    )
                     + (
                         _ended_note(view, ids, jobs, user=split_names(user), allocation=paths)
                         if ids and jobs
@@ -800,6 +855,7 @@ def register(app: typer.Typer) -> None:
             acct_cells,
             acct_rows,
             parse_acct_format,
+            split_hours,
             totals,
         )
         from projections.audit import parse_time
@@ -888,12 +944,21 @@ def register(app: typer.Typer) -> None:
             states = ", ".join(f"{n:,} {s.lower()}" for s, n in total["by_state"].items())
             windowed = lo is not None or hi is not None
             pre = "window_" if windowed else ""
+            # the parts add up to the total as shown (more decimals when one would not)
+            held, charged, free = split_hours(
+                total[pre + "gpu_hours"],
+                total[pre + "charged_gpu_hours"],
+                total[pre + "unallocated_gpu_hours"],
+            )
+            digits = len(held.rpartition(".")[2])
             ran = (
-                f"{total[pre + 'gpu_hours']:,.1f} GPU-hours run"
-                f"{' in the window' if windowed else ''} "
-                f"({total[pre + 'charged_gpu_hours']:,.1f} charged, "
-                f"{total[pre + 'unallocated_gpu_hours']:,.1f} unallocated"
-                + (f"; {total['gpu_hours']:,.1f} over their whole lives)" if windowed else ")")
+                f"{held} GPU-hours run{' in the window' if windowed else ''} "
+                f"({charged} charged, {free} unallocated"
+                + (
+                    f"; {total['gpu_hours']:,.{digits}f} over their whole lives)"
+                    if windowed
+                    else ")"
+                )
             )
             typer.echo(
                 f"{plural(total['workloads'], 'workload')}, {ran}"
@@ -1096,6 +1161,12 @@ def register(app: typer.Typer) -> None:
         from the audit database (the same lines for the same journal). With --audit
         and no journal option on the command line ($ALLOT_KAFKA alone does not count),
         only the database is read: the history and the last state it records.
+
+        A job array's base id (BASE, whose tasks are BASE_<n>) gives the array:
+        its tasks by state, then each task's state and reason (the first 20;
+        `allot acct -j BASE` lists them all). Its --json is an object with
+        `array`, `cluster`, `now`, `by_state` (state: count) and `tasks`, every
+        task in index order (`id`, `index`, `state`, `reason`, `nodelist`).
         """
 
         def run() -> None:
@@ -1225,10 +1296,14 @@ def _why_from_journal(
     horizon_s: float,
 ) -> dict[str, Any]:
     """The answer from the journal; the history from it, or from `db` when given."""
+    from projections.acct import array_summary
     from projections.views import why as explain
 
     read = journal_reader(kafka, data, journal, cluster)
     view = fold_for_forecast(read, kafka, data, journal, cluster)
+    summary = array_summary(view, workload.strip())
+    if summary is not None:  # a job array's base id: its tasks, not one workload
+        return summary
     answer = explain(view, workload)
     if "workload" not in answer:
         return answer  # a rejected request's id

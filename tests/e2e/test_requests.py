@@ -59,6 +59,14 @@ def wait_for(folder: Path, match: Callable[[dict], bool], timeout: float = 20) -
     raise AssertionError(f"no matching journal record in {timeout} s: {journal(folder)[-5:]}")
 
 
+def unserved_note(folder: Path) -> str:
+    """The note a request to a folder that no `allot serve` serves now gets on stderr."""
+    return (
+        f"note: no scheduler serves {folder} now; the request waits in its inbox until "
+        f"`allot serve --data {folder}` runs"
+    )
+
+
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr
@@ -475,7 +483,8 @@ def test_a_data_folder_that_did_not_exist_is_named(tmp_path: Path) -> None:
     assert f"note: {typo} did not exist and was created" in result.stderr
     assert f"until `allot serve --data {typo}` runs" in result.stderr
     result = allot("cancel", "x", "--data", str(typo))
-    assert result.returncode == 0 and result.stderr == ""  # it exists now: no note
+    # it exists now: no note that it did not; still nobody serves it
+    assert result.returncode == 0 and result.stderr.splitlines() == [unserved_note(typo)]
 
 
 def test_help_shows_no_value_for_on_off_flags() -> None:
@@ -505,7 +514,9 @@ def test_submit_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     )  # fmt: skip
     assert result.returncode == 1
     assert result.stdout.startswith("Submitted workload ")
-    assert "still pending after 0.3 s; no `allot serve" in result.stderr
+    note, pending = result.stderr.splitlines()  # said once: the folder's note, then the wait
+    assert note.startswith(f"note: {data} did not exist and was created; no scheduler reads")
+    assert pending.endswith("still pending after 0.3 s")
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 1
 
 
@@ -546,9 +557,34 @@ def test_ctrl_c_during_wait_says_the_request_stands(tmp_path: Path) -> None:
     out, err = _interrupted_wait("cancel", workload, "--data", str(data))
     assert out.startswith(f"Cancel of workload {workload} sent")
     assert err.splitlines() == [
+        unserved_note(data),
         "Stopped waiting (Ctrl-C); the request was sent and stands: "
-        f"`allot why {workload}` says what the scheduler decided"
+        f"`allot why {workload}` says what the scheduler decided",
     ]
+
+
+@pytest.mark.parametrize("stop", ["sigint", "sigkill"])
+def test_a_request_to_a_folder_nobody_serves_says_so_once(tmp_path: Path, stop: str) -> None:
+    """A request to a folder whose serve stopped (or died by kill -9, which drops its
+    lock with it) waited in the inbox without a word; --parsable output stays the id."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        one_4_gpu_host_for_lab_x(data)
+        served = allot("cancel", "w1", "w2", "--data", str(data))
+        assert served.returncode == 0 and served.stderr == "", served.stderr
+    finally:
+        server.send_signal(signal.SIGINT if stop == "sigint" else signal.SIGKILL)
+        server.communicate(timeout=30)
+    submit = ["submit", "-A", "lab/x", "-G", "1", "--min-runtime", "0", "--data", str(data)]
+    result = allot(*submit, "--array", "0-3", "--parsable")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split()) == 4 and all(
+        ULID.match(t[:26]) for t in result.stdout.split()
+    )
+    assert result.stderr.splitlines() == [unserved_note(data)]
+    result = allot("cancel", "w1", "w2", "--data", str(data))
+    assert result.returncode == 0 and result.stderr.splitlines() == [unserved_note(data)]
 
 
 def test_a_bare_number_duration_is_said_to_be_seconds(tmp_path: Path) -> None:
@@ -564,10 +600,11 @@ def test_a_bare_number_duration_is_said_to_be_seconds(tmp_path: Path) -> None:
         "Slurm's --time",
         "note: --runtime 90 means 1m30s: a bare number is seconds here, not minutes as in "
         "Slurm's --time",
+        unserved_note(data),
     ]
     for durations in (["--min-runtime", "15m", "--runtime", "1:30"], ["--min-runtime", "0"]):
-        quiet = allot(*common, *durations)
-        assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+        quiet = allot(*common, *durations)  # no duration note (nobody serves the folder)
+        assert quiet.returncode == 0 and quiet.stderr.splitlines() == [unserved_note(data)]
     lines = (data / "inbox.jsonl").read_bytes().splitlines()
     sent = [orjson.loads(orjson.loads(line)["value"]) for line in lines]
     assert [(r["min_runtime"], r.get("runtime")) for r in sent] == [(15, 90), (900, 90), (0, None)]
@@ -614,7 +651,8 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     result = allot("cancel", "w1", "--data", str(data), "--wait", "0.3")
     assert result.returncode == 1
     assert result.stdout.startswith("Cancel of workload w1 sent")
-    assert "No verdict on the cancel of workload w1 after 0.3 s; no `allot serve" in result.stderr
+    assert "no scheduler reads it until `allot serve" in result.stderr  # said once, at once
+    assert "No verdict on the cancel of workload w1 after 0.3 s; the request" in result.stderr
     # not lost: it waits in the inbox for a scheduler, and the line says how to follow it
     assert "the request stays queued and is decided when the scheduler reads it" in result.stderr
     assert "allot why w1" in result.stderr
@@ -623,9 +661,9 @@ def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> Non
     several = allot("cancel", "w1", "w2", "--data", str(data), "--wait", "0.3")
     assert several.returncode == 1
     assert several.stdout.splitlines()[-1] == "0 of 2 workloads cancelled"
-    assert several.stderr.startswith(
-        "No verdict on 2 of the 2 requests after 0.3 s; no `allot serve"
-    )
+    note, verdicts = several.stderr.splitlines()
+    assert note == unserved_note(data)
+    assert verdicts.startswith("No verdict on 2 of the 2 requests after 0.3 s; they stay")
     assert len((data / "inbox.jsonl").read_bytes().splitlines()) == 3
 
 
@@ -1310,7 +1348,7 @@ def test_whole_ids_are_sent_without_reading_the_journal(tmp_path: Path) -> None:
 
 ARR = "01KQA0000AEEEEEEEEEEEEEEEE"  # tasks 0 running, 1 done, 2 held, 3 waiting, 4 cancelled, 10 waiting
 ENDED = "01KQA0000CGGGGGGGGGGGGGGGG"  # tasks 0 and 1, both done
-PLAIN = "01KQA0000BFFFFFFFFFFFFFFFF"  # running its second attempt
+PLAIN = "01KQA0000BFFFFFFFFFFFFFFFF"  # named train, running its second attempt
 
 
 def _array_folder(folder: Path) -> Path:
@@ -1325,7 +1363,7 @@ def _array_folder(folder: Path) -> Path:
     j.cancel(f"{ARR}_4")
     for i in (0, 1):
         j.submit(f"{ENDED}_{i}", "lab", 1).place(f"{ENDED}_{i}", {"h0": [2 + i]})
-    j.submit(PLAIN, "lab", 1).place(PLAIN, {"h0": [4]}).preempt(PLAIN)
+    j.submit(PLAIN, "lab", 1, name="train").place(PLAIN, {"h0": [4]}).preempt(PLAIN)
     j.place(PLAIN, {"h0": [4]})
     j.at(60).finish(f"{ARR}_1").finish(f"{ENDED}_0").finish(f"{ENDED}_1")
     folder.mkdir()
@@ -1441,6 +1479,158 @@ def test_a_job_array_base_with_nothing_to_send_sends_nothing(
     assert result.returncode == 2
     assert one_line_error(result) == says
     assert not (data / "inbox.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "sent", "says"),
+    [
+        # what `allot queue` with the same flags lists; waiting work first, last first
+        pytest.param(
+            "cancel",
+            ["-u", "alice"],
+            [f"{ARR}_2", f"{ARR}_10", f"{ARR}_3", PLAIN, f"{ARR}_0"],
+            "Selected 5 live workloads (-u alice)",
+            id="cancel-user",
+        ),
+        pytest.param(
+            "cancel",
+            ["--me", "-t", "pending"],
+            [f"{ARR}_2", f"{ARR}_10", f"{ARR}_3"],
+            "Selected 3 live workloads (--me -t pending)",
+            id="cancel-mine-pending",
+        ),
+        pytest.param(
+            "cancel",
+            ["-A", "lab", "--state", "running"],
+            [PLAIN, f"{ARR}_0"],
+            "Selected 2 live workloads (-a lab -t running)",
+            id="cancel-account-running",
+        ),
+        pytest.param(
+            "cancel", ["-n", "train"], [PLAIN], "Selected 1 live workload (-n train)", id="name"
+        ),
+        # ids and filters: those of the ids the filters match (as scancel)
+        pytest.param(
+            "cancel",
+            [ARR, "-t", "r"],
+            [f"{ARR}_0"],
+            "Selected 1 live workload (-t r)",
+            id="ids-and-filter",
+        ),
+        # hold, release, requeue: of the selection, those they can act on
+        pytest.param(
+            "hold",
+            ["-u", "alice"],
+            [f"{ARR}_3", f"{ARR}_10"],
+            "Selected 5 live workloads (-u alice): 2 wait and are not held",
+            id="hold-user",
+        ),
+        pytest.param(
+            "release",
+            ["--me"],
+            [f"{ARR}_2"],
+            "Selected 5 live workloads (--me): 1 is held",
+            id="release-mine",
+        ),
+        pytest.param(
+            "requeue",
+            ["-w", "h0"],
+            [f"{ARR}_0", PLAIN],
+            "Selected 2 live workloads (-w h0)",
+            id="requeue-host",
+        ),
+    ],
+)
+def test_filters_select_the_workloads_the_queue_lists_with_the_same_flags(
+    tmp_path: Path, command: str, given: list[str], sent: list[str], says: str
+) -> None:
+    """scancel -u USER / --me / -t / -A / -n / -w: people wrote `allot cancel $(allot
+    queue --me -h -o %i)`; the filters now select what that queue lists."""
+    data = _array_folder(tmp_path / "data")
+    environ = {**env(), "USER": "alice"}
+    queue_flags = [f for f in given if f != ARR] + (["-j", ARR] if ARR in given else [])
+    queue_flags = ["-a" if f == "-A" else f for f in queue_flags]
+    listed = allot("queue", *queue_flags, "-h", "-o", "%i", "--data", str(data), environ=environ)
+    assert listed.returncode == 0, listed.stderr
+    result = allot(command, *given, "--data", str(data), environ=environ)
+    assert result.returncode == 0, result.stderr
+    requests = _requests(data)
+    assert [r["workload"] for r in requests] == sent
+    if command == "cancel":
+        assert set(sent) == set(listed.stdout.split())
+    assert result.stdout.splitlines()[-1] == says
+    if command == "requeue":
+        assert [r["attempt"] for r in requests] == [1, 2]
+
+
+@pytest.mark.parametrize("command", ["cancel", "hold", "requeue"])
+def test_filters_that_select_nothing_send_nothing_and_exit_0(tmp_path: Path, command: str) -> None:
+    """As scancel -u USER of a user with no jobs: nothing to do is not an error."""
+    data = _array_folder(tmp_path / "data")
+    result = allot(command, "-u", "nobody", "-t", "pd", "--data", str(data))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "No live workload matches -u nobody -t pd; nothing was sent\n"
+    assert not (data / "inbox.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        pytest.param(
+            [],
+            "error: give workload ids, or filters that select them (-u USER, --me, -t "
+            "STATE, -a PATH, -n NAME, -w HOSTS; `allot queue` takes the same)",
+            id="neither-ids-nor-filters",
+        ),
+        pytest.param(
+            ["-t", "done"],
+            "error: --states 'done': the queue holds pending (pd) and running (r) work; "
+            "`allot acct -s` has the ended states",
+            id="unknown-state",
+        ),
+        pytest.param(
+            ["-a", "lab/nope"],
+            "error: -a lab/nope: no such allocation in cluster default's budget tree "
+            "(`allot shares` lists them)",
+            id="unknown-allocation",
+        ),
+    ],
+)
+def test_cancel_without_a_selection_says_what_to_give(
+    tmp_path: Path, given: list[str], says: str
+) -> None:
+    data = _array_folder(tmp_path / "data")
+    result = allot("cancel", *given, "--data", str(data))
+    assert result.returncode == 2
+    assert one_line_error(result) == says
+    assert not (data / "inbox.jsonl").exists()
+
+
+def test_cancel_by_filter_waits_for_each_verdict(tmp_path: Path) -> None:
+    """--wait with a selection waits for every request's verdict, as with several ids."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        one_4_gpu_host_for_lab_x(data)
+        result = allot(
+            "submit", "--data", str(data), "-A", "lab/x", "-G", "4", "--min-runtime", "1h",
+            "--array", "0-2", "-J", "sweep", "--as", ADMIN, "--wait", "20",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        result = allot(
+            "cancel", "-n", "sweep", "-u", ADMIN, "--wait", "20", "--data", str(data),
+            "--as", ADMIN,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[1:] == [
+            f"Selected 3 live workloads (-u {ADMIN} -n sweep)",
+            "3 of 3 workloads cancelled",
+        ]
+        records = journal(data)
+        assert len([r for r in records if r["type"] == "workload.placed"]) == 1
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("given", ["{base}_[0-11]", "{base}"], ids=["tasks", "base-id"])

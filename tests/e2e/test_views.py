@@ -299,6 +299,23 @@ def test_acct_format_and_parsable_are_for_scripts(journal: Path, folded: v.Journ
     ]
 
 
+def test_acct_totals_parts_add_up_to_the_total_as_shown(tmp_path: Path) -> None:
+    """'1.1 GPU-hours run (1.0 charged, 0.0 unallocated)': each rounded on its own, the
+    parts did not add up; one more decimal where they would not."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder().host("h0").budget("lab", 1)
+    j.submit("paid", "lab", 1).submit("free", "lab", 1, min_runtime=0)
+    j.place("paid", {"h0": [0]}).place("free", {"h0": [1]})
+    j.at(144).finish("free").at(3744).finish("paid")  # 0.04 and 1.04 GPU-hours
+    path = j.write(tmp_path / "journal.jsonl")
+    table = allot("acct", "--journal", str(path))
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[-1] == (
+        "2 workloads, 1.08 GPU-hours run (1.04 charged, 0.04 unallocated); now 2 completed"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "last_line", "json_totals"),
     [
@@ -1660,3 +1677,39 @@ def test_queue_iterate_reads_the_journal_again_until_ctrl_c(journal: Path, tmp_p
 
 def test_queue_iterate_refuses_json(journal: Path) -> None:
     one_line_error(allot("queue", "-i", "1", "--json", "--journal", str(journal)), "--iterate")
+
+
+def test_why_of_a_job_arrays_base_id_lists_its_tasks(tmp_path: Path) -> None:
+    """`allot why BASE` refused the base ("the start of 3 workload ids; give more of
+    the id"); it now gives the array, and --json its tasks."""
+    from projections.usage import JournalBuilder
+
+    base = "01KQA0000AEEEEEEEEEEEEEEEE"
+    j = JournalBuilder().host("h0").budget("lab", 1)
+    for i in range(3):
+        j.submit(f"{base}_{i}", "lab", 4)
+    j.place(f"{base}_0", {"h0": [0, 1, 2, 3]}).place(f"{base}_1", {"h0": [4, 5, 6, 7]})
+    journal = j.at(60).finish(f"{base}_1").write(tmp_path / "journal.jsonl")
+    shown = allot("why", base, "--journal", str(journal))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"array {base}: 3 tasks — 1 running, 1 pending, 1 completed"
+    assert lines[1].startswith(f"  {base}_0  running on h0 — protected until ")
+    assert lines[2:] == [
+        f"  {base}_1  completed",
+        f"  {base}_2  pending — Priority",
+        f"`allot why {base}_0` explains one task (its numbers and history)",
+    ]
+    as_json = orjson.loads(allot("why", base, "--journal", str(journal), "--json").stdout)
+    assert as_json["array"] == base and as_json["by_state"]["pending"] == 1
+    assert [(t["id"], t["state"]) for t in as_json["tasks"]] == [
+        (f"{base}_0", "RUNNING"),
+        (f"{base}_1", "COMPLETED"),
+        (f"{base}_2", "PENDING"),
+    ]
+    # the start of the base names the array in its error
+    one_line_error(
+        allot("why", base[:12], "--journal", str(journal)),
+        "is the start of 3 workload ids",
+        f"or `allot why {base}` for the job array",
+    )

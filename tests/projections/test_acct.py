@@ -202,3 +202,76 @@ def test_gpu_hours_split_into_charged_and_unallocated(
     sums = totals(list(rows.values()))
     assert (sums[f"{pre}charged_gpu_hours"], sums[f"{pre}unallocated_gpu_hours"]) == total
     assert sums[f"{pre}gpu_hours"] == sum(total)
+
+
+def sweep() -> JournalBuilder:
+    """Job array S: 25 tasks on one 8-GPU host; 0-7 run, 8 and 9 completed, 10 was
+    cancelled, 11 failed, 12-24 wait (13 held); and a plain workload S2 beside it."""
+    j = JournalBuilder().host("h0").budget("lab", 1)
+    for i in range(25):
+        j.submit(f"S_{i}", "lab", 1)
+    j.submit("S2", "lab", 1)
+    for i in (8, 9, 11):
+        j.place(f"S_{i}", {"h0": [i - 8]})
+    j.cancel("S_10").hold("S_13")
+    j.at(60).finish("S_8").finish("S_9").finish("S_11", outcome="failed", exit_code=1)
+    for i in range(8):
+        j.place(f"S_{i}", {"h0": [i]})
+    return j
+
+
+def test_a_job_arrays_base_id_summarises_its_tasks() -> None:
+    """`allot why BASE` said 'is the start of 25 workload ids; give more of the id'."""
+    from projections.acct import array_summary
+
+    view = fold(sweep().events)
+    summary = array_summary(view, "S", shown=4)
+    assert summary is not None
+    assert summary["by_state"] == {
+        "running": 8,
+        "pending": 13,
+        "completed": 2,
+        "failed": 1,
+        "cancelled": 1,
+    }
+    assert [t["index"] for t in summary["tasks"]] == list(range(25))  # by index, all
+    held = summary["tasks"][13]
+    assert (held["state"], held["reason"]) == ("PENDING", "Held")
+    assert summary["tasks"][0]["nodelist"] == "h0"
+    assert summary["text"] == [
+        "array S: 25 tasks — 8 running, 13 pending, 2 completed, 1 failed, 1 cancelled",
+        f"  S_0  running on h0 — {summary['tasks'][0]['reason']}",
+        f"  S_1  running on h0 — {summary['tasks'][1]['reason']}",
+        f"  S_2  running on h0 — {summary['tasks'][2]['reason']}",
+        f"  S_3  running on h0 — {summary['tasks'][3]['reason']}",
+        "  … 21 more (`allot acct -j S` lists every task)",
+        "`allot why S_0` explains one task (its numbers and history)",
+    ]
+    # a workload's own id, a task's id or a prefix is not an array's base
+    assert array_summary(view, "S2") is None
+    assert array_summary(view, "S_1") is None
+    assert array_summary(view, "") is None
+
+
+@pytest.mark.parametrize(
+    ("hours", "shown"),
+    [
+        pytest.param((11.0, 6.0, 5.0), ("11.0", "6.0", "5.0"), id="one-decimal-adds-up"),
+        pytest.param((1.08, 1.04, 0.04), ("1.08", "1.04", "0.04"), id="two-decimals"),
+        pytest.param((0.108, 0.054, 0.054), ("0.108", "0.054", "0.054"), id="three"),
+        pytest.param((1234.56, 1000.0, 234.56), ("1,234.6", "1,000.0", "234.6"), id="thousands"),
+        # per-workload rounding left them apart even at three decimals: the parts win
+        pytest.param((0.11, 0.0544, 0.0544), ("0.108", "0.054", "0.054"), id="parts-win"),
+    ],
+)
+def test_the_totals_gpu_hours_add_up_as_shown(
+    hours: tuple[float, float, float], shown: tuple[str, str, str]
+) -> None:
+    from decimal import Decimal
+
+    from projections.acct import split_hours
+
+    total, charged, free = split_hours(*hours)
+    assert (total, charged, free) == shown
+    plain = [Decimal(x.replace(",", "")) for x in (total, charged, free)]
+    assert plain[1] + plain[2] == plain[0]

@@ -736,6 +736,51 @@ def test_parse_format(spec: str, columns: list[str]) -> None:
     assert v.parse_format(spec) == columns
 
 
+@pytest.mark.parametrize(
+    ("sizes", "nodes"),
+    [
+        # one host size: a gang takes whole hosts (12 GPUs: two 8-GPU hosts)
+        pytest.param([8, 8, 8], {"one": 1, "gang": 2, "huge": 3}, id="uniform"),
+        # mixed sizes: how many hosts a gang takes depends on which free up
+        pytest.param([8, 4, 4], {"one": 1, "gang": None, "huge": None}, id="mixed"),
+    ],
+)
+def test_squeues_default_format_reads_node_count_and_partition(
+    sizes: list[int], nodes: dict[str, int | None]
+) -> None:
+    """`allot queue -o` refused squeue's default format ('%.18i %.9P %.8j %.8u %.2t
+    %.10M %.6D %R'): %P (partition) and %D (node count) were unknown fields."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="lab").budget("lab", 1)
+    for i, gpus in enumerate(sizes):
+        j.host(f"h{i}", gpus)
+    j.submit("run", "lab", 12).place("run", {"h0": list(range(8)), "h1": [0, 1, 2, 3]})
+    j.submit("one", "lab", 8).submit("gang", "lab", 12).submit("huge", "lab", 20)
+    rows = {r["id"]: r for r in v.queue_rows(v.fold(j.events))}
+    assert rows["run"]["nodes"] == 2
+    assert {w: rows[w]["nodes"] for w in nodes} == nodes
+    spec = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+    headers, cells = v.queue_cells([rows["run"], rows["gang"]], v.parse_format(spec))
+    parts = v.format_template(spec)
+    assert parts is not None
+    lines = [v.render_template(parts, line) for line in [headers, *cells]]
+    gang = "" if nodes["gang"] is None else str(nodes["gang"])
+    assert [line.split() for line in lines] == [
+        ["ID", "PARTITION", "NAME", "USER", "ST", "WAIT/TIME", "NODES", "NODELIST(REASON)"],
+        ["run", "lab", "alice", "R", "0s", "2", "h[0-1]"],
+        [
+            "gang",
+            "lab",
+            "alice",
+            "PD",
+            "0s",
+            *([gang] if gang else []),
+            f"({rows['gang']['reason']})",
+        ],
+    ]
+
+
 @pytest.mark.parametrize("spec", ["%Z", "id,bogus", ""])
 def test_parse_format_rejects_unknown(spec: str) -> None:
     with pytest.raises(v.ViewError):
