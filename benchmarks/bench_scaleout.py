@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stream import broker, code_version, machine, make_records
 
-from streams.worker import Topics, create_topics
+from streams.topic_admin import Topics, create_topics
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -10,7 +10,7 @@ Throughput (one broker, same run, same records):
    min_runtime 0/15m/1h, ~75%), clock ticks (~15%) and cancellations of earlier
    submissions (~10%) — demand far above supply, as in production;
 2. **bare consumer**: an aiokafka consumer reads the N records and `orjson.loads` each;
-3. **worker**: `streams.worker.Worker` (in this process) from an empty journal: timed
+3. **worker**: `streams.worker_loop.Worker` (in this process) from an empty journal: timed
    from the moment it is ready (recovery done) until it has folded all N inputs with
    every journal transaction committed — the end-to-end "journal has caught up";
 4. **core only** (context, no Kafka): `SchedulerCore.process` on the same records.
@@ -64,7 +64,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from domain.config import SchedulerConfig  # noqa: E402
 from streams.core import InboxRecord, SchedulerCore  # noqa: E402
 from streams.inbox import make_request  # noqa: E402
-from streams.worker import Topics, Worker, create_topics  # noqa: E402
+from streams.topic_admin import Topics, create_topics  # noqa: E402
+from streams.worker_loop import Worker  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 KAFKA_DIR = ROOT / "deploy" / "kafka"
@@ -410,7 +411,7 @@ INCLUSIVE = {
     "– of which admission": ("domain/admission.py", "admit"),
     "– of which evolve (inputs, and decisions inside decide)": ("domain/evolve.py", "evolve"),
     "– of which encode_with_source (journal bytes)": ("streams/core.py", "encode_with_source"),
-    "Worker._write (journal batches, DLQ, transaction)": ("streams/worker.py", "_write"),
+    "Worker._write (journal batches, DLQ, transaction)": ("streams/worker_batches.py", "_write"),
 }
 
 

@@ -69,7 +69,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from bench_stream import code_version, machine  # noqa: E402
 
 from streams.inbox import make_request  # noqa: E402
-from streams.worker import Topics, create_topics  # noqa: E402
+from streams.topic_admin import Topics, create_topics  # noqa: E402
 
 ADMIN = "root"
 MEMBER = "u"

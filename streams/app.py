@@ -57,7 +57,8 @@ import orjson
 
 from domain.config import SchedulerConfig, parse_config
 from streams.kafka_auth import KafkaAuthError, client_options
-from streams.worker import Topics, serve
+from streams.topic_admin import Topics
+from streams.worker import serve
 
 log = logging.getLogger("allot.app")
 

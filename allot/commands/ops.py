@@ -35,7 +35,8 @@ def create(
     import asyncio
     import logging
 
-    from streams.worker import BrokerUnavailable, Topics, create_topics, topic_configs
+    from streams.topic_admin import Topics, create_topics, topic_configs
+    from streams.worker_errors import BrokerUnavailable
 
     if not kafka:
         print("error: say where Kafka is: --kafka HOST:PORT (or $ALLOT_KAFKA)", file=sys.stderr)

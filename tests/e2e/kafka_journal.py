@@ -9,7 +9,7 @@ import orjson
 from aiokafka import AIOKafkaProducer
 
 from streams import topics
-from streams.worker import create_topics
+from streams.topic_admin import create_topics
 
 
 def produce_journal(

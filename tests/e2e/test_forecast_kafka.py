@@ -19,7 +19,7 @@ from projections.forecast import forecast
 from projections.views import decode_lines, fold
 from streams import topics
 from streams.sources import last_record_time
-from streams.worker import Topics, create_topics
+from streams.topic_admin import Topics, create_topics
 from tests.e2e.kafka_journal import produce_journal
 
 pytestmark = pytest.mark.kafka

@@ -781,7 +781,7 @@ def test_a_request_to_topics_nobody_created_is_refused(kafka_bootstrap: str) -> 
     """A mistyped ALLOT_TOPIC_SUFFIX: the request went to an inbox the broker created on
     first use, which no scheduler reads ('Submitted', exit 0), and --wait created a
     journal topic with the broker's 7-day retention."""
-    from streams.worker import _admin
+    from streams.topic_admin import _admin
 
     async def topic_names() -> list[str]:
         admin = await _admin(kafka_bootstrap, 15.0)
@@ -812,7 +812,7 @@ def test_topics_create_warns_about_existing_topics_allot_cannot_rely_on(
     by its writers' clocks."""
     from aiokafka.admin import NewTopic
 
-    from streams.worker import _admin
+    from streams.topic_admin import _admin
 
     suffix = f".drift-{os.getpid()}-{time.monotonic_ns()}"
 

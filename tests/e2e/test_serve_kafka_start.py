@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _topics(bootstrap: str) -> set[str]:
-    from streams.worker import _admin
+    from streams.topic_admin import _admin
 
     async def names() -> set[str]:
         admin = await _admin(bootstrap, 15.0)
@@ -40,7 +40,7 @@ def _topics(bootstrap: str) -> set[str]:
 
 def _presence_members(bootstrap: str, suffix: str) -> int:
     """Members of the presence groups of workers on the journal with this suffix."""
-    from streams.worker import _admin
+    from streams.topic_admin import _admin
 
     async def count() -> int:
         admin = await _admin(bootstrap, 15.0)
@@ -116,7 +116,7 @@ def test_serve_creates_a_missing_dead_letter_or_snapshot_topic_and_says_so(
     snapshot topic, or one whose dead letters were deleted)."""
     from aiokafka.admin import NewTopic
 
-    from streams.worker import Topics, _admin, topic_configs
+    from streams.topic_admin import Topics, _admin, topic_configs
 
     suffix = f".part-{uuid.uuid4().hex[:8]}"
     topics = Topics.suffixed(suffix)

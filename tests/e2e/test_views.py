@@ -1146,7 +1146,7 @@ def test_executor_errors_are_one_line(tmp_path: Path) -> None:
 async def _produce(bootstrap: str, topic: str, records: list[dict[str, Any]], key: str) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from streams.worker import create_topics
+    from streams.topic_admin import create_topics
 
     await create_topics(bootstrap)  # the broker creates none on first use
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
@@ -1534,7 +1534,7 @@ def test_a_cluster_with_no_records_on_kafka_names_those_that_have_some(
 ) -> None:
     """`allot why ID --kafka` without --cluster reads cluster 'default': when that has
     nothing, the error says which clusters the topic holds (as for a file)."""
-    from streams.worker import Topics, create_topics
+    from streams.topic_admin import Topics, create_topics
 
     sfx = f".v{uuid.uuid4().hex[:8]}"
     asyncio.run(create_topics(kafka_bootstrap, topics=Topics.suffixed(sfx)))

@@ -24,7 +24,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from domain import events as ev
 from domain.config import SchedulerConfig
-from streams.worker import Topics, create_topics, serve
+from streams.topic_admin import Topics, create_topics
+from streams.worker import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60.0

@@ -19,7 +19,8 @@ import pytest
 from domain import events as ev
 from domain.config import SchedulerConfig
 from projections.replay import verify
-from streams.worker import Topics, create_topics, serve
+from streams.topic_admin import Topics, create_topics
+from streams.worker import serve
 from tests.streams.rig import (
     ADMIN,
     WAIT_S,

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from streams.worker import Topics, create_topics
+from streams.topic_admin import Topics, create_topics
 from tests.streams.rig import (
     WAIT_S,
     Inbox,

@@ -31,7 +31,8 @@ from domain.config import SchedulerConfig
 from domain.rederive import is_cause
 from streams.codec import decode_event
 from streams.core import SchedulerCore
-from streams.worker import Topics, create_topics, serve
+from streams.topic_admin import Topics, create_topics
+from streams.worker import serve
 from tests.streams.rig import ADMIN, Inbox, JournalReader, first, read_all
 from tests.streams.test_fuzz_core import Deep, to_bytes
 

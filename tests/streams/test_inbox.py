@@ -10,7 +10,7 @@ import pytest
 
 from streams import topics
 from streams.inbox import InboxError, KafkaInbox, make_request
-from streams.worker import create_topics
+from streams.topic_admin import create_topics
 from tests.streams.rig import read_all
 
 pytestmark = pytest.mark.kafka

@@ -13,7 +13,7 @@ import pytest
 
 from streams import sources, topics
 from streams.sources import EmptyJournal, journal_lines, kafka_batches
-from streams.worker import Topics, create_topics
+from streams.topic_admin import Topics, create_topics
 from tests.e2e.kafka_journal import produce_journal
 
 pytestmark = pytest.mark.kafka

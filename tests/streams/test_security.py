@@ -123,7 +123,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
 
 async def _create_topics(env: Secure) -> None:
     """The scheduler principal may create the allot.* topics (as `allot topics create` does)."""
-    from streams.worker import Topics, topic_configs
+    from streams.topic_admin import Topics, topic_configs
 
     configs = topic_configs(Topics())
     admin = AIOKafkaAdminClient(bootstrap_servers=env.bootstrap, **env.options("allot-scheduler"))

@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 from streams.core import SchedulerCore
-from streams.worker import Worker, _Partition
+from streams.worker_helpers import _Partition
+from streams.worker_loop import Worker
 
 
 class FakeProducer:

@@ -153,7 +153,7 @@ def test_ulid_time_reads_the_milliseconds_in_an_id() -> None:
 def test_records_naming_in_kafka_searches_from_the_time_in_the_ids(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch, ids: list[str], found: list[int]
 ) -> None:
-    from streams.worker import Topics, create_topics
+    from streams.topic_admin import Topics, create_topics
     from tests.e2e.kafka_journal import produce_journal
 
     mine = Topics.suffixed(f"-n{uuid.uuid4().hex[:10]}")

@@ -27,7 +27,8 @@ from aiokafka import AIOKafkaProducer
 from domain import events as ev
 from domain.config import SchedulerConfig
 from streams.core import SNAPSHOT_FORMAT
-from streams.worker import Topics, create_topics, serve
+from streams.topic_admin import Topics, create_topics
+from streams.worker import serve
 from tests.streams.rig import (
     ADMIN,
     WAIT_S,
@@ -783,7 +784,7 @@ async def test_sends_a_failed_write_abandons_leave_no_unretrieved_failure() -> N
     exception was never retrieved" traceback after the worker's own clear message."""
     import gc
 
-    from streams.worker import _abandon
+    from streams.worker_helpers import _abandon
 
     loop = asyncio.get_running_loop()
     unretrieved: list[Any] = []
@@ -840,7 +841,7 @@ async def test_a_read_whose_broker_is_gone_leaves_no_consumer_unclosed(
     from aiokafka.errors import KafkaConnectionError
     from aiokafka.structs import TopicPartition
 
-    from streams.worker import Worker
+    from streams.worker_loop import Worker
 
     with socket.socket() as s:  # a port nothing listens on: the broker is gone
         s.bind(("127.0.0.1", 0))

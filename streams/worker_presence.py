@@ -1,0 +1,107 @@
+"""Which other workers of this worker's identity run now (without --group): a consumer
+group per identity that reads nothing, so a newcomer can say it took over from a live
+worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from aiokafka import AIOKafkaConsumer
+
+from streams.kafka_clients import aiokafka_quiet
+from streams.topic_admin import _admin
+from streams.worker_helpers import _quiet_stop
+
+log = logging.getLogger("allot.worker")
+
+
+def _died_here(client_id: str) -> bool:
+    """A presence member that was a worker on this machine whose process is gone: the
+    broker keeps it until its session times out, so a worker restarted at once after a
+    crash would otherwise warn that it took over from a live one."""
+    prefix = f"allot-worker/{socket.gethostname()}/pid-"
+    if not client_id.startswith(prefix) or not client_id[len(prefix) :].isdigit():
+        return False
+    try:
+        os.kill(int(client_id[len(prefix) :]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, as another user
+        return False
+    return False
+
+
+class Presence:
+    """The presence group of `streams.worker_loop.Worker`."""
+
+    # ---------------------------------------------------------------- presence
+    def _presence_group(self) -> str:
+        """A consumer group per identity (topics and cluster set) whose members are the
+        running workers of that identity without --group. It reads nothing: it only
+        makes them visible to the broker's DescribeGroups, which is how a newcomer
+        knows it takes over from a live worker (transactions do not tell)."""
+        return f"{self.identity}/live"
+
+    async def _live_workers(self) -> list[str]:
+        """`CLIENT-ID at HOST` of each member of the presence group: the workers of this
+        identity running now. Best effort: [] when the broker will not say."""
+        try:
+            with aiokafka_quiet():
+                admin = await _admin(self.bootstrap, 10.0, self.kafka_options)
+                try:
+                    responses = await asyncio.wait_for(
+                        admin.describe_consumer_groups([self._presence_group()]), 10.0
+                    )
+                finally:
+                    await admin.close()
+        except Exception as why:  # e.g. no Describe on the group under ACLs
+            log.debug("could not describe group %s: %s", self._presence_group(), why)
+            return []
+        return [
+            f"{member[1]} at {str(member[2]).lstrip('/')}"
+            for response in responses
+            for group in response.groups
+            if group[0] == 0
+            for member in group[5]
+            if not _died_here(member[1])
+        ]
+
+    async def _join_presence(self) -> None:
+        """Join the presence group (subscribed to the dead-letter topic from its end,
+        whatever it reads is dropped); a broker that refuses costs only the warning."""
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self._presence_group(),
+            client_id=f"allot-worker/{socket.gethostname()}/pid-{os.getpid()}",
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=max(500, self.session_timeout_ms // 4),
+            **self.kafka_options,
+        )
+        try:
+            await consumer.start()
+            consumer.subscribe([self.topics.dlq])
+        except Exception as why:
+            await _quiet_stop(consumer)
+            log.debug("not in group %s: %s", self._presence_group(), why)
+            return
+        self._presence = consumer
+        self._presence_task = asyncio.create_task(
+            self._stay_present(consumer), name="allot-presence"
+        )
+
+    @staticmethod
+    async def _stay_present(consumer: AIOKafkaConsumer) -> None:
+        """Poll now and then: a member that does not poll leaves after max.poll.interval."""
+        while True:
+            try:
+                await consumer.getmany(timeout_ms=1000, max_records=1)
+            except asyncio.CancelledError:
+                raise
+            except Exception as why:
+                log.debug("presence group: %s", why)
+                await asyncio.sleep(1.0)
