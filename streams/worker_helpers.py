@@ -30,14 +30,6 @@ def _retrieve(future: Any) -> None:
         future.exception()
 
 
-def identity(topics: Topics, clusters: Iterable[str] | None) -> str:
-    """Stable for the same topics and cluster set: it names the transactional id (so a
-    restart fences the dead incarnation) and the snapshot manifest."""
-    scope = "*" if clusters is None else ",".join(sorted(set(clusters)))
-    digest = hashlib.sha1(f"{topics.inbox}|{topics.journal}|{scope}".encode()).hexdigest()[:12]
-    return f"allot-scheduler/{topics.journal}/{digest}"
-
-
 def _header(headers: Iterable[tuple[str, bytes]] | None, name: str) -> bytes | None:
     for key, value in headers or ():
         if key == name:
@@ -45,16 +37,12 @@ def _header(headers: Iterable[tuple[str, bytes]] | None, name: str) -> bytes | N
     return None
 
 
-def _source(raw: dict[str, Any]) -> tuple[int, int] | None:
-    source = raw.get("inbox")
-    if isinstance(source, list) and len(source) == 2:
-        return int(source[0]), int(source[1])
-    return None
-
-
-def _note(positions: dict[int, int], source: tuple[int, int] | None) -> None:
-    if source is not None and source[1] > positions.get(source[0], -1):
-        positions[source[0]] = source[1]
+def identity(topics: Topics, clusters: Iterable[str] | None) -> str:
+    """Stable for the same topics and cluster set: it names the transactional id (so a
+    restart fences the dead incarnation) and the snapshot manifest."""
+    scope = "*" if clusters is None else ",".join(sorted(set(clusters)))
+    digest = hashlib.sha1(f"{topics.inbox}|{topics.journal}|{scope}".encode()).hexdigest()[:12]
+    return f"allot-scheduler/{topics.journal}/{digest}"
 
 
 @dataclass
