@@ -37,7 +37,7 @@ from allot.commands.common import (
     visible,
     whoami,
 )
-from allot.commands.views import MeOpt, NameOpt, NodelistOpt, StatesOpt, UserOpt
+from allot.commands.views import NameOpt, NodelistOpt, StatesOpt, UserOpt
 
 
 class RequestError(ValueError):
@@ -907,6 +907,7 @@ class _Filters:
     states: str | None = None
     name: str | None = None
     nodelist: str | None = None
+    as_: str | None = None  # whom --me means: the --as the requests are sent as
 
     def given(self) -> bool:
         return self.me or any(
@@ -953,7 +954,7 @@ def _select(
     rows = select_rows(
         view,
         ids=resolve_jobs(view, ids),
-        user=_with_me(filters.user, filters.me),
+        user=_with_me(filters.user, filters.me, filters.as_),
         allocation=filters.allocation,
         states=filters.states,
         nodelist=filters.nodelist,
@@ -1101,6 +1102,17 @@ def _report_verdicts(
         raise typer.Exit(1)
 
 
+# --me is whoever the requests are sent as: `cancel --me --as alice` selects alice's work,
+# not the shell's $USER's
+_MeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--me",
+        help="Only your own workloads (--as, else $USER), as squeue --me; with -u, theirs too.",
+    ),
+]
+
+
 def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[..., None]:
     """A command that sends one `kind` request per workload id (cancel, hold, release,
     requeue)."""
@@ -1108,7 +1120,7 @@ def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[...
     def command(
         workloads: IdsArg = None,
         user: UserOpt = None,
-        me: MeOpt = False,
+        me: _MeOpt = False,
         allocation: Annotated[
             str | None,
             typer.Option(
@@ -1129,7 +1141,7 @@ def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[...
         cluster: ClusterOpt = "default",
         as_: AsOpt = None,
     ) -> None:
-        filters = _Filters(user, me, allocation, states, name, nodelist)
+        filters = _Filters(user, me, allocation, states, name, nodelist, as_)
         _about_workloads(kind, verb, done, workloads, wait, (kafka, data), cluster, as_, filters)
 
     command.__doc__ = doc

@@ -49,11 +49,12 @@ MeOpt = Annotated[
 ]
 
 
-def _with_me(user: str | None, me: bool) -> str | None:
-    """-u's list with the caller added by --me."""
+def _with_me(user: str | None, me: bool, as_: str | None = None) -> str | None:
+    """-u's list with the caller added by --me: `as_` (a request's --as) when given,
+    else $USER."""
     if not me:
         return user
-    return ",".join(u for u in (user, whoami(None)) if u)
+    return ",".join(u for u in (user, whoami(as_)) if u)
 
 
 AllocationsOpt = Annotated[

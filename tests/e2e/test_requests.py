@@ -1563,6 +1563,26 @@ def test_filters_select_the_workloads_the_queue_lists_with_the_same_flags(
         assert [r["attempt"] for r in requests] == [1, 2]
 
 
+def test_me_means_the_user_the_requests_are_sent_as(tmp_path: Path) -> None:
+    """README's live walk-through runs as USER=ops and cancels alice's work `--as alice`:
+    `--me` then selects alice's workloads, the ones the requests are sent in her name for,
+    not the shell's $USER's (which owns none here)."""
+    data = _array_folder(tmp_path / "data")
+    environ = {**env(), "USER": "ops"}
+    result = allot(
+        "cancel", "--me", "-t", "pending", "--as", "alice", "--data", str(data), environ=environ
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    requests = _requests(data)
+    assert [r["workload"] for r in requests] == [f"{ARR}_2", f"{ARR}_10", f"{ARR}_3"]
+    assert {r["actor"] for r in requests} == {"alice"}
+    assert result.stdout.splitlines()[-1] == "Selected 3 live workloads (--me -t pending)"
+    # without --as, --me is still $USER, as squeue's: ops has nothing here
+    mine = allot("hold", "--me", "--data", str(data), environ=environ)
+    assert mine.returncode == 0, mine.stderr
+    assert mine.stdout == "No live workload matches --me; nothing was sent\n"
+
+
 @pytest.mark.parametrize("command", ["cancel", "hold", "requeue"])
 def test_filters_that_select_nothing_send_nothing_and_exit_0(tmp_path: Path, command: str) -> None:
     """As scancel -u USER of a user with no jobs: nothing to do is not an error."""
