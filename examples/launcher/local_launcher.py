@@ -8,7 +8,8 @@ It runs the workload's tag `cmd=<shell command>` (no commas: --tag splits on the
 `sleep <runtime>`, else `sleep infinity` (until preempted or cancelled), with
 $ALLOT_ATTEMPT (a resumable command resumes from its own checkpoint), $ALLOT_HOSTS (the
 placement, JSON) and $CUDA_VISIBLE_DEVICES (its first host's GPUs: every host is this
-machine). It reports each exit as `workload.finished` (completed if 0, else failed, with
+machine), its output in STATE/output/<workload>.<attempt>.log (kept after it ends). It
+reports each exit as `workload.finished` (completed if 0, else failed, with
 `exit_code`); stops what the journal preempted, cancelled or ended (SIGTERM, SIGKILL
 after `preempt_grace`; nothing is reported); and when a file STATE/lost/HOST appears
 (your node-health probe's stand-in; remove it once the host is back) it reports HOST
@@ -189,7 +190,10 @@ class Launcher:
                             "ALLOT_ATTEMPT": str(attempt), "ALLOT_HOSTS": json.dumps(hosts)}  # fmt: skip
         where.mkdir(parents=True)
         put(where / "hosts", json.dumps(hosts))
-        with (where / "output").open("ab") as output:
+        # outlives the attempt folder: a failed job's output is what its user reads next
+        log_file = self.state / "output" / f"{quote(wid, safe='')}.{attempt}.log"
+        log_file.parent.mkdir(exist_ok=True)
+        with log_file.open("ab") as output:
             child = subprocess.Popen(
                 ["sh", "-c", WRAPPER, "allot-attempt", command, str(where / "exit")],
                 env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,

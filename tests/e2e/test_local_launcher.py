@@ -131,10 +131,13 @@ def test_the_local_launcher_reports_each_attempt_once_across_a_kill_and_a_lost_h
     # a 16-GPU filler, preempted by allocated work: its process is stopped, not reported
     filler = lab.submit(16, "0", f"echo $$ > {mark}/filler; exec sleep 300")
     filler_pid = pid_in(mark / "filler")
-    failing = lab.submit(8, "15m", "sleep 1; exit 3")
+    failing = lab.submit(8, "15m", "echo out of memory >&2; sleep 1; exit 3")
     plain = lab.submit(2, "15m", None, "--runtime", "1")  # no cmd tag: `sleep 1`
     until("reports", lambda: lab.finished(failing) and lab.finished(plain))
     until("the filler stopped", lambda: not running(filler_pid))
+    # the attempt's folder is gone once reported; what it printed is kept for its user
+    output = tmp_path / "state" / "output" / f"{failing}.1.log"
+    assert output.read_text() == "out of memory\n"
 
     # the launcher killed -9 mid-run: while it is down one attempt ends and one is preempted
     victim = lab.submit(8, "0", f"echo $$ > {mark}/victim; exec sleep 300")
