@@ -150,7 +150,7 @@ async def diagnose(bootstrap: str, options: dict[str, Any], timeout: float = 3.0
     import asyncio
 
     from aiokafka.conn import create_conn
-    from aiokafka.errors import KafkaConnectionError
+    from aiokafka.errors import IllegalSaslStateError, KafkaConnectionError
     from aiokafka.protocol.metadata import MetadataRequest
 
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
@@ -159,6 +159,13 @@ async def diagnose(bootstrap: str, options: dict[str, Any], timeout: float = 3.0
             create_conn(host, int(port), request_timeout_ms=int(timeout * 1000), **options),
             timeout,
         )
+    except IllegalSaslStateError:
+        if options:  # a login left in the environment, sent to a listener without logins
+            return (
+                f"the broker does not take a login there, but ${USER_ENV} is set: unset "
+                f"${USER_ENV} (and its password) for a broker without logins"
+            )
+        return None
     except Exception as why:
         return describe_error(why)
     try:

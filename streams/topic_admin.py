@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from streams import topics as names
-from streams.kafka_auth import client_options
+from streams.kafka_auth import client_options, diagnose
 from streams.kafka_clients import unreachable
 from streams.worker_errors import BrokerUnavailable, MissingTopics
 
@@ -140,6 +140,12 @@ async def _admin(
     except (TimeoutError, KafkaConnectionError, KafkaError, OSError) as why:
         with contextlib.suppress(Exception):
             await admin.close()
+        # a login problem reads as "no broker answered" too: say which one, as the
+        # request and read tools do
+        if "Unable to bootstrap" in str(why):
+            reason = await diagnose(bootstrap, options)
+            if reason is not None:
+                raise BrokerUnavailable(f"Kafka at {bootstrap}: {reason}") from None
         raise BrokerUnavailable(unreachable(bootstrap, why)) from None
     return admin
 

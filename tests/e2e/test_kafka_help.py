@@ -88,3 +88,30 @@ def test_an_unreachable_broker_reads_the_same_in_every_command(args: list[str]) 
     result = allot(*args, "--kafka", "127.0.0.1:1")
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.strip() == UNREACHABLE
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topics", "create"],
+        ["serve"],
+        ["queue"],
+        ["submit", "-A", "lab/a", "-G", "1", "--min-runtime", "0"],
+    ],
+    ids=["topics-create", "serve", "queue", "submit"],
+)
+def test_a_login_sent_to_a_broker_without_logins_says_so(
+    kafka_bootstrap: str, args: list[str]
+) -> None:
+    """README's Security section exports $ALLOT_KAFKA_USER; left set in a shell that then
+    talks to the plaintext test broker, every command said "no broker answered" of a
+    broker that runs. It names the variable to unset instead."""
+    login = {"ALLOT_KAFKA_USER": "allot-submit", "ALLOT_KAFKA_PASSWORD": "secret"}
+    result = allot(*args, "--kafka", kafka_bootstrap, env=login)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.strip() == (
+        f"error: Kafka at {kafka_bootstrap}: the broker does not take a login there, but "
+        "$ALLOT_KAFKA_USER is set: unset $ALLOT_KAFKA_USER (and its password) for a broker "
+        "without logins"
+    )
