@@ -237,7 +237,8 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
                 terms = f"charged, protected until {e['protected_until']}"
             else:
                 terms = "charged, non-preemptible until it ends"
-            lines.append(f"{head}on {hosts} ({e['gpus']} GPUs), {terms}")
+            gpus = f"{e['gpus']} GPU{'' if e['gpus'] == 1 else 's'}"
+            lines.append(f"{head}on {hosts} ({gpus}), {terms}")
             numbers = _numbers(e["explain"], ("rank", "ratio", "share", "position", "policy"))
             victims = e["explain"].get("preempted")
             if isinstance(victims, list) and victims:

@@ -22,6 +22,7 @@ from allot.commands.common import (
     ReadClusterOpt,
     TargetError,
     ends_mid_line,
+    plural,
     quiet_on_closed_pipe,
     terminal_safe,
     visible,
@@ -363,7 +364,7 @@ def _preemptions(since: str | None, until: str | None, db: Path | None, json_: b
             _emit_json(rows)
             return
         table = _table(
-            f"{len(rows):,} preemptions",
+            plural(len(rows), "preemption"),
             [
                 ("TIME (UTC)", "left"),
                 ("WORKLOAD", "left"),

@@ -3,10 +3,12 @@ subprocesses on a simulation's journal, and their one-line errors."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,14 @@ def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
     table = allot("preemptions", "--db", str(db))
     assert table.returncode == 0, table.stderr
     assert "REASON" in table.stdout and preempted[0]["workload"] in table.stdout
+    # from just after the one before the last: "1 preemption", not "1 preemptions"
+    before_last = max(r["time"] for r in preempted if r["time"] < preempted[-1]["time"])
+    since = math.floor(before_last) + 1
+    assert sum(1 for r in preempted if r["time"] >= since) == 1
+    iso_since = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    one = allot("preemptions", "--since", iso_since, db=db)
+    assert one.returncode == 0, one.stderr
+    assert re.match(r"1 preemption(?!s)", one.stdout), one.stdout
 
 
 def test_history_and_preemptions_take_sacct_short_range_flags(db: Path) -> None:

@@ -1042,3 +1042,16 @@ def test_members_of_an_allocation_given_children_read_as_inactive(
     assert c.state.tree.may_submit("bob", leaf) is active
     if children:
         assert rows["lab/olmo/pre"]["members_active"] is True
+
+
+@pytest.mark.parametrize(("gpus", "said"), [(1, "(1 GPU)"), (2, "(2 GPUs)")], ids=["one", "two"])
+def test_the_history_says_one_gpu_in_the_singular(gpus: int, said: str) -> None:
+    """`allot why` and `why --audit` printed "(1 GPUs)"."""
+    from projections.timeline import timeline_text
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="x").host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", gpus).place("w", {"h0": list(range(gpus))})
+    placed = [line for line in timeline_text(v.why(v.fold(j.events), "w")["history"])
+              if " on h0 " in line]  # fmt: skip
+    assert len(placed) == 1 and said in placed[0], placed
