@@ -23,11 +23,11 @@ from domain.config import SchedulerConfig
 from streams.broker_watch import BrokerWatch
 from streams.core import SchedulerCore
 from streams.kafka_auth import client_options
-from streams.kafka_clients import aiokafka_quiet, unreachable
+from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
 from streams.topic_admin import Topics, create_topics
 from streams.worker_batches import Batches
 from streams.worker_errors import BrokerUnavailable, WorkerError
-from streams.worker_helpers import Stats, _abandon, _Partition, _quiet_stop, identity
+from streams.worker_helpers import Stats, _abandon, _Partition, identity
 from streams.worker_presence import Presence
 from streams.worker_rebalance import Rebalancing, _Rebalance
 from streams.worker_recovery import Recovery
@@ -42,6 +42,8 @@ MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow mem
 # a write to a broker that is gone until it is back, and a stop that waited on it hung
 # until a supervisor's SIGKILL (a batch not committed is redone at the next start)
 STOP_GRACE_S = 10.0
+# how long each Kafka client may take to stop when the broker watch says Kafka is gone
+GONE_STOP_S = 2.0
 
 
 # ------------------------------------------------------------------ the worker
@@ -432,8 +434,13 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
         clients: list[Any] = [self._consumer, self._meta, self._presence]
         clients += [part.producer for part in self.owned.values()]
         # at once: with the broker gone each stop waits out its timeout, and one after
-        # the other they kept a stopping worker alive past a supervisor's grace period
-        await asyncio.gather(*(_quiet_stop(client) for client in clients if client is not None))
+        # the other they kept a stopping worker alive past a supervisor's grace period;
+        # and briefly then (a transactional producer retries FindCoordinator until its
+        # stop times out: nothing it could still say would reach the broker)
+        timeout = GONE_STOP_S if self._watch.down else 10.0
+        await asyncio.gather(
+            *(quiet_stop(client, timeout) for client in clients if client is not None)
+        )
         for task in self._closing:
             with contextlib.suppress(Exception):
                 await task
