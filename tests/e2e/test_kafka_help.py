@@ -66,13 +66,8 @@ def test_topics_create_help_names_the_topics_it_creates(suffix: str, names: str)
     assert f"Create {names} (kept forever" in " ".join(result.stdout.split()), result.stdout
 
 
-UNREACHABLE = (
-    "error: cannot reach Kafka at 127.0.0.1:1: no broker answered; "
-    "check --kafka / $ALLOT_KAFKA and that the broker runs"
-)
-
-
-@pytest.mark.parametrize(
+# a command of each kind: creates topics, runs the worker, reads, sends
+EACH_KIND = pytest.mark.parametrize(
     "args",
     [
         ["topics", "create"],
@@ -82,6 +77,14 @@ UNREACHABLE = (
     ],
     ids=["topics-create", "serve", "queue", "submit"],
 )
+
+UNREACHABLE = (
+    "error: cannot reach Kafka at 127.0.0.1:1: no broker answered; "
+    "check --kafka / $ALLOT_KAFKA and that the broker runs"
+)
+
+
+@EACH_KIND
 def test_an_unreachable_broker_reads_the_same_in_every_command(args: list[str]) -> None:
     """One line, worded once: a reader (queue) printed aiokafka's own text with its
     address tuples, a sender said something else again."""
@@ -91,16 +94,7 @@ def test_an_unreachable_broker_reads_the_same_in_every_command(args: list[str]) 
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["topics", "create"],
-        ["serve"],
-        ["queue"],
-        ["submit", "-A", "lab/a", "-G", "1", "--min-runtime", "0"],
-    ],
-    ids=["topics-create", "serve", "queue", "submit"],
-)
+@EACH_KIND
 def test_a_login_sent_to_a_broker_without_logins_says_so(
     kafka_bootstrap: str, args: list[str]
 ) -> None:
