@@ -21,6 +21,7 @@ from allot.commands.common import (
     KafkaOpt,
     ReadClusterOpt,
     TargetError,
+    UntilOpt,
     ends_mid_line,
     plural,
     quiet_on_closed_pipe,
@@ -44,15 +45,6 @@ SinceOpt = Annotated[
         "-S",
         help="From: an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
         "journal's latest event, e.g. 7d.",
-        show_default=False,
-    ),
-]
-UntilOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--until",
-        "-E",
-        help="Until (same forms as --since; default: the latest event).",
         show_default=False,
     ),
 ]

@@ -90,6 +90,18 @@ HorizonOpt = Annotated[
 ]
 
 
+# the end of a time range, for every command that takes --since/--until (as sacct -E)
+UntilOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--until",
+        "-E",
+        help="Until (same forms as --since; default: the latest record).",
+        show_default=False,
+    ),
+]
+
+
 class InterruptedWithNote(Exception):
     """Ctrl-C that a command answered itself: `allot` prints the note (what stands, what
     was left where) instead of its bare "interrupted", and exits 130."""

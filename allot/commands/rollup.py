@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, SubtreeOpt, TargetError
+from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, SubtreeOpt, TargetError, UntilOpt
 from allot.commands.views import print_table
 
 # rich, orjson and the projection are imported where they are used (start-up time)
@@ -46,15 +46,7 @@ def rollup(
             show_default=False,
         ),
     ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option(
-            "--until",
-            "-E",
-            help="Until (same forms as --since; default: the latest record).",
-            show_default=False,
-        ),
-    ] = None,
+    until: UntilOpt = None,
     cluster: Annotated[
         list[str] | None,
         typer.Option(

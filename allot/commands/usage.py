@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt
+from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt, UntilOpt
 
 
 def usage(
@@ -40,15 +40,7 @@ def usage(
             show_default=False,
         ),
     ] = None,
-    until: Annotated[
-        str | None,
-        typer.Option(
-            "--until",
-            "-E",
-            help="Until (same forms as --since; default: the latest record).",
-            show_default=False,
-        ),
-    ] = None,
+    until: UntilOpt = None,
     hourly: Annotated[
         bool, typer.Option("--hourly", help="One row per allocation and hour.")
     ] = False,
