@@ -384,6 +384,27 @@ def comparison_rows(summaries: dict[str, dict[str, Any]]) -> list[tuple[str, lis
     return rows
 
 
+def _adjacent_units(seconds: float) -> str:
+    """A wait in two adjacent units: 22h for 22 h 0 m 48 s, where `format_duration`'s
+    two largest non-zero units give 22h48s, which reads as 22 h 48 m in a table of
+    waits. (`format_duration` itself stays: journal texts carry its form.)"""
+    from itertools import pairwise
+
+    from domain.durations import format_duration
+
+    if abs(seconds) >= 1e11:  # thousands of years: its own short form
+        return format_duration(seconds)
+    units = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    whole = round(abs(seconds))
+    sign = "-" if seconds < 0 and whole else ""
+    for (unit, size), (small, small_size) in pairwise(units):
+        if whole >= size:  # cut, not rounded, below the second unit (as everywhere else)
+            big, rest = divmod(whole, size)
+            tail = f"{rest // small_size}{small}" if rest >= small_size else ""
+            return f"{sign}{big}{unit}{tail}"
+    return sign + format_duration(whole)
+
+
 def format_value(value: Any, kind: str) -> str:
     from domain.durations import format_duration
 
@@ -392,7 +413,7 @@ def format_value(value: Any, kind: str) -> str:
     if kind == "ratio":
         return f"{value:.3f}"
     if kind == "seconds":
-        return format_duration(float(value))
+        return _adjacent_units(float(value)) if math.isfinite(value) else format_duration(value)
     if kind == "number":
         return f"{value:,.1f}"
     if kind == "count" and isinstance(value, int) and not isinstance(value, bool):

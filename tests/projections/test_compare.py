@@ -116,3 +116,22 @@ def _run(start: str, submitted: int, rejected: int, end: str = "2026-01-08T00:00
 def test_runs_of_different_inputs_are_told_apart(b: dict, says: str | None) -> None:
     found = different_inputs(_run("2026-01-01T00:00:00Z", 90, 10), b)
     assert found is None if says is None else says in found
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (45, "45s"),
+        (235, "3m55s"),
+        (3689, "1h1m"),  # 1h1m29s: cut below the second unit
+        (79248, "22h"),  # 22h0m48s read "22h48s", as if 22 hours 48 minutes
+        (86399, "23h59m"),
+        (216000, "2d12h"),
+        (float("inf"), "inf"),
+    ],
+    ids=["seconds", "minutes", "cut", "no-skipped-unit", "below-a-day", "days", "inf"],
+)
+def test_waits_in_tables_use_two_adjacent_units(seconds: float, shown: str) -> None:
+    from projections.simulate import format_value
+
+    assert format_value(seconds, "seconds") == shown
