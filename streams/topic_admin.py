@@ -203,11 +203,13 @@ async def create_topics(
                     report.partitions[t["topic"]] = len(t.get("partitions") or [])
         except KafkaError:  # a broker that refuses DescribeConfigs: nothing to say
             report.drift = []
-        # wait until the metadata lists them, so producers don't race the creation
+        # wait until the metadata lists them with a leader for every partition, so
+        # clients don't race the creation (a consumer started on a partition without
+        # its leader yet failed its offset fetch: NotLeaderForPartition)
         deadline = time.monotonic() + timeout_s
         while report.created and time.monotonic() < deadline:
             described = await admin.describe_topics(report.created)
-            if all(t.get("error_code", 0) == 0 and t.get("partitions") for t in described):
+            if all(_ready(t) for t in described):
                 break
             await asyncio.sleep(0.1)
     finally:
@@ -216,6 +218,16 @@ async def create_topics(
     report.created.sort(key=order.__getitem__)
     report.existing.sort(key=order.__getitem__)
     return report
+
+
+def _ready(described: dict[str, Any]) -> bool:
+    """A described topic with partitions, each with a leader."""
+    parts = described.get("partitions") or []
+    return (
+        described.get("error_code", 0) == 0
+        and bool(parts)
+        and all(p.get("error_code", 0) == 0 and p.get("leader", -1) >= 0 for p in parts)
+    )
 
 
 def _missing_message(absent: list[str], bootstrap: str, topics: Topics) -> str:

@@ -277,7 +277,8 @@ def spawn_worker(bootstrap: str, suffix: str, log: Path, *extra: str) -> subproc
         "--admin", ADMIN, "--tick-every", "0.3", "--snapshot-every", "0.5", "--max-batch", "150",
         "--log-level", "info", *extra,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # unbuffered: a worker the test kills keeps its log (what it did before a timeout)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     with log.open("ab") as out:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
