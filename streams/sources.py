@@ -58,6 +58,10 @@ REQUEST_TIMEOUT_MS = 10_000
 # broker that stopped answering; 3 s gave up on a busy machine's slow fetch, and a read
 # that stops early says so (`_StoppedShort`)
 IDLE_TIMEOUT_S = 10.0
+# what every reader says when no option names a journal
+NO_JOURNAL_GIVEN = (
+    "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR or --journal FILE"
+)
 POLL_MS = 200
 FILE_POLL_S = 0.1
 
@@ -94,9 +98,7 @@ def journal_lines(
         return _file_lines(_embedded_journal(data), cluster, follow, what="embedded journal")
     if kafka:
         return _kafka_lines(kafka, cluster, follow)
-    raise SourceError(
-        "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR or --journal FILE"
-    )
+    raise SourceError(NO_JOURNAL_GIVEN)
 
 
 def last_record_time(
@@ -979,6 +981,4 @@ def journal_tail(
         return FileTail(_embedded_journal(data), cluster, "embedded journal")
     if kafka:
         return KafkaTail(kafka, cluster)
-    raise SourceError(
-        "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR or --journal FILE"
-    )
+    raise SourceError(NO_JOURNAL_GIVEN)

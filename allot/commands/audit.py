@@ -172,18 +172,13 @@ def audit_load(
     """
     from rich.console import Console
 
-    from allot.commands.common import resolve_target
+    from allot.commands.common import read_target
     from allot.progress import counted, record_progress
     from projections.audit import load
     from streams.sources import FileLines, journal_lines
 
     def run() -> None:
-        if kafka is None and data is None and journal is None:
-            raise TargetError(
-                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
-                "or --journal FILE"
-            )
-        target = resolve_target(kafka, data, journal, writable=False)
+        target = read_target(kafka, data, journal)
         wanted = cluster if cluster is not None or not target.kafka else "default"
         lines = journal_lines(
             kafka=target.kafka, data=target.data, journal=target.journal, cluster=wanted

@@ -170,6 +170,15 @@ def resolve_target(
     )
 
 
+def read_target(kafka: str | None, data: Path | None, journal: Path | None) -> Target:
+    """The journal a read-only command reads; one of the three options must name it."""
+    from streams.sources import NO_JOURNAL_GIVEN
+
+    if kafka is None and data is None and journal is None:
+        raise TargetError(NO_JOURNAL_GIVEN)
+    return resolve_target(kafka, data, journal, writable=False)
+
+
 def ends_mid_line(path: Path | None) -> bool:
     """Does the journal file end in a line without its newline (a write in progress, or
     a file cut short)? The readers leave that line out; commands say so."""

@@ -71,17 +71,14 @@ def register(app: typer.Typer) -> None:
         number outside is brought into the range; the page says so)."""
         from allot.commands.common import resolve_target
         from projections.dashboard import Dashboard, file_stamp, make_server
-        from streams.sources import journal_lines, journal_tail
+        from streams.sources import NO_JOURNAL_GIVEN, journal_lines, journal_tail
 
         if not 0 < port < 65536:
             _fail(f"--port {port}: use a TCP port between 1 and 65535")
         if journal is not None and journal.is_dir():
             _fail(f"--journal {journal}: a folder; give its journal.jsonl (or use --data)")
         if kafka is None and data is None and journal is None:
-            _fail(
-                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
-                "or --journal FILE"
-            )
+            _fail(NO_JOURNAL_GIVEN)
         try:
             target = resolve_target(kafka, data, journal, writable=False)
             horizon_s = horizon_seconds(horizon)

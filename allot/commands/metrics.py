@@ -132,13 +132,10 @@ def register(app: typer.Typer) -> None:
         from projections.journal import JournalError
         from projections.metrics import MetricsCollector
         from projections.views import ViewError
-        from streams.sources import EmptyJournal, SourceError
+        from streams.sources import NO_JOURNAL_GIVEN, EmptyJournal, SourceError
 
         if kafka is None and data is None and journal is None:
-            raise _fail(
-                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
-                "or --journal FILE"
-            )
+            raise _fail(NO_JOURNAL_GIVEN)
         if not 0 < port < 65536:
             raise _fail(f"--port {port}: use a TCP port between 1 and 65535")
         try:

@@ -83,14 +83,9 @@ def rollup(
     from streams.sources import SourceError, journal_lines
 
     try:
-        from allot.commands.common import resolve_target, say_if_cut
+        from allot.commands.common import read_target, say_if_cut
 
-        if kafka is None and data is None and journal is None:
-            raise TargetError(
-                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
-                "or --journal FILE"
-            )
-        target = resolve_target(kafka, data, journal, writable=False)
+        target = read_target(kafka, data, journal)
         wanted = sorted(set(cluster)) if cluster else None
         folder = Rollup(wanted)
         lines = journal_lines(

@@ -75,7 +75,7 @@ def usage(
         ResumableUsage,
         UsageStoreError,
     )
-    from streams.sources import JournalChanged, SourceError
+    from streams.sources import NO_JOURNAL_GIVEN, JournalChanged, SourceError
 
     store: ResumableUsage | KafkaResumableUsage
     try:
@@ -100,11 +100,7 @@ def usage(
             new = store.update(kafka_batches(kafka, wanted, store.positions))
             label = f"kafka {kafka} cluster {wanted}"
         else:
-            typer.echo(
-                "error: say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), "
-                "--data DIR or --journal FILE",
-                err=True,
-            )
+            typer.echo(f"error: {NO_JOURNAL_GIVEN}", err=True)
             raise typer.Exit(2)
         store.save(state_path)
         say_if_cut(store)
@@ -142,17 +138,12 @@ def _usage_in_range(
 ) -> None:
     """The table of [since, until] alone: the journal read through and folded as `allot
     rollup` folds a cluster, so over the same range the two give the same numbers."""
-    from allot.commands.common import TargetError, resolve_target, say_if_cut
+    from allot.commands.common import TargetError, read_target, say_if_cut
     from projections.rollup import Rollup, RollupError
     from streams.sources import SourceError, journal_lines
 
     try:
-        if kafka is None and data is None and journal is None:
-            raise TargetError(
-                "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
-                "or --journal FILE"
-            )
-        target = resolve_target(kafka, data, journal, writable=False)
+        target = read_target(kafka, data, journal)
         folder = Rollup([cluster] if cluster else None)
         lines = journal_lines(
             kafka=target.kafka, data=target.data, journal=target.journal, cluster=cluster

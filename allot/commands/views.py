@@ -242,16 +242,11 @@ def journal_reader(
     one cluster); Kafka and the embedded journal default to cluster `default`. A file
     read to its end that ends in the middle of a line gets a warning on stderr, as
     `allot replay` gives: the answer leaves that line out."""
-    from allot.commands.common import resolve_target, say_if_cut
+    from allot.commands.common import read_target, say_if_cut
     from projections.views import decode_lines
     from streams.sources import journal_lines
 
-    if kafka is None and data is None and journal is None:
-        raise TargetError(
-            "say where the journal is: --kafka HOST:PORT (or $ALLOT_KAFKA), --data DIR "
-            "or --journal FILE"
-        )
-    target = resolve_target(kafka, data, journal, writable=False)
+    target = read_target(kafka, data, journal)
     if target.kafka and cluster is None:
         cluster = "default"
 
