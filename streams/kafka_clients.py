@@ -6,8 +6,9 @@ shutdown raises. That includes the `asyncio.CancelledError` aiokafka (0.14) rais
 `AIOKafkaConsumer.stop()` after the broker went away: its fetcher awaits the fetch tasks
 it has just cancelled, so the stop ends there, before the client's connections and
 metadata task are closed. That CancelledError is not a cancellation of the caller, so
-it is swallowed, and the client's connections are closed here instead. A real
-cancellation of the caller still propagates.
+it is swallowed, and the client's connections are closed here instead. A stop that
+times out (a producer flushing to a broker that went away) is finished the same way, its
+background tasks cancelled. A real cancellation of the caller still propagates.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import contextlib
 import logging
 from collections.abc import Iterator
 from typing import Any
+
+from aiokafka.errors import KafkaConnectionError
 
 # open `aiokafka_quiet` blocks and the level aiokafka's logger had before the first
 _quiet = {"depth": 0, "level": logging.NOTSET}
@@ -64,18 +67,54 @@ def _being_cancelled() -> bool:
 
 async def quiet_stop(client: Any, timeout: float = 5.0) -> None:
     """Stop `client` (anything with an async `stop()`); never raises but a cancellation
-    of the caller itself."""
+    of the caller itself. A stop that times out or is cut short is finished by force
+    (`_force_close`), so nothing of the client keeps running after this returns."""
     try:
         await asyncio.wait_for(client.stop(), timeout)
+        return
     except asyncio.CancelledError:
         if _being_cancelled():
             raise
-        inner = getattr(client, "_client", None)  # the connections the stop left open
-        if inner is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(inner.close(), timeout)
     except Exception:
         pass
+    await _force_close(client, timeout)
+
+
+async def _force_close(client: Any, timeout: float) -> None:
+    """Cancel the background tasks a cut-short stop left behind and close the client's
+    connections. aiokafka (0.14) stops a producer by waiting for its unsent records to
+    flush, and a consumer by leaving its group, both through the broker: with the broker
+    gone the stop times out half way, and the producer's sender went on looking for its
+    transaction coordinator (a busy loop) for as long as the process lived. Its tasks are
+    found by owner, since the sender awaits request tasks it keeps to itself."""
+    inner = getattr(client, "_client", None) or getattr(client, "client", None)
+    parts = [client, inner] + [
+        getattr(client, name, None)
+        for name in ("_sender", "_fetcher", "_coordinator", "_message_accumulator")
+    ]
+    owners = {id(part) for part in parts if part is not None}
+    running = [task for task in asyncio.all_tasks() if id(_owner(task)) in owners]
+    running = [task for task in running if task is not asyncio.current_task()]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running, timeout=timeout)
+    accumulator = getattr(client, "_message_accumulator", None)
+    if accumulator is not None:
+        # with its sender gone, what it still holds is never sent: say so to whoever
+        # awaits it (and to the flush the cut-short stop left waiting on it)
+        accumulator.fail_all(KafkaConnectionError("the producer stopped before sending this"))
+    if inner is not None:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(inner.close(), timeout)
+    if _being_cancelled():
+        raise asyncio.CancelledError
+
+
+def _owner(task: asyncio.Task) -> object:
+    """The object whose method `task` runs (None for a plain coroutine function)."""
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return None if frame is None else frame.f_locals.get("self")
 
 
 def cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:

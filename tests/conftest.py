@@ -15,14 +15,16 @@ fixture fails with the broker's log tail.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,45 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if (shared / "data").exists():
         _stop_local_broker(shared / "data")
     shutil.rmtree(shared, ignore_errors=True)
+
+
+# ------------------------------------------------------------- clients left running
+
+# how long a test's aiokafka tasks may take to finish after it ends
+CLIENT_SETTLE_S = 3.0
+
+
+def _is_aiokafka(task: asyncio.Task) -> bool:
+    code = getattr(task.get_coro(), "cr_code", None)
+    return code is not None and f"{os.sep}aiokafka{os.sep}" in code.co_filename
+
+
+@pytest.fixture(autouse=True)
+async def _no_kafka_client_left_running(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """A Kafka test that leaves an aiokafka client running fails here. The tests of one
+    xdist worker share one event loop: a producer left retrying a stopped broker spun on
+    it, and a consumer left in a group kept fetching, for the rest of the session, and a
+    later test on that worker starved (the failover test timed out with an empty
+    journal). The leftovers are cancelled so the next test starts clean."""
+    if request.node.get_closest_marker("kafka") is None:
+        yield
+        return
+    before = set(asyncio.all_tasks())
+    yield
+    deadline = time.monotonic() + CLIENT_SETTLE_S
+    while True:
+        left = [t for t in asyncio.all_tasks() - before if not t.done() and _is_aiokafka(t)]
+        if not left or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    if not left:
+        return
+    names = sorted({t.get_coro().__qualname__ for t in left})
+    for task in left:
+        task.cancel()
+    await asyncio.wait(left, timeout=CLIENT_SETTLE_S)
+    pytest.fail(
+        f"{len(left)} aiokafka task(s) still running after the test (a client not stopped): "
+        + ", ".join(names),
+        pytrace=False,
+    )

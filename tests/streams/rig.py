@@ -131,6 +131,8 @@ class JournalReader:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.records: list[dict[str, Any]] = []
         self.raw: list[Any] = []
+        # what else a timed-out wait should show (the logs of the workers it waited on)
+        self.on_timeout: Callable[[], str] | None = None
         self.consumer = AIOKafkaConsumer(
             topic,
             bootstrap_servers=bootstrap,
@@ -165,7 +167,8 @@ class JournalReader:
                 return found
             if time.monotonic() > deadline:
                 kinds = Counter(r["type"] for r in self.records)
-                raise AssertionError(f"timed out; journal so far: {dict(kinds)}")
+                more = f"\n{self.on_timeout()}" if self.on_timeout else ""
+                raise AssertionError(f"timed out; journal so far: {dict(kinds)}{more}")
             await self.poll()
 
 

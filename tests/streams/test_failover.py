@@ -91,6 +91,9 @@ async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(
             Inbox(kafka_bootstrap, topics.inbox) as inbox,
             JournalReader(kafka_bootstrap, topics.journal) as journal,
         ):
+            journal.on_timeout = lambda: "\n".join(
+                f"--- {log.name}, last lines:\n{log.read_text()[-3000:]}" for log in logs
+            )
             for cluster in clusters:
                 await inbox.setup(cluster, hosts=2, leaves=("a", "b"))
             procs = [spawn_worker(kafka_bootstrap, name, log, *group) for log in logs]

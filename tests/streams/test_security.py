@@ -35,6 +35,7 @@ from domain.config import SchedulerConfig
 from streams import topics
 from streams.inbox import InboxError, KafkaInbox, make_request
 from streams.kafka_auth import KafkaAuthError, client_options
+from streams.kafka_clients import quiet_stop
 from streams.sources import SourceError, journal_lines
 from tests.streams.rig import spawn_faust
 
@@ -165,12 +166,12 @@ async def _produce(
         request_timeout_ms=10_000,
         **options,
     )
-    await asyncio.wait_for(producer.start(), 15)
-    try:
+    try:  # a start the broker refuses leaves the client open: stop it too
+        await asyncio.wait_for(producer.start(), 15)
         meta = await asyncio.wait_for(await producer.send(topic, value, key=key), 15)
         return meta.offset
     finally:
-        await producer.stop()
+        await quiet_stop(producer)
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
