@@ -1243,6 +1243,42 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
     return list(dict.fromkeys(names))
 
 
+def _near_miss(target: Target, cluster: str, path: str) -> str | None:
+    """An existing sibling `path` is probably a typo of (`lab/olmo/pretrian` beside
+    `lab/olmo/pretrain`), when `path` itself does not exist; None when it exists, nothing
+    is close, or the journal cannot be read (the scheduler decides as before)."""
+    from difflib import get_close_matches
+
+    from domain.tree import parent_of
+    from projections.views import ViewError
+
+    view = _live_view(target, cluster)
+    if view is None:
+        return None
+    try:
+        tree = view.require().tree
+    except ViewError:  # nothing scheduled yet
+        return None
+    parent = parent_of(path)
+    if path in tree or (parent is not None and parent not in tree):
+        return None  # a missing parent is the scheduler's rejection to give
+    siblings = {s.rpartition("/")[2]: s for s in tree.siblings_of(path)}
+    name = path.rpartition("/")[2]
+    same_but_case = [s for n, s in siblings.items() if n.casefold() == name.casefold()]
+    close = get_close_matches(name, list(siblings), n=1, cutoff=0.8)
+    return same_but_case[0] if same_but_case else (siblings[close[0]] if close else None)
+
+
+def _refuse_near_miss(target: Target, cluster: str, path: str) -> None:
+    existing = _near_miss(target, cluster, path)
+    if existing is not None:
+        raise RequestError(
+            f"{path} does not exist, and {existing} does: a typo? Nothing sent: this would "
+            f"create {path} beside it, taking a share from its siblings; add --create if a "
+            "new allocation is what you mean"
+        )
+
+
 # a negative WEIGHT would otherwise read as an unknown option ("No such option: -1")
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def budget_set(
@@ -1276,6 +1312,15 @@ def budget_set(
     no_members: Annotated[
         bool, typer.Option("--no-members", help="Clear its members (none left).")
     ] = False,
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create",
+            help="Create PATH even though an existing sibling's name is close to it "
+            "(without it, `lab/olmo/pretrian` beside lab/olmo/pretrain is refused as a "
+            "likely typo).",
+        ),
+    ] = False,
     wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
@@ -1285,7 +1330,9 @@ def budget_set(
     """Create an allocation or change its weight, managers or members.
 
     Managers of any allocation above it may, or an admin (top-level ones: admins
-    only). `allot shares -l` shows the current managers and members."""
+    only). `allot shares -l` shows the current managers and members. A new PATH whose
+    name is close to an existing sibling's is refused as a likely typo unless --create
+    is given: created, it would take a share from its siblings at once."""
     with one_line_errors():
         from domain.admission import MAX_WEIGHT
 
@@ -1304,6 +1351,8 @@ def budget_set(
                 "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
                 "--no-members)"
             )
+        if not create:
+            _refuse_near_miss(resolve_target(kafka, data), cluster, path)
         what = f"weight {weight:g}" if weight is not None else "weight kept"
         sent = _send(
             kafka,

@@ -290,6 +290,31 @@ def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -
     assert "nothing to change" in line, line
 
 
+def test_a_new_path_close_to_a_sibling_is_refused_as_a_typo(cluster: Path) -> None:
+    """`budget set lab/olmoo 5` created a sibling of lab/olmo, which took a share from
+    lab/olmo and lab/vision at once; a manager's typo should not reshuffle the shares."""
+    inbox = cluster / "inbox.jsonl"
+    before = inbox.read_bytes()
+    for typo in ("lab/olmoo", "lab/Olmo", "lab/visoin"):
+        line = one_line_error(
+            allot("budget", "set", typo, "5", "--data", str(cluster), "--as", "pm")
+        )
+        existing = "lab/vision" if "vis" in typo else "lab/olmo"
+        assert f"{typo} does not exist, and {existing} does: a typo? Nothing sent" in line
+        assert "--create" in line
+    assert inbox.read_bytes() == before  # refused before sending
+    # a name close to nothing, or --create, creates as before
+    for args in (("lab/robotics", "1"), ("lab/olmo2", "1", "--create")):
+        result = allot("budget", "set", *args, "--data", str(cluster), "--as", "pm", "--wait", "20")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1] == f"Budget of {args[0]} set"
+    for path in ("lab/robotics", "lab/olmo2"):  # leave the module's tree as it was
+        result = allot(
+            "budget", "remove", path, "--data", str(cluster), "--as", "pm", "--wait", "20"
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
     result = allot(
         "host", "health", "h2", "--unhealthy", "--reason", "ECC errors", "--data", str(cluster),
