@@ -838,6 +838,46 @@ _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "Usage
 _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+def _unknown_option(why: Exception, argv: list[str]) -> str | None:
+    """'No such option: --weight' for an unknown flag given to a command that takes a
+    negative number as an argument (budget set, host register): click lets unknown
+    options through to those as arguments, then names the wrong mistake ('Got unexpected
+    extra argument(s) (--weight 3)', or 'Invalid value for 'weight''). None when the
+    command parses options as usual, or no word of `argv` is an unknown option."""
+    ctx = getattr(why, "ctx", None)
+    if ctx is None or not ctx.ignore_unknown_options:
+        return None
+    params = ctx.command.params
+    options = [
+        o for p in params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)
+    ]
+    arguments = [p.name for p in params if p.param_type_name == "argument"]
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    for word in words:
+        flag = word.partition("=")[0]
+        if not flag.startswith("-") or _is_number(flag) or flag in (*options, "--help"):
+            continue
+        from difflib import get_close_matches
+
+        # `--weight 3`, `--gpu 8`: meant for an argument
+        argument = get_close_matches(flag.lstrip("-"), arguments, n=1, cutoff=0.75)
+        if argument:
+            return f"No such option: {flag} ({argument[0].upper()} is given without a flag)"
+        close = get_close_matches(flag, options, n=3, cutoff=0.6)
+        return f"No such option: {flag}" + (
+            f" (Possible options: {', '.join(close)})" if close else ""
+        )
+    return None
+
+
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 DATA_ENV = "ALLOT_DATA"
 _SOURCES = ("--data", "--kafka", "--journal")
 
@@ -901,7 +941,9 @@ def main() -> None:
         from rich.markup import escape
 
         where = why.ctx.command_path if why.ctx is not None else "allot"
-        message = f"{why.format_message()} (see `{where} --help`)"
+        message = (
+            f"{_unknown_option(why, sys.argv[1:]) or why.format_message()} (see `{where} --help`)"
+        )
         err.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         sys.exit(why.exit_code)
     except _ClickException as why:

@@ -793,6 +793,26 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
             ["budget", "set", "lab", "abc"], ["'weight'", "budget set --help"], id="bad-number"
         ),
         pytest.param(["queue", "--nope"], ["No such option: --nope"], id="unknown-option"),
+        # budget set and host register take a negative number as an argument, so click
+        # let unknown options through as arguments: "Got unexpected extra argument(s)"
+        pytest.param(
+            ["budget", "set", "lab", "1", "--add-member", "dave"],
+            ["No such option: --add-member (Possible options: --member"],
+            id="unknown-option-of-budget-set",
+        ),
+        pytest.param(
+            ["budget", "set", "lab", "--weight", "3"],
+            ["No such option: --weight (WEIGHT is given without a flag)"],
+            id="weight-as-an-option",
+        ),
+        pytest.param(
+            ["host", "register", "h0", "--gpus", "8"],
+            ["No such option: --gpus (GPUS is given without a flag)"],
+            id="gpus-as-an-option",
+        ),
+        pytest.param(
+            ["budget", "set", "lab", "1", "2"], ["unexpected extra argument"], id="extra-argument"
+        ),
         pytest.param(["nosuch"], ["No such command 'nosuch'"], id="unknown-command"),
     ],
 )
