@@ -539,6 +539,21 @@ def history(
     }
 
 
+# budget changes with the weight each one replaced (None for the first set of an
+# allocation, or its first after a removal: the removal ends what came before)
+_BUDGET_CHANGES_WITH_PREVIOUS = """(
+    SELECT *, last_value(CASE WHEN change = 'set' THEN weight END IGNORE NULLS) OVER (
+        PARTITION BY cluster, allocation, era ORDER BY seq
+        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_weight
+    FROM (
+        SELECT *, coalesce(sum(CASE WHEN change = 'removed' THEN 1 ELSE 0 END) OVER (
+            PARTITION BY cluster, allocation ORDER BY seq
+            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS era
+        FROM budget_changes
+    )
+)"""
+
+
 def _budget_filter(allocation: str | None) -> tuple[str, list[str]]:
     if not allocation:
         return "", []
@@ -549,14 +564,16 @@ def _budget_filter(allocation: str | None) -> tuple[str, list[str]]:
 def budget_log(
     con: duckdb.DuckDBPyConnection, allocation: str | None = None
 ) -> list[dict[str, Any]]:
-    """Every budget change, oldest first (optionally for one allocation and under it)."""
+    """Every budget change, oldest first (optionally for one allocation and under it),
+    with `previous_weight`: the weight in force before it (None for a new allocation).
+    `weight`, `managers` and `members` are None where the change kept them."""
     latest_time(con)
     where, params = _budget_filter(allocation)
     rows = con.execute(
         f"""
         SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, actor, allocation, change, weight,
-               managers, members
-        FROM budget_changes {where} ORDER BY seq
+               previous_weight, managers, members
+        FROM {_BUDGET_CHANGES_WITH_PREVIOUS} {where} ORDER BY seq
         """,
         params,
     ).fetchall()
@@ -571,10 +588,11 @@ def budget_log(
             "allocation": alloc,
             "change": change,
             "weight": weight,
+            "previous_weight": previous,
             "managers": loads(m) if m else None,
             "members": loads(mb) if mb else None,
         }
-        for when, t, actor, alloc, change, weight, m, mb in rows
+        for when, t, actor, alloc, change, weight, previous, m, mb in rows
     ]
 
 
@@ -588,9 +606,9 @@ def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = Non
         SELECT count(*), coalesce(to_json(list({{
             'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'actor': actor,
             'allocation': allocation, 'change': change, 'weight': weight,
-            'managers': managers, 'members': members
+            'previous_weight': previous_weight, 'managers': managers, 'members': members
         }} ORDER BY seq)), '[]')
-        FROM budget_changes {where}
+        FROM {_BUDGET_CHANGES_WITH_PREVIOUS} {where}
         """,
         params,
     ).fetchall()[0]

@@ -329,13 +329,29 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 r["actor"] or "",
                 r["allocation"] or "",
                 r["change"],
-                "" if r["weight"] is None else f"{r['weight']:g}",
-                ",".join(r["managers"] or []),
-                ",".join(r["members"] or []),
+                _weight_change(r["weight"], r["previous_weight"]),
+                _principals_shown(r["managers"]),
+                _principals_shown(r["members"]),
             )
         _print(table)
 
     _answer(run)
+
+
+def _weight_change(weight: float | None, previous: float | None) -> str:
+    """`2 → 5` for a changed weight, `5` for a new one, blank where it was kept."""
+    if weight is None:
+        return ""
+    if previous is None or previous == weight:
+        return f"{weight:g}"
+    return f"{previous:g} → {weight:g}"
+
+
+def _principals_shown(names: list[str] | None) -> str:
+    """A cleared list reads `(none)`, not blank as a list the change kept."""
+    if names is None:
+        return ""
+    return ",".join(names) if names else "(none)"
 
 
 def _preemptions(since: str | None, until: str | None, db: Path | None, json_: bool) -> None:
@@ -437,7 +453,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every budget change (weights, managers, members, removals) with actor and time.
 
-        Reads the audit database (`allot audit load` first)."""
+        Reads the audit database (`allot audit load` first). WEIGHT: `2 → 5` where the
+        change replaced a weight, blank where it kept it; MANAGERS, MEMBERS: the new list,
+        blank where kept, `(none)` where cleared. --json: previous_weight, and null where
+        kept."""
         _budget_log(allocation, db, json_)
 
     budget = _budget_typer(app)

@@ -98,6 +98,27 @@ def test_budget_log(db: Path, records: list[dict[str, Any]]) -> None:
     assert "lab/train" in table.stdout and "ACTOR" in table.stdout
 
 
+def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) -> None:
+    """The table showed `3` for a change from 1 to 3, and a blank MEMBERS both where a
+    change kept the members and where it removed them all."""
+    from tests.projections.test_audit import reweighted_history, write
+
+    journal = write(tmp_path / "journal.jsonl", reweighted_history())
+    db = tmp_path / "audit.duckdb"
+    loaded = allot("audit", "load", "--journal", str(journal), "--db", str(db))
+    assert loaded.returncode == 0, loaded.stderr
+    table = allot("budget", "log", "-a", "lab/a", "--db", str(db))
+    assert table.returncode == 0, table.stderr
+    rows = [line.split()[2:] for line in table.stdout.splitlines()[2:]]
+    assert rows == [
+        ["pm", "lab/a", "set", "1", "alice"],
+        ["pm", "lab/a", "set", "1", "→", "3"],
+        ["pm", "lab/a", "set", "(none)"],
+        ["pm", "lab/a", "removed"],
+        ["pm", "lab/a", "set", "2"],
+    ]
+
+
 def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
     rows = as_json(allot("preemptions", "--json", "--db", str(db)))
     preempted = [r for r in records if r["type"] == "workload.preempted"]

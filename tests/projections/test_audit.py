@@ -430,6 +430,40 @@ def test_budget_log_json_is_the_budget_log(small: Any, sim: Any) -> None:
             con.close()
 
 
+def reweighted_history() -> list[Any]:
+    """pm gives lab/a weight 1, then 3, clears its members (weight kept), removes it
+    and creates it again with weight 2."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, members=("alice",), actor="pm")
+    c.at("1h").input(ev.BudgetSet, allocation="lab/a", weight=3, actor="pm")
+    c.at("2h").input(ev.BudgetSet, allocation="lab/a", members=(), actor="pm")
+    c.at("3h").input(ev.BudgetRemoved, allocation="lab/a", actor="pm")
+    c.at("4h").input(ev.BudgetSet, allocation="lab/a", weight=2, actor="pm")
+    return c.journal
+
+
+def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -> None:
+    """An audit of a budget showed the new weight only ("who set 3, and from what?"),
+    and a cleared member list as a missing one."""
+    journal = write(tmp_path / "journal.jsonl", reweighted_history())
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    con = audit.connect(db, read_only=True)
+    try:
+        log = audit.budget_log(con, "lab/a")
+        assert [(e["change"], e["weight"], e["previous_weight"], e["members"]) for e in log] == [
+            ("set", 1, None, ["alice"]),
+            ("set", 3, 1, None),
+            ("set", None, 3, []),  # weight kept; members cleared, not left out
+            ("removed", None, 3, None),
+            ("set", 2, None, None),  # a new allocation after the removal
+        ]
+        assert orjson.loads(audit.budget_log_json(con, "lab/a")) == log
+    finally:
+        con.close()
+
+
 def test_a_database_loaded_before_budget_rows_is_backfilled(small: Any) -> None:
     """`budget_changes` reads its own small table; a database from before it was kept
     (its `budget_rows` empty) gets it filled on the next load."""
