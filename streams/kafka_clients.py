@@ -85,7 +85,7 @@ async def _force_close(client: Any, timeout: float) -> None:
     connections. aiokafka (0.14) stops a producer by waiting for its unsent records to
     flush, and a consumer by leaving its group, both through the broker: with the broker
     gone the stop times out half way, and the producer's sender went on looking for its
-    transaction coordinator (a busy loop) for as long as the process lived. Its tasks are
+    transaction coordinator every 100 ms for as long as the process lived. Its tasks are
     found by owner, since the sender awaits request tasks it keeps to itself."""
     inner = getattr(client, "_client", None) or getattr(client, "client", None)
     parts = [client, inner] + [
