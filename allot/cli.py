@@ -348,6 +348,19 @@ def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> N
         # even with --quiet: refused submissions change what the run measured
         said = _rejections(summary, out / policy).strip().removeprefix("(").removesuffix(")")
         err.print(f"[yellow]warning:[/] {policy}: {escape(said)}", soft_wrap=True)
+    stalled_at = summary.get("engine", {}).get("stalled_at")
+    if stalled_at:  # even with --quiet: the run's period ended earlier than asked
+        waiting = sum(
+            summary.get(key, {}).get("all", {}).get("unplaced") or 0
+            for key in ("wait_s", "requeue_wait_s")
+        )
+        err.print(
+            f"[yellow]warning:[/] {policy}: nothing could change after {stalled_at}, so the"
+            f" run ends there with {waiting:,} workload{'' if waiting == 1 else 's'} still"
+            " waiting (behind work that never ends, or for hosts that stay unhealthy); set a"
+            " horizon to measure a fixed period",
+            soft_wrap=True,
+        )
     # even with --quiet: a what-if whose budget change was refused is not that what-if
     for kind, seen in (summary.get("rejected_inputs") or {}).items():
         if kind.startswith("workload."):
