@@ -601,6 +601,7 @@ def _replay(
     from projections.journal import journal_file
     from projections.replay import BudgetChange, journal_run_spec
     from projections.replay import verify as verify_journal
+    from projections.scenario import check_override_keys
     from projections.simulate import check_output_folder, run_engine_options, split_overrides
 
     journal = journal_file(journal)  # a run folder's journal.jsonl, as compare takes
@@ -647,6 +648,7 @@ def _replay(
     budgets = [BudgetChange.parse(text) for text in budget or []]
     check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
+    check_override_keys(config_overrides)
     kept = {k: v for k, v in run_engine_options(journal).items() if k not in engine}
     if kept:  # the simulated launcher's setting of the run replayed, not the default
         from domain.durations import format_duration
