@@ -348,6 +348,19 @@ def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> N
         # even with --quiet: refused submissions change what the run measured
         said = _rejections(summary, out / policy).strip().removeprefix("(").removesuffix(")")
         err.print(f"[yellow]warning:[/] {policy}: {escape(said)}", soft_wrap=True)
+    stalled_at = summary.get("engine", {}).get("stalled_at")
+    if stalled_at:  # even with --quiet: the run's period ended earlier than asked
+        waiting = sum(
+            summary.get(key, {}).get("all", {}).get("unplaced") or 0
+            for key in ("wait_s", "requeue_wait_s")
+        )
+        err.print(
+            f"[yellow]warning:[/] {policy}: nothing could change after {stalled_at}, so the"
+            f" run ends there with {waiting:,} workload{'' if waiting == 1 else 's'} still"
+            " waiting (behind work that never ends, or for hosts that stay unhealthy); set a"
+            " horizon to measure a fixed period",
+            soft_wrap=True,
+        )
     # even with --quiet: a what-if whose budget change was refused is not that what-if
     for kind, seen in (summary.get("rejected_inputs") or {}).items():
         if kind.startswith("workload."):
@@ -588,6 +601,7 @@ def _replay(
     from projections.journal import journal_file
     from projections.replay import BudgetChange, journal_run_spec
     from projections.replay import verify as verify_journal
+    from projections.scenario import check_override_keys
     from projections.simulate import check_output_folder, run_engine_options, split_overrides
 
     journal = journal_file(journal)  # a run folder's journal.jsonl, as compare takes
@@ -634,6 +648,7 @@ def _replay(
     budgets = [BudgetChange.parse(text) for text in budget or []]
     check_output_folder(out)  # before the journal is read
     config_overrides, engine = split_overrides(set_ or [])
+    check_override_keys(config_overrides)
     kept = {k: v for k, v in run_engine_options(journal).items() if k not in engine}
     if kept:  # the simulated launcher's setting of the run replayed, not the default
         from domain.durations import format_duration

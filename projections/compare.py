@@ -20,9 +20,11 @@ def load_summary(folder: Path) -> dict[str, Any]:
         raise JournalError(f"{folder}: no such folder; pass a run folder such as out/fairshare")
     path = folder / "summary.json" if folder.is_dir() else folder
     if not path.exists():
-        raise JournalError(
-            f"{folder}: no summary.json here; pass a run folder such as out/fairshare"
-        )
+        raise JournalError(f"{folder}: no summary.json here; pass {_run_folders(folder)}")
+    if path.name != "summary.json" and (path.parent / "summary.json").exists():
+        # a run's journal.jsonl (the file an analyst just replayed) read as a summary
+        # was "not valid JSON (unexpected content after document ...)"
+        raise JournalError(f"{folder}: not a summary; pass its run folder {path.parent}")
     try:
         summary = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError as why:
@@ -38,6 +40,20 @@ def load_summary(folder: Path) -> dict[str, Any]:
             "`allot simulate` or `allot replay` wrote"
         )
     return summary
+
+
+def _run_folders(folder: Path) -> str:
+    """What to pass instead of `folder`: the runs it holds (the --out folder of a
+    simulation of several policies holds one per policy), or the usual form."""
+    runs = (
+        sorted(sub for sub in folder.iterdir() if (sub / "summary.json").is_file())
+        if folder.is_dir()
+        else []
+    )
+    if not runs:
+        return "a run folder such as out/fairshare"
+    named = " or ".join(str(run) for run in runs[:3])
+    return f"one of the runs in it: {named}" + (" ..." if len(runs) > 3 else "")
 
 
 def different_inputs(a: dict[str, Any], b: dict[str, Any]) -> str | None:

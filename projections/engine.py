@@ -65,6 +65,8 @@ class Engine:
         self.completions: list[tuple[float, int, str, int]] = []  # (time, seq, workload, attempt)
         self._seq = 0
         self.end_time: float | None = None
+        # without a horizon: the time after which nothing could change (see `_settled`)
+        self.stalled_at: float | None = None
 
     def run(self, setup: Iterable[Any], inputs: Iterable[Any], start: float) -> Iterator[Any]:
         """Journal records, in order: the config at `start`, then `setup`, then `inputs`
@@ -90,6 +92,11 @@ class Engine:
         prefix = self.options.id_prefix
         lose_work_at = self.options.lose_work_at
         ticks = 0
+        # Without a horizon, ticks that changed nothing while no input or completion is
+        # left are held back: if nothing ever changes again, they are dropped and the
+        # run stops (see `_settled`); if a later tick decides something, they go out first.
+        held: list[Any] = []
+        last_change = self.state.now or 0.0
         while True:
             t_done = self._next_completion()
             t_input = pending_input.time if pending_input is not None else math.inf
@@ -109,11 +116,30 @@ class Engine:
                 event = ev.ClockTick(
                     id=f"{prefix}-tick-{ticks}", time=t, cluster=self.cluster, actor=SIMULATOR
                 )
+                if horizon is None and pending_input is None and math.isinf(t_done):
+                    records = list(self._handle(event))
+                    if all(r.type == "clock.tick" for r in records):
+                        held.extend(records)
+                        if self._settled(t, last_change):
+                            self.stalled_at = last_change
+                            break
+                        continue
+                    yield from held
+                    held.clear()
+                    yield from records
+                    last_change = t
+                    if self.on_time is not None:
+                        self.on_time(t)
+                    continue
             yield from self._handle(event)
+            last_change = t
             if event.id in lose_work_at and event.type == "host.health" and not event.healthy:
                 yield from self._lose_work(event.host, t)
             if self.on_time is not None:
                 self.on_time(t)
+        if self.stalled_at is None:
+            yield from held  # the run ended by itself: they are part of it
+            held.clear()
         if horizon is not None and self.state.now < horizon:
             # The run is measured up to its horizon (idle and waiting time after the
             # last event count): journal that moment, so the journal alone says where
@@ -126,7 +152,30 @@ class Engine:
             )
             if self.on_time is not None:
                 self.on_time(horizon)
-        self.end_time = horizon if horizon is not None else self.state.now
+        if horizon is not None:
+            self.end_time = horizon
+        else:
+            self.end_time = self.stalled_at if self.stalled_at is not None else self.state.now
+
+    def _settled(self, now: float, last_change: float) -> bool:
+        """Whether nothing can change any more, with no input or completion to come: no
+        decision for a whole window and two buckets (every allocation's usage in the
+        window, and so every ratio and rank, now stays as it is), no protection left to
+        end and no expected end ahead (reservations read both). Waiting work then waits
+        for ever: behind work that never ends (a trace's job without a runtime) or for
+        GPUs of hosts that stay unhealthy. Without this the run ticked at every bucket
+        edge for ever, its journal growing by gigabytes."""
+        state = self.state
+        config = state.config
+        if now - last_change < config.window + 2 * config.bucket:
+            return False
+        if math.isfinite(state.next_protection_end() or math.inf):
+            return False
+        return all(
+            w.start + w.expected_runtime <= now
+            for w in state.workloads.values()
+            if w.state == RUNNING and w.expected_runtime is not None
+        )
 
     def resume(
         self, state: State, work: Mapping[str, float | None], done: Mapping[str, float]

@@ -676,6 +676,24 @@ def _contended_idle_rows(idle: dict[str, Any] | None) -> list[list[str]]:
     return rows
 
 
+def _wait_cards(waits: dict[str, Any], submitted: Any) -> list[tuple[str, str]]:
+    """The median and p90 wait and the workloads submitted, saying how many never
+    started when some did not: the percentiles are of started work only, so "p90 wait
+    0 s" stood alone when half the work never ran."""
+    never = waits.get("unplaced") or 0
+    if not never:
+        return [
+            ("median wait", fmt_dur(waits.get("p50"))),
+            ("p90 wait", fmt_dur(waits.get("p90"))),
+            ("workloads submitted", fmt_num(submitted)),
+        ]
+    return [
+        ("median wait (of work that started)", fmt_dur(waits.get("p50"))),
+        ("p90 wait (of work that started)", fmt_dur(waits.get("p90"))),
+        (f"of {fmt_num(submitted)} submitted never started", fmt_num(never)),
+    ]
+
+
 def _cards(summary: dict[str, Any]) -> str:
     d = summary.get("delivered") or {}
     wl = summary.get("workloads") or {}
@@ -686,9 +704,7 @@ def _cards(summary: dict[str, Any]) -> str:
         ("occupancy", fmt_pct(summary.get("occupancy"))),
         ("contended occupancy", fmt_pct(summary.get("occupancy_contended"))),
         ("unallocated share of busy", fmt_pct(summary.get("unallocated_fraction"))),
-        ("median wait", fmt_dur(waits.get("p50"))),
-        ("p90 wait", fmt_dur(waits.get("p90"))),
-        ("workloads submitted", fmt_num(wl.get("submitted"))),
+        *_wait_cards(waits, wl.get("submitted")),
         ("preemptions", fmt_num(summary.get("preemptions"))),
     ]
     return (

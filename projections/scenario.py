@@ -261,6 +261,20 @@ def _unwrap(annotation: Any) -> Any:
 ENGINE_KEYS = ("checkpoint_loss",)
 
 
+def check_override_keys(overrides: dict[str, Any]) -> None:
+    """Refuse `--set` keys that are no config key, as `allot simulate` does (a replay's
+    own check said "unknown config key", without naming --set or the key meant)."""
+    known = [*ENGINE_KEYS, *SchedulerConfig.model_fields]
+    for key in overrides:
+        if key in known:
+            continue
+        hint = difflib.get_close_matches(key, known, n=1)
+        meant = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ScenarioError(
+            f"--set: {key}: unknown key {key!r}{meant}; known keys: {', '.join(known)}"
+        )
+
+
 def _describe(
     source: str,
     error: ValidationError,

@@ -207,7 +207,7 @@ def run_policy(
     (and its partial journal in the .partial folder). `swap=False` leaves them there,
     for the caller to add the reports and `swap_in` (runs sharing a gantt window)."""
     from domain.policies import UnknownPolicy, resolve_ordering
-    from projections.summary import summarize
+    from projections.summary import iso, summarize
 
     try:
         resolve_ordering(policy)
@@ -242,6 +242,10 @@ def run_policy(
         # of this run reads it here (`run_engine_options`)
         "checkpoint_loss_s": options.checkpoint_loss,
     }
+    if engine.stalled_at is not None:
+        # a run without a horizon whose waiting work could never start: it stopped at
+        # its last change instead of ticking for ever (the command warns)
+        summary["engine"]["stalled_at"] = iso(engine.stalled_at)
     (work / "summary.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     if reports:
         write_reports(work, summary, gantt_window=gantt_window, source=target / "journal.jsonl")

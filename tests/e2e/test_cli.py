@@ -913,3 +913,41 @@ def test_a_gantt_window_after_the_run_is_warned_about(tmp_path: Path) -> None:
     (line,) = result.stderr.splitlines()
     assert line.startswith("warning: fairshare: --gantt-window starts after the run ended (")
     assert line.endswith(" in): its GPU timeline is empty")
+
+
+NEVER_STARTS = """\
+cluster: {name: tiny, hosts: 2, gpus_per_host: 8}
+allocations:
+  - {path: lab/a, weight: 1}
+  - {path: lab/b, weight: 1}
+config: {headroom_hosts: 0}
+health:
+  - {at: 10m, host: h1, healthy: false, reason: xid-79}
+workloads:
+  - trace: {file: jobs.csv, format: allot-csv}
+"""
+
+
+def test_simulate_without_a_horizon_ends_when_waiting_work_can_never_start(
+    tmp_path: Path,
+) -> None:
+    # h1 fails for good at 10 min; the 16-GPU job can never start. Without a horizon the
+    # run used to tick at every bucket edge for ever, its journal growing by gigabytes
+    (tmp_path / "jobs.csv").write_text(
+        "submit_time,runtime,gpus,allocation,min_runtime\n0,1h,8,lab/a,15m\n20m,1h,16,lab/b,15m\n"
+    )
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(NEVER_STARTS)
+    out = tmp_path / "out"
+    result = allot("simulate", str(scenario), "--out", str(out), "--no-report", "-q")
+    assert result.returncode == 0, result.stderr
+    (warning,) = result.stderr.splitlines()
+    assert warning.startswith("warning: fairshare: nothing could change after 2026-01-01T01:00:00Z")
+    assert "1 workload still waiting" in warning and "set a horizon" in warning
+    summary = orjson.loads((out / "fairshare" / "summary.json").read_bytes())
+    assert summary["engine"]["stalled_at"] == "2026-01-01T01:00:00Z"
+    assert summary["period"]["end_iso"] == "2026-01-01T01:00:00Z"
+    assert summary["workloads"]["unfinished"] == 1
+    assert summary["wait_s"]["all"]["unplaced"] == 1
+    verify = allot("replay", str(out / "fairshare" / "journal.jsonl"), "--verify")
+    assert verify.returncode == 0, verify.stderr

@@ -109,6 +109,18 @@ def test_replay_verify_refuses_options_it_would_ignore(
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_replay_set_with_a_typo_says_which_key_was_meant_as_simulate_does(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    """`--set windw=1d` said "unknown config key 'windw' (known: ...)" on replay, where
+    simulate names --set and the key meant."""
+    replayed = allot("replay", str(tiny_journal), "--set", "windw=1d", "--out", str(tmp_path))
+    simulated = allot("simulate", str(TINY), "--set", "windw=1d", "--out", str(tmp_path))
+    one_line_error(replayed, "--set: windw: unknown key 'windw' (did you mean 'window'?)")
+    assert replayed.stderr == simulated.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 DRAINS = FIXTURES.parent.parent / "projections" / "fixtures" / "drains.yaml"
 NO_CHANGE = {"", "+0", "+0s", "+0.0", "+0.000"}
 

@@ -69,6 +69,32 @@ def test_compare_refuses_what_is_not_a_runs_summary(
         load_summary(folder)
 
 
+def test_compare_names_the_runs_an_out_folder_holds(tmp_path: Path) -> None:
+    """`allot compare out-a out-b` on two --out folders said only "no summary.json here",
+    although each held the runs to pass."""
+    for policy in ("fairshare", "legacy-priority"):
+        (tmp_path / policy).mkdir()
+        (tmp_path / policy / "summary.json").write_bytes(b"{}")
+    with pytest.raises(JournalError) as why:
+        load_summary(tmp_path)
+    assert str(why.value) == (
+        f"{tmp_path}: no summary.json here; pass one of the runs in it: "
+        f"{tmp_path / 'fairshare'} or {tmp_path / 'legacy-priority'}"
+    )
+
+
+def test_compare_given_a_runs_journal_names_its_folder(tmp_path: Path) -> None:
+    """A journal passed for a run was reported as "not valid JSON (unexpected content
+    after document: line 2 column 1)"."""
+    run = tmp_path / "fairshare"
+    run.mkdir()
+    (run / "summary.json").write_bytes(b"{}")
+    (run / "journal.jsonl").write_bytes(b'{"type": "config.set"}\n{"type": "clock.tick"}\n')
+    with pytest.raises(JournalError) as why:
+        load_summary(run / "journal.jsonl")
+    assert str(why.value) == f"{run / 'journal.jsonl'}: not a summary; pass its run folder {run}"
+
+
 def _waits(p90: float, started: int, never: int) -> dict[str, Any]:
     return {"p50": p90 / 2, "p90": p90, "count": started, "unplaced": never}
 

@@ -145,3 +145,90 @@ def test_a_failure_not_named_drains_the_host_as_before() -> None:
     finished = [r for r in records if r.type == "workload.finished"]
     # protected until 7200 s, so it keeps running on the sick host until it is done
     assert [(round(r.time - T0), r.attempt) for r in finished] == [(3600, 1)]
+
+
+# --- a run without a horizon whose waiting work can never start ---------------------
+
+# far more records than any of these runs has: a run that ticks for ever passes it
+RECORD_LIMIT = 5_000
+
+
+def _two_teams(hosts: int) -> list:
+    setup = [
+        ev.HostRegistered(id=f"h{i}", time=T0, cluster="c", host=f"h{i}", gpus=8)
+        for i in range(hosts)
+    ]
+    for path in ("lab", "lab/a", "lab/b"):
+        setup.append(ev.BudgetSet(id=path, time=T0, cluster="c", allocation=path, weight=1))
+    return setup
+
+
+def _job(workload: str, at: float, allocation: str, gpus: int, **contract: object) -> object:
+    fields: dict = {"min_runtime": 900, "resumable": False, "runtime": 3600.0, **contract}
+    return ev.WorkloadSubmitted(
+        id=f"s-{workload}",
+        time=T0 + at,
+        cluster="c",
+        workload=workload,
+        allocation=allocation,
+        gpus=gpus,
+        **fields,
+    )
+
+
+def _bounded_run(engine: Engine, setup: list, inputs: list) -> list:
+    from itertools import islice
+
+    records = list(islice(engine.run(setup, inputs, T0), RECORD_LIMIT))
+    assert len(records) < RECORD_LIMIT, "the run did not stop: it ticks for ever"
+    return records
+
+
+def test_a_run_stops_when_waiting_work_needs_a_host_that_stays_unhealthy() -> None:
+    # h1 fails at 10 min for good; the 16-GPU job submitted at 20 min can never start
+    inputs = [
+        _job("small", 0, "lab/a", 8),
+        ev.HostHealth(id="sick", time=T0 + 600, cluster="c", host="h1", healthy=False),
+        _job("whole", 1200, "lab/b", 16),
+    ]
+    engine = Engine("c", SchedulerConfig(), EngineOptions())
+    records = _bounded_run(engine, _two_teams(2), inputs)
+    # it ends where its last change was (the small job's end), without the ticks that
+    # followed it to no effect, so its period and a replay of its journal end there too
+    assert records[-1].type == "workload.finished" and records[-1].workload == "small"
+    assert engine.stalled_at == engine.end_time == T0 + 3600
+    assert "whole" in engine.state.workloads  # still waiting: unfinished, not dropped
+
+
+@pytest.mark.parametrize("ordering", ["fairshare", "legacy-priority"])
+def test_a_run_stops_when_waiting_work_is_behind_work_that_never_ends(ordering: str) -> None:
+    # a trace's job that never ended (no runtime) holds half the host for ever; the
+    # whole-host job of the same team can never start, nor can anything preempt for it
+    inputs = [
+        _job("forever", 0, "lab/a", 4, runtime=None),
+        _job("whole", 60, "lab/a", 8),
+    ]
+    engine = Engine("c", SchedulerConfig(ordering=ordering), EngineOptions())
+    records = _bounded_run(engine, _two_teams(1), inputs)
+    assert engine.stalled_at == T0 + 60
+    assert records[-1].time == T0 + 60
+
+
+def test_ticks_before_a_late_decision_are_journaled_as_before() -> None:
+    # nothing happens for two hours while the never-ending job is protected; then its
+    # protection ends and the other team's waiting job preempts it: the ticks of those
+    # two hours are part of the run (a replay needs them), and the run ends by itself
+    inputs = [
+        _job("forever", 0, "lab/a", 8, runtime=None, min_runtime=7200, resumable=True),
+        _job("next", 60, "lab/b", 8),
+    ]
+    config = SchedulerConfig(window=3600, bucket=900, max_min_runtime=7200)
+    engine = Engine("c", config, EngineOptions())
+    records = _bounded_run(engine, _two_teams(1), inputs)
+    ticks = [round(r.time - T0) for r in records if r.type == "clock.tick"]
+    assert ticks[:8] == [900 * i for i in range(1, 9)]
+    preempted = next(r for r in records if r.type == "workload.preempted")
+    assert (preempted.workload, round(preempted.time - T0)) == ("forever", 7200)
+    assert engine.stalled_at is None
+    times = [r.time for r in records]
+    assert times == sorted(times)

@@ -268,3 +268,35 @@ def test_the_share_beside_owed_says_when_a_budget_change_moved_it(
     cells = re.findall(r'<td class="num">(.*?)</td>', row.group(1), re.S)
     assert cells[:2] == [share, owed]
     assert "share (at the end)" in text and "with the share in force that hour" in text
+
+
+def _cards_of(text: str) -> list[tuple[str, str]]:
+    return re.findall(
+        r'<div class="card"><div class="v">([^<]*)</div><div class="k">([^<]*)<', text
+    )
+
+
+def test_headline_waits_say_how_much_work_never_started(tmp_path):
+    """The cards showed "p90 wait 0 s" for a run where half the work never started: the
+    percentiles are of started work only, and nothing beside them said so."""
+    j = JournalBuilder()
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("a1", "lab/a", 8, tags=("train",)).place("a1", {"h0": H8})
+    j.submit("a2", "lab/a", 8, tags=("train",))  # waits to the end
+    j.at(HOUR).add("clock.tick")
+    journal = j.write(tmp_path / "journal.jsonl")
+    summary = summarize(journal, policy="fairshare")
+    text = write_report(journal, summary, tmp_path / "report.html").read_text(encoding="utf-8")
+    cards = _cards_of(text)
+    assert ("0 s", "p90 wait (of work that started)") in cards
+    assert ("1", "of 2 submitted never started") in cards
+    assert not any(label == "p90 wait" for _, label in cards)
+
+
+def test_headline_waits_of_a_run_where_all_work_started(report):
+    _, text, summary = report
+    cards = _cards_of(text)
+    assert ("5.0 min", "median wait") not in cards  # d1 waited 300 s; a1, f1, x1 none
+    assert ("0 s", "median wait") in cards
+    assert (str(summary["workloads"]["submitted"]), "workloads submitted") in cards
+    assert not any("never started" in label for _, label in cards)
