@@ -1228,3 +1228,35 @@ def test_a_request_written_to_an_inbox_renamed_away_meanwhile_is_written_again(
     _append(path, b"second\n")
     assert moved.read_bytes() == b"first\nsecond\n"
     assert path.read_bytes() == b"second\n"
+
+
+def test_serve_once_says_it_stopped_on_sigterm(tmp_path: Path) -> None:
+    """`allot serve --once` took SIGTERM's default action: it died without a word (exit
+    -15), where plain `allot serve` finishes its batch and says where it stopped. Here
+    the stop comes while --once waits for the folder lock to write its first batch."""
+    data = tmp_path / "data"
+    append_requests(data, setup_requests())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    with folder_lock(data):  # its first journal write waits for this lock
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "serve", "--data", str(data), "--once"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            started = proc.stdout.readline()  # said once recovered, before the drain
+            assert "resumed at inbox offset 0" in started, (started, proc.stderr)
+            proc.send_signal(signal.SIGTERM)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (out, err)
+    assert "Traceback" not in err, err
+    last = out.splitlines()[-1]
+    assert last.startswith("allot serve: stopped at inbox offset "), out
+    stopped_at = int(last.split()[6])  # before or after its batch: never within one
+    assert stopped_at in (0, len(setup_requests())), out
+    assert {r["inbox"][1] for r in journal_records(data)} == set(range(stopped_at))
