@@ -98,7 +98,13 @@ _CHUNK = 1 << 20
 
 
 class EmbeddedError(Exception):
-    """A problem with an embedded journal folder: one line for the user."""
+    """A problem with an embedded journal folder: one line for the user. `errno` is the
+    failed system call's, when one failed (so a caller can tell a folder it may not
+    write, which waiting does not cure, from a full disk)."""
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class AlreadyServing(EmbeddedError):
@@ -116,7 +122,9 @@ def _folder(folder: Path | str, *, create: bool = True) -> Path:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as why:
-            raise EmbeddedError(f"cannot create {path}: {why.strerror or why}") from None
+            raise EmbeddedError(
+                f"cannot create {path}: {why.strerror or why}", errno=why.errno
+            ) from None
     return path
 
 
@@ -127,7 +135,7 @@ def folder_lock(folder: Path | str, *, shared: bool = False) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as why:
-        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}") from None
+        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}", errno=why.errno) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
@@ -174,7 +182,7 @@ def _append(path: Path, data: bytes, tries: int = 3) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as why:
-        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}") from None
+        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}", errno=why.errno) from None
     whole: int | None = None
     try:
         size = os.fstat(fd).st_size
@@ -191,7 +199,9 @@ def _append(path: Path, data: bytes, tries: int = 3) -> None:
         if whole is not None:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, whole)
-        raise EmbeddedError(f"cannot write {path}: {why.strerror or why}") from None
+        raise EmbeddedError(
+            f"cannot write {path}: {why.strerror or why}", errno=why.errno
+        ) from None
     else:
         written_to = os.fstat(fd)
     finally:
