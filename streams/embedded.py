@@ -719,7 +719,12 @@ class EmbeddedScheduler:
         self.dead_lettered = 0  # inbox records written to DIR/dlq.jsonl since start
 
     # ------------------------------------------------------------ lifecycle
-    def _take_serve_lock(self) -> None:
+    def take_serve_lock(self) -> None:
+        """Hold DIR/.serve.lock (one `allot serve` per folder), or raise AlreadyServing.
+        `start` takes it if this was not called first; a caller that says anything
+        about serving (a metrics URL) calls it first, so a refusal comes before that."""
+        if self._serve_fd is not None:
+            return
         path = self.folder / SERVE_LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -760,7 +765,7 @@ class EmbeddedScheduler:
 
     def start(self) -> Recovery:
         """Take the serve lock and rebuild the state (see `_recover`)."""
-        self._take_serve_lock()
+        self.take_serve_lock()
         # a re-base that died before its swap (only a serve, holding that lock, writes it)
         (self.folder / f"{INBOX_FILE}.tmp").unlink(missing_ok=True)
         try:

@@ -392,11 +392,14 @@ def _serve_embedded(
         on_journal=metrics.feed if metrics else None,
         snapshot_every=snapshot_s,
     )
-    if metrics is not None:
-        metrics.start()  # answering while it recovers (a long recovery looked dead)
+    # a folder another serve holds is refused before the metrics URL is said
+    scheduler.take_serve_lock()
     try:
+        if metrics is not None:
+            metrics.start()  # answering while it recovers (a long recovery looked dead)
         recovery = _recover_unless_stopped(scheduler)
     except BaseException:
+        scheduler.close()
         if metrics is not None:
             metrics.stop()
         raise

@@ -371,6 +371,14 @@ def test_recovery_from_any_crash_point_rewrites_the_same_journal(tmp_path: Path)
         assert (folder / DLQ_FILE).read_bytes() == dlq, f"crash state {n}"
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_serve_refuses_a_second_scheduler_and_a_wrong_cluster(tmp_path: Path) -> None:
     append_requests(tmp_path, setup_requests())
     first = EmbeddedScheduler(tmp_path, "default")
@@ -381,6 +389,13 @@ def test_serve_refuses_a_second_scheduler_and_a_wrong_cluster(tmp_path: Path) ->
         assert result.returncode == 2
         assert "already running" in result.stderr and str(os.getpid()) in result.stderr
         assert "Traceback" not in result.stderr
+        # with --metrics-port it said "metrics on http://..." before refusing the folder
+        result = allot("serve", "--data", str(tmp_path), "--metrics-port", str(free_port()))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            f"error: another `allot serve` is already running on {tmp_path} "
+            f"(pid {os.getpid()}); one scheduler per folder"
+        ]
         first.drain()
     finally:
         first.close()
