@@ -10,6 +10,8 @@ Files in DIR:
 - `journal.jsonl` — journal records exactly as `SchedulerCore` encodes them (each
   carries `inbox: [0, offset]` of the input that caused it).
 - `dlq.jsonl` — dead letters: `{"inbox": [0, offset], "error": ..., "value": ...}`.
+- `.clock` — the last request stamp, and the time since boot it was taken at (see
+  "the inbox clock" below: stamps follow neither the wall clock's steps back nor freeze).
 - `.lock` — `fcntl.flock` taken around every append, so several `allot` commands and
   one `allot serve` share the folder; `.serve.lock` — held by the one `allot serve`.
 
@@ -98,7 +100,13 @@ _CHUNK = 1 << 20
 
 
 class EmbeddedError(Exception):
-    """A problem with an embedded journal folder: one line for the user."""
+    """A problem with an embedded journal folder: one line for the user. `errno` is the
+    failed system call's, when one failed (so a caller can tell a folder it may not
+    write, which waiting does not cure, from a full disk)."""
+
+    def __init__(self, message: str, *, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
 
 
 class AlreadyServing(EmbeddedError):
@@ -116,7 +124,9 @@ def _folder(folder: Path | str, *, create: bool = True) -> Path:
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as why:
-            raise EmbeddedError(f"cannot create {path}: {why.strerror or why}") from None
+            raise EmbeddedError(
+                f"cannot create {path}: {why.strerror or why}", errno=why.errno
+            ) from None
     return path
 
 
@@ -127,7 +137,7 @@ def folder_lock(folder: Path | str, *, shared: bool = False) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as why:
-        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}") from None
+        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}", errno=why.errno) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
@@ -174,7 +184,7 @@ def _append(path: Path, data: bytes, tries: int = 3) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as why:
-        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}") from None
+        raise EmbeddedError(f"cannot open {path}: {why.strerror or why}", errno=why.errno) from None
     whole: int | None = None
     try:
         size = os.fstat(fd).st_size
@@ -191,7 +201,9 @@ def _append(path: Path, data: bytes, tries: int = 3) -> None:
         if whole is not None:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, whole)
-        raise EmbeddedError(f"cannot write {path}: {why.strerror or why}") from None
+        raise EmbeddedError(
+            f"cannot write {path}: {why.strerror or why}", errno=why.errno
+        ) from None
     else:
         written_to = os.fstat(fd)
     finally:
@@ -245,17 +257,81 @@ def decode_request(line: bytes, offset: int, last_ts: float = 0.0) -> InboxRecor
     return InboxRecord(PARTITION, offset, last_ts, line)
 
 
+# ------------------------------------------------------------------ the inbox clock
+#
+# A request's `ts` is the scheduler's event time for it (as a broker's timestamp is), so
+# it must not follow the wall clock's steps back: the scheduler clamps event time to
+# never go back, and an NTP step back of an hour froze time in the journal for that hour
+# (ticks all at one time, no protection ending, no usage accruing). Stamps are therefore
+# taken under the folder lock from DIR/.clock, the last stamp with the time since boot
+# it was taken at: the next stamp is the wall clock, or the last stamp plus the time
+# since boot that has passed, whichever is later. A step back is not taken (time in the
+# log goes on at its own pace, ahead of the wall clock by the step); a step forward is
+# taken once; a step back and its correction cancel out. Across a reboot (no time since
+# boot to compare) the log stays as far ahead of the wall clock as it was.
+
+CLOCK_FILE = ".clock"
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def wall_clock() -> float:
+    """Seconds since the epoch (tests replace it to step the clock)."""
+    return time.time()
+
+
+def since_boot() -> float:
+    """Seconds since boot, suspend included: unaffected by steps of the wall clock."""
+    return time.clock_gettime(getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC))
+
+
+def _boot_id() -> str | None:
+    try:
+        return _BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def next_stamp(last: dict[str, Any] | None, wall: float, booted: float, boot: str | None) -> float:
+    """The stamp after `last` (DIR/.clock's record, or None) at wall time `wall`,
+    `booted` seconds since boot `boot`: never before the last one, never frozen."""
+    if last is None:
+        return wall
+    try:
+        last_ts, last_wall = float(last["ts"]), float(last["wall"])
+        last_booted, last_boot = float(last["booted"]), last.get("boot")
+    except (KeyError, TypeError, ValueError):
+        return wall
+    if boot is not None and boot == last_boot and booted >= last_booted:
+        return max(wall, last_ts + (booted - last_booted))
+    return max(wall + max(0.0, last_ts - last_wall), last_ts)  # another boot
+
+
+def _inbox_stamp(folder: Path) -> float:
+    """The next request stamp (call with the folder lock held), recorded in DIR/.clock."""
+    path = folder / CLOCK_FILE
+    try:
+        last = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        last = None  # none yet, or cut short by a crash: start from the wall clock
+    wall, booted, boot = wall_clock(), since_boot(), _boot_id()
+    stamp = next_stamp(last if isinstance(last, dict) else None, wall, booted, boot)
+    record = {"ts": stamp, "wall": wall, "booted": booted, "boot": boot}
+    with contextlib.suppress(OSError):  # a clock that cannot be kept: the wall clock then
+        path.write_bytes(orjson.dumps(record))
+    return stamp
+
+
 def append_requests(
     folder: Path | str, values: Iterable[bytes | str | dict[str, Any]], ts: float | None = None
 ) -> None:
-    """Append requests to DIR/inbox.jsonl, stamped with the append time (taken under the
-    lock, so stamps follow line order unless the wall clock steps back)."""
+    """Append requests to DIR/inbox.jsonl, stamped with the inbox clock (above; taken
+    under the lock, so stamps follow line order and never go back) unless `ts` is given."""
     path = _folder(folder)
     values = list(values)
     if not values:
         return
     with folder_lock(path):
-        stamp = time.time() if ts is None else ts
+        stamp = _inbox_stamp(path) if ts is None else ts
         data = b"".join(encode_request(v, stamp) + b"\n" for v in values)
         _append(path / INBOX_FILE, data)
 
@@ -709,7 +785,12 @@ class EmbeddedScheduler:
         self.dead_lettered = 0  # inbox records written to DIR/dlq.jsonl since start
 
     # ------------------------------------------------------------ lifecycle
-    def _take_serve_lock(self) -> None:
+    def take_serve_lock(self) -> None:
+        """Hold DIR/.serve.lock (one `allot serve` per folder), or raise AlreadyServing.
+        `start` takes it if this was not called first; a caller that says anything
+        about serving (a metrics URL) calls it first, so a refusal comes before that."""
+        if self._serve_fd is not None:
+            return
         path = self.folder / SERVE_LOCK_FILE
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -750,7 +831,7 @@ class EmbeddedScheduler:
 
     def start(self) -> Recovery:
         """Take the serve lock and rebuild the state (see `_recover`)."""
-        self._take_serve_lock()
+        self.take_serve_lock()
         # a re-base that died before its swap (only a serve, holding that lock, writes it)
         (self.folder / f"{INBOX_FILE}.tmp").unlink(missing_ok=True)
         try:

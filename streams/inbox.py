@@ -12,6 +12,7 @@ or an ACL denial is one line too.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import threading
@@ -26,7 +27,14 @@ from streams import kafka_auth, topics
 from streams.bootstrap import BootstrapError
 from streams.bootstrap import parse_bootstrap as _parse_bootstrap
 from streams.broker_watch import answers
-from streams.embedded import JOURNAL_FILE, EmbeddedError, LineReader, append_requests
+from streams.embedded import (
+    INBOX_FILE,
+    JOURNAL_FILE,
+    EmbeddedError,
+    LineReader,
+    append_requests,
+    folder_lock,
+)
 from streams.kafka_clients import cancel_leftovers, quiet_stop, unreachable
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
@@ -41,6 +49,20 @@ Match = Callable[[dict[str, Any]], bool]
 
 class InboxError(Exception):
     """The request could not be sent (broker unreachable, folder unusable): one line."""
+
+
+class InboxRefused(InboxError):
+    """The inbox can never take the request as things stand (a folder this process may
+    not write, a read-only file system): sending it again does not help."""
+
+
+# what an embedded inbox answers when only a person can fix it (a full disk may free up)
+_LASTING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR})
+
+
+def _inbox_error(why: EmbeddedError) -> InboxError:
+    lasting = why.errno in _LASTING_ERRNOS
+    return (InboxRefused if lasting else InboxError)(str(why))
 
 
 # ------------------------------------------------------------------ identity
@@ -139,7 +161,22 @@ class EmbeddedInbox:
         try:
             append_requests(self.folder, encode_requests(requests))
         except EmbeddedError as why:
-            raise InboxError(str(why)) from None
+            raise _inbox_error(why) from None
+
+    def check(self) -> None:
+        """Raise InboxRefused now if this process cannot write the folder's inbox, so a
+        long-running sender (the executor) says so at its start, not at its first send."""
+        try:
+            with folder_lock(self.folder, shared=True):  # opens DIR/.lock for writing
+                inbox = self.folder / INBOX_FILE
+                if inbox.exists():
+                    os.close(os.open(inbox, os.O_WRONLY | os.O_APPEND))
+        except EmbeddedError as why:
+            raise _inbox_error(why) from None
+        except OSError as why:
+            raise _inbox_error(
+                EmbeddedError(f"cannot write {inbox}: {why.strerror or why}", errno=why.errno)
+            ) from None
 
     def send_and_wait(
         self,

@@ -919,6 +919,7 @@ class KafkaTail:
         self.cluster = cluster
         self.positions: dict[int, tuple[int, str | None]] = {}
         self.count = 0
+        self._none_yet: EmptyJournal | None = None  # said while the cluster has no record
 
     def read(self) -> tuple[list[bytes], Any]:
         lines: list[bytes] = []
@@ -927,11 +928,22 @@ class KafkaTail:
             lines.extend(batch)
             positions = after
         if not self.count and not lines:
-            # read once more, whole, for the error naming the clusters the topic holds
-            for _ in journal_lines(kafka=self.bootstrap, cluster=self.cluster):
-                break  # records came in meanwhile: the next refresh reads them
-            raise _no_kafka_records(self.bootstrap, self.cluster)
+            # none of the cluster's: the next read goes on after what was read (a poller
+            # waiting for a new cluster's first record read the whole topic each time)
+            self.positions = positions
+            if self._none_yet is None:
+                self._none_yet = self._no_records()
+            raise self._none_yet
         return lines, (positions, self.count + len(lines))
+
+    def _no_records(self) -> EmptyJournal:
+        """Why a read found nothing, naming the clusters the topic holds (read whole)."""
+        try:
+            for _ in journal_lines(kafka=self.bootstrap, cluster=self.cluster):
+                break  # records came in meanwhile: the next read returns them
+        except EmptyJournal as why:
+            return why
+        return _no_kafka_records(self.bootstrap, self.cluster)
 
     def advance(self, mark: Any) -> None:
         self.positions, self.count = mark

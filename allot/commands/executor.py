@@ -233,14 +233,17 @@ def send_retrying(
 ) -> bool:
     """Send the reports, retrying while the inbox cannot take them (a broker restart):
     the same requests again, so one that did arrive is only a duplicate id the scheduler
-    rejects. False if `stop` was set first."""
-    from streams.inbox import InboxError
+    rejects. False if `stop` was set first. An inbox that refuses for good (a folder
+    it may not write: InboxRefused) is not retried: that error is raised at once."""
+    from streams.inbox import InboxError, InboxRefused
 
     attempt = 0
     while True:
         try:
             inbox.send(batch)
             return True
+        except InboxRefused:
+            raise
         except InboxError as why:
             wait = RETRY_S[min(attempt, len(RETRY_S) - 1)]
             attempt += 1
@@ -283,9 +286,12 @@ def run_executor(
                 _feed(launcher, line)
     except EmptyJournal:
         pass
+    inbox = open_inbox(target)
+    check = getattr(inbox, "check", None)  # a folder it may not write: say so now, once
+    if check is not None:
+        check()
     if banner and log:
         log(banner)
-    inbox = open_inbox(target)
     records: queue.Queue[Any] = queue.Queue(maxsize=10_000)
     reading = not once
     thread = None

@@ -392,11 +392,14 @@ def _serve_embedded(
         on_journal=metrics.feed if metrics else None,
         snapshot_every=snapshot_s,
     )
-    if metrics is not None:
-        metrics.start()  # answering while it recovers (a long recovery looked dead)
+    # a folder another serve holds is refused before the metrics URL is said
+    scheduler.take_serve_lock()
     try:
+        if metrics is not None:
+            metrics.start()  # answering while it recovers (a long recovery looked dead)
         recovery = _recover_unless_stopped(scheduler)
     except BaseException:
+        scheduler.close()
         if metrics is not None:
             metrics.stop()
         raise
@@ -409,8 +412,7 @@ def _serve_embedded(
         )
         return
     stop = _StopFlag()
-    if not once:
-        _install_stop_handlers(stop)
+    _install_stop_handlers(stop)  # --once too: SIGTERM's default ended it without a word
     try:
         if metrics is not None:
             metrics.ready()
@@ -434,7 +436,7 @@ def _serve_embedded(
         if note is not None:
             typer.echo(f"allot serve: note: {note}", err=True)
         if once:
-            scheduler.drain()
+            _drain_unless_stopped(scheduler, stop, batch)
         else:
             tick_failures = _AtMostEvery(60.0)
             next_tick = time.monotonic() + tick_s
@@ -464,6 +466,13 @@ def _serve_embedded(
         + (f"; {plural(dead, 'input')} to the dead-letter file {folder / DLQ_FILE}" if dead else "")
         + ")"
     )
+
+
+def _drain_unless_stopped(scheduler: Any, stop: _StopFlag, batch: int) -> None:
+    """`--once`: fold what the inbox holds now (as `scheduler.drain()`), batch by batch
+    until a stop is asked for."""
+    while not stop.is_set() and scheduler.step() >= batch:
+        pass
 
 
 class _AtMostEvery:

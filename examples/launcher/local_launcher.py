@@ -38,7 +38,7 @@ from urllib.parse import quote, unquote
 
 from allot.commands.common import resolve_target
 from allot.commands.executor import send_retrying
-from streams.inbox import make_request, open_inbox
+from streams.inbox import InboxRefused, make_request, open_inbox
 from streams.sources import SourceError, journal_tail
 
 POLL_S = 0.5
@@ -220,8 +220,11 @@ class Launcher:
         log(f"reported {wid} attempt {attempt} {outcome} {extra}")
 
     def send(self, request: dict[str, Any]) -> None:
-        if not send_retrying(self.inbox, [request], self.stop, log):
-            raise SystemExit(0)  # asked to stop while the inbox was down
+        try:  # retried while the inbox is down; one it may not write ends the launcher
+            if not send_retrying(self.inbox, [request], self.stop, log):
+                raise SystemExit(0)  # asked to stop while the inbox was down
+        except InboxRefused as why:
+            raise SystemExit(f"local_launcher: error: {why}") from None
 
 
 def main() -> None:

@@ -88,3 +88,37 @@ def test_ctrl_c_says_interrupted(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert err.splitlines() == ["interrupted"], err
+
+
+def test_an_inbox_it_may_not_write_is_not_retried(tmp_path: Path) -> None:
+    """A folder whose inbox cannot be written (read-only, not its owner's; here the inbox
+    is a folder) failed every send the same way, and the executor retried for ever."""
+    import threading
+
+    from allot.commands import executor
+    from streams.inbox import EmbeddedInbox, InboxRefused
+
+    (tmp_path / "inbox.jsonl").mkdir()
+    stop, logged = threading.Event(), []
+
+    def log(message: str) -> None:  # a retry would log, then stop
+        logged.append(message)
+        stop.set()
+
+    with pytest.raises(InboxRefused, match=r"inbox\.jsonl"):
+        executor.send_retrying(EmbeddedInbox(tmp_path), [{"id": "r1"}], stop, log)
+    assert logged == []
+
+
+def test_the_executor_says_once_that_it_cannot_write_the_inbox(tmp_path: Path) -> None:
+    """It started, followed the journal and met the problem only at its first report,
+    then retried that report for ever: now it says what is wrong at its start, exit 2."""
+    from tests.e2e.cli import one_line_error
+
+    (tmp_path / "inbox.jsonl").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "allot.cli", "executor", "--simulate", "--data", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    one_line_error(result, str(tmp_path / "inbox.jsonl"), "Is a directory")

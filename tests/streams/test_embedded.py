@@ -371,6 +371,14 @@ def test_recovery_from_any_crash_point_rewrites_the_same_journal(tmp_path: Path)
         assert (folder / DLQ_FILE).read_bytes() == dlq, f"crash state {n}"
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_serve_refuses_a_second_scheduler_and_a_wrong_cluster(tmp_path: Path) -> None:
     append_requests(tmp_path, setup_requests())
     first = EmbeddedScheduler(tmp_path, "default")
@@ -381,6 +389,13 @@ def test_serve_refuses_a_second_scheduler_and_a_wrong_cluster(tmp_path: Path) ->
         assert result.returncode == 2
         assert "already running" in result.stderr and str(os.getpid()) in result.stderr
         assert "Traceback" not in result.stderr
+        # with --metrics-port it said "metrics on http://..." before refusing the folder
+        result = allot("serve", "--data", str(tmp_path), "--metrics-port", str(free_port()))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.splitlines() == [
+            f"error: another `allot serve` is already running on {tmp_path} "
+            f"(pid {os.getpid()}); one scheduler per folder"
+        ]
         first.drain()
     finally:
         first.close()
@@ -1228,3 +1243,97 @@ def test_a_request_written_to_an_inbox_renamed_away_meanwhile_is_written_again(
     _append(path, b"second\n")
     assert moved.read_bytes() == b"first\nsecond\n"
     assert path.read_bytes() == b"second\n"
+
+
+def test_serve_once_says_it_stopped_on_sigterm(tmp_path: Path) -> None:
+    """`allot serve --once` took SIGTERM's default action: it died without a word (exit
+    -15), where plain `allot serve` finishes its batch and says where it stopped. Here
+    the stop comes while --once waits for the folder lock to write its first batch."""
+    data = tmp_path / "data"
+    append_requests(data, setup_requests())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    with folder_lock(data):  # its first journal write waits for this lock
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "serve", "--data", str(data), "--once"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            started = proc.stdout.readline()  # said once recovered, before the drain
+            assert "resumed at inbox offset 0" in started, (started, proc.stderr)
+            proc.send_signal(signal.SIGTERM)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, (out, err)
+    assert "Traceback" not in err, err
+    last = out.splitlines()[-1]
+    assert last.startswith("allot serve: stopped at inbox offset "), out
+    stopped_at = int(last.split()[6])  # before or after its batch: never within one
+    assert stopped_at in (0, len(setup_requests())), out
+    assert {r["inbox"][1] for r in journal_records(data)} == set(range(stopped_at))
+
+
+class SteppedClock:
+    """The wall clock and the time since boot of a machine whose wall clock NTP steps."""
+
+    def __init__(self, wall: float) -> None:
+        self.wall, self.booted = wall, 1000.0
+
+    def wait(self, seconds: float) -> None:
+        self.wall += seconds
+        self.booted += seconds
+
+    def step(self, seconds: float) -> None:
+        self.wall += seconds
+
+
+def test_wall_clock_steps_neither_freeze_nor_reverse_time_in_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inbox stamps were the wall clock, which the scheduler clamps so that event time
+    never goes back: an NTP step back of an hour froze time in the journal for an hour
+    (every tick at one time; no protection ended, no usage accrued). A step back is now
+    not taken: time in the log goes on at the pace of the time since boot; a step
+    forward is taken once."""
+    t0 = 1_767_225_600.0
+    clock = SteppedClock(t0)
+    monkeypatch.setattr(time, "time", lambda: clock.wall)
+    monkeypatch.setattr(time, "clock_gettime", lambda _which: clock.booted)
+    folder = tmp_path / "data"
+    submit = make_request(
+        "workload.submitted", cluster="default", actor="alice", workload="w1",
+        allocation="lab/a", gpus=8, min_runtime=1800, resumable=True,
+    )  # fmt: skip
+    append_requests(folder, [*setup_requests(), submit])
+    expected = []
+    for step, wait in ((0, 600), (-3600, 600), (0, 1200), (7200, 0), (0, 600), (-600, 0)):
+        clock.step(step)
+        clock.wait(wait)
+        append_requests(folder, [make_request("clock.tick", cluster="default", actor=ADMIN)])
+        expected.append(t0 + {0: 600, 1: 1200, 2: 2400, 3: 6000, 4: 6600, 5: 6600}[len(expected)])
+    with EmbeddedScheduler(folder, "default", None, fork_snapshots=False) as scheduler:
+        scheduler.start()
+        scheduler.drain()
+    records = journal_records(folder)
+    ticks = [r["time"] for r in records if r["type"] == "clock.tick"]
+    # back an hour: not taken; forward two: the one hour beyond the log's time, once
+    assert ticks == expected
+    placed = next(r for r in records if r["type"] == "workload.placed")
+    assert placed["time"] == t0 and placed["protected_until"] == t0 + 1800
+    assert ticks[2] > placed["protected_until"]  # 40 minutes on, its protection has ended
+
+
+def test_the_inbox_clock_keeps_its_lead_across_a_reboot() -> None:
+    from streams.embedded import next_stamp
+
+    last = {"ts": 5000.0, "wall": 1400.0, "booted": 900.0, "boot": "a"}  # 3600 s ahead
+    assert next_stamp(last, 1500.0, 1000.0, "a") == 5100.0  # the pace since boot
+    assert next_stamp(last, 9000.0, 1000.0, "a") == 9000.0  # a forward step, taken
+    assert next_stamp(last, 1500.0, 30.0, "b") == 5100.0  # rebooted: still 3600 s ahead
+    assert next_stamp(last, 1300.0, 30.0, "b") == 5000.0  # ... never back
+    assert next_stamp(None, 1500.0, 30.0, "b") == 1500.0  # no clock file yet
+    assert next_stamp({"ts": "x"}, 1500.0, 30.0, "b") == 1500.0  # a damaged one

@@ -162,3 +162,39 @@ def test_records_naming_in_kafka_searches_from_the_time_in_the_ids(
     produce_journal(kafka_bootstrap, NAMING)
     got = records_naming(ids, kafka=kafka_bootstrap, cluster="default")
     assert got == [NAMING[i] for i in found]
+
+
+@pytest.mark.kafka
+def test_a_kafka_tail_waiting_for_a_clusters_first_record_reads_on_from_where_it_was(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poller for a cluster with no record yet (the local launcher started before its
+    scheduler, on a topic other clusters share) read the whole topic, twice, on each
+    poll: the tail kept no position until the cluster's first record."""
+    from streams import sources
+    from streams.sources import EmptyJournal, KafkaTail
+    from streams.topic_admin import Topics, create_topics
+    from tests.e2e.kafka_journal import produce_journal
+
+    mine = Topics.suffixed(f"-t{uuid.uuid4().hex[:10]}")
+    asyncio.run(create_topics(kafka_bootstrap, topics=mine))
+    monkeypatch.setattr(topics, "JOURNAL", mine.journal)
+    others = [{"type": "clock.tick", "id": f"o{n}", "time": n, "cluster": "old"} for n in range(20)]
+    produce_journal(kafka_bootstrap, others)
+    tail = KafkaTail(kafka_bootstrap, "new")
+    with pytest.raises(EmptyJournal, match="it holds: old"):
+        tail.read()
+    assert tail.positions == {0: (19, "o19")}  # read once: not again
+
+    def whole(**_: Any) -> Any:
+        raise AssertionError("the whole topic read again")
+
+    monkeypatch.setattr(sources, "journal_lines", whole)
+    with pytest.raises(EmptyJournal, match="it holds: old"):
+        tail.read()  # said again, from what it knows
+    first = {"type": "clock.tick", "id": "n0", "time": 20, "cluster": "new"}
+    produce_journal(kafka_bootstrap, [others[0] | {"id": "o20"}, first])
+    lines, mark = tail.read()
+    assert [orjson.loads(line) for line in lines] == [first]
+    tail.advance(mark)
+    assert tail.positions == {0: (21, "n0")}
