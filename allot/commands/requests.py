@@ -37,7 +37,7 @@ from allot.commands.common import (
     visible,
     whoami,
 )
-from allot.commands.views import NameOpt, NodelistOpt, StatesOpt, UserOpt
+from allot.commands.views import AllocationsOpt, NameOpt, NodelistOpt, StatesOpt, UserOpt
 
 
 class RequestError(ValueError):
@@ -1121,17 +1121,7 @@ def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[...
         workloads: IdsArg = None,
         user: UserOpt = None,
         me: _MeOpt = False,
-        allocation: Annotated[
-            str | None,
-            typer.Option(
-                "--allocation",
-                "-a",
-                "--account",
-                "-A",
-                metavar="PATH[,PATH...]",
-                help="Only these allocations and those under them (scancel's -A/--account).",
-            ),
-        ] = None,
+        allocation: AllocationsOpt = None,
         states: StatesOpt = None,
         name: NameOpt = None,
         nodelist: NodelistOpt = None,
