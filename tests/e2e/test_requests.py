@@ -1852,3 +1852,24 @@ def test_a_base_id_and_a_requeues_attempt_are_read_from_a_kafka_journal(
     records = asyncio.run(_records_of(kafka_bootstrap, f"{BASE_INBOX}{suffix}", b"default"))
     requests = [orjson.loads(r.value) for r in records]
     assert [(r["workload"], r.get("attempt")) for r in requests] == sent
+
+
+def test_a_scheduler_that_ignored_changes_by_name_is_said_to(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A scheduler of an earlier release accepts `--add-member erin` as a change that
+    keeps the lists (it ignores the unknown fields): its verdict has no resulting list,
+    and --wait must not say the budget was set as asked."""
+    import typer
+
+    from allot.commands.requests import _ListChange, _say_named_changes
+
+    members = _ListChange(replace=None, add=["erin"], remove=None)
+    kept = _ListChange(replace=None, add=None, remove=None)
+    old_verdict = {"type": "budget.set", "allocation": "lab/a", "add_members": ["erin"]}
+    with pytest.raises(typer.Exit) as exited:
+        _say_named_changes(old_verdict, kept, members)
+    assert exited.value.exit_code == 1
+    assert "The scheduler ignored --add-member/--remove-member" in capsys.readouterr().err
+    _say_named_changes({**old_verdict, "members": ["bob", "erin"]}, kept, members)
+    assert capsys.readouterr().out == "Members now: bob, erin\n"
