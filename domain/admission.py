@@ -17,8 +17,8 @@ from domain.config import ConfigError, parse_config
 from domain.durations import format_duration
 from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
 from domain.state import RUNNING, State, Workload
-from domain.text import HIDDEN_WHAT, HOST_NAME_RULE, is_host_name, printable
-from domain.tree import parent_of, valid_path
+from domain.text import HIDDEN_WHAT, HOST_NAME_RULE, is_host_name, is_word, printable
+from domain.tree import parent_of, resolve_names, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
 MAX_HOST_GPUS = 1024  # far above any real host; keeps a typo from allocating millions
@@ -72,7 +72,22 @@ def admit(state: State, event: Any) -> Any:
         )
     if event.type == "workload.finished":
         return _stamp_finished(state, event, now)
+    if event.type == "budget.set" and _names_anything(event):
+        return _stamp_budget_set(state, event, now)
     return event if event.time == now else event.model_copy(update={"time": now})
+
+
+def _names_anything(event: ev.BudgetSet) -> bool:
+    """A change by names, or a record claiming what one resolved to (not taken)."""
+    return (
+        event.changes_managers_by_name
+        or event.changes_members_by_name
+        or any(
+            getattr(event, f"{kind}_{which}") is not None
+            for kind in ("already", "absent")
+            for which in ("managers", "members")
+        )
+    )
 
 
 def _stamp_finished(state: State, event: ev.WorkloadFinished, now: float) -> ev.WorkloadFinished:
@@ -347,6 +362,8 @@ def _may_act_under(state: State, actor: str, path: str) -> bool:
 
 def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
     _check_budget_target(state, e.allocation, e.actor)
+    _check_named_changes(e.add_managers, e.remove_managers, "managers")
+    _check_named_changes(e.add_members, e.remove_members, "members")
     if e.weight is None:
         if e.allocation not in state.tree:
             raise Rejected(f"{e.allocation!r} does not exist yet: give its weight to create it")
@@ -361,6 +378,47 @@ def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
                 f"{parent!r} has {live} live workloads; a node with children takes no work — "
                 "let them finish or cancel them first"
             )
+
+
+def _check_named_changes(
+    add: tuple[str, ...] | None, remove: tuple[str, ...] | None, which: str
+) -> None:
+    """Names to add to or remove from a list: one user name each, and none both added
+    and removed (which one was meant?)."""
+    for field, names in ((f"add_{which}", add), (f"remove_{which}", remove)):
+        for name in names or ():
+            _check_length(f"a name in {field}", name)
+            if not is_word(name) or "," in name:
+                raise Rejected(
+                    f"{field}: {name!r} is not a user name (one name each, without spaces, "
+                    "commas or control characters)"
+                )
+    both = sorted(set(add or ()) & set(remove or ()))
+    if both:
+        raise Rejected(
+            f"{_some(both)} both added to and removed from the {which}; give one or the other"
+        )
+
+
+def _stamp_budget_set(state: State, event: ev.BudgetSet, now: float) -> ev.BudgetSet:
+    """The accepted change by names with what it resolved to on the scheduler's lists as
+    they are now (journal order): the resulting `managers`/`members`, and the names that
+    changed nothing (`already_*`, `absent_*`); a sender's values of those are not taken."""
+    node = state.tree.nodes.get(event.allocation)
+    update: dict[str, Any] = {"time": now}
+    for which, add, remove in (
+        ("managers", event.add_managers, event.remove_managers),
+        ("members", event.add_members, event.remove_members),
+    ):
+        if add is None and remove is None:
+            update[f"already_{which}"] = update[f"absent_{which}"] = None
+            continue
+        current = getattr(node, which) if node is not None else ()
+        resolved = resolve_names(current, getattr(event, which), add, remove)
+        update[which] = resolved.names
+        update[f"already_{which}"] = resolved.already or None
+        update[f"absent_{which}"] = resolved.absent or None
+    return event.model_copy(update=update)
 
 
 def _check_budget_removed(state: State, e: ev.BudgetRemoved) -> None:

@@ -161,6 +161,19 @@ class WorkloadFinished(Envelope):
 
 
 class BudgetSet(Envelope):
+    """Create an allocation or change its weight, managers or members.
+
+    `managers`/`members` replace a list; `add_*`/`remove_*` change the list the
+    scheduler holds when it folds the record (sacctmgr add user), so two managers adding
+    people at once both land, where a client's list built from its own read of the
+    journal would drop the other's change. Given with the list itself, they apply after
+    it. On accepting a change by add/remove the scheduler writes the resulting list in
+    `managers`/`members` (their meaning unchanged: the list after the change, so readers
+    that predate the add/remove fields see the right one) and, where a name changed
+    nothing, `already_*` (asked to be added, was there) and `absent_*` (asked to be
+    removed, was not); a sender's values of those are not taken. Records without the new
+    fields (every one written before them) mean what they did: still v1."""
+
     type: Literal["budget.set"] = "budget.set"
     allocation: str
     # None: keep the current weight (a change of managers or members only, decided on
@@ -168,6 +181,22 @@ class BudgetSet(Envelope):
     weight: Number | None = None
     managers: tuple[str, ...] | None = None
     members: tuple[str, ...] | None = None
+    add_managers: tuple[str, ...] | None = None
+    remove_managers: tuple[str, ...] | None = None
+    add_members: tuple[str, ...] | None = None
+    remove_members: tuple[str, ...] | None = None
+    already_managers: tuple[str, ...] | None = None
+    absent_managers: tuple[str, ...] | None = None
+    already_members: tuple[str, ...] | None = None
+    absent_members: tuple[str, ...] | None = None
+
+    @property
+    def changes_managers_by_name(self) -> bool:
+        return self.add_managers is not None or self.remove_managers is not None
+
+    @property
+    def changes_members_by_name(self) -> bool:
+        return self.add_members is not None or self.remove_members is not None
 
 
 class BudgetRemoved(Envelope):

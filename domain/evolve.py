@@ -15,6 +15,7 @@ from domain import events as ev
 from domain.config import parse_config
 from domain.policies import resolve_ordering, resolve_placement
 from domain.state import RUNNING, Host, State, Workload, head
+from domain.tree import resolve_names
 
 
 def evolve(state: State, event: Any) -> State:
@@ -208,7 +209,25 @@ def _stopped(state: State, workload: str, requeued: bool, now: float) -> None:
 
 
 def _budget_set(state: State, e: ev.BudgetSet) -> None:
-    state.tree.set(e.allocation, e.weight, e.managers, e.members)
+    managers, members = budget_lists(state, e)
+    state.tree.set(e.allocation, e.weight, managers, members)
+
+
+def budget_lists(
+    state: State, e: ev.BudgetSet
+) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """The managers and members `e` leaves (None: kept): named additions and removals
+    apply to the lists as they are now, in journal order (admission writes the same
+    result into the record; applying the changes to it again changes nothing)."""
+    node = state.tree.nodes.get(e.allocation)
+    managers, members = e.managers, e.members
+    if e.changes_managers_by_name:
+        current = node.managers if node is not None else ()
+        managers = resolve_names(current, managers, e.add_managers, e.remove_managers).names
+    if e.changes_members_by_name:
+        current = node.members if node is not None else ()
+        members = resolve_names(current, members, e.add_members, e.remove_members).names
+    return managers, members
 
 
 def _budget_removed(state: State, e: ev.BudgetRemoved) -> None:

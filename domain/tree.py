@@ -36,6 +36,37 @@ def valid_path(path: str) -> bool:
     return bool(path) and all(is_word(part) for part in path.split("/"))
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A principals list after named additions and removals, and the names that changed
+    nothing: `already` (added, were there) and `absent` (removed, were not)."""
+
+    names: tuple[str, ...]
+    already: tuple[str, ...]
+    absent: tuple[str, ...]
+
+
+def resolve_names(
+    current: tuple[str, ...],
+    replace: tuple[str, ...] | None,
+    add: tuple[str, ...] | None,
+    remove: tuple[str, ...] | None,
+) -> Resolved:
+    """`replace` (or `current`) with `remove` taken out and `add` appended, in order.
+    Applying the same add and remove to the result changes nothing, so a journal record
+    that carries the result and the changes folds to the same list."""
+    base = current if replace is None else tuple(replace)
+    add, remove = tuple(dict.fromkeys(add or ())), tuple(dict.fromkeys(remove or ()))
+    there = set(base)
+    gone = set(remove)
+    names = tuple(n for n in base if n not in gone) + tuple(n for n in add if n not in there)
+    return Resolved(
+        names,
+        already=tuple(n for n in add if n in there),
+        absent=tuple(n for n in remove if n not in there),
+    )
+
+
 @dataclass(slots=True)
 class Node:
     path: str

@@ -75,6 +75,20 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# a `budget.set`'s changes by name and the names that changed nothing (the scheduler's),
+# kept in `budget_rows` beside the resulting lists (columns added to older databases)
+NAMED_CHANGES = (
+    "add_managers",
+    "remove_managers",
+    "add_members",
+    "remove_members",
+    "already_managers",
+    "absent_managers",
+    "already_members",
+    "absent_members",
+)
+
+
 # the GPUs a placement holds: its hosts' GPU indices (a gang of 12 on 8-GPU hosts holds
 # 16, and is charged 16); the requested `gpus` where a record has no hosts
 def _held(record: str, gpus: str) -> str:
@@ -131,8 +145,10 @@ CREATE TABLE IF NOT EXISTS budget_rows (
     seq BIGINT, time TIMESTAMP, t DOUBLE, cluster VARCHAR, actor VARCHAR,
     allocation VARCHAR, change VARCHAR, weight DOUBLE, managers JSON, members JSON
 );
+{"".join(f"ALTER TABLE budget_rows ADD COLUMN IF NOT EXISTS {c} JSON;" for c in NAMED_CHANGES)}
 CREATE OR REPLACE VIEW budget_changes AS
-    SELECT seq, time, t, cluster, actor, allocation, change, weight, managers, members
+    SELECT seq, time, t, cluster, actor, allocation, change, weight, managers, members,
+           {", ".join(NAMED_CHANGES)}
     FROM budget_rows;
 CREATE OR REPLACE VIEW rejections AS
     SELECT seq, time, t, cluster, type, actor, ref, error, workload, allocation, record
@@ -317,11 +333,22 @@ def _insert(
         raise AuditError(bad or f"cannot load: {_first_line(why)}") from None
 
 
-_BUDGET_ROWS = """
-    INSERT INTO budget_rows
+_BUDGET_ROWS = f"""
+    INSERT INTO budget_rows (seq, time, t, cluster, actor, allocation, change, weight,
+                             managers, members, {", ".join(NAMED_CHANGES)})
     SELECT seq, time, t, cluster, actor, allocation,
-           CASE type WHEN 'budget.set' THEN 'set' ELSE 'removed' END, weight, managers, members
+           CASE type WHEN 'budget.set' THEN 'set' ELSE 'removed' END, weight, managers, members,
+           {", ".join(f"json_extract(record, '$.{c}')" for c in NAMED_CHANGES)}
     FROM records WHERE seq >= ? AND type IN ('budget.set', 'budget.removed')
+"""
+
+# rows an older allot loaded without the named changes their records hold
+_NAMED_CHANGES_BACKFILL = f"""
+    UPDATE budget_rows SET {", ".join(f"{c} = json_extract(r.record, '$.{c}')" for c in NAMED_CHANGES)}
+    FROM records r
+    WHERE r.seq = budget_rows.seq AND budget_rows.change = 'set'
+      AND {" AND ".join(f"budget_rows.{c} IS NULL" for c in NAMED_CHANGES[:4])}
+      AND ({" OR ".join(f"json_extract(r.record, '$.{c}') IS NOT NULL" for c in NAMED_CHANGES[:4])})
 """
 
 
@@ -337,6 +364,7 @@ def _backfill(con: duckdb.DuckDBPyConnection) -> None:
     ):
         con.execute(_BUDGET_ROWS, [0]).fetchall()
         con.execute("CHECKPOINT").fetchall()
+    con.execute(_NAMED_CHANGES_BACKFILL).fetchall()
     stale = con.execute(
         f"""
         SELECT 1 FROM run_spells r JOIN records p ON p.seq = r.placed_seq
@@ -561,19 +589,36 @@ def _budget_filter(allocation: str | None) -> tuple[str, list[str]]:
     return "WHERE allocation = ? OR starts_with(allocation, ? || '/')", [path, path]
 
 
+def _budget_changes(con: duckdb.DuckDBPyConnection) -> str:
+    """`_BUDGET_CHANGES_WITH_PREVIOUS`, with the named-change columns NULL in a database
+    an older allot loaded and that is read without loading again (loading adds them)."""
+    have = {
+        name
+        for (name,) in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'budget_rows'"
+        ).fetchall()
+    }
+    missing = "".join(f", NULL::JSON AS {c}" for c in NAMED_CHANGES if c not in have)
+    return f"(SELECT *{missing} FROM {_BUDGET_CHANGES_WITH_PREVIOUS})"
+
+
 def budget_log(
     con: duckdb.DuckDBPyConnection, allocation: str | None = None
 ) -> list[dict[str, Any]]:
     """Every budget change, oldest first (optionally for one allocation and under it),
     with `previous_weight`: the weight in force before it (None for a new allocation).
-    `weight`, `managers` and `members` are None where the change kept them."""
+    `weight`, `managers` and `members` are None where the change kept them; a change by
+    names has the resulting list there, the names in `add_members`, `remove_members`,
+    `add_managers`, `remove_managers`, and those that changed nothing in
+    `already_members` (added, were there), `absent_members` (removed, were not) and the
+    managers' alike (None where not given)."""
     latest_time(con)
     where, params = _budget_filter(allocation)
     rows = con.execute(
         f"""
         SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, actor, allocation, change, weight,
-               previous_weight, managers, members
-        FROM {_BUDGET_CHANGES_WITH_PREVIOUS} {where} ORDER BY seq
+               previous_weight, managers, members, {", ".join(NAMED_CHANGES)}
+        FROM {_budget_changes(con)} {where} ORDER BY seq
         """,
         params,
     ).fetchall()
@@ -591,8 +636,9 @@ def budget_log(
             "previous_weight": previous,
             "managers": loads(m) if m else None,
             "members": loads(mb) if mb else None,
+            **{c: loads(v) if v else None for c, v in zip(NAMED_CHANGES, named, strict=True)},
         }
-        for when, t, actor, alloc, change, weight, previous, m, mb in rows
+        for when, t, actor, alloc, change, weight, previous, m, mb, *named in rows
     ]
 
 
@@ -601,14 +647,16 @@ def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = Non
     making a Python row of each (a long log answers in half the time)."""
     latest_time(con)
     where, params = _budget_filter(allocation)
+    named = ", ".join(f"'{c}': {c}" for c in NAMED_CHANGES)
     row = con.execute(
         f"""
         SELECT count(*), coalesce(to_json(list({{
             'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'actor': actor,
             'allocation': allocation, 'change': change, 'weight': weight,
-            'previous_weight': previous_weight, 'managers': managers, 'members': members
+            'previous_weight': previous_weight, 'managers': managers, 'members': members,
+            {named}
         }} ORDER BY seq)), '[]')
-        FROM {_BUDGET_CHANGES_WITH_PREVIOUS} {where}
+        FROM {_budget_changes(con)} {where}
         """,
         params,
     ).fetchall()[0]

@@ -330,8 +330,8 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 r["allocation"] or "",
                 r["change"],
                 _weight_change(r["weight"], r["previous_weight"]),
-                _principals_shown(r["managers"]),
-                _principals_shown(r["members"]),
+                _list_shown(r, "managers"),
+                _list_shown(r, "members"),
             )
         _print(table)
 
@@ -352,6 +352,18 @@ def _principals_shown(names: list[str] | None) -> str:
     if names is None:
         return ""
     return ",".join(names) if names else "(none)"
+
+
+def _list_shown(row: dict[str, Any], which: str) -> str:
+    """A list as the change left it; a change by names says them first, with those that
+    changed nothing: `+erin -zed (not there) → alice,bob,erin`."""
+    added, removed = row.get(f"add_{which}") or [], row.get(f"remove_{which}") or []
+    if not added and not removed:
+        return _principals_shown(row[which])
+    already, absent = set(row.get(f"already_{which}") or ()), set(row.get(f"absent_{which}") or ())
+    said = [f"+{n}" + (" (already)" if n in already else "") for n in added]
+    said += [f"-{n}" + (" (not there)" if n in absent else "") for n in removed]
+    return f"{' '.join(said)} → {_principals_shown(row[which])}"
 
 
 def _preemptions(since: str | None, until: str | None, db: Path | None, json_: bool) -> None:
@@ -455,8 +467,12 @@ def register(app: typer.Typer) -> None:
 
         Reads the audit database (`allot audit load` first). WEIGHT: `2 → 5` where the
         change replaced a weight, blank where it kept it; MANAGERS, MEMBERS: the new list,
-        blank where kept, `(none)` where cleared. --json: previous_weight, and null where
-        kept."""
+        blank where kept, `(none)` where cleared. A change by names (`budget set
+        --add-member`, --remove-member, ...) reads `+erin -zed (not there) → bob,erin`:
+        the names, those that changed nothing ('already' there, 'not there' to remove)
+        and the list it left. --json: previous_weight, null where kept; add_members,
+        remove_members, add_managers, remove_managers, and the names that changed
+        nothing: already_members, absent_members, already_managers, absent_managers."""
         _budget_log(allocation, db, json_)
 
     budget = _budget_typer(app)

@@ -37,7 +37,7 @@ from allot.commands.common import (
     visible,
     whoami,
 )
-from allot.commands.views import NameOpt, NodelistOpt, StatesOpt, UserOpt
+from allot.commands.views import AllocationsOpt, NameOpt, NodelistOpt, StatesOpt, UserOpt
 
 
 class RequestError(ValueError):
@@ -1121,17 +1121,7 @@ def _workload_command(kind: str, verb: str, done: str, doc: str) -> Callable[...
         workloads: IdsArg = None,
         user: UserOpt = None,
         me: _MeOpt = False,
-        allocation: Annotated[
-            str | None,
-            typer.Option(
-                "--allocation",
-                "-a",
-                "--account",
-                "-A",
-                metavar="PATH[,PATH...]",
-                help="Only these allocations and those under them (scancel's -A/--account).",
-            ),
-        ] = None,
+        allocation: AllocationsOpt = None,
         states: StatesOpt = None,
         name: NameOpt = None,
         nodelist: NodelistOpt = None,
@@ -1243,6 +1233,61 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
     return list(dict.fromkeys(names))
 
 
+def _named(option: str, given: list[str] | None) -> list[str] | None:
+    """`--add-member a,b --add-member c` -> [a, b, c]; None when not given."""
+    if given is None:
+        return None
+    from domain.text import is_word
+
+    names = [n.strip() for text in given for n in text.split(",") if n.strip()]
+    if not names:
+        raise RequestError(f"{option} names nobody")
+    bad = next((n for n in names if not is_word(n)), None)
+    if bad is not None:
+        raise RequestError(
+            f"{option} {bad!r}: one user name each (no spaces; commas separate names)"
+        )
+    return list(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class _ListChange:
+    """What `budget set` asks of one list (managers or members): a replacement (None:
+    kept), or names to add and remove from the list the scheduler holds."""
+
+    replace: list[str] | None
+    add: list[str] | None
+    remove: list[str] | None
+
+    @property
+    def by_name(self) -> bool:
+        return self.add is not None or self.remove is not None
+
+
+def _list_change(
+    noun: str, given: list[str] | None, clear: bool, add: list[str] | None, remove: list[str] | None
+) -> _ListChange:
+    """One list's flags read together: --NOUN/--no-NOUNs replace the list, --add-NOUN/
+    --remove-NOUN change it; both kinds at once is one error (which list was meant?)."""
+    flag = f"--{noun}"
+    replace = _principals(flag, given, clear)
+    added = _named(f"--add-{noun}", add)
+    removed = _named(f"--remove-{noun}", remove)
+    if replace is not None and (added is not None or removed is not None):
+        used = flag if given else f"--no-{noun}s"
+        other = "--add-" + noun if added is not None else "--remove-" + noun
+        raise RequestError(
+            f"{used} replaces the {noun}s and {other} changes the current ones: give one or "
+            f"the other (--add-{noun}/--remove-{noun} keep everyone else)"
+        )
+    both = [n for n in added or () if n in (removed or ())]
+    if both:
+        raise RequestError(
+            f"{', '.join(both)}: both --add-{noun} and --remove-{noun}; give one or the other"
+        )
+    return _ListChange(replace, added, removed)
+
+
 def _near_miss(target: Target, cluster: str, path: str) -> str | None:
     """An existing sibling `path` is probably a typo of (`lab/olmo/pretrian` beside
     `lab/olmo/pretrain`), when `path` itself does not exist; None when it exists, nothing
@@ -1312,6 +1357,35 @@ def budget_set(
     no_members: Annotated[
         bool, typer.Option("--no-members", help="Clear its members (none left).")
     ] = False,
+    add_member: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--add-member",
+            help="Add to its members, keeping the others (sacctmgr add user; repeatable, "
+            "or a,b). The scheduler applies it to the members it holds then, so a change "
+            "made by someone else at the same moment stays.",
+        ),
+    ] = None,
+    remove_member: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--remove-member",
+            help="Remove from its members, keeping the others (repeatable, or a,b).",
+        ),
+    ] = None,
+    add_manager: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--add-manager", help="Add to its managers, keeping the others (repeatable, or a,b)."
+        ),
+    ] = None,
+    remove_manager: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--remove-manager",
+            help="Remove from its managers, keeping the others (repeatable, or a,b).",
+        ),
+    ] = None,
     create: Annotated[
         bool,
         typer.Option(
@@ -1330,9 +1404,12 @@ def budget_set(
     """Create an allocation or change its weight, managers or members.
 
     Managers of any allocation above it may, or an admin (top-level ones: admins
-    only). `allot shares -l` shows the current managers and members. A new PATH whose
-    name is close to an existing sibling's is refused as a likely typo unless --create
-    is given: created, it would take a share from its siblings at once."""
+    only). `allot shares -l` shows the current managers and members. --member and
+    --manager replace a list; --add-member, --remove-member, --add-manager and
+    --remove-manager change it, keeping everyone else (adding someone already there, or
+    removing someone who is not, changes nothing and is not an error: --wait says so).
+    A new PATH whose name is close to an existing sibling's is refused as a likely typo
+    unless --create is given: created, it would take a share from its siblings at once."""
     with one_line_errors():
         from domain.admission import MAX_WEIGHT
 
@@ -1344,12 +1421,19 @@ def budget_set(
             raise RequestError(
                 f"PATH {path!r}: names separated by '/', without spaces or control characters"
             )
-        managers = _principals("--manager", manager, no_managers)
-        members = _principals("--member", member, no_members)
-        if weight is None and managers is None and members is None:
+        managers = _list_change("manager", manager, no_managers, add_manager, remove_manager)
+        members = _list_change("member", member, no_members, add_member, remove_member)
+        if (
+            weight is None
+            and managers.replace is None
+            and members.replace is None
+            and not managers.by_name
+            and not members.by_name
+        ):
             raise RequestError(
                 "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
-                "--no-members)"
+                "--no-members, --add-member, --remove-member, --add-manager, "
+                "--remove-manager)"
             )
         if not create:
             _refuse_near_miss(resolve_target(kafka, data), cluster, path)
@@ -1363,8 +1447,12 @@ def budget_set(
             said=f"Budget change for {path} ({what}) sent",
             allocation=path,
             weight=weight,
-            managers=managers,
-            members=members,
+            managers=managers.replace,
+            members=members.replace,
+            add_managers=managers.add,
+            remove_managers=managers.remove,
+            add_members=members.add,
+            remove_members=members.remove,
             wait=wait,
         )
     _report_verdict(
@@ -1374,6 +1462,31 @@ def budget_set(
         sent,
         _request_check(sent.request, "`allot shares -l`"),
     )
+    if sent.verdict is not None:
+        _say_named_changes(sent.verdict, managers, members)
+
+
+def _say_named_changes(verdict: dict[str, Any], *changes: _ListChange) -> None:
+    """After an accepted change by names: each list as it now is, and the names that
+    changed nothing (`erin was already a member`). A scheduler that wrote no resulting
+    list predates --add-member and friends and ignored them: exit 1."""
+    for noun, change in zip(("manager", "member"), changes, strict=True):
+        if not change.by_name:
+            continue
+        now = verdict.get(f"{noun}s")
+        if now is None:
+            typer.echo(
+                f"The scheduler ignored --add-{noun}/--remove-{noun}: it predates them and "
+                f"left the {noun}s as they were; upgrade `allot serve`, or give the whole "
+                f"list with --{noun}",
+                err=True,
+            )
+            raise typer.Exit(1)
+        for name in verdict.get(f"already_{noun}s") or ():
+            typer.echo(f"{name} was already a {noun}")
+        for name in verdict.get(f"absent_{noun}s") or ():
+            typer.echo(f"{name} was not a {noun}: nothing to remove")
+        typer.echo(f"{noun.capitalize()}s now: {', '.join(now) if now else '(none)'}")
 
 
 @budget_app.command("remove")

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt, UntilOpt
+from allot.commands.views import AllocationsOpt
 
 
 def usage(
@@ -41,6 +42,7 @@ def usage(
         ),
     ] = None,
     until: UntilOpt = None,
+    allocation: AllocationsOpt = None,
     hourly: Annotated[
         bool, typer.Option("--hourly", help="One row per allocation and hour.")
     ] = False,
@@ -67,7 +69,7 @@ def usage(
     partition's), so the next run reads only what was appended. A range is read
     afresh and split exactly at its edges."""
     if since is not None or until is not None:
-        _usage_in_range(data, journal, kafka, cluster, since, until, hourly, as_json)
+        _usage_in_range(data, journal, kafka, cluster, since, until, allocation, hourly, as_json)
         return
     from allot.commands.common import say_if_cut
     from projections.usage_store import (
@@ -115,7 +117,7 @@ def usage(
         raise typer.Exit(2) from None
     lo, hi = store.projection.period()
     _report(
-        store.rows(),
+        _selected(store.rows(), allocation, store.projection.tree.nodes),
         hourly,
         as_json,
         lo,
@@ -133,6 +135,7 @@ def _usage_in_range(
     cluster: str | None,
     since: str | None,
     until: str | None,
+    allocation: str | None,
     hourly: bool,
     as_json: bool,
 ) -> None:
@@ -173,7 +176,7 @@ def _usage_in_range(
         where = str(target.journal or target.data / "journal.jsonl")  # type: ignore[operator]
     where += f" cluster {cluster}" if cluster else ""
     _report(
-        proj.hourly_rows(),
+        _selected(proj.hourly_rows(), allocation, proj.tree.nodes),
         hourly,
         as_json,
         lo,
@@ -182,6 +185,26 @@ def _usage_in_range(
         f"from {where} ({folder.records:,} records read)",
         None,
     )
+
+
+def _selected(rows: list[dict[str, Any]], text: str | None, tree: Any) -> list[dict[str, Any]]:
+    """The rows of -A's allocations and those under them (as `allot queue -A` selects);
+    an allocation neither in the budget tree nor in any row is a typo: exit 2."""
+    if text is None:
+        return rows
+    from allot.commands.views import allocation_paths, unknown_allocation
+    from projections.views import matches_allocation
+
+    known = {*tree, *(row["allocation"] for row in rows)}
+    paths = allocation_paths(text, known.__contains__)
+    unknown = unknown_allocation(paths, known)
+    if unknown is not None:
+        typer.echo(
+            f"error: -A {unknown}: no such allocation in the journal (`allot shares` lists them)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return [row for row in rows if matches_allocation(row["allocation"], paths)]
 
 
 def _report(

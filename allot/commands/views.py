@@ -8,7 +8,7 @@ journal's latest event time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -62,8 +62,10 @@ AllocationsOpt = Annotated[
     typer.Option(
         "--allocation",
         "-a",
+        "--account",
+        "-A",
         metavar="PATH[,PATH...]",
-        help="Only these allocations and the allocations under them.",
+        help="Only these allocations and the allocations under them (Slurm's -A/--account).",
     ),
 ]
 JobsOpt = Annotated[
@@ -317,14 +319,30 @@ def forecast_view(
 
 def _allocations(view: Any, text: str | None) -> list[str] | None:
     """-a's paths: one path (a name may hold a comma) or a comma-separated list."""
+    return allocation_paths(
+        text, lambda path: path in view.state.tree or path in view.removed_allocations
+    )
+
+
+def allocation_paths(text: str | None, known: Callable[[str], bool]) -> list[str] | None:
+    """-a/-A's paths: the path itself when `known` (a name may hold a comma), else a
+    comma-separated list; None when not given."""
     from projections.views import split_names
 
     if text is None:
         return None
-    path = text.rstrip("/")
-    if path in view.state.tree or path in view.removed_allocations:
-        return [text]
-    return split_names(text)
+    return [text] if known(text.rstrip("/")) else split_names(text)
+
+
+def unknown_allocation(paths: list[str] | None, known: Iterable[str]) -> str | None:
+    """The first of -a/-A's `paths` that is no allocation of `known` nor above one."""
+    from projections.views import matches_allocation
+
+    names = list(known)
+    for path in paths or ():
+        if not any(matches_allocation(name, path) for name in names):
+            return path
+    return None
 
 
 _QUEUE_STATES = {"PD": "PENDING", "PENDING": "PENDING", "R": "RUNNING", "RUNNING": "RUNNING"}
@@ -976,6 +994,7 @@ def register(app: typer.Typer) -> None:
         data: DataOpt = None,
         journal: JournalOpt = None,
         cluster: ReadClusterOpt = None,
+        allocation: AllocationsOpt = None,
     ) -> None:
         """The budget tree with fair-share numbers, like sshare.
 
@@ -1002,11 +1021,13 @@ def register(app: typer.Typer) -> None:
         from rich.text import Text
 
         from domain.durations import format_duration
-        from projections.views import share_rows, shares_header
+        from projections.views import matches_allocation, share_rows, shares_header
 
         def run() -> None:
             view = load_view(kafka, data, journal, cluster, live_only=True)
-            rows = share_rows(view)
+            paths = _allocations(view, allocation)
+            _refuse_unknown_allocation(view, paths)
+            rows = [r for r in share_rows(view) if matches_allocation(r["path"], paths)]
             header = shares_header(view)
             if json_:
                 _emit_json({**header, "allocations": rows})
@@ -1032,9 +1053,11 @@ def register(app: typer.Typer) -> None:
                 *((("MANAGERS", "left"), ("MEMBERS", "left")) if long else ()),
             ):
                 _column(table, h, justify)
+            base = min((r["depth"] for r in rows), default=0)  # -A: its subtree's top
             for r in rows:
+                indent = r["depth"] - base
                 table.add_row(
-                    Text("  " * r["depth"] + (r["name"] if r["depth"] else r["path"])),
+                    Text("  " * indent + (r["name"] if indent else r["path"])),
                     f"{r['weight']:g}",
                     f"{r['share']:.4f}" if r["share"] is not None else "-",
                     f"{r['usage_gpu_h']:.1f}",

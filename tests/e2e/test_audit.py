@@ -422,3 +422,32 @@ def test_why_a_rejected_request_from_both_sources(tmp_path: Path) -> None:
     assert from_db["history"] == from_journal["history"]
     assert [e["event"] for e in from_db["history"]] == ["rejected"]
     assert from_db["current"]["state"] == from_journal["current"]["state"] == "REJECTED"
+
+
+def test_budget_log_shows_changes_by_name_and_the_lists_they_left(tmp_path: Path) -> None:
+    from tests.projections.test_audit import named_changes_history, write
+
+    journal = write(tmp_path / "journal.jsonl", named_changes_history())
+    db = tmp_path / "audit.duckdb"
+    loaded = allot("audit", "load", "--journal", str(journal), "--db", str(db))
+    assert loaded.returncode == 0, loaded.stderr
+    table = allot("budget", "log", "-a", "lab/a", "--db", str(db))
+    assert table.returncode == 0, table.stderr
+    rows = [line.split(maxsplit=2)[2] for line in table.stdout.splitlines()[2:]]
+    assert [" ".join(r.split()) for r in rows] == [
+        "pm lab/a set 1 alice,bob",
+        "pm lab/a set +erin +bob (already) → alice,bob,erin",
+        "pm lab/a set 1 → 2 -alice -zed (not there) → bob,erin",
+        "pm lab/a set +tl → tl",
+    ]
+    logged = as_json(allot("budget", "log", "-a", "lab/a", "--json", "--db", str(db)))
+    assert logged[1]["add_members"] == ["erin", "bob"]
+    assert logged[1]["already_members"] == ["bob"] and logged[1]["members"] == [
+        "alice",
+        "bob",
+        "erin",
+    ]
+    assert logged[2]["absent_members"] == ["zed"] and logged[2]["remove_members"] == [
+        "alice",
+        "zed",
+    ]

@@ -796,8 +796,8 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
         # budget set and host register take a negative number as an argument, so click
         # let unknown options through as arguments: "Got unexpected extra argument(s)"
         pytest.param(
-            ["budget", "set", "lab", "1", "--add-member", "dave"],
-            ["No such option: --add-member (Possible options: --member"],
+            ["budget", "set", "lab", "1", "--members", "dave"],
+            ["No such option: --members (Possible options: --member"],
             id="unknown-option-of-budget-set",
         ),
         pytest.param(

@@ -290,6 +290,71 @@ def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -
     assert "nothing to change" in line, line
 
 
+def test_members_are_added_and_removed_by_name(cluster: Path) -> None:
+    """`--member erin` replaced the whole list (bob was dropped without a word);
+    --add-member and --remove-member change the scheduler's list, keeping the others."""
+
+    def budget_set(*flags: str, wait: bool = True) -> subprocess.CompletedProcess[str]:
+        waiting = ("--wait", "20") if wait else ()
+        return allot(
+            "budget", "set", "lab/midtrain", *flags, *waiting, "--data", str(cluster), "--as", "pm"
+        )
+
+    def last_set() -> dict:
+        return [r for r in journal(cluster) if r.get("allocation") == "lab/midtrain"][-1]
+
+    assert budget_set("1", "--member", "bob,carol").returncode == 0
+    added = budget_set("--add-member", "erin")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.splitlines()[-2:] == [
+        "Budget of lab/midtrain set",
+        "Members now: bob, carol, erin",
+    ]
+    again = budget_set("--add-member", "erin", "--remove-member", "zed,carol")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-3:] == [
+        "erin was already a member",
+        "zed was not a member: nothing to remove",
+        "Members now: bob, erin",
+    ]
+    record = last_set()
+    assert (record["add_members"], record["remove_members"]) == (["erin"], ["zed", "carol"])
+    assert (record["members"], record["already_members"], record["absent_members"]) == (
+        ["bob", "erin"],
+        ["erin"],
+        ["zed"],
+    )
+    assert "weight" not in record and "managers" not in record
+    # two changes sent at once, neither waiting for the other: both land, in journal order
+    first = budget_set("--add-member", "frank", wait=False)
+    second = budget_set("--add-member", "gus", "--remove-member", "bob", wait=False)
+    assert first.returncode == second.returncode == 0, (first.stderr, second.stderr)
+    wait_for(cluster, lambda r: r.get("add_members") == ["gus"])
+    shares = allot("shares", "-l", "--json", "-A", "lab/midtrain", "--data", str(cluster))
+    assert shares.returncode == 0, shares.stderr
+    rows = orjson.loads(shares.stdout)["allocations"]
+    assert [(r["path"], r["members"]) for r in rows] == [("lab/midtrain", ["erin", "frank", "gus"])]
+    # with a weight, and the managers' list alike
+    both = budget_set("2", "--add-manager", "tl")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.splitlines()[-1] == "Managers now: tl"
+    assert (last_set()["weight"], last_set()["managers"]) == (2.0, ["tl"])
+    table = allot("shares", "-l", "--account", "lab/midtrain", "--data", str(cluster))
+    assert table.returncode == 0, table.stderr
+    (line,) = [x for x in table.stdout.splitlines() if "midtrain" in x]
+    assert line.split()[0] == "lab/midtrain" and line.split()[-2:] == ["tl", "erin,frank,gus"]
+    for flags, says in [
+        (("--member", "x", "--add-member", "y"), "--member replaces the members and --add-member"),
+        (("--no-members", "--remove-member", "y"), "--no-members replaces the members"),
+        (("--manager", "x", "--remove-manager", "y"), "give one or the other"),
+        (("--add-member", "y", "--remove-member", "y"), "y: both --add-member and --remove-member"),
+        (("--add-member", "dan smith"), "--add-member 'dan smith': one user name each"),
+        (("--add-member", ","), "--add-member names nobody"),
+    ]:
+        line = one_line_error(budget_set(*flags, wait=False))
+        assert says in line, line
+
+
 def test_a_new_path_close_to_a_sibling_is_refused_as_a_typo(cluster: Path) -> None:
     """`budget set lab/olmoo 5` created a sibling of lab/olmo, which took a share from
     lab/olmo and lab/vision at once; a manager's typo should not reshuffle the shares."""
@@ -1787,3 +1852,24 @@ def test_a_base_id_and_a_requeues_attempt_are_read_from_a_kafka_journal(
     records = asyncio.run(_records_of(kafka_bootstrap, f"{BASE_INBOX}{suffix}", b"default"))
     requests = [orjson.loads(r.value) for r in records]
     assert [(r["workload"], r.get("attempt")) for r in requests] == sent
+
+
+def test_a_scheduler_that_ignored_changes_by_name_is_said_to(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A scheduler of an earlier release accepts `--add-member erin` as a change that
+    keeps the lists (it ignores the unknown fields): its verdict has no resulting list,
+    and --wait must not say the budget was set as asked."""
+    import typer
+
+    from allot.commands.requests import _ListChange, _say_named_changes
+
+    members = _ListChange(replace=None, add=["erin"], remove=None)
+    kept = _ListChange(replace=None, add=None, remove=None)
+    old_verdict = {"type": "budget.set", "allocation": "lab/a", "add_members": ["erin"]}
+    with pytest.raises(typer.Exit) as exited:
+        _say_named_changes(old_verdict, kept, members)
+    assert exited.value.exit_code == 1
+    assert "The scheduler ignored --add-member/--remove-member" in capsys.readouterr().err
+    _say_named_changes({**old_verdict, "members": ["bob", "erin"]}, kept, members)
+    assert capsys.readouterr().out == "Members now: bob, erin\n"

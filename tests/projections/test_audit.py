@@ -523,3 +523,77 @@ def test_a_gang_is_charged_its_whole_hosts_and_every_report_says_so(tmp_path: Pa
     con = audit.connect(db, read_only=True)
     assert preset_history(audit.history(con, "lab")) == {"alice": (32.0, 0.0)}
     con.close()
+
+
+def named_changes_history() -> list[Any]:
+    """lab/a starts with members alice and bob; pm adds erin (and bob, already there),
+    removes alice and zed (not there), then adds a manager."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, members=("alice", "bob"), actor="pm")
+    c.at("1h").input(ev.BudgetSet, allocation="lab/a", add_members=("erin", "bob"), actor="pm")
+    c.at("2h").input(
+        ev.BudgetSet, allocation="lab/a", remove_members=("alice", "zed"), weight=2, actor="pm"
+    )
+    c.at("3h").input(ev.BudgetSet, allocation="lab/a", add_managers=("tl",), actor="pm")
+    return c.journal
+
+
+def test_the_budget_log_shows_changes_by_name_and_the_lists_they_left(tmp_path: Path) -> None:
+    journal = write(tmp_path / "journal.jsonl", named_changes_history())
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    con = audit.connect(db, read_only=True)
+    try:
+        log = audit.budget_log(con, "lab/a")
+        assert [
+            (e["members"], e["add_members"], e["already_members"], e["remove_members"]) for e in log
+        ] == [
+            (["alice", "bob"], None, None, None),
+            (["alice", "bob", "erin"], ["erin", "bob"], ["bob"], None),
+            (["bob", "erin"], None, None, ["alice", "zed"]),
+            (None, None, None, None),  # the members were kept
+        ]
+        assert log[2]["absent_members"] == ["zed"] and log[2]["weight"] == 2
+        assert (log[3]["managers"], log[3]["add_managers"]) == (["tl"], ["tl"])
+        assert orjson.loads(audit.budget_log_json(con, "lab/a")) == log
+    finally:
+        con.close()
+
+
+def test_a_database_without_the_named_change_columns_reads_and_is_filled(
+    tmp_path: Path,
+) -> None:
+    """A database an older allot loaded has no add_members (...) columns: read as it is,
+    the log says nothing of them; the next load adds and fills them."""
+    import duckdb
+
+    journal = write(tmp_path / "journal.jsonl", named_changes_history())
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    con = audit.connect(db, read_only=True)
+    expected = audit.budget_log(con)
+    con.close()
+    raw = duckdb.connect(str(db))  # as an older allot left it
+    raw.execute("DROP VIEW budget_changes").fetchall()
+    for column in audit.NAMED_CHANGES:
+        raw.execute(f"ALTER TABLE budget_rows DROP COLUMN {column}").fetchall()
+    raw.execute(
+        "CREATE VIEW budget_changes AS SELECT seq, time, t, cluster, actor, allocation, "
+        "change, weight, managers, members FROM budget_rows"
+    ).fetchall()
+    raw.close()
+    con = audit.connect(db, read_only=True)
+    try:
+        old = audit.budget_log(con)
+        assert [e["members"] for e in old] == [e["members"] for e in expected]
+        assert all(e["add_members"] is None for e in old)
+        assert orjson.loads(audit.budget_log_json(con)) == old
+    finally:
+        con.close()
+    assert audit.load(db, journal_lines(journal=journal), source=str(journal))["added"] == 0
+    con = audit.connect(db, read_only=True)
+    try:
+        assert audit.budget_log(con) == expected
+    finally:
+        con.close()

@@ -1,0 +1,49 @@
+"""`allot budget set --add-member/--remove-member` through a real broker: the change is
+resolved by `allot serve --kafka` on the lists it holds, and the read side shows it."""
+
+from __future__ import annotations
+
+import uuid
+
+import orjson
+import pytest
+
+from tests.e2e.cli import allot
+from tests.e2e.test_serve_kafka_start import _env, _Serve
+
+pytestmark = pytest.mark.kafka
+
+
+def test_members_added_and_removed_by_name_on_kafka(kafka_bootstrap: str) -> None:
+    suffix = f".members-{uuid.uuid4().hex[:8]}"
+    environ = {"ALLOT_KAFKA": kafka_bootstrap, "ALLOT_TOPIC_SUFFIX": suffix}
+    created = allot("topics", "create", env=environ)
+    assert created.returncode == 0, created.stderr
+    serve = _Serve(_env(**environ))
+    try:
+        serve.until("scheduler ready")
+
+        def request(*args: str, actor: str = "pm") -> list[str]:
+            done = allot(*args, "--cluster", "c", "--as", actor, "--wait", "60", env=environ)
+            assert done.returncode == 0, (done.stdout, done.stderr)
+            return done.stdout.splitlines()
+
+        request("budget", "set", "lab", "1", "--manager", "pm", actor="ops")
+        request("budget", "set", "lab/mid", "1", "--member", "bob,carol")
+        said = request(
+            "budget", "set", "lab/mid", "--add-member", "erin,bob", "--remove-member", "carol,zed"
+        )
+        assert said[-3:] == [
+            "bob was already a member",
+            "zed was not a member: nothing to remove",
+            "Members now: bob, erin",
+        ]
+        shares = allot("shares", "-l", "--json", "-A", "lab/mid", "--cluster", "c", env=environ)
+        assert shares.returncode == 0, shares.stderr
+        rows = orjson.loads(shares.stdout)["allocations"]
+        assert [(r["path"], r["members"]) for r in rows] == [("lab/mid", ["bob", "erin"])]
+        assert serve.stop() == 0, serve.text
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+            serve.proc.wait()
