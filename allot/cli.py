@@ -680,11 +680,18 @@ def compare(
     """Show what changed between two runs: waits by tag, preemptions, delivered per allocation."""
     from rich.markup import escape
 
-    from projections.compare import compare_summaries, different_inputs, load_summary
+    from projections.compare import (
+        compare_summaries,
+        different_inputs,
+        different_periods,
+        load_summary,
+        unknown_period,
+    )
 
     a, b = load_summary(dir_a), load_summary(dir_b)
     rows = compare_summaries(a, b)
     apart = different_inputs(a, b)
+    periods = different_periods(a, b)
     from rich.table import Table
 
     table = Table(title=f"{dir_a} → {dir_b}")
@@ -701,6 +708,15 @@ def compare(
                 f"{escape(str(folder))} --out DIR` re-runs it with them",
                 soft_wrap=True,
             )
+    unknown = [str(f) for f, s in ((dir_a, a), (dir_b, b)) if unknown_period(s)]
+    if unknown:
+        err.print(
+            f"note: {escape(' and '.join(unknown))} {'does' if len(unknown) == 1 else 'do'} "
+            "not record the period measured; check that both runs cover the same one",
+            soft_wrap=True,
+        )
+    if periods is not None:
+        err.print(f"[yellow]warning:[/] {escape(periods)}", soft_wrap=True)
     if apart is not None:
         err.print(
             f"note: these runs may not share their inputs: {escape(apart)}; compare runs of "
