@@ -33,6 +33,8 @@ from projections.traces.common import (
     Submission,
     TraceError,
     TraceResult,
+    first_line,
+    header_names,
     load_allocation_map,
 )
 
@@ -44,6 +46,28 @@ _READERS: dict[str, Callable[..., TraceResult]] = {
     "alibaba-openb": alibaba_openb.read,
     "allot-jsonl": allot_jsonl.read,
 }
+
+
+# the columns that tell each CSV format's header from the others'
+_CSV_HEADERS = {
+    "allot-csv": allot_csv.REQUIRED,
+    "philly": philly.REQUIRED,
+    "alibaba-openb": alibaba_openb.REQUIRED,
+}
+
+
+def looks_like(path: Path, fmt: str) -> str | None:
+    """The format other than `fmt` whose shape the file's first line has (a JSON object:
+    allot-jsonl; a CSV header: the format whose required columns it names), or None."""
+    line = first_line(path)
+    if not line:
+        return None
+    if line.startswith("{"):
+        found = "allot-jsonl"
+    else:
+        names = header_names(line)
+        found = next((f for f, cols in _CSV_HEADERS.items() if names.issuperset(cols)), None)
+    return found if found != fmt else None
 
 
 def read_trace(
@@ -61,7 +85,21 @@ def read_trace(
     if reader is None:
         raise TraceError(f"unknown trace format {fmt!r}; use one of: {', '.join(FORMATS)}")
     allocations = Allocations(allocation_map, allocation_prefix, names)
-    result = reader(Path(path), allocations, skip_bad=skip_bad)
+    try:
+        result = reader(Path(path), allocations, skip_bad=skip_bad)
+    except TraceError as exc:
+        other = looks_like(Path(path), fmt)
+        if other is None:
+            raise
+        # not a malformed row to skip: the whole file is read in the wrong format
+        raise TraceError(f"{exc}; the file looks like {names.format}{other}") from None
+    if skip_bad and not result.submissions and result.skipped_bad:
+        other = looks_like(Path(path), fmt)
+        if other is not None:  # every row skipped as bad: read in the wrong format
+            raise TraceError(
+                f"{path}: all {result.skipped_bad:,} rows are bad as {names.format}{fmt}; "
+                f"the file looks like {names.format}{other}"
+            )
     result.unmapped = dict(sorted(allocations.unmapped.items(), key=lambda kv: (-kv[1], kv[0])))
     return result
 

@@ -134,10 +134,11 @@ class OptionNames:
 
     prefix: str = "--allocation-prefix"
     map: str = "--allocation-map"
+    format: str = "--format "
 
 
 CLI_OPTIONS = OptionNames()
-SCENARIO_KEYS = OptionNames(prefix="allocation_prefix", map="allocation_map")
+SCENARIO_KEYS = OptionNames(prefix="allocation_prefix", map="allocation_map", format="format: ")
 
 _PATH_RULE = "names separated by '/', without spaces or control characters"
 
@@ -539,6 +540,25 @@ def read_csv(
         except (OSError, EOFError) as exc:  # e.g. a truncated .gz
             raise TraceError(f"{path}: cannot read: {exc}") from None
     return result
+
+
+def first_line(path: Path) -> str | None:
+    """The file's first non-blank line, stripped (None: none, or unreadable)."""
+    try:
+        for _, line in iter_lines(path):
+            return line.strip()
+    except (TraceError, UnicodeError, csv.Error):
+        return None
+    return None
+
+
+def header_names(line: str) -> set[str]:
+    """The column names of a CSV header line, as `read_csv` matches them."""
+    try:
+        cells = next(csv.reader([line]), [])
+    except csv.Error:
+        return set()
+    return {cell.strip().lower() for cell in cells}
 
 
 def finish(result: TraceResult, *, rebase: bool) -> TraceResult:

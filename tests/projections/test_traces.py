@@ -1431,3 +1431,51 @@ def test_a_header_not_utf8_is_a_file_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"t\.csv:1: header: not UTF-8 text") as info:
         read_trace(path, "philly", skip_bad=True)
     assert not info.value.row_error
+
+
+@pytest.mark.parametrize(
+    ("file", "given", "meant"),
+    [
+        pytest.param("philly.csv", "alibaba-openb", "philly", id="philly-as-openb"),
+        pytest.param("submissions.csv", "philly", "allot-csv", id="allot-csv-as-philly"),
+        pytest.param("openb_pod_list_sample.csv", "allot-csv", "alibaba-openb", id="openb"),
+        pytest.param("philly.csv", "allot-jsonl", "philly", id="csv-as-jsonl"),
+        pytest.param("submissions.jsonl", "allot-csv", "allot-jsonl", id="jsonl-as-csv"),
+    ],
+)
+def test_a_file_read_in_the_wrong_format_names_the_format_it_looks_like(
+    tmp_path: Path, file: str, given: str, meant: str
+) -> None:
+    """A Philly file given `--format alibaba-openb` was told only which openb columns it
+    lacked, leaving the user to recognise the header as another format's."""
+    result = run(FIXTURES / file, "--format", given, "--out", tmp_path / "subs.jsonl")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {FIXTURES / file}:1: ")
+    # the one thing to change, and no advice to skip the "bad" rows instead
+    assert line.endswith(f"; the file looks like --format {meant}"), line
+    # every row "bad" under --skip-bad: the wrong format too, not an empty import
+    skipped = run(FIXTURES / file, "--format", given, "--skip-bad", "--out", tmp_path / "s.jsonl")
+    assert skipped.exit_code == 2, skipped.output
+    assert skipped.stderr.strip().endswith(f"the file looks like --format {meant}")
+
+
+def test_a_scenario_trace_in_the_wrong_format_names_the_key_to_change(tmp_path: Path) -> None:
+    from projections.scenario import ScenarioError, load_scenario
+
+    (tmp_path / "p.csv").write_text((FIXTURES / "philly.csv").read_text())
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "cluster: {name: c, hosts: 2, gpus_per_host: 8}\n"
+        "allocations: [{path: vc, weight: 1}]\n"
+        "workloads:\n  - trace: {file: p.csv, format: allot-csv}\n"
+    )
+    with pytest.raises(ScenarioError, match="the file looks like format: philly"):
+        load_scenario(scenario, {})
+
+
+def test_a_bad_row_of_the_right_format_gets_no_format_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,x,,a")
+    with pytest.raises(TraceError) as info:
+        read_trace(path, "philly")
+    assert "looks like" not in str(info.value) and info.value.row_error
