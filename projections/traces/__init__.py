@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from projections.traces import alibaba_openb, allot_csv, allot_jsonl, philly
 from projections.traces.allot_jsonl import to_record, write_submissions
@@ -36,6 +37,7 @@ from projections.traces.common import (
     first_line,
     header_names,
     load_allocation_map,
+    load_zone,
 )
 
 FORMATS = ("allot-csv", "philly", "alibaba-openb", "allot-jsonl")
@@ -78,15 +80,25 @@ def read_trace(
     allocation_prefix: str = "",
     skip_bad: bool = False,
     names: OptionNames = CLI_OPTIONS,
+    timezone: str | None = None,
 ) -> TraceResult:
     """Read a trace file of format `fmt` (one of FORMATS); raises TraceError. `names`:
-    how errors call the allocation options (the command's flags or a scenario's keys)."""
+    how errors call the options (the command's flags or a scenario's keys). `timezone`
+    (philly only): the IANA zone its naive timestamps are in (default UTC)."""
     reader = _READERS.get(fmt)
     if reader is None:
         raise TraceError(f"unknown trace format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    options: dict[str, Any] = {}
+    if timezone is not None:
+        if fmt != "philly":
+            raise TraceError(
+                f"{names.timezone} is for {names.format}philly, whose timestamps are dates; "
+                f"{fmt} gives its times in seconds"
+            )
+        options["zone"] = load_zone(timezone, names)
     allocations = Allocations(allocation_map, allocation_prefix, names)
     try:
-        result = reader(Path(path), allocations, skip_bad=skip_bad)
+        result = reader(Path(path), allocations, skip_bad=skip_bad, **options)
     except TraceError as exc:
         other = looks_like(Path(path), fmt)
         if other is None:

@@ -135,10 +135,13 @@ class OptionNames:
     prefix: str = "--allocation-prefix"
     map: str = "--allocation-map"
     format: str = "--format "
+    timezone: str = "--timezone"
 
 
 CLI_OPTIONS = OptionNames()
-SCENARIO_KEYS = OptionNames(prefix="allocation_prefix", map="allocation_map", format="format: ")
+SCENARIO_KEYS = OptionNames(
+    prefix="allocation_prefix", map="allocation_map", format="format: ", timezone="timezone"
+)
 
 _PATH_RULE = "names separated by '/', without spaces or control characters"
 
@@ -248,6 +251,19 @@ def load_allocation_map(path: Path | str) -> dict[str, str]:
             )
         mapping[tenant] = value.strip()
     return mapping
+
+
+def load_zone(name: str, names: OptionNames = CLI_OPTIONS) -> Any:
+    """The IANA time zone `name` (e.g. America/Los_Angeles); TraceError if unknown."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TraceError(
+            f"{names.timezone} {name!r}: no such time zone; give an IANA name such as "
+            "America/Los_Angeles or UTC (without a time zone database here, install tzdata)"
+        ) from None
 
 
 # ------------------------------------------------------------------ cells
