@@ -336,10 +336,12 @@ def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
     from rich.markup import escape
 
+    from allot.commands.common import plural
+
     if not quiet:
         engine = summary.get("engine", {})
         console.print(
-            f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
+            f"[green]✓[/] {policy}: {plural(summary['workloads']['submitted'], 'workload')} in "
             f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → "
             f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
             soft_wrap=True,
@@ -622,7 +624,7 @@ def _replay(
         say_cut()
         if result.difference:
             err.print(
-                f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: "
+                f"[red]✗ not reproduced[/] after {plural(result.decisions, 'matching decision')}: "
                 f"{escape(result.difference)}",
                 soft_wrap=True,  # a journal line, whole: not folded at 80 columns
             )

@@ -147,10 +147,10 @@ def import_trace(
         typer.echo(f"  …{more}", err=True)
     if result.unmapped:
         tenants = list(result.unmapped.items())
-        shown = ", ".join(f"{t} ({n} rows)" for t, n in tenants[:5])
+        shown = ", ".join(f"{t} ({plural(n, 'row')})" for t, n in tenants[:5])
         more = _and_more(len(tenants), 5)
         typer.echo(
-            f"warning: {len(tenants)} tenant(s) not in {allocation_map}, kept as "
+            f"warning: {plural(len(tenants), 'tenant')} not in {allocation_map}, kept as "
             f"'{allocation_prefix}<tenant>': {shown}{more}",
             err=True,
         )

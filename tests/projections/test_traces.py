@@ -1186,7 +1186,7 @@ def test_import_prints_a_one_line_summary(tmp_path: Path) -> None:
     assert "5 submissions written to" in summary
     assert "skipped 0 bad, 1 without GPUs; 2 unfinished" in summary  # no pods: no "never"
     assert result.stderr.strip() == (  # a tenant the map missed is named, not silently kept
-        f"warning: 1 tenant(s) not in {FIXTURES / 'allocation_map.yaml'}, kept as "
+        f"warning: 1 tenant not in {FIXTURES / 'allocation_map.yaml'}, kept as "
         "'vc/<tenant>': 11d7e2 (2 rows)"
     )
     allocations = [orjson.loads(line)["allocation"] for line in out.read_bytes().splitlines()]
