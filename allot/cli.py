@@ -276,7 +276,12 @@ def _run_policies_locked(
         raise InterruptedWithNote(_interrupted(out, policies, finished)) from None
     comparison = out / "comparison.md"
     if len(summaries) > 1:
+        from projections.compare import policies_periods_differ
+
         _print_comparison(summaries)
+        apart = policies_periods_differ(summaries)
+        if apart is not None:  # even with --quiet: the table compares unlike periods
+            err.print(f"[yellow]warning:[/] {apart}", soft_wrap=True)
         temporary = comparison.with_name(".comparison.md.partial")
         temporary.write_text(comparison_markdown(summaries))
         temporary.replace(comparison)

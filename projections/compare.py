@@ -108,6 +108,20 @@ def different_periods(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     )
 
 
+def policies_periods_differ(summaries: dict[str, dict[str, Any]]) -> str | None:
+    """`different_periods` for the runs of one scenario under several policies (named):
+    without a horizon each ends when its own work does."""
+    periods = {name: _period(s) for name, s in summaries.items()}
+    known = {name: p for name, p in periods.items() if p is not None}
+    if len({p[:2] for p in known.values()}) < 2:
+        return None
+    shown = "; ".join(f"{name}: {_describe(p)}" for name, p in known.items())
+    return (
+        f"the policies' runs cover different periods ({shown}): waits, counts and "
+        "delivered are not comparable; give the scenario a horizon"
+    )
+
+
 def unknown_period(summary: dict[str, Any]) -> bool:
     """Whether a summary does not say which simulated period it measured."""
     return _period(summary) is None

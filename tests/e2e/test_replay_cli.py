@@ -336,3 +336,32 @@ def _iso_after(start: str, hours: int) -> str:
 
     moment = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ") + timedelta(hours=hours)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_simulate_warns_when_its_policies_runs_end_at_different_times(tmp_path: Path) -> None:
+    """Without a horizon each policy's run lasts until its own work has ended: the
+    comparison table set a 14-hour run beside a 20-hour one without a word."""
+    open_ended = tmp_path / "open.yaml"
+    open_ended.write_text(TEAMS.read_text().replace("horizon: 12h\n", ""))
+    out = tmp_path / "o"
+    result = allot(
+        "simulate", str(open_ended), "-p", "fairshare", "-p", "legacy-priority", "--out",
+        str(out), "-q", "--no-report",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ends = {
+        policy: json.loads((out / policy / "summary.json").read_text())["period"]
+        for policy in ("fairshare", "legacy-priority")
+    }
+    assert ends["fairshare"]["end"] != ends["legacy-priority"]["end"]
+    assert not ends["fairshare"]["horizon"]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("warning:")]
+    assert line.startswith("warning: the policies' runs cover different periods (fairshare: ")
+    for period in ends.values():
+        assert f"{period['start_iso']} to {period['end_iso']}, when its work ended" in line
+    # and with a horizon the periods agree: no warning
+    fixed = allot(
+        "simulate", str(TEAMS), "-p", "fairshare", "-p", "fifo", "--out", str(tmp_path / "h"),
+        "-q", "--no-report",
+    )  # fmt: skip
+    assert fixed.returncode == 0 and "warning" not in fixed.stderr, fixed.stderr
