@@ -276,7 +276,12 @@ def _run_policies_locked(
         raise InterruptedWithNote(_interrupted(out, policies, finished)) from None
     comparison = out / "comparison.md"
     if len(summaries) > 1:
+        from projections.compare import policies_periods_differ
+
         _print_comparison(summaries)
+        apart = policies_periods_differ(summaries)
+        if apart is not None:  # even with --quiet: the table compares unlike periods
+            err.print(f"[yellow]warning:[/] {apart}", soft_wrap=True)
         temporary = comparison.with_name(".comparison.md.partial")
         temporary.write_text(comparison_markdown(summaries))
         temporary.replace(comparison)
@@ -336,10 +341,12 @@ def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
     from rich.markup import escape
 
+    from allot.commands.common import plural
+
     if not quiet:
         engine = summary.get("engine", {})
         console.print(
-            f"[green]✓[/] {policy}: {summary['workloads']['submitted']:,} workloads in "
+            f"[green]✓[/] {policy}: {plural(summary['workloads']['submitted'], 'workload')} in "
             f"{engine.get('wall_s')} s ({engine.get('workloads_per_s'):,} workloads/s) → "
             f"{escape(str(out / policy))}[yellow]{escape(_rejections(summary, out / policy))}[/]",
             soft_wrap=True,
@@ -622,7 +629,7 @@ def _replay(
         say_cut()
         if result.difference:
             err.print(
-                f"[red]✗ not reproduced[/] after {result.decisions:,} matching decisions: "
+                f"[red]✗ not reproduced[/] after {plural(result.decisions, 'matching decision')}: "
                 f"{escape(result.difference)}",
                 soft_wrap=True,  # a journal line, whole: not folded at 80 columns
             )
@@ -680,11 +687,18 @@ def compare(
     """Show what changed between two runs: waits by tag, preemptions, delivered per allocation."""
     from rich.markup import escape
 
-    from projections.compare import compare_summaries, different_inputs, load_summary
+    from projections.compare import (
+        compare_summaries,
+        different_inputs,
+        different_periods,
+        load_summary,
+        unknown_period,
+    )
 
     a, b = load_summary(dir_a), load_summary(dir_b)
     rows = compare_summaries(a, b)
     apart = different_inputs(a, b)
+    periods = different_periods(a, b)
     from rich.table import Table
 
     table = Table(title=f"{dir_a} → {dir_b}")
@@ -701,6 +715,15 @@ def compare(
                 f"{escape(str(folder))} --out DIR` re-runs it with them",
                 soft_wrap=True,
             )
+    unknown = [str(f) for f, s in ((dir_a, a), (dir_b, b)) if unknown_period(s)]
+    if unknown:
+        err.print(
+            f"note: {escape(' and '.join(unknown))} {'does' if len(unknown) == 1 else 'do'} "
+            "not record the period measured; check that both runs cover the same one",
+            soft_wrap=True,
+        )
+    if periods is not None:
+        err.print(f"[yellow]warning:[/] {escape(periods)}", soft_wrap=True)
     if apart is not None:
         err.print(
             f"note: these runs may not share their inputs: {escape(apart)}; compare runs of "

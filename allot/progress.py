@@ -119,12 +119,13 @@ def record_progress(
     columns: list = [TextColumn("[bold]{task.description}"), BarColumn()]
     if total_bytes:
         columns.append(DownloadColumn())
-    columns += [TextColumn("{task.fields[records]} records"), TimeElapsedColumn()]
+    columns += [TextColumn("{task.fields[records]}"), TimeElapsedColumn()]
     with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task(label, total=total_bytes or None, records="0")
+        task = bar.add_task(label, total=total_bytes or None, records="0 records")
 
         def update(records: int, done_bytes: int) -> None:
-            bar.update(task, completed=done_bytes, records=f"{records:,}")
+            shown = f"{records:,} record{'' if records == 1 else 's'}"
+            bar.update(task, completed=done_bytes, records=shown)
 
         yield update
         if total_bytes:

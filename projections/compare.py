@@ -75,6 +75,58 @@ def different_inputs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     return None
 
 
+def _period(summary: dict[str, Any]) -> tuple[str, str, bool | None] | None:
+    """(start, end, whether a horizon set the end) of the simulated period a summary
+    measured, or None when it does not say (a summary from before periods were kept)."""
+    period = summary.get("period")
+    if not isinstance(period, dict):
+        return None
+    start, end = period.get("start_iso"), period.get("end_iso")
+    if not isinstance(start, str) or not isinstance(end, str):
+        return None
+    horizon = period.get("horizon")  # absent from summaries written before it was kept
+    return start, end, horizon if isinstance(horizon, bool) else None
+
+
+def _describe(period: tuple[str, str, bool | None]) -> str:
+    start, end, horizon = period
+    how = {True: ", at its horizon", False: ", when its work ended", None: ""}[horizon]
+    return f"{start} to {end}{how}"
+
+
+def different_periods(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """One line when two runs measured different simulated periods (other horizons, or
+    runs without one that ended at different times): their waits, counts and delivered
+    shares are then measured over different spans, so their differences are not the
+    policy's alone. None when the periods match or a summary does not record its own."""
+    pa, pb = _period(a), _period(b)
+    if pa is None or pb is None or pa[:2] == pb[:2]:
+        return None
+    return (
+        f"these runs cover different periods (A: {_describe(pa)}; B: {_describe(pb)}): "
+        "waits, counts and delivered are not comparable; give both the same horizon"
+    )
+
+
+def policies_periods_differ(summaries: dict[str, dict[str, Any]]) -> str | None:
+    """`different_periods` for the runs of one scenario under several policies (named):
+    without a horizon each ends when its own work does."""
+    periods = {name: _period(s) for name, s in summaries.items()}
+    known = {name: p for name, p in periods.items() if p is not None}
+    if len({p[:2] for p in known.values()}) < 2:
+        return None
+    shown = "; ".join(f"{name}: {_describe(p)}" for name, p in known.items())
+    return (
+        f"the policies' runs cover different periods ({shown}): waits, counts and "
+        "delivered are not comparable; give the scenario a horizon"
+    )
+
+
+def unknown_period(summary: dict[str, Any]) -> bool:
+    """Whether a summary does not say which simulated period it measured."""
+    return _period(summary) is None
+
+
 def _keys(summary: dict[str, Any], *keys: str) -> list[str]:
     """The names under a mapping of the summary (none if it is not one)."""
     found = _get(summary, *keys)

@@ -131,6 +131,7 @@ class TraceSpec(_Strict):
     offset: Duration = 0.0  # shift: trace time 0 happens this long after the scenario start
     skip_bad: bool = False
     expected_runtime: bool = False  # copy each row's runtime into expected_runtime
+    timezone: str | None = None  # philly: the IANA zone of its naive timestamps (default UTC)
 
 
 class WorkloadEntry(_Strict):
@@ -666,6 +667,7 @@ class Scenario:
                 allocation_prefix=spec.allocation_prefix,
                 skip_bad=spec.skip_bad,
                 names=SCENARIO_KEYS,
+                timezone=spec.timezone,
             )
         except (ValueError, OSError) as exc:
             raise self._error(f"workloads[{index}].trace", str(exc)) from None

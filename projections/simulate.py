@@ -233,6 +233,10 @@ def run_policy(
 
         summary = summarize(records(), policy=policy, start=spec.start, end=spec.horizon_end)
     wall = time.perf_counter() - wall
+    # whether the period's end was fixed before the run (a scenario's horizon, or the
+    # recorded period a replay re-decides) rather than when its work ended: compare
+    # warns about runs of different periods
+    summary["period"]["horizon"] = spec.horizon_end is not None
     submitted = summary.get("workloads", {}).get("submitted", 0)
     summary["engine"] = {
         "wall_s": round(wall, 3),

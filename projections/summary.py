@@ -2,7 +2,10 @@
 
 Keys (exact, plus a few extras marked *):
 
-- `policy`; *`period` {start, end, start_iso, end_iso, hours};
+- `policy`; *`period` {start, end, start_iso, end_iso, hours, horizon}: the simulated
+  period measured; `horizon` (set by `allot simulate`/`replay`) is true when its end was
+  fixed before the run (a scenario's horizon, the recorded period a replay re-decides),
+  false when the run ended with its work;
 - `workloads` {submitted, completed, rejected, preempted (workloads preempted at least
   once), unfinished (pending or running at the end), *failed, *lost, *cancelled,
   *preempted_terminal (preempted and not requeued)};

@@ -72,6 +72,17 @@ def import_trace(
     skip_bad: Annotated[
         bool, typer.Option("--skip-bad", help="Skip malformed rows and count them.")
     ] = False,
+    timezone: Annotated[
+        str | None,
+        typer.Option(
+            "--timezone",
+            metavar="ZONE",
+            help="philly: the IANA time zone its timestamps are in (default UTC). The public "
+            "Philly trace writes US Pacific local time: give America/Los_Angeles so rows on "
+            "either side of a daylight-saving change are not an hour off.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Read FILE and write one `workload.submitted` record per GPU job to --out.
 
@@ -106,6 +117,7 @@ def import_trace(
             allocation_map=mapping,
             allocation_prefix=allocation_prefix,
             skip_bad=skip_bad,
+            timezone=timezone,
         )
     except TraceError as exc:
         hint = " (--skip-bad skips malformed rows)" if exc.row_error and not skip_bad else ""
@@ -135,10 +147,10 @@ def import_trace(
         typer.echo(f"  …{more}", err=True)
     if result.unmapped:
         tenants = list(result.unmapped.items())
-        shown = ", ".join(f"{t} ({n} rows)" for t, n in tenants[:5])
+        shown = ", ".join(f"{t} ({plural(n, 'row')})" for t, n in tenants[:5])
         more = _and_more(len(tenants), 5)
         typer.echo(
-            f"warning: {len(tenants)} tenant(s) not in {allocation_map}, kept as "
+            f"warning: {plural(len(tenants), 'tenant')} not in {allocation_map}, kept as "
             f"'{allocation_prefix}<tenant>': {shown}{more}",
             err=True,
         )

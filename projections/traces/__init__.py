@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from projections.traces import alibaba_openb, allot_csv, allot_jsonl, philly
 from projections.traces.allot_jsonl import to_record, write_submissions
@@ -33,7 +34,10 @@ from projections.traces.common import (
     Submission,
     TraceError,
     TraceResult,
+    first_line,
+    header_names,
     load_allocation_map,
+    load_zone,
 )
 
 FORMATS = ("allot-csv", "philly", "alibaba-openb", "allot-jsonl")
@@ -46,6 +50,28 @@ _READERS: dict[str, Callable[..., TraceResult]] = {
 }
 
 
+# the columns that tell each CSV format's header from the others'
+_CSV_HEADERS = {
+    "allot-csv": allot_csv.REQUIRED,
+    "philly": philly.REQUIRED,
+    "alibaba-openb": alibaba_openb.REQUIRED,
+}
+
+
+def looks_like(path: Path, fmt: str) -> str | None:
+    """The format other than `fmt` whose shape the file's first line has (a JSON object:
+    allot-jsonl; a CSV header: the format whose required columns it names), or None."""
+    line = first_line(path)
+    if not line:
+        return None
+    if line.startswith("{"):
+        found = "allot-jsonl"
+    else:
+        names = header_names(line)
+        found = next((f for f, cols in _CSV_HEADERS.items() if names.issuperset(cols)), None)
+    return found if found != fmt else None
+
+
 def read_trace(
     path: Path | str,
     fmt: str,
@@ -54,14 +80,38 @@ def read_trace(
     allocation_prefix: str = "",
     skip_bad: bool = False,
     names: OptionNames = CLI_OPTIONS,
+    timezone: str | None = None,
 ) -> TraceResult:
     """Read a trace file of format `fmt` (one of FORMATS); raises TraceError. `names`:
-    how errors call the allocation options (the command's flags or a scenario's keys)."""
+    how errors call the options (the command's flags or a scenario's keys). `timezone`
+    (philly only): the IANA zone its naive timestamps are in (default UTC)."""
     reader = _READERS.get(fmt)
     if reader is None:
         raise TraceError(f"unknown trace format {fmt!r}; use one of: {', '.join(FORMATS)}")
+    options: dict[str, Any] = {}
+    if timezone is not None:
+        if fmt != "philly":
+            raise TraceError(
+                f"{names.timezone} is for {names.format}philly, whose timestamps are dates; "
+                f"{fmt} gives its times in seconds"
+            )
+        options["zone"] = load_zone(timezone, names)
     allocations = Allocations(allocation_map, allocation_prefix, names)
-    result = reader(Path(path), allocations, skip_bad=skip_bad)
+    try:
+        result = reader(Path(path), allocations, skip_bad=skip_bad, **options)
+    except TraceError as exc:
+        other = looks_like(Path(path), fmt)
+        if other is None:
+            raise
+        # not a malformed row to skip: the whole file is read in the wrong format
+        raise TraceError(f"{exc}; the file looks like {names.format}{other}") from None
+    if skip_bad and not result.submissions and result.skipped_bad:
+        other = looks_like(Path(path), fmt)
+        if other is not None:  # every row skipped as bad: read in the wrong format
+            raise TraceError(
+                f"{path}: all {result.skipped_bad:,} rows are bad as {names.format}{fmt}; "
+                f"the file looks like {names.format}{other}"
+            )
     result.unmapped = dict(sorted(allocations.unmapped.items(), key=lambda kv: (-kv[1], kv[0])))
     return result
 

@@ -134,10 +134,14 @@ class OptionNames:
 
     prefix: str = "--allocation-prefix"
     map: str = "--allocation-map"
+    format: str = "--format "
+    timezone: str = "--timezone"
 
 
 CLI_OPTIONS = OptionNames()
-SCENARIO_KEYS = OptionNames(prefix="allocation_prefix", map="allocation_map")
+SCENARIO_KEYS = OptionNames(
+    prefix="allocation_prefix", map="allocation_map", format="format: ", timezone="timezone"
+)
 
 _PATH_RULE = "names separated by '/', without spaces or control characters"
 
@@ -247,6 +251,19 @@ def load_allocation_map(path: Path | str) -> dict[str, str]:
             )
         mapping[tenant] = value.strip()
     return mapping
+
+
+def load_zone(name: str, names: OptionNames = CLI_OPTIONS) -> Any:
+    """The IANA time zone `name` (e.g. America/Los_Angeles); TraceError if unknown."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TraceError(
+            f"{names.timezone} {name!r}: no such time zone; give an IANA name such as "
+            "America/Los_Angeles or UTC (without a time zone database here, install tzdata)"
+        ) from None
 
 
 # ------------------------------------------------------------------ cells
@@ -539,6 +556,25 @@ def read_csv(
         except (OSError, EOFError) as exc:  # e.g. a truncated .gz
             raise TraceError(f"{path}: cannot read: {exc}") from None
     return result
+
+
+def first_line(path: Path) -> str | None:
+    """The file's first non-blank line, stripped (None: none, or unreadable)."""
+    try:
+        for _, line in iter_lines(path):
+            return line.strip()
+    except (TraceError, UnicodeError, csv.Error):
+        return None
+    return None
+
+
+def header_names(line: str) -> set[str]:
+    """The column names of a CSV header line, as `read_csv` matches them."""
+    try:
+        cells = next(csv.reader([line]), [])
+    except csv.Error:
+        return set()
+    return {cell.strip().lower() for cell in cells}
 
 
 def finish(result: TraceResult, *, rebase: bool) -> TraceResult:

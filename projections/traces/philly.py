@@ -1,17 +1,26 @@
 """`philly`: the public Philly-derived job CSV.
 
 Header `timestamp,duration,num_gpus,gpu_time,cluster`: submit time
-`YYYY-MM-DD HH:MM:SS` in UTC (ISO forms with `T`, a zone or fractions, and plain
-epoch seconds are accepted too), `duration` seconds of run time (empty or NaN: the
+`YYYY-MM-DD HH:MM:SS`, read as UTC unless a time zone is given (ISO forms with `T`,
+a zone or fractions, and plain epoch seconds are accepted too), `duration` seconds of run time (empty or NaN: the
 job never ended), `num_gpus`, `gpu_time` (ignored: it is duration x GPUs), and
 `cluster`, the virtual cluster, which becomes the allocation. Rows are not sorted
 in the published files; submissions are, and times become relative to the earliest
 timestamp.
+
+The public Philly trace writes the cluster's local time (US Pacific) without a zone:
+read as UTC, rows on either side of a daylight-saving change are an hour off against
+each other. `zone` (`--timezone America/Los_Angeles`, a scenario trace's `timezone`)
+reads naive timestamps in that zone instead; UTC stays the default so existing
+results do not move. A time the clocks skipped (02:30 on the spring-forward night)
+is read with the offset before the change, and one they repeat (01:30 in the autumn)
+as its first occurrence (daylight time), as Python's `zoneinfo` does.
 """
 
 from __future__ import annotations
 
 import math
+from datetime import datetime, tzinfo
 from pathlib import Path
 
 from domain.admission import MAX_TIME as MAX_EPOCH_S
@@ -34,11 +43,12 @@ REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
 OPTIONAL = ("gpu_time",)
 
 
-def parse_timestamp(text: str, column: str) -> float:
-    """Seconds since the epoch, from 1970 to 9999; naive timestamps are UTC."""
+def parse_timestamp(text: str, column: str, zone: tzinfo | None = None) -> float:
+    """Seconds since the epoch, from 1970 to 9999; naive timestamps are in `zone`
+    (None: UTC)."""
     require(text, column)
     try:
-        seconds = parse_utc(text)
+        seconds = parse_utc(text) if zone is None else _parse_local(text, zone)
     except ValueError:
         try:
             seconds = float(text)  # epoch seconds, as some exports write it
@@ -56,13 +66,26 @@ def parse_timestamp(text: str, column: str) -> float:
     return seconds
 
 
+def _parse_local(text: str, zone: tzinfo) -> float:
+    """An ISO date and time in `zone` unless it names its own (ValueError if not one)."""
+    text = text.strip()
+    if text.endswith(("Z", "z")):
+        return parse_utc(text)
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return moment.timestamp()
+
+
 def _in_range(seconds: float) -> bool:
     return math.isfinite(seconds) and 0 <= seconds <= MAX_EPOCH_S
 
 
-def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
+def read(
+    path: Path, allocations: Allocations, *, skip_bad: bool, zone: tzinfo | None = None
+) -> TraceResult:
     def parse_row(row: Row) -> Submission | None:
-        time = parse_timestamp(row["timestamp"], "timestamp")
+        time = parse_timestamp(row["timestamp"], "timestamp", zone)
         runtime = optional_seconds(row["duration"], "duration")
         gpus = parse_int(row["num_gpus"], "num_gpus")
         tenant = require(row["cluster"], "cluster")

@@ -951,3 +951,16 @@ def test_simulate_without_a_horizon_ends_when_waiting_work_can_never_start(
     assert summary["wait_s"]["all"]["unplaced"] == 1
     verify = allot("replay", str(out / "fairshare" / "journal.jsonl"), "--verify")
     assert verify.returncode == 0, verify.stderr
+
+
+def test_simulate_says_1_workload_not_1_workloads(tmp_path: Path) -> None:
+    scenario = tmp_path / "one.yaml"
+    scenario.write_text(
+        REJECTING
+        + "  - generate: {seed: 1, allocation: a/x, count: 1, arrival: uniform, rate_per_h: 1,\n"
+        "               gpus: 1, runtime: 1h, min_runtime: 30m}\n"
+    )
+    result = allot("simulate", str(scenario), "--out", str(tmp_path / "out"), "--no-report")
+    assert result.returncode == 0, result.stderr
+    shown = next(x for x in result.stdout.splitlines() if x.startswith("✓ fairshare: "))
+    assert shown.startswith("✓ fairshare: 1 workload in "), shown

@@ -291,3 +291,77 @@ def test_a_replay_keeps_the_runs_checkpoint_loss(tmp_path: Path) -> None:
     assert dropped.returncode == 0 and "replaying with" not in dropped.stderr
     without = json.loads((tmp_path / "no-loss" / "fairshare" / "summary.json").read_text())
     assert without["gpu_hours"]["busy"] < before["gpu_hours"]["busy"]  # less work redone
+
+
+def test_compare_warns_when_the_runs_cover_different_periods(tmp_path: Path) -> None:
+    """Runs of one scenario under a 12h and a 24h horizon: the longer one's waits and
+    delivered shares count twelve more hours, and compare printed its table as if the
+    two were a policy's difference alone."""
+    longer = tmp_path / "longer.yaml"
+    longer.write_text(TEAMS.read_text().replace("horizon: 12h", "horizon: 24h"))
+    for scenario, out in ((TEAMS, "short"), (longer, "long")):
+        ran = allot("simulate", str(scenario), "--out", str(tmp_path / out), "-q", "--no-report")
+        assert ran.returncode == 0, ran.stderr
+    short, long = tmp_path / "short" / "fairshare", tmp_path / "long" / "fairshare"
+    start = json.loads((short / "summary.json").read_text())["period"]["start_iso"]
+    assert json.loads((long / "summary.json").read_text())["period"]["horizon"] is True
+    result = allot("compare", str(short), str(long))
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: these runs cover different periods (A: "
+        f"{start} to {_iso_after(start, 12)}, at its horizon; B: {start} to "
+        f"{_iso_after(start, 24)}, at its horizon): waits, counts and delivered are not "
+        "comparable; give both the same horizon"
+    ]
+    # a summary written before the horizon was recorded compares as before
+    old = tmp_path / "old"
+    old.mkdir()
+    summary = json.loads((short / "summary.json").read_text())
+    del summary["period"]["horizon"]
+    (old / "summary.json").write_text(json.dumps(summary))
+    same = allot("compare", str(old), str(short))
+    assert same.returncode == 0 and "warning" not in same.stderr, same.stderr
+    # and one without any period says it cannot tell
+    del summary["period"]
+    (old / "summary.json").write_text(json.dumps(summary))
+    unknown = allot("compare", str(old), str(long))
+    assert unknown.returncode == 0, unknown.stderr
+    assert "warning" not in unknown.stderr
+    assert f"note: {old} does not record the period measured" in unknown.stderr
+
+
+def _iso_after(start: str, hours: int) -> str:
+    from datetime import datetime, timedelta
+
+    moment = datetime.strptime(start, "%Y-%m-%dT%H:%M:%SZ") + timedelta(hours=hours)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_simulate_warns_when_its_policies_runs_end_at_different_times(tmp_path: Path) -> None:
+    """Without a horizon each policy's run lasts until its own work has ended: the
+    comparison table set a 14-hour run beside a 20-hour one without a word."""
+    open_ended = tmp_path / "open.yaml"
+    open_ended.write_text(TEAMS.read_text().replace("horizon: 12h\n", ""))
+    out = tmp_path / "o"
+    result = allot(
+        "simulate", str(open_ended), "-p", "fairshare", "-p", "legacy-priority", "--out",
+        str(out), "-q", "--no-report",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ends = {
+        policy: json.loads((out / policy / "summary.json").read_text())["period"]
+        for policy in ("fairshare", "legacy-priority")
+    }
+    assert ends["fairshare"]["end"] != ends["legacy-priority"]["end"]
+    assert not ends["fairshare"]["horizon"]
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("warning:")]
+    assert line.startswith("warning: the policies' runs cover different periods (fairshare: ")
+    for period in ends.values():
+        assert f"{period['start_iso']} to {period['end_iso']}, when its work ended" in line
+    # and with a horizon the periods agree: no warning
+    fixed = allot(
+        "simulate", str(TEAMS), "-p", "fairshare", "-p", "fifo", "--out", str(tmp_path / "h"),
+        "-q", "--no-report",
+    )  # fmt: skip
+    assert fixed.returncode == 0 and "warning" not in fixed.stderr, fixed.stderr

@@ -161,3 +161,37 @@ def test_waits_in_tables_use_two_adjacent_units(seconds: float, shown: str) -> N
     from projections.simulate import format_value
 
     assert format_value(seconds, "seconds") == shown
+
+
+@pytest.mark.parametrize(
+    ("b_end", "b_horizon", "says"),
+    [
+        pytest.param("2026-01-08T00:00:00Z", True, None, id="same-period"),
+        pytest.param(
+            "2026-01-09T00:00:00Z",
+            False,
+            "(A: 2026-01-01T00:00:00Z to 2026-01-08T00:00:00Z, at its horizon; "
+            "B: 2026-01-01T00:00:00Z to 2026-01-09T00:00:00Z, when its work ended)",
+            id="no-horizon-later-end",
+        ),
+        pytest.param(
+            "2026-01-09T00:00:00Z",
+            None,  # a summary from before `horizon` was recorded
+            "B: 2026-01-01T00:00:00Z to 2026-01-09T00:00:00Z)",
+            id="horizon-unknown",
+        ),
+    ],
+)
+def test_runs_of_different_periods_are_told_apart(
+    b_end: str, b_horizon: bool | None, says: str | None
+) -> None:
+    from projections.compare import different_periods
+
+    a = _run("2026-01-01T00:00:00Z", 90, 10)
+    a["period"]["horizon"] = True
+    b = _run("2026-01-01T00:00:00Z", 90, 10, end=b_end)
+    if b_horizon is not None:
+        b["period"]["horizon"] = b_horizon
+    found = different_periods(a, b)
+    assert found is None if says is None else says in found
+    assert different_periods(a, {"workloads": {}}) is None  # no period recorded: no claim

@@ -1186,7 +1186,7 @@ def test_import_prints_a_one_line_summary(tmp_path: Path) -> None:
     assert "5 submissions written to" in summary
     assert "skipped 0 bad, 1 without GPUs; 2 unfinished" in summary  # no pods: no "never"
     assert result.stderr.strip() == (  # a tenant the map missed is named, not silently kept
-        f"warning: 1 tenant(s) not in {FIXTURES / 'allocation_map.yaml'}, kept as "
+        f"warning: 1 tenant not in {FIXTURES / 'allocation_map.yaml'}, kept as "
         "'vc/<tenant>': 11d7e2 (2 rows)"
     )
     allocations = [orjson.loads(line)["allocation"] for line in out.read_bytes().splitlines()]
@@ -1431,3 +1431,108 @@ def test_a_header_not_utf8_is_a_file_error(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"t\.csv:1: header: not UTF-8 text") as info:
         read_trace(path, "philly", skip_bad=True)
     assert not info.value.row_error
+
+
+@pytest.mark.parametrize(
+    ("file", "given", "meant"),
+    [
+        pytest.param("philly.csv", "alibaba-openb", "philly", id="philly-as-openb"),
+        pytest.param("submissions.csv", "philly", "allot-csv", id="allot-csv-as-philly"),
+        pytest.param("openb_pod_list_sample.csv", "allot-csv", "alibaba-openb", id="openb"),
+        pytest.param("philly.csv", "allot-jsonl", "philly", id="csv-as-jsonl"),
+        pytest.param("submissions.jsonl", "allot-csv", "allot-jsonl", id="jsonl-as-csv"),
+    ],
+)
+def test_a_file_read_in_the_wrong_format_names_the_format_it_looks_like(
+    tmp_path: Path, file: str, given: str, meant: str
+) -> None:
+    """A Philly file given `--format alibaba-openb` was told only which openb columns it
+    lacked, leaving the user to recognise the header as another format's."""
+    result = run(FIXTURES / file, "--format", given, "--out", tmp_path / "subs.jsonl")
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {FIXTURES / file}:1: ")
+    # the one thing to change, and no advice to skip the "bad" rows instead
+    assert line.endswith(f"; the file looks like --format {meant}"), line
+    # every row "bad" under --skip-bad: the wrong format too, not an empty import
+    skipped = run(FIXTURES / file, "--format", given, "--skip-bad", "--out", tmp_path / "s.jsonl")
+    assert skipped.exit_code == 2, skipped.output
+    assert skipped.stderr.strip().endswith(f"the file looks like --format {meant}")
+
+
+def test_a_scenario_trace_in_the_wrong_format_names_the_key_to_change(tmp_path: Path) -> None:
+    from projections.scenario import ScenarioError, load_scenario
+
+    (tmp_path / "p.csv").write_text((FIXTURES / "philly.csv").read_text())
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "cluster: {name: c, hosts: 2, gpus_per_host: 8}\n"
+        "allocations: [{path: vc, weight: 1}]\n"
+        "workloads:\n  - trace: {file: p.csv, format: allot-csv}\n"
+    )
+    with pytest.raises(ScenarioError, match="the file looks like format: philly"):
+        load_scenario(scenario, {})
+
+
+def test_a_bad_row_of_the_right_format_gets_no_format_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,60,x,,a")
+    with pytest.raises(TraceError) as info:
+        read_trace(path, "philly")
+    assert "looks like" not in str(info.value) and info.value.row_error
+
+
+# the night US Pacific clocks went back (2017-11-05 02:00 PDT -> 01:00 PST): 23:00 PDT
+# the evening before and 05:00 PST that morning are 7 hours apart, not 6
+ACROSS_FALL_BACK = ("2017-11-04 23:00:00,60,1,60,vc", "2017-11-05 05:00:00,60,1,60,vc")
+
+
+def test_philly_timestamps_are_utc_unless_a_timezone_is_given(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, *ACROSS_FALL_BACK)
+    as_utc = read_trace(path, "philly").submissions
+    assert [s["time"] for s in as_utc] == [0.0, 6 * 3600.0]  # the default stays as it was
+    pacific = read_trace(path, "philly", timezone="America/Los_Angeles").submissions
+    assert [s["time"] for s in pacific] == [0.0, 7 * 3600.0]
+
+
+def test_a_timestamp_with_its_own_zone_keeps_it(tmp_path: Path) -> None:
+    rows = ("2017-11-04T23:00:00-07:00,60,1,60,vc", "2017-11-05T13:00:00Z,60,1,60,vc")
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, *rows)
+    pacific = read_trace(path, "philly", timezone="America/Los_Angeles").submissions
+    assert [s["time"] for s in pacific] == [0.0, 7 * 3600.0]
+
+
+def test_trace_import_timezone_option(tmp_path: Path) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, *ACROSS_FALL_BACK)
+    out = tmp_path / "subs.jsonl"
+    result = run(path, "--format", "philly", "--timezone", "America/Los_Angeles", "--out", out)
+    assert result.exit_code == 0, result.output
+    times = [orjson.loads(line)["time"] for line in out.read_bytes().splitlines()]
+    assert times == [0.0, 7 * 3600.0]
+    unknown = run(path, "--format", "philly", "--timezone", "Pacific/Nowhere", "--out", out)
+    assert unknown.exit_code == 2
+    assert "--timezone 'Pacific/Nowhere': no such time zone" in unknown.stderr
+    csv = run(
+        FIXTURES / "submissions.csv", "--format", "allot-csv", "--timezone", "UTC", "--out", out
+    )
+    assert csv.exit_code == 2
+    assert "--timezone is for --format philly" in csv.stderr
+    assert "America/Los_Angeles" in " ".join(run("--help").stdout.split())
+
+
+def test_a_scenario_trace_takes_a_timezone(tmp_path: Path) -> None:
+    from projections.scenario import ScenarioError, load_scenario
+
+    write(tmp_path, "p.csv", PHILLY_HEADER, *ACROSS_FALL_BACK)
+    scenario = tmp_path / "s.yaml"
+    head = (
+        "cluster: {name: c, hosts: 2, gpus_per_host: 8}\n"
+        "allocations: [{path: vc, weight: 1}]\n"
+        "workloads:\n  - trace: {file: p.csv, format: philly"
+    )
+    scenario.write_text(head + ", timezone: America/Los_Angeles}\n")
+    sc = load_scenario(scenario, {})
+    times = [e.time - sc.start for e in sc.timed_inputs() if e.type == "workload.submitted"]
+    assert times == [0.0, 7 * 3600.0]
+    scenario.write_text(head + ", timezone: Mars/Olympus}\n")
+    with pytest.raises(ScenarioError, match="timezone 'Mars/Olympus': no such time zone"):
+        load_scenario(scenario, {})
