@@ -11,6 +11,7 @@ it was placed and preempted.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Collection
 from typing import Any
@@ -356,19 +357,41 @@ SACCT_NAMES = {
 }
 
 
-def parse_acct_format(spec: str) -> list[str]:
-    """`id,state,gpu_hours` (or space-separated, any case; sacct's jobid, jobname,
-    account, submit, elapsed, exitcode too) -> column names; ValueError naming the unknown ones
-    and listing the known."""
-    names = [n.strip().lower() for n in spec.replace(",", " ").split() if n.strip()]
-    names = [SACCT_NAMES.get(n, n) for n in names]
-    unknown = [n for n in names if n not in ACCT_COLUMNS]
-    if unknown or not names:
+# sacct's `%N` after a field name: N characters, right-justified; `%-N`: left-justified
+_FIELD_WIDTH = re.compile(r"^(?P<name>[^%]*)%(?P<width>-?\d+)$")
+MAX_FIELD_WIDTH = 1000  # wider than any terminal; a typo's width would fill memory
+
+
+def parse_acct_fields(spec: str) -> list[tuple[str, int | None]]:
+    """`JobID,JobName%30,state%-10` (or space-separated, any case; sacct's jobid, jobname,
+    account, submit, elapsed, exitcode too) -> (column name, width) pairs: the width as
+    sacct's `%N` gives it (positive: right-justified, negative: left-justified), None
+    without one. ValueError naming the unknown fields and listing the known."""
+    fields: list[tuple[str, int | None]] = []
+    unknown = []
+    for token in spec.replace(",", " ").split():
+        sized = _FIELD_WIDTH.match(token)
+        name = (sized["name"] if sized else token).strip().lower()
+        width = int(sized["width"]) if sized else None
+        if width is not None and not 0 < abs(width) <= MAX_FIELD_WIDTH:
+            raise ValueError(
+                f"--format {spec!r}: {token}: a width is 1 to {MAX_FIELD_WIDTH:,} characters"
+            )
+        name = SACCT_NAMES.get(name, name)
+        if name not in ACCT_COLUMNS:
+            unknown.append(token.lower())
+        fields.append((name, width))
+    if unknown or not fields:
         raise ValueError(
             f"--format {spec!r}: {'unknown field ' + ', '.join(unknown) if unknown else 'no fields'}"
-            f"; fields: {', '.join(ACCT_COLUMNS)}"
+            f"; fields: {', '.join(ACCT_COLUMNS)} (a width as sacct's: name%20, name%-20)"
         )
-    return names
+    return fields
+
+
+def parse_acct_format(spec: str) -> list[str]:
+    """The column names of `parse_acct_fields`, without their widths."""
+    return [name for name, _ in parse_acct_fields(spec)]
 
 
 def acct_cells(rows: list[AcctRow], columns: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -384,6 +407,7 @@ __all__ = [
     "STATE_CODES",
     "acct_cells",
     "acct_rows",
+    "parse_acct_fields",
     "parse_acct_format",
     "totals",
 ]

@@ -159,6 +159,37 @@ def aligned_lines(
     return [line(row) for row in [headers, *cells]]
 
 
+def sized_columns(
+    headers: list[str],
+    cells: list[list[str]],
+    widths: list[int | None],
+    whole: frozenset[int] | set[int] = frozenset(),
+) -> tuple[list[str], list[list[str]]]:
+    """sacct's `field%N`: column i with a width is exactly |N| terminal cells,
+    right-justified when N > 0 and left-justified when N < 0; a longer value is cut
+    to N - 1 cells and ends in '+', as sacct marks it (its header is cut plain). Columns
+    in `whole` (numbers and durations, which sacct never cuts; ids) stay whole and only
+    pad.
+    Columns without a width are left to `aligned_lines`."""
+    from rich.cells import cell_len, set_cell_size
+
+    def fit(text: str, width: int, i: int, marked: bool) -> str:
+        n = abs(width)
+        text = visible(text)
+        if cell_len(text) > n and i not in whole:
+            text = set_cell_size(text, n - 1) + "+" if marked else set_cell_size(text, n)
+        pad = " " * max(0, n - cell_len(text))
+        return pad + text if width > 0 else text + pad
+
+    def line(row: list[str], marked: bool) -> list[str]:
+        return [
+            c if w is None else fit(c, w, i, marked)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+
+    return line(headers, marked=False), [line(row, marked=True) for row in cells]
+
+
 def print_rows(
     title: str,
     headers: list[str],
@@ -777,7 +808,10 @@ def register(app: typer.Typer) -> None:
                 "--format",
                 "-o",
                 metavar="FIELD[,FIELD...]",
-                help="Columns, as sacct --format: id, name, allocation, user, state, gpus "
+                help="Columns, as sacct --format (any case; as sacct's, NAME%N is N "
+                "characters wide, right-justified, NAME%-N left-justified, and a longer "
+                "value is cut and ends in '+'; ids, numbers and durations are never cut; "
+                "-p ignores widths): id, name, allocation, user, state, gpus "
                 "(asked for), alloc_gpus (held: whole hosts for a gang), submitted, start, "
                 "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
                 "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
@@ -868,7 +902,7 @@ def register(app: typer.Typer) -> None:
             STATES,
             acct_cells,
             acct_rows,
-            parse_acct_format,
+            parse_acct_fields,
             split_hours,
             totals,
         )
@@ -895,11 +929,14 @@ def register(app: typer.Typer) -> None:
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
             try:
-                columns = (
-                    parse_acct_format(format_) if format_ is not None else DEFAULT_ACCT_COLUMNS
+                fields = (
+                    parse_acct_fields(format_)
+                    if format_ is not None
+                    else [(c, None) for c in DEFAULT_ACCT_COLUMNS]
                 )
             except ValueError as why:
                 raise TargetError(str(why)) from None
+            columns = [name for name, _ in fields]
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since is not None else None
             hi = parse_time(until, view.now, end=True) if until is not None else None
@@ -945,6 +982,19 @@ def register(app: typer.Typer) -> None:
                 if lines:
                     typer.echo("\n".join("|".join(line) for line in lines))
                 return
+            widths = [width for _, width in fields]
+            if any(width is not None for width in widths):
+                headers, cells = sized_columns(
+                    headers,
+                    cells,
+                    widths,
+                    # an id cut to sacct's jobid%20 would name nothing (ours are ULIDs)
+                    whole={
+                        i
+                        for i, (c, h) in enumerate(zip(columns, headers, strict=True))
+                        if h in RIGHT_ALIGNED or c == "id"
+                    },
+                )
             print_rows(
                 f"cluster {view.cluster} · as of {iso(view.now)} UTC · "
                 f"{plural(len(rows), 'workload')}",

@@ -1,0 +1,71 @@
+"""What a Slurm user types by habit, against a folder served by `allot serve --data`:
+sacct's and squeue's format strings, job array task ids, squeue's columns."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from tests.e2e.cli import allot
+
+LONG_NAME = "pretrain-llama-70b-long-name"
+
+
+def _ok(*args: str) -> str:
+    result = allot(*args, env={"USER": "ops"})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Two 8-GPU hosts; alice runs a named 4-GPU job and a 2-GPU filler, and a 4-task
+    array of 8-GPU jobs of which one task runs and three wait."""
+    data = tmp_path_factory.mktemp("slurm-habits") / "lab"
+    d = ["--data", str(data)]
+    _ok("host", "register", "h0", "8", *d)
+    _ok("host", "register", "h1", "8", *d)
+    _ok("budget", "set", "lab", "1", "--manager", "pm", *d)
+    _ok("budget", "set", "lab/olmo", "3", "--member", "alice", "--as", "pm", *d)
+    submit = ("submit", "-A", "lab/olmo", "--as", "alice", "--parsable", *d)
+    named = _ok(*submit, "-G", "4", "--min-runtime", "1h", "--name", LONG_NAME).strip()
+    tasks = _ok(*submit, "-G", "8", "--min-runtime", "1h", "--array", "0-3").split()
+    filler = _ok(*submit, "-G", "2", "--min-runtime", "0").strip()
+    _ok("serve", "--once", "--tick", "0", *d)
+    return {
+        "data": str(data),
+        "named": named,
+        "base": tasks[0].rpartition("_")[0],
+        "filler": filler,
+    }
+
+
+def _acct(lab: dict[str, str], *args: str) -> list[str]:
+    return _ok("acct", "--data", lab["data"], "--noheader", *args).splitlines()
+
+
+def test_sacct_field_widths_pad_and_cut_as_sacct(lab: dict[str, str]) -> None:
+    """`-o JobID,JobName%30` was refused ("unknown field jobname%30"). As sacct, %N is N
+    characters right-justified, %-N left-justified, and a longer value is cut with a
+    '+'; field names in any case. An id is never cut: a cut ULID names nothing."""
+    lines = _acct(lab, "-j", lab["named"], "--format=JobID,JobName%30,State,Elapsed")
+    assert len(lines) == 1
+    assert lines[0].startswith(f"{lab['named']}  {LONG_NAME:>30}  RUNNING")
+    (line,) = _acct(lab, "-j", lab["named"], "-o", "jobname%-8,STATE%5,jobid%20,gpus%1")
+    assert line == f"pretrai+  RUNN+  {lab['named']}     4"  # GPUS: the header is wider
+    (line,) = _acct(lab, "-j", lab["filler"], "-o", "user%-8,jobname%6,state")
+    assert line == f"alice     {'':6}  RUNNING"
+
+
+def test_sacct_widths_leave_parsable_and_json_alone(lab: dict[str, str]) -> None:
+    parsable = _ok("acct", "--data", lab["data"], "-j", lab["named"], "-p", "-o", "jobname%5")
+    assert parsable.splitlines() == ["NAME", LONG_NAME]
+    rows = orjson.loads(_ok("acct", "--data", lab["data"], "-o", "jobname%5", "--json"))
+    assert LONG_NAME in [r["name"] for r in rows["workloads"]]
+
+
+@pytest.mark.parametrize("spec", ["jobname%0", "jobname%x", "jobname%5000"])
+def test_a_bad_sacct_width_is_one_line(lab: dict[str, str], spec: str) -> None:
+    result = allot("acct", "--data", lab["data"], "-o", spec)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
