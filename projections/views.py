@@ -1101,6 +1101,88 @@ def render_template(parts: list[tuple[str, str | None, int | None, bool]], cells
     return "".join(out)
 
 
+Template = list[tuple[str, str | None, int | None, bool]]
+
+# squeue -O's field names for allot's columns (allot's own names are taken too)
+SQUEUE_LONG_NAMES = {
+    "jobid": "id",
+    "jobarrayid": "id",
+    "username": "user",
+    "account": "allocation",
+    "statecompact": "st",
+    "cluster": "partition",
+    "timeused": "time",
+    "numnodes": "nodes",
+    "reasonlist": "reason_or_nodes",
+    "submittime": "submitted",
+    "starttime": "start",
+    "prioritylong": "priority",
+    "timelimit": "min_runtime",
+}
+LONG_FORMAT_WIDTH = 20  # squeue -O's width for a field given without one
+_LONG_FIELD = re.compile(r"^(?P<name>[^:]+)(?::(?P<right>\.)?(?P<width>\d*)(?P<suffix>.*))?$")
+
+
+def parse_long_format(spec: str) -> tuple[list[str], Template]:
+    """squeue -O/--Format: `JobID:20,Name:.30,State`, each field `type[:[.][size][suffix]]`
+    in any case: squeue's names (jobid, name, username, account, state, statecompact,
+    partition, timeused, numnodes, reasonlist, reason, nodelist, submittime, starttime,
+    priority, timelimit) or allot's column names. As squeue, a field without a size is
+    20 characters wide, size 0 (or none after the colon) prints it whole, '.'
+    right-justifies, and the suffix is
+    printed after it (no space is added between fields). The columns, and the parts
+    `render_template` fills."""
+    columns: list[str] = []
+    parts: Template = []
+    before = ""
+    unknown = []
+    for token in (t.strip() for t in spec.split(",")):
+        if not token:
+            continue
+        m = _LONG_FIELD.match(token)
+        if m is None:
+            unknown.append(token)
+            continue
+        name = m["name"].strip().lower()
+        name = SQUEUE_LONG_NAMES.get(name, name)
+        if name not in QUEUE_COLUMNS:
+            unknown.append(m["name"].strip())
+            continue
+        # no colon: 20; a colon without a size (`Name:`, `Name:|`) or size 0: whole
+        width = LONG_FORMAT_WIDTH if m["width"] is None else int(m["width"] or 0)
+        if width > MAX_FIELD_WIDTH:
+            raise ViewError(f"{token!r}: a field is at most {MAX_FIELD_WIDTH:,} characters wide")
+        columns.append(name)
+        parts.append((before, name, width or None, bool(m["right"])))
+        before = m["suffix"] or ""
+    if unknown or not columns:
+        known = sorted({*SQUEUE_LONG_NAMES, *QUEUE_COLUMNS})
+        what = f"unknown field {', '.join(unknown)}" if unknown else f"no field in {spec!r}"
+        raise ViewError(f"--Format: {what}; known: {', '.join(known)}")
+    parts.append((before, None, None, False))
+    return columns, parts
+
+
+def whole_ids(parts: Template, lines: list[list[str]]) -> Template:
+    """`parts` with the id column widened to the longest id in `lines`, and a space after
+    it, when its width would cut one: squeue's habitual `%.18i` fits Slurm's numbers, but a cut
+    ULID names nothing (and a job array's tasks would all read alike)."""
+    out: Template = []
+    at = 0  # the cell of each column part
+    widened = False
+    for text, column, width, right in parts:
+        if widened and not text[:1].isspace():
+            text = " " + text  # so the widened id does not run into what follows
+        widened = False
+        if column == "id" and width is not None:
+            longest = max(len(line[at]) for line in lines)
+            widened = longest > width
+            width = max(longest, width)
+        at += column is not None
+        out.append((text, column, width, right))
+    return out
+
+
 def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], list[list[str]]]:
     """(headers, cells) of `rows` for `columns` (names of QUEUE_COLUMNS)."""
     headers = [QUEUE_COLUMNS[c][1] for c in columns]

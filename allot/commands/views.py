@@ -111,7 +111,9 @@ FORMAT_HELP = (
     "running work when it started). "
     "Prints plain aligned text (no table borders) for scripts; with other text between "
     "the fields ('%i|%u|%T') or widths ('%.18i %9u'), squeue's literal form: the text is "
-    "kept and %[.]W pads (right-aligned with the dot) or cuts a field to W characters."
+    "kept and %[.]W pads (right-aligned with the dot) or cuts a field to W characters; "
+    "an id is never cut (a cut id names nothing): its column widens to the longest. "
+    "For squeue's long form (-O JobID:30,Name,State) see --Format."
 )
 
 
@@ -594,6 +596,22 @@ def register(app: typer.Typer) -> None:
         format_: Annotated[
             str | None, typer.Option("--format", "-o", help=FORMAT_HELP, show_default=False)
         ] = None,
+        format_long: Annotated[
+            str | None,
+            typer.Option(
+                "--Format",
+                "-O",
+                metavar="FIELD[:[.]SIZE[SUFFIX]][,...]",
+                help="Columns, as squeue -O: 'JobID:30,Name:.20,State,Reason'; squeue's "
+                "field names (jobid, name, username, account, state, statecompact, "
+                "partition, timeused, numnodes, reasonlist, reason, nodelist, submittime, "
+                "starttime, priority, timelimit) or those of --format, in any case. As "
+                "squeue, a field without a size is 20 characters wide, size 0 prints it "
+                "whole, '.' right-justifies it, a suffix is printed after it, and no "
+                "space is added between fields. Ids are never cut: their column widens.",
+                show_default=False,
+            ),
+        ] = None,
         json_: JsonOpt = False,
         user: UserOpt = None,
         me: MeOpt = False,
@@ -680,16 +698,27 @@ def register(app: typer.Typer) -> None:
             format_template,
             iso,
             parse_format,
+            parse_long_format,
             queue_cells,
             render_template,
             resolve_jobs,
             split_names,
+            whole_ids,
         )
 
         user = _with_me(user, me)
 
         def run() -> None:
-            columns = parse_format(format_) if format_ else None
+            if format_ and format_long:
+                raise TargetError(
+                    "-o (--format) and -O (--Format) exclude each other, as in squeue"
+                )
+            template = None
+            if format_long:
+                columns, template = parse_long_format(format_long)
+            else:
+                columns = parse_format(format_) if format_ else None
+                template = format_template(format_) if format_ else None
             wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
             if horizon != HORIZON_DEFAULT and not wants_forecast:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
@@ -742,8 +771,8 @@ def register(app: typer.Typer) -> None:
                 return
             if columns is not None:
                 headers, cells = queue_cells(rows, columns)
-                template = format_template(format_ or "")
                 if template is not None:  # squeue's literal form: separators kept
+                    template = whole_ids(template, [headers, *cells])
                     lines = [render_template(template, line) for line in [headers, *cells]]
                 else:
                     lines = aligned_lines(headers, cells)

@@ -69,3 +69,51 @@ def test_a_bad_sacct_width_is_one_line(lab: dict[str, str], spec: str) -> None:
     result = allot("acct", "--data", lab["data"], "-o", spec)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _queue(lab: dict[str, str], *args: str) -> list[str]:
+    return _ok("queue", "--data", lab["data"], *args).splitlines()
+
+
+def test_squeue_default_format_keeps_ids_whole(lab: dict[str, str]) -> None:
+    """squeue's `%.18i` cut every id to 18 characters: the four tasks of an array all
+    read the same, and none could be pasted into `allot why`. The id column widens."""
+    lines = _queue(lab, "-o", "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R")
+    ids = [line.split()[0] for line in lines[1:]]
+    assert sorted(ids) == sorted(
+        [lab["named"], lab["filler"], *(f"{lab['base']}_{i}" for i in range(4))]
+    )
+    assert len({len(line.rstrip()) - len(line.split()[-1]) for line in lines}) == 1, lines
+    named = next(line for line in lines if line.split()[0] == lab["named"])
+    assert named.split()[1:5] == ["default", "pretrain", "alice", "R"]
+
+
+def test_squeue_long_format(lab: dict[str, str]) -> None:
+    """squeue -O/--Format was "No such option". As squeue: `type[:[.][size][suffix]]`,
+    20 wide without a size, 0 (or none after the colon) whole, '.' right-justifies,
+    names in any case."""
+    lines = _queue(lab, "-j", lab["named"], "-O", "JobID:30,Name:10,UserName:.8,State")
+    assert lines == [
+        f"{'ID':30}{'NAME':10}{'USER':>8}{'STATE':20}",
+        f"{lab['named']:30}{LONG_NAME[:10]}{'alice':>8}{'RUNNING':20}",
+    ]
+    lines = _queue(lab, "-j", lab["named"], "--Format=jobid:|,timelimit:0|,reasonlist:")
+    assert lines[1] == f"{lab['named']}|1h|h0"
+    # an id wider than its size widens the column, with a space after it
+    (line,) = _queue(lab, "-j", lab["named"], "-h", "-O", "jobid:.8,statecompact:2")
+    assert line == f"{lab['named']} R "
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["-O", "JobID,NumCPUs"], "unknown field NumCPUs"),
+        (["-O", "jobid", "-o", "%i"], "exclude each other"),
+    ],
+)
+def test_squeue_long_format_errors_are_one_line(
+    lab: dict[str, str], args: list[str], needle: str
+) -> None:
+    result = allot("queue", "--data", lab["data"], *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and needle in result.stderr
