@@ -712,6 +712,9 @@ def find_workload(con: duckdb.DuckDBPyConnection, wid: str) -> str:
         return wid
     if len(ids) == 1:
         return ids[0]
+    task = _task_of_a_prefix(con, wid) if not ids else None
+    if task is not None:
+        return task
     if ids:
         raise AuditError(
             f"workload id {wid!r} is ambiguous in the audit database: it begins "
@@ -721,6 +724,37 @@ def find_workload(con: duckdb.DuckDBPyConnection, wid: str) -> str:
         f"no workload {wid!r} in the audit database (is it loaded? `allot audit load` "
         "adds the journal's new records; `allot queue` lists live workloads)"
     )
+
+
+def _task_of_a_prefix(con: duckdb.DuckDBPyConnection, wid: str) -> str | None:
+    """`PREFIX_N` (Slurm's BASE_INDEX with the base shortened, as `-j` takes it): task
+    N of the one job array whose base PREFIX starts; None when none or several."""
+    head, sep, index = wid.rpartition("_")
+    if not (sep and head and index.isdigit()):
+        return None
+    rows = con.execute(
+        "SELECT DISTINCT workload FROM records WHERE starts_with(workload, ?) "
+        "AND ends_with(workload, ?) LIMIT 2",
+        [head, f"_{index}"],
+    ).fetchall()
+    found = [r[0] for r in rows if r[0].rpartition("_")[2] == index]
+    return found[0] if len(found) == 1 else None
+
+
+def array_tasks(con: duckdb.DuckDBPyConnection, base: str) -> list[str]:
+    """The task ids BASE_<n> of job array `base` in the database, by index; empty when
+    `base` is no array's base (or is a workload's own id)."""
+    latest_time(con)
+    base = base.strip()
+    rows = con.execute(
+        "SELECT DISTINCT workload FROM records WHERE starts_with(workload, ?)",
+        [f"{base}_"],
+    ).fetchall()
+    own = con.execute("SELECT 1 FROM records WHERE workload = ? LIMIT 1", [base]).fetchone()
+    tasks = [r[0] for r in rows if r[0][len(base) + 1 :].isdigit()]
+    if own is not None or not base:
+        return []
+    return sorted(tasks, key=lambda t: int(t.rpartition("_")[2]))
 
 
 def workload_records(con: duckdb.DuckDBPyConnection, wid: str) -> list[dict[str, Any]]:

@@ -12,8 +12,9 @@ inline base64 PNGs drawn with matplotlib, like `report.html`. Pages:
                    (offsets from the run start such as ``3h``, or UTC times such as
                    ``2026-01-01 03:00``) and the forecast's below it; ``?gpu=N``: the
                    page of a big cluster's GPUs both pictures show;
-- ``/workload/ID`` why a workload is where it is (`views.why`); unknown ids get a 404
-                   page with close matches.
+- ``/workload/ID`` why a workload is where it is (`views.why`); a job array's base id
+                   lists its tasks (`acct.array_summary`), as `allot why BASE`; unknown
+                   ids get a 404 page with close matches.
 
 `Dashboard` folds what the journal gained when it changes (file size / mtime; Kafka: at
 most every `ttl` seconds), keeping the projections open between refreshes. An empty or
@@ -1146,9 +1147,34 @@ def forecast_window_end(fc: Any) -> float:
 
 
 # ------------------------------------------------------------------ workload
+def array_page(snap: Snapshot, summary: dict[str, Any]) -> str:
+    """A job array's base id (`allot why BASE`): its tasks by state, each linked to
+    its own page."""
+    base = summary["array"]
+    head = esc(summary["text"][0].split(": ", 1)[1])
+    rows = [
+        "<tr>"
+        + _td(f'<a href="/workload/{esc(t["id"])}">{esc(t["id"])}</a>', "id", raw=True)
+        + _td(t["state"].lower(), "state")
+        + _td(t["nodelist"], "nodelist")
+        + _td(t["reason"], "reason")
+        + "</tr>"
+        for t in summary["tasks"]
+    ]
+    return (
+        _header(snap, f"Job array {base}")
+        + f"<p class='sub' id='now'><b>tasks:</b> {head}</p>"
+        + _table([("TASK", False), ("STATE", False), ("NODELIST", False), ("REASON", False)], rows)
+    )
+
+
 def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
+    from projections.acct import array_summary
     from projections.views import ViewError, why
 
+    summary = array_summary(snap.view, wid.strip())
+    if summary is not None:  # BASE of BASE_0, BASE_1, ...: the array, as `allot why BASE`
+        return 200, array_page(snap, summary)
     try:
         answer = why(snap.view, wid)
     except ViewError as err:
@@ -1156,7 +1182,8 @@ def workload_page(snap: Snapshot, wid: str) -> tuple[int, str]:
             f"<div class='empty' id='not-found'><h1>Unknown workload {esc(wid)}</h1>"
             f"<p>{esc(err)}</p><p class='hint'>The <a href='/queue'>queue</a> lists live "
             "workloads with links; finished ones are reachable by id at "
-            "<code>/workload/ID</code> (a unique prefix works too).</p></div>"
+            "<code>/workload/ID</code> (a unique prefix works too; a job array's base id "
+            "lists its tasks).</p></div>"
         )
         return 404, body
     from projections.forecast import add_expectations

@@ -1341,6 +1341,9 @@ def find_workload(view: JournalView, wid: str) -> str:
     if h is not None and _names_a_workload(h):
         return wid
     known = [k for k, h in histories.items() if _names_a_workload(h)]
+    task = _task_of_a_prefix(known, wid)
+    if task is not None:
+        return task
     prefixed = [k for k in known if k.startswith(wid)]
     if len(prefixed) == 1:
         # a prefix names its workload even after a refused request sent the prefix as
@@ -1441,6 +1444,17 @@ def resolve_live(view: JournalView, wid: str) -> str:
     if len(bases) == 1 and all("_" in k and k.rpartition("_")[2].isdigit() for k in found):
         hint += f", or name tasks of the job array as '{bases.pop()}_[SPEC]'"
     raise ViewError(f"{wid!r} is the start of {len(found)} live workload ids ({shown}); {hint}")
+
+
+def _task_of_a_prefix(known: Iterable[str], wid: str) -> str | None:
+    """`PREFIX_N`, Slurm's BASE_INDEX with the base shortened to a prefix (as `-j` and
+    `allot cancel` take it): task N of the one job array whose base PREFIX starts;
+    None when it names none or several (never task 10 for `_1`)."""
+    head, sep, index = wid.rpartition("_")
+    if not (sep and head and index.isdigit()):
+        return None
+    found = {k for k in known if _task(k) and k.rpartition("_")[2] == index and k.startswith(head)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _task(wid: str) -> bool:

@@ -1220,7 +1220,8 @@ def register(app: typer.Typer) -> None:
         workload: Annotated[
             str,
             typer.Argument(
-                help="Workload id (a unique prefix is enough), or the id of a rejected request."
+                help="Workload id (a unique prefix is enough), a job array's task "
+                "(BASE_<n>) or base (BASE), or the id of a rejected request."
             ),
         ],
         audit: Annotated[
@@ -1260,9 +1261,11 @@ def register(app: typer.Typer) -> None:
         and no journal option on the command line ($ALLOT_KAFKA alone does not count),
         only the database is read: the history and the last state it records.
 
-        A job array's base id (BASE, whose tasks are BASE_<n>) gives the array:
-        its tasks by state, then each task's state and reason (the first 20;
-        `allot acct -j BASE` lists them all). Its --json is an object with
+        A job array's task is named as in Slurm, BASE_<n> (PREFIX_<n> will do: task
+        n of the one array whose base PREFIX starts). Its base id (BASE) gives the
+        array: its tasks by state, then each task's state and reason (the first 20;
+        `allot acct -j BASE` lists them all; with --audit alone, each task's last
+        recorded state). Its --json is an object with
         `array`, `cluster`, `now`, `by_state` (state: count) and `tasks`, every
         task in index order (`id`, `index`, `state`, `reason`, `nodelist`).
         """
@@ -1326,6 +1329,7 @@ def _why_from_audit(db: Path, workload: str) -> dict[str, Any]:
     """The history and last recorded state, from the audit database alone."""
     from projections.audit import (
         AuditError,
+        array_tasks,
         connect,
         find_workload,
         rejected_request,
@@ -1336,6 +1340,10 @@ def _why_from_audit(db: Path, workload: str) -> dict[str, Any]:
     con = connect(db, read_only=True)
     try:
         source = _audit_source(con, db)
+        tasks = array_tasks(con, workload)
+        if tasks:  # a job array's base id, as `allot why BASE` reads the journal
+            lasts = [last_state(timeline(workload_records(con, t))) for t in tasks]
+            return _array_from_audit(db, workload.strip(), tasks, lasts)
         try:
             wid = find_workload(con, workload)
         except AuditError:
@@ -1358,6 +1366,45 @@ def _why_from_audit(db: Path, workload: str) -> dict[str, Any]:
         "current": last,
         "history": entries,
         "history_source": source,
+        "text": text,
+    }
+
+
+def _array_from_audit(
+    db: Path, base: str, tasks: list[str], lasts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """`allot why BASE --audit DB` alone: each task's last recorded state (the keys of
+    the journal's answer that the database holds: `array`, `by_state`, `tasks`)."""
+    from collections import Counter
+
+    from projections.acct import ARRAY_TASKS_SHOWN
+
+    counts = Counter(last["state"].lower() for last in lasts)
+    text = [
+        f"array {base}: {plural(len(tasks), 'task')} — "
+        + ", ".join(f"{n:,} {state}" for state, n in counts.items())
+        + f" (last recorded in the audit database {db}; no journal read)"
+    ]
+    width = max(len(t) for t in tasks[:ARRAY_TASKS_SHOWN])
+    text += [
+        f"  {t:<{width}}  {last['text']}"
+        for t, last in zip(tasks[:ARRAY_TASKS_SHOWN], lasts, strict=False)
+    ]
+    if len(tasks) > ARRAY_TASKS_SHOWN:
+        text.append(f"  … {len(tasks) - ARRAY_TASKS_SHOWN:,} more")
+    text.append(f"`allot why {tasks[0]} --audit {db}` gives one task's history")
+    return {
+        "array": base,
+        "by_state": dict(counts),
+        "tasks": [
+            {
+                "id": t,
+                "index": int(t.rpartition("_")[2]),
+                "state": last["state"],
+                "text": last["text"],
+            }
+            for t, last in zip(tasks, lasts, strict=True)
+        ],
         "text": text,
     }
 

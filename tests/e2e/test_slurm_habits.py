@@ -3,6 +3,8 @@ sacct's and squeue's format strings, job array task ids, squeue's columns."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -117,3 +119,90 @@ def test_squeue_long_format_errors_are_one_line(
     result = allot("queue", "--data", lab["data"], *args)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and needle in result.stderr
+
+
+def test_why_takes_an_array_task_with_a_shortened_base(lab: dict[str, str]) -> None:
+    """`allot why PREFIX_2` (BASE_INDEX with the base cut short, as `-j` and `cancel`
+    take it) was "no workload"; it is task 2 of the one array whose base PREFIX starts,
+    never task 12 of it."""
+    prefix = lab["base"][:12]
+    shown = _ok("why", f"{prefix}_2", "--data", lab["data"])
+    assert shown.startswith(f"workload {lab['base']}_2: lab/olmo, 8 GPUs")
+    result = allot("why", f"{prefix}_9", "--data", lab["data"])
+    assert result.returncode == 2 and f"no workload '{prefix}_9'" in result.stderr
+
+
+def test_why_from_the_audit_database_takes_an_array_and_its_tasks(
+    lab: dict[str, str], tmp_path: Path
+) -> None:
+    """With --audit alone, `allot why BASE` was "ambiguous in the audit database"; it
+    now lists the tasks by their last recorded state, as `why BASE` does from the
+    journal, and `PREFIX_N` names one task there too."""
+    db = str(tmp_path / "audit.duckdb")
+    _ok("audit", "load", "--data", lab["data"], "--db", db)
+    lines = _ok("why", lab["base"], "--audit", db).splitlines()
+    assert lines[0].startswith(f"array {lab['base']}: 4 tasks — 1 running, 3 pending")
+    assert [line.split()[0] for line in lines[1:5]] == [f"{lab['base']}_{i}" for i in range(4)]
+    assert "running attempt 1" in lines[1] and "pending since" in lines[2]
+    as_json = orjson.loads(_ok("why", lab["base"], "--audit", db, "--json"))
+    assert as_json["by_state"] == {"running": 1, "pending": 3}
+    assert [t["state"] for t in as_json["tasks"]] == ["RUNNING", "PENDING", "PENDING", "PENDING"]
+    task = _ok("why", f"{lab['base'][:12]}_3", "--audit", db)
+    assert task.startswith(f"workload {lab['base']}_3: from the audit database")
+
+
+def test_dashboard_workload_page_takes_an_array_and_its_tasks(lab: dict[str, str]) -> None:
+    """/workload/BASE was a 404 ("the start of 4 workload ids"); it lists the array's
+    tasks, each linked to its page, and /workload/PREFIX_N is that task's page."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "allot.cli",
+            "dashboard",
+            "--data",
+            lab["data"],
+            "--port",
+            f"{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+            return r.read().decode()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                get("/favicon.ico")  # up
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        page = get(f"/workload/{lab['base']}")
+        assert f"Job array {lab['base']}" in page
+        for i in range(4):
+            assert f'<a href="/workload/{lab["base"]}_{i}">' in page
+        assert "4 tasks — 1 running, 3 pending" in page
+        task = get(f"/workload/{lab['base'][:12]}_1")
+        assert f"workload {lab['base']}_1: lab/olmo" in task
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
