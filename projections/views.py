@@ -1012,6 +1012,22 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
 }
 FORECAST_COLUMNS = {"start", "schednodes"}
 DEFAULT_COLUMNS = ["id", "allocation", "user", "state", "gpus", "time", "reason", "nodelist"]
+NAME_WIDTH = 20  # the default queue's NAME: longer names are cut (--long shows them whole)
+
+
+def default_columns(rows: list[QueueRow]) -> list[str]:
+    """`allot queue`'s columns: DEFAULT_COLUMNS, with NAME after the id (as squeue's
+    JOBID ... NAME) when any row shown has a name; none takes no room."""
+    if not any(r["name"] for r in rows):
+        return DEFAULT_COLUMNS
+    return [DEFAULT_COLUMNS[0], "name", *DEFAULT_COLUMNS[1:]]
+
+
+def short_name(name: str, width: int = NAME_WIDTH) -> str:
+    """`name` cut to `width` characters, the last one '…' when cut."""
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 LONG_COLUMNS = [
     "position",
     "id",

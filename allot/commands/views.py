@@ -667,7 +667,9 @@ def register(app: typer.Typer) -> None:
 
         Pending work comes first, in the order the scheduler considers it (allocated
         before unallocated, then allocation rank from fair share, priority, submit
-        time), then running work by start time. WAIT/TIME: how long a pending workload
+        time), then running work by start time. NAME (`submit --name`) comes after
+        ID when a workload shown has one, cut to 20 characters (--long: whole).
+        WAIT/TIME: how long a pending workload
         has waited since it last became pending, or how long a running one has run.
         REASON for pending work: Priority (higher-ranked work comes first: it would
         fit now, or higher-ranked work waits for GPUs ahead of it and takes them first
@@ -690,10 +692,10 @@ def register(app: typer.Typer) -> None:
         """
 
         from projections.views import (
-            DEFAULT_COLUMNS,
             FORECAST_COLUMNS,
             LONG_COLUMNS,
             START_COLUMNS,
+            default_columns,
             fold,
             format_template,
             iso,
@@ -702,6 +704,7 @@ def register(app: typer.Typer) -> None:
             queue_cells,
             render_template,
             resolve_jobs,
+            short_name,
             split_names,
             whole_ids,
         )
@@ -785,8 +788,12 @@ def register(app: typer.Typer) -> None:
                     [c for c in LONG_COLUMNS if c not in START_COLUMNS] if long else []
                 )
             else:
-                columns = LONG_COLUMNS if long else DEFAULT_COLUMNS
+                columns = LONG_COLUMNS if long else default_columns(rows)
             headers, cells = queue_cells(rows, columns)
+            if not long and "name" in columns:  # as squeue's, cut: --long has it whole
+                at = columns.index("name")
+                for line in cells:
+                    line[at] = short_name(line[at])
             pending = sum(1 for r in rows if r["state"] == "PENDING")
             counts = f"{pending} pending" + ("" if start else f", {len(rows) - pending} running")
             title = (

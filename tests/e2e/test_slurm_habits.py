@@ -206,3 +206,22 @@ def test_dashboard_workload_page_takes_an_array_and_its_tasks(lab: dict[str, str
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
+
+
+def test_queue_shows_names_when_a_shown_job_has_one(lab: dict[str, str]) -> None:
+    """squeue's default shows NAME; allot queue's had no name column at all. It is
+    after ID when a shown job has a name, cut to 20 characters (--long: whole), and
+    takes no room otherwise; the columns issue #4 asks for stay."""
+    lines = _queue(lab)
+    assert lines[1].split() == [
+        "ID", "NAME", "ALLOCATION", "USER", "STATE", "GPUS", "WAIT/TIME", "REASON", "NODELIST",
+    ]  # fmt: skip
+    named = next(line for line in lines if line.startswith(lab["named"]))
+    assert named.split()[1] == LONG_NAME[:19] + "…"
+    assert LONG_NAME in "\n".join(_queue(lab, "--long"))
+    unnamed = _queue(lab, "-j", lab["filler"])
+    assert unnamed[1].split()[:3] == ["ID", "ALLOCATION", "USER"]
+    assert orjson.loads(_ok("queue", "--data", lab["data"], "--json"))["workloads"][0].keys() >= {
+        "id",
+        "name",
+    }
