@@ -394,3 +394,30 @@ def test_prometheus_scrapes_the_running_scheduler(tmp_path: Path) -> None:
         assert down[0]["labels"]["severity"] == "critical"
     finally:
         servers.stop()
+
+
+@pytest.mark.parametrize("follow", ["--follow", "--no-follow"])
+def test_the_exporter_stops_cleanly_on_sigterm(
+    tiny_journal: Path, tmp_path: Path, follow: str
+) -> None:
+    """systemd's and Docker's stop: exit 0, as after Ctrl-C (it died of the signal)."""
+    journal = tmp_path / "journal.jsonl"
+    shutil.copyfile(tiny_journal, journal)  # not the module's: other tests corrupt it
+    port = _free_port()
+    log = tmp_path / "metrics.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "metrics", "--port", str(port),
+             "--journal", str(journal), follow],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+        )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        _wait("allot metrics to serve", lambda: b"allot_gpus{" in _get(url), START_TIMEOUT_S, [log])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, _tail(log)
+        assert "Traceback" not in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
