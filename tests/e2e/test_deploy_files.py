@@ -89,7 +89,6 @@ def test_the_compose_services_run_commands_allot_takes() -> None:
     """Each allot service's command parses with the CLI's own options (a renamed or
     removed flag would only show as a container restarting in a loop), and every
     ALLOT_* variable the services set is one allot reads."""
-    import click
     import typer
 
     from allot.cli import app
@@ -100,8 +99,9 @@ def test_the_compose_services_run_commands_allot_takes() -> None:
         argv = _allot_command_line(spec["services"][name])
         assert argv[0] == "allot", argv
         command, args = cli, argv[1:]
-        while isinstance(command, click.Group):  # e.g. `topics` then `create`
-            sub = command.get_command(click.Context(command), args[0])
+        # typer's click may be its own copy: walk groups by what they have
+        while hasattr(command, "get_command"):  # e.g. `topics` then `create`
+            sub = command.get_command(command.context_class(command), args[0])
             assert sub is not None, (name, args[0])
             command, args = sub, args[1:]
         command.make_context(" ".join(argv), args)  # raises on an unknown option or value
