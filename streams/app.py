@@ -42,6 +42,10 @@ Faust still provides what it is good at here: the worker process (logging, signa
   `streams.kafka_auth`): both faust's connection and the scheduler's use them
 
 faust's own flags apply: `--web-port N` (default 6066) or `--without-web`.
+
+It serves no Prometheus metrics (faust's web server has none of allot's): run `allot
+metrics --kafka HOST:PORT --port 9108` beside it, or `allot serve --kafka --metrics-port`
+instead of this shell, for deploy/prometheus's scrape and alerts.
 """
 
 from __future__ import annotations

@@ -57,7 +57,9 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except _errors() as why:
-        typer.echo(f"error: {why}", err=True)
+        from allot.journald import error_line
+
+        typer.echo(error_line(f"error: {why}"), err=True)
         raise typer.Exit(2) from None
 
 

@@ -24,6 +24,7 @@ import typer
 
 from allot.commands.common import ClusterOpt, DataOpt, KafkaOpt, TargetError, resolve_target
 from allot.commands.requests import RequestError, one_line_errors
+from allot.journald import error_line
 
 IDLE_POLL_S = 0.02  # how often an idle embedded scheduler looks at the inbox
 TICKER_ACTOR = "allot-ticker"
@@ -299,10 +300,15 @@ def _log_to_stderr() -> None:
     without a handler Python drops all of it (aiokafka's chatter only from warnings)."""
     import logging
 
+    from allot.journald import JournalFormatter, stream_is_journal
+
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s allot serve %(levelname)s %(name)s: %(message)s"
         )
+        if stream_is_journal():  # under systemd: journald's priorities, its own timestamps
+            for handler in logging.getLogger().handlers:
+                handler.setFormatter(JournalFormatter())
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
     from streams.log_repeats import quiet_repeats
 
@@ -324,7 +330,7 @@ def _serve_kafka(
     try:
         from streams import worker
     except ImportError as why:
-        typer.echo(f"error: the Kafka worker is not available: {why}", err=True)
+        typer.echo(error_line(f"error: the Kafka worker is not available: {why}"), err=True)
         raise typer.Exit(2) from None
     # the worker's own one-line errors (e.g. BrokerUnavailable), if it defines them
     known = tuple(
@@ -355,15 +361,15 @@ def _serve_kafka(
 
             asyncio.run(result)  # type: ignore[arg-type]
     except ServeError as why:
-        typer.echo(f"error: {why}", err=True)
+        typer.echo(error_line(f"error: {why}"), err=True)
         raise typer.Exit(2) from None
     except known as why:
-        typer.echo(f"error: {why}", err=True)
+        typer.echo(error_line(f"error: {why}"), err=True)
         raise typer.Exit(2) from None
     except (KafkaError, OSError) as why:
         from streams.kafka_clients import unreachable
 
-        typer.echo(f"error: {unreachable(bootstrap, why)}", err=True)
+        typer.echo(error_line(f"error: {unreachable(bootstrap, why)}"), err=True)
         raise typer.Exit(2) from None
     finally:
         if metrics is not None:

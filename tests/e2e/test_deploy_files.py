@@ -75,3 +75,39 @@ def test_the_examples_ship_inside_the_package() -> None:
     shipped = [p.name for p in (root / "allot" / "examples").iterdir() if p.is_file()]
     assert {"lab.yaml", "debug-flood.yaml"} <= set(shipped)
     assert all(any(Path(name).match(pat) for pat in patterns) for name in shipped), shipped
+
+
+def _allot_command_line(service: dict) -> list[str]:
+    """The `allot ...` a compose service finally execs (after installing the tree)."""
+    import shlex
+
+    script = service["command"][-1]
+    return shlex.split(script.rsplit("exec ", 1)[1])
+
+
+def test_the_compose_services_run_commands_allot_takes() -> None:
+    """Each allot service's command parses with the CLI's own options (a renamed or
+    removed flag would only show as a container restarting in a loop), and every
+    ALLOT_* variable the services set is one allot reads."""
+    import typer
+
+    from allot.cli import app
+
+    spec = compose()
+    cli = typer.main.get_command(app)
+    for name in ("topics", "allot"):
+        argv = _allot_command_line(spec["services"][name])
+        assert argv[0] == "allot", argv
+        command, args = cli, argv[1:]
+        # typer's click may be its own copy: walk groups by what they have
+        while hasattr(command, "get_command"):  # e.g. `topics` then `create`
+            sub = command.get_command(command.context_class(command), args[0])
+            assert sub is not None, (name, args[0])
+            command, args = sub, args[1:]
+        command.make_context(" ".join(argv), args)  # raises on an unknown option or value
+    sources = "\n".join(
+        p.read_text() for d in ("allot", "streams") for p in (DEPLOY.parent / d).rglob("*.py")
+    )
+    env = spec["x-allot"]["environment"]
+    unread = [k for k in env if k.startswith("ALLOT_") and f'"{k}"' not in sources]
+    assert not unread, unread

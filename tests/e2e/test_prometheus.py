@@ -115,8 +115,11 @@ class Servers:
         self.prom_log = tmp / "prometheus.log"
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def metrics_args(self) -> list[str]:
-        return ["--port", str(self.metrics_port), "--journal", str(self.journal)]
+    # the served text once the exporter has folded its journal
+    ready_marker = b"allot_gpus{"
+
+    def metrics_command(self) -> list[str]:
+        return ["metrics", "--port", str(self.metrics_port), "--journal", str(self.journal)]
 
     @property
     def logs(self) -> list[Path]:
@@ -126,7 +129,7 @@ class Servers:
         with self.metrics_log.open("wb") as log:
             self.procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "allot.cli", "metrics", *self.metrics_args()],
+                    [sys.executable, "-m", "allot.cli", *self.metrics_command()],
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=ROOT,
@@ -135,7 +138,7 @@ class Servers:
         metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         _wait(
             "allot metrics to serve",
-            lambda: b"allot_gpus{" in _get(metrics_url),
+            lambda: self.ready_marker in _get(metrics_url),
             START_TIMEOUT_S,
             self.logs,
         )
@@ -194,6 +197,10 @@ class Servers:
             SCRAPE_TIMEOUT_S,
             self.logs,
         )
+
+    def alerts(self, name: str) -> list[dict[str, Any]]:
+        body = json.loads(_get(f"http://127.0.0.1:{self.prom_port}/api/v1/alerts"))
+        return [a for a in body["data"]["alerts"] if a["labels"]["alertname"] == name]
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
@@ -315,18 +322,10 @@ def test_a_stopped_clock_raises_its_alert(servers: Servers) -> None:
     """The tiny journal's last record is months old: to a live Prometheus that is a
     cluster whose ticker stopped. Its rule (from deploy/prometheus/alerts.yml) goes
     pending at once (firing after its `for`); the scrape itself is fine."""
-
-    def alerts() -> list[dict[str, Any]]:
-        body = json.loads(_get(f"http://127.0.0.1:{servers.prom_port}/api/v1/alerts"))
-        return body["data"]["alerts"]
-
     stopped = _wait(
         "AllotClockStopped for cluster tiny",
         lambda: [
-            a
-            for a in alerts()
-            if a["labels"]["alertname"] == "AllotClockStopped"
-            and a["labels"].get("cluster") == "tiny"
+            a for a in servers.alerts("AllotClockStopped") if a["labels"].get("cluster") == "tiny"
         ],
         SCRAPE_TIMEOUT_S,
         servers.logs,
@@ -334,4 +333,91 @@ def test_a_stopped_clock_raises_its_alert(servers: Servers) -> None:
     assert stopped[0]["state"] in ("pending", "firing")
     assert stopped[0]["labels"]["severity"] == "critical"
     assert "no journal record for" in stopped[0]["annotations"]["summary"]
-    assert not [a for a in alerts() if a["labels"]["alertname"] == "AllotMetricsDown"]
+    assert not servers.alerts("AllotMetricsDown")
+
+
+class SchedulerServers(Servers):
+    """Prometheus scraping the scheduler itself, `allot serve --data DIR --metrics-port
+    N` (the exporter of the compose file and the systemd unit), ticking every second."""
+
+    ready_marker = b"allot_scheduler_recovering 0.0"
+
+    def metrics_command(self) -> list[str]:
+        return [
+            "serve", "--data", str(self.journal), "--admin", "ops", "--tick", "1s",
+            "--metrics-port", str(self.metrics_port),
+        ]  # fmt: skip
+
+    def scheduler(self) -> subprocess.Popen[bytes]:
+        return self.procs[0]
+
+
+def _send(data: Path, *args: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "allot.cli", *args, "--data", str(data)],
+        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_prometheus_scrapes_the_running_scheduler(tmp_path: Path) -> None:
+    """What the shipped alerts see of a live scheduler: its decisions as they are
+    made, a clock that moves (AllotClockStopped quiet), and once it stops, the
+    scrape failing (AllotMetricsDown: the only alert a dead scheduler can raise)."""
+    data = tmp_path / "lab"
+    servers = SchedulerServers(tmp_path, data)
+    try:
+        servers.start(_prometheus_binary())
+        _send(data, "host", "register", "h1", "8", "--as", "ops")
+        _send(data, "budget", "set", "lab", "1", "--member", "alice", "--as", "ops")
+        _send(data, "submit", "-A", "lab", "-G", "2", "--min-runtime", "15m", "--as", "alice")
+        servers.wait_value('sum(allot_decisions_total{cluster="default",type="placed"})', 1)
+        servers.wait_value('sum(allot_gpus{cluster="default",state="allocated"})', 2)
+        assert servers.scalar('up{job="allot"}') == 1
+        assert servers.scalar("allot_scheduler_recovering") == 0
+        # ticks keep the journal moving: the rule that fires on a stopped clock sees it
+        # (its expression's series exists) and stays quiet
+        assert servers.scalar('allot_journal_lag_seconds{cluster="default"}') is not None
+        assert not servers.alerts("AllotClockStopped")
+
+        scheduler = servers.scheduler()
+        scheduler.send_signal(signal.SIGTERM)
+        assert scheduler.wait(timeout=60) == 0, _tail(servers.metrics_log)
+        down = _wait(
+            "AllotMetricsDown",
+            lambda: servers.alerts("AllotMetricsDown"),
+            SCRAPE_TIMEOUT_S,
+            servers.logs,
+        )
+        assert down[0]["state"] in ("pending", "firing")
+        assert down[0]["labels"]["severity"] == "critical"
+    finally:
+        servers.stop()
+
+
+@pytest.mark.parametrize("follow", ["--follow", "--no-follow"])
+def test_the_exporter_stops_cleanly_on_sigterm(
+    tiny_journal: Path, tmp_path: Path, follow: str
+) -> None:
+    """systemd's and Docker's stop: exit 0, as after Ctrl-C (it died of the signal)."""
+    journal = tmp_path / "journal.jsonl"
+    shutil.copyfile(tiny_journal, journal)  # not the module's: other tests corrupt it
+    port = _free_port()
+    log = tmp_path / "metrics.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "allot.cli", "metrics", "--port", str(port),
+             "--journal", str(journal), follow],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+        )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        _wait("allot metrics to serve", lambda: b"allot_gpus{" in _get(url), START_TIMEOUT_S, [log])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, _tail(log)
+        assert "Traceback" not in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -395,3 +395,47 @@ def test_a_recovering_scheduler_shows_only_that_it_recovers() -> None:
     c.recovering = False
     text = exposition(c.registry())
     assert "allot_scheduler_recovering 0.0" in text and "allot_gpus{" in text
+
+
+PROMETHEUS_DIR = DASHBOARD.parents[2] / "prometheus"
+SCRAPE_LABELS = {"job", "instance"}  # Prometheus adds these to every scraped series
+
+
+def _exposed_labels() -> dict[str, set[str]]:
+    """Series name -> the label names the collector gives it."""
+    text = exposition(collect(big_journal(5)).registry())
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+def _selectors(expr: str) -> list[tuple[str, set[str]]]:
+    """(series name, label names matched) of every `name{...}` selector in `expr`."""
+    return [
+        (name, set(re.findall(r"(\w+)\s*[=!]~?", matchers)))
+        for name, matchers in re.findall(r"([A-Za-z_:][\w:]*)\{([^}]*)\}", expr)
+    ]
+
+
+def test_every_alert_rule_uses_only_exposed_metrics_and_labels() -> None:
+    """promtool's unit tests feed the rules made-up series: a rule naming a metric or
+    label allot does not export (a rename) would pass them and never fire. Also the
+    tests' input series must be real, or they prove nothing."""
+    import yaml
+
+    rules = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())
+    exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    tests = yaml.safe_load((PROMETHEUS_DIR / "alerts_test.yml").read_text())
+    series = [s["series"] for t in tests["tests"] for s in t["input_series"]]
+    assert exprs and series
+    labels = _exposed_labels()
+    labels["up"] = set()
+    for expr in exprs:
+        names = _promql_metric_names(expr)
+        assert names and names <= set(labels), f"{expr!r} uses {sorted(names - set(labels))}"
+    for expr in exprs + series:
+        for name, used in _selectors(expr):
+            unknown = used - labels[name] - SCRAPE_LABELS
+            assert not unknown, f"{expr!r}: {name} has no label {sorted(unknown)}"
