@@ -365,6 +365,22 @@ def test_dashboard_has_a_fixed_uid_and_the_required_panels() -> None:
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
 
 
+def test_a_panel_of_unaggregated_series_names_the_cluster_in_its_legend() -> None:
+    """The dashboard shows every cluster at once by default and each cluster has its own
+    budget tree under the same paths: a legend of `{{allocation}}` alone gave the lines
+    of two clusters one name."""
+    dash = json.loads(DASHBOARD.read_text())
+    plain = [
+        (panel["title"], target)
+        for panel in dash["panels"]
+        for target in panel.get("targets", [])
+        if re.fullmatch(r"[A-Za-z_:][A-Za-z0-9_:]*(\{[^}]*\})?", target["expr"].strip())
+    ]
+    assert plain, "no panel plots series as they are scraped"
+    for title, target in plain:
+        assert "{{cluster}}" in target.get("legendFormat", ""), title
+
+
 def test_every_dashboard_query_uses_only_exposed_metrics() -> None:
     exposed = exposed_series_names()
     queries = dashboard_queries()
