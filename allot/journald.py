@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import traceback
+from types import TracebackType
 from typing import TextIO
 
 # syslog priorities by Python logging level (RFC 5424: 3 err, 4 warning, 6 info, 7 debug)
@@ -22,6 +24,7 @@ _PRIORITIES = (
     (logging.WARNING, 4),
     (logging.INFO, 6),
 )
+CRIT = 2
 ERR = 3
 
 
@@ -60,4 +63,27 @@ def error_line(text: str) -> str:
     return f"<{ERR}>{text}" if stream_is_journal() else text
 
 
-__all__ = ["JournalFormatter", "error_line", "stream_is_journal", "syslog_priority"]
+def crash_lines(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+    """`sys.excepthook` under journald: a crash's traceback, every line at crit. Python's
+    own hook wrote it as plain lines, which journald files one by one at info, so
+    `journalctl -p err` missed the crash that made systemd restart the service."""
+    text = "".join(traceback.format_exception(kind, value, tb))
+    sys.stderr.write("".join(f"<{CRIT}>{line}\n" for line in text.splitlines()))
+    sys.stderr.flush()
+
+
+def log_to_journal() -> None:
+    """Under journald: log records and a crash's traceback carry their priorities."""
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(JournalFormatter())
+    sys.excepthook = crash_lines
+
+
+__all__ = [
+    "JournalFormatter",
+    "crash_lines",
+    "error_line",
+    "log_to_journal",
+    "stream_is_journal",
+    "syslog_priority",
+]

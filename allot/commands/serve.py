@@ -300,15 +300,14 @@ def _log_to_stderr() -> None:
     without a handler Python drops all of it (aiokafka's chatter only from warnings)."""
     import logging
 
-    from allot.journald import JournalFormatter, stream_is_journal
+    from allot.journald import log_to_journal, stream_is_journal
 
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s allot serve %(levelname)s %(name)s: %(message)s"
         )
         if stream_is_journal():  # under systemd: journald's priorities, its own timestamps
-            for handler in logging.getLogger().handlers:
-                handler.setFormatter(JournalFormatter())
+            log_to_journal()
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
     from streams.log_repeats import quiet_repeats
 

@@ -213,3 +213,30 @@ def test_a_fatal_error_exits_non_zero_with_an_error_priority_line(
     lines = log.read_text().splitlines()
     assert [line for line in lines if line.startswith("<3>error: no topic allot.inbox")], lines
     assert "Traceback" not in log.read_text()
+
+
+@pytest.mark.parametrize("journald", [True, False], ids=["journald", "file"])
+def test_a_crash_of_serve_under_journald_is_logged_at_crit_priority(
+    tmp_path: Path, journald: bool
+) -> None:
+    """An unexpected exception (a bug, not a user error) after serve set up its logging:
+    under journald each line of its traceback at crit, so `journalctl -p err` shows why
+    systemd restarted the service; written to a file, Python's plain traceback."""
+    crash = (
+        "from allot.commands.serve import _log_to_stderr; _log_to_stderr();"
+        "raise RuntimeError('a bug')"
+    )
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as out:
+        st = os.fstat(out.fileno())
+        env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+        if journald:
+            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+        done = subprocess.run([sys.executable, "-c", crash], stderr=out, env=env, timeout=60)
+    assert done.returncode == 1
+    lines = stderr.read_text().splitlines()
+    prefix = "<2>" if journald else ""
+    assert lines[0] == f"{prefix}Traceback (most recent call last):", lines
+    assert lines[-1] == f"{prefix}RuntimeError: a bug"
+    assert all(line.startswith(prefix) for line in lines)
+    assert journald or not any(line.startswith("<") for line in lines)
