@@ -163,10 +163,13 @@ def acct_rows(
             gpu_s[not charged] += held * (b - a)
             inside[not charged] += held * max(0.0, min(b, hi) - max(a, lo))
         gpus = s.gpus if s is not None else (rejection.gpus or 0)
+        last_hosts = list(h.placements[-1].hosts) if h.placements else []
         rows.append(
             {
                 "id": wid,
                 "name": s.name if s is not None else None,
+                # sacct's Partition: allot schedules each cluster on its own
+                "cluster": state.cluster,
                 "allocation": path,
                 "user": who,
                 "state": name,
@@ -180,6 +183,9 @@ def acct_rows(
                 "wait_s": round((first if first is not None else last) - submitted, 3),
                 "run_s": round(ran, 3),
                 "alloc_gpus": _held(h.placements[-1]) if h.placements else None,
+                # the hosts of its last placement, as alloc_gpus counts its GPUs
+                "nodelist": nodelist(last_hosts),
+                "alloc_nodes": len(last_hosts) if last_hosts else None,
                 # held, charged or not (sacct's); charged is what the shares count
                 "gpu_hours": round(sum(gpu_s) / 3600, 4),
                 "charged_gpu_hours": round(gpu_s[0] / 3600, 4),
@@ -335,6 +341,11 @@ ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
     "tags": ("TAGS", lambda r: ",".join(r["tags"])),
     "reason": ("REASON", lambda r: r["reason"]),
     "exit_code": ("EXIT", lambda r: "" if r["exit_code"] is None else str(r["exit_code"])),
+    "partition": ("PARTITION", lambda r: r["cluster"]),
+    # sacct prints "None assigned" for a job that never started
+    "nodelist": ("NODELIST", lambda r: r["nodelist"] or "None assigned"),
+    "req_tres": ("REQ_TRES", lambda r: f"gres/gpu={r['gpus']}"),
+    "alloc_tres": ("ALLOC_TRES", lambda r: _alloc_tres(r)),
 }
 DEFAULT_ACCT_COLUMNS = [
     "id", "allocation", "user", "state", "gpus", "alloc_gpus", "submitted", "start", "end",
@@ -344,6 +355,24 @@ RIGHT_ALIGNED = frozenset(
     {"GPUS", "ALLOC", "WAIT", "RUN", "N", "PREEMPTIONS", "EXIT"}
     | {header for header, _ in ACCT_COLUMNS.values() if header.endswith("GPU_H")}
 )
+
+
+def _alloc_tres(r: AcctRow) -> str:
+    """sacct's AllocTRES, the part allot knows: `gres/gpu=16,node=2` of what its last
+    placement held (blank before it started, as sacct's)."""
+    if r["alloc_gpus"] is None:
+        return ""
+    return f"gres/gpu={r['alloc_gpus']},node={r['alloc_nodes']}"
+
+
+def default_acct_columns(rows: list[AcctRow]) -> list[str]:
+    """`allot acct`'s columns: DEFAULT_ACCT_COLUMNS, with NAME after the id (as sacct's
+    JobID, JobName) when any row shown has a name; none takes no room."""
+    if not any(r["name"] for r in rows):
+        return DEFAULT_ACCT_COLUMNS
+    return [DEFAULT_ACCT_COLUMNS[0], "name", *DEFAULT_ACCT_COLUMNS[1:]]
+
+
 # sacct --format names for the same fields
 SACCT_NAMES = {
     "jobid": "id",
@@ -354,7 +383,21 @@ SACCT_NAMES = {
     "reqgpus": "gpus",
     "allocgpus": "alloc_gpus",
     "exitcode": "exit_code",
+    "cluster": "partition",
+    "reqtres": "req_tres",
+    "alloctres": "alloc_tres",
+    # sacct's Planned (Reserved before Slurm 23.11): how long it waited to start
+    "planned": "wait",
+    "reserved": "wait",
 }
+# sacct fields of CPUs and memory: allot schedules GPUs and records neither
+CPU_MEMORY_FIELDS = frozenset(
+    {
+        "alloccpus", "ncpus", "reqcpus", "reqmem", "maxrss", "averss", "maxvmsize",
+        "avevmsize", "cputime", "cputimeraw", "totalcpu", "usercpu", "systemcpu",
+        "avecpu", "mincpu",
+    }
+)  # fmt: skip
 
 
 # sacct's `%N` after a field name: N characters, right-justified; `%-N`: left-justified
@@ -376,6 +419,11 @@ def parse_acct_fields(spec: str) -> list[tuple[str, int | None]]:
         if width is not None and not 0 < abs(width) <= MAX_FIELD_WIDTH:
             raise ValueError(
                 f"--format {spec!r}: {token}: a width is 1 to {MAX_FIELD_WIDTH:,} characters"
+            )
+        if name in CPU_MEMORY_FIELDS:
+            raise ValueError(
+                f"--format {token}: allot schedules GPUs only and records no CPUs or "
+                "memory; for GPUs: ReqTRES, AllocTRES, gpus, alloc_gpus"
             )
         name = SACCT_NAMES.get(name, name)
         if name not in ACCT_COLUMNS:
@@ -407,6 +455,7 @@ __all__ = [
     "STATE_CODES",
     "acct_cells",
     "acct_rows",
+    "default_acct_columns",
     "parse_acct_fields",
     "parse_acct_format",
     "totals",

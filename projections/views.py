@@ -963,7 +963,29 @@ def _row(
         "tags": list(w.tags),
         "submitted": iso(w.submit_time),
         "submit_time": w.submit_time,
+        **_array_keys(w.id),
+        # running: what is left of its protection (None: protected until it ends)
+        "protected_left_s": _protected_left(w, view.now),
     }
+
+
+def _array_keys(wid: str) -> dict[str, Any]:
+    """squeue's ArrayJobID and ArrayTaskID: a job array's task BASE_N is (BASE, N); any
+    other workload is its own array job, with no task index (None)."""
+    base, _, index = wid.rpartition("_")
+    if _task(wid) and index.isascii() and len(index) <= 18:  # int() of huge text is slow
+        return {"array_job_id": base, "array_task_id": int(index)}
+    return {"array_job_id": wid, "array_task_id": None}
+
+
+def _protected_left(w: Workload, now: float) -> float | None:
+    """Seconds of protection a running workload has left (0 once past it); a pending one
+    gets its whole min runtime when placed. None: protected until it ends (legacy)."""
+    if w.state != RUNNING:
+        return w.min_runtime
+    if not math.isfinite(w.protected_until):
+        return None
+    return round(max(0.0, w.protected_until - now), 3)
 
 
 # ------------------------------------------------------------------ queue columns
@@ -995,7 +1017,26 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
     "priority": ("Q", "PRIO", lambda r: str(r["priority"])),
     "submitted": ("V", "SUBMITTED", lambda r: r["submitted"] or ""),
     "min_runtime": ("l", "MIN_RUNTIME", lambda r: format_duration(r["min_runtime"])),
-    "tags": ("K", "TAGS", lambda r: ",".join(r["tags"])),
+    # squeue's %w is the wckey, the nearest Slurm analog of tags (%K was tags until
+    # 2026-12: squeue's %K is the array task index)
+    "tags": ("w", "TAGS", lambda r: ",".join(r["tags"])),
+    # squeue's %F and %K: BASE and N of a job array's task BASE_N (N/A: not a task)
+    "array_job_id": ("F", "ARRAY_JOB_ID", lambda r: r["array_job_id"]),
+    "array_task_id": (
+        "K",
+        "ARRAY_TASK_ID",
+        lambda r: "N/A" if r["array_task_id"] is None else str(r["array_task_id"]),
+    ),
+    # squeue's %b (tres-per-node): the GPUs it asks for, the job's total
+    "gres": ("b", "GRES", lambda r: f"gres/gpu:{r['gpus']}"),
+    # squeue's %L is the time left of its limit; allot has no limit, only protection
+    "protected_left": (
+        "L",
+        "PROTECTED_LEFT",
+        lambda r: (
+            "UNLIMITED" if r["protected_left_s"] is None else format_duration(r["protected_left_s"])
+        ),
+    ),
     "detail": ("d", "DETAIL", lambda r: r["detail"]),
     # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
     # as squeue's %S: the expected start of pending work, the actual one of running work
@@ -1048,6 +1089,21 @@ LONG_COLUMNS = [
 ]
 START_COLUMNS = ["id", "allocation", "user", "gpus", "start", "schednodes", "reason"]
 _BY_LETTER = {letter: name for name, (letter, _, _) in QUEUE_COLUMNS.items()}
+# squeue's %A: the job id, unique for each task of an array (allot's BASE_N)
+_BY_LETTER["A"] = "id"
+# squeue's CPU and memory fields: allot schedules GPUs only
+_CPU_MEMORY_LETTERS = {"C": "CPUs", "c": "CPUs per node", "m": "memory"}
+_CPU_MEMORY_NAMES = {
+    "numcpus", "mincpus", "cpus-per-task", "tres-per-task", "minmemory", "mintmpdisk",
+}  # fmt: skip
+# columns holding a workload id: never cut (a cut id names nothing)
+ID_COLUMNS = frozenset({"id", "array_job_id"})
+
+
+def _gpus_only(what: str, instead: str) -> ViewError:
+    return ViewError(
+        f"{what}: allot schedules GPUs only and knows no CPUs or memory; for GPUs: {instead}"
+    )
 
 
 def parse_format(spec: str) -> list[str]:
@@ -1055,6 +1111,9 @@ def parse_format(spec: str) -> list[str]:
     spec = spec.strip()
     if "%" in spec:
         letters = re.findall(r"%(?:\.?\d+)?([A-Za-z])", spec.replace("%%", ""))
+        for letter in letters:
+            if letter in _CPU_MEMORY_LETTERS:
+                raise _gpus_only(f"%{letter} ({_CPU_MEMORY_LETTERS[letter]})", "%b or %g")
         unknown = [f"%{c}" for c in letters if c not in _BY_LETTER]
         if unknown or not letters:
             known = " ".join(f"%{letter}={name}" for letter, name in _BY_LETTER.items())
@@ -1134,6 +1193,12 @@ SQUEUE_LONG_NAMES = {
     "starttime": "start",
     "prioritylong": "priority",
     "timelimit": "min_runtime",
+    "timeleft": "protected_left",
+    "arrayjobid": "array_job_id",
+    "arraytaskid": "array_task_id",
+    "tres-per-node": "gres",
+    "tres-per-job": "gres",
+    "wckey": "tags",
 }
 LONG_FORMAT_WIDTH = 20  # squeue -O's width for a field given without one
 _LONG_FIELD = re.compile(r"^(?P<name>[^:]+)(?::(?P<right>\.)?(?P<width>\d*)(?P<suffix>.*))?$")
@@ -1160,6 +1225,8 @@ def parse_long_format(spec: str) -> tuple[list[str], Template]:
             unknown.append(token)
             continue
         name = m["name"].strip().lower()
+        if name in _CPU_MEMORY_NAMES:
+            raise _gpus_only(f"--Format {m['name'].strip()}", "tres-per-node or gpus")
         name = SQUEUE_LONG_NAMES.get(name, name)
         if name not in QUEUE_COLUMNS:
             unknown.append(m["name"].strip())
@@ -1190,7 +1257,7 @@ def whole_ids(parts: Template, lines: list[list[str]]) -> Template:
         if widened and not text[:1].isspace():
             text = " " + text  # so the widened id does not run into what follows
         widened = False
-        if column == "id" and width is not None:
+        if column in ID_COLUMNS and width is not None:
             longest = max(len(line[at]) for line in lines)
             widened = longest > width
             width = max(longest, width)

@@ -106,9 +106,16 @@ FORMAT_HELP = (
     "fits on one host, else whole hosts; blank for such a gang on a cluster of mixed "
     "host sizes), %P partition (the cluster's name: allot schedules each cluster on "
     "its own, its nearest analog of a partition), %p position, %k rank, "
-    "%f ratio, %Q priority, %V submitted, %l min_runtime, %K tags, %d detail, "
+    "%f ratio, %Q priority, %V submitted, %l min_runtime, %L protected_left (what is "
+    "left of its protection: allot has no time limit, so squeue's time left is the "
+    "time until it turns preemptible; pending: its min runtime), %b gres (the GPUs it "
+    "asks for as gres/gpu:N, the job's total), %A id (as squeue's: unique per task of "
+    "an array), %F array_job_id (BASE of an array's task BASE_N, else its id), %K "
+    "array_task_id (N of BASE_N, else N/A), %w tags (%K before 2026-12; squeue's %w is "
+    "the wckey), %d detail, "
     "%S start and %Y schednodes (for pending work expected, as with --start; for "
-    "running work when it started). "
+    "running work when it started). %C, %c and %m (CPUs, memory) are refused: allot "
+    "schedules GPUs only. "
     "Prints plain aligned text (no table borders) for scripts; with other text between "
     "the fields ('%i|%u|%T') or widths ('%.18i %9u'), squeue's literal form: the text is "
     "kept and %[.]W pads (right-aligned with the dot) or cuts a field to W characters; "
@@ -605,7 +612,9 @@ def register(app: typer.Typer) -> None:
                 help="Columns, as squeue -O: 'JobID:30,Name:.20,State,Reason'; squeue's "
                 "field names (jobid, name, username, account, state, statecompact, "
                 "partition, timeused, numnodes, reasonlist, reason, nodelist, submittime, "
-                "starttime, priority, timelimit) or those of --format, in any case. As "
+                "starttime, priority, timelimit (min runtime), timeleft (its protection's), "
+                "arrayjobid, arraytaskid, tres-per-node or tres-per-job (gres/gpu:N, the "
+                "job's total), wckey (tags)) or those of --format, in any case. As "
                 "squeue, a field without a size is 20 characters wide, size 0 prints it "
                 "whole, '.' right-justifies it, a suffix is printed after it, and no "
                 "space is added between fields. Ids are never cut: their column widens.",
@@ -847,13 +856,18 @@ def register(app: typer.Typer) -> None:
                 help="Columns, as sacct --format (any case; as sacct's, NAME%N is N "
                 "characters wide, right-justified, NAME%-N left-justified, and a longer "
                 "value is cut and ends in '+'; ids, numbers and durations are never cut; "
-                "-p ignores widths): id, name, allocation, user, state, gpus "
+                "-p ignores widths; sacct's CPU and memory fields, AllocCPUS, NCPUS, ReqMem, "
+                "MaxRSS and the like, are refused: allot schedules GPUs only): id, name, allocation, user, state, gpus "
                 "(asked for), alloc_gpus (held: whole hosts for a gang), submitted, start, "
                 "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
                 "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
                 "window_gpu_hours, window_charged_gpu_hours, window_unallocated_gpu_hours, "
-                "attempts, preemptions, tags, reason, exit_code (the launcher's); sacct's "
-                "jobid, jobname, account, submit, elapsed, exitcode work too.",
+                "attempts, preemptions, tags, reason, exit_code (the launcher's), "
+                "partition (the cluster), nodelist (the hosts of its last placement), "
+                "req_tres (gres/gpu=N asked for), alloc_tres (gres/gpu=N,node=M held: "
+                "allot knows no billing, CPUs or memory); sacct's jobid, jobname, account, "
+                "submit, elapsed, exitcode, cluster, reqtres, alloctres, planned, reserved "
+                "(both: wait) work too.",
                 show_default=False,
             ),
         ] = None,
@@ -926,18 +940,19 @@ def register(app: typer.Typer) -> None:
         STARTed and ENDed (UTC), how long it waited before its first start (WAIT)
         and ran over all attempts (RUN), the GPU-hours it held GPUs (GPU_H: charged
         and unallocated time alike), how many times it was placed (N) and why it
-        ended. A last line adds them up and splits the GPU-hours into charged (what
+        ended; NAME after the ID when a workload shown has one (sacct's default
+        format has JobName). A last line adds them up and splits the GPU-hours into charged (what
         `allot shares`, `usage` and `rollup` count) and unallocated (free, charged to
         no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
         per workload.
         """
         from projections.acct import (
-            DEFAULT_ACCT_COLUMNS,
             RIGHT_ALIGNED,
             STATE_CODES,
             STATES,
             acct_cells,
             acct_rows,
+            default_acct_columns,
             parse_acct_fields,
             split_hours,
             totals,
@@ -965,14 +980,9 @@ def register(app: typer.Typer) -> None:
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
             try:
-                fields = (
-                    parse_acct_fields(format_)
-                    if format_ is not None
-                    else [(c, None) for c in DEFAULT_ACCT_COLUMNS]
-                )
+                fields = parse_acct_fields(format_) if format_ is not None else None
             except ValueError as why:
                 raise TargetError(str(why)) from None
-            columns = [name for name, _ in fields]
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since is not None else None
             hi = parse_time(until, view.now, end=True) if until is not None else None
@@ -1012,6 +1022,9 @@ def register(app: typer.Typer) -> None:
                     + (" in that window" if lo is not None or hi is not None else "")
                 )
                 return
+            if fields is None:  # sacct's default has JobName: NAME when one has a name
+                fields = [(c, None) for c in default_acct_columns(rows)]
+            columns = [name for name, _ in fields]
             headers, cells = acct_cells(rows, columns)
             if parsable:  # sacct -p: one line each, fields split by |, no padding
                 lines = cells if noheader else [headers, *cells]

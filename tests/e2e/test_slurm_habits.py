@@ -8,7 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.cli import allot
+from domain.durations import format_duration
+from tests.e2e.cli import allot, one_line_error
 
 LONG_NAME = "pretrain-llama-70b-long-name"
 
@@ -32,7 +33,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     submit = ("submit", "-A", "lab/olmo", "--as", "alice", "--parsable", *d)
     named = _ok(*submit, "-G", "4", "--min-runtime", "1h", "--name", LONG_NAME).strip()
     tasks = _ok(*submit, "-G", "8", "--min-runtime", "1h", "--array", "0-3").split()
-    filler = _ok(*submit, "-G", "2", "--min-runtime", "0").strip()
+    filler = _ok(*submit, "-G", "2", "--min-runtime", "0", "--tag", "debug").strip()
     _ok("serve", "--once", "--tick", "0", *d)
     return {
         "data": str(data),
@@ -109,7 +110,11 @@ def test_squeue_long_format(lab: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["-O", "JobID,NumCPUs"], "unknown field NumCPUs"),
+        (["-O", "JobID,NumCPUs"], "--Format NumCPUs: allot schedules GPUs only"),
+        (["-O", "jobid,MinMemory"], "--Format MinMemory: allot schedules GPUs only"),
+        (["-o", "%.18i %C"], "%C (CPUs): allot schedules GPUs only"),
+        (["-o", "%i %m"], "%m (memory): allot schedules GPUs only"),
+        (["-O", "JobID,Bogus"], "unknown field Bogus"),
         (["-O", "jobid", "-o", "%i"], "exclude each other"),
     ],
 )
@@ -225,3 +230,105 @@ def test_queue_shows_names_when_a_shown_job_has_one(lab: dict[str, str]) -> None
         "id",
         "name",
     }
+
+
+def _queue_json(lab: dict[str, str], wid: str) -> dict[str, object]:
+    rows = orjson.loads(_ok("queue", "--data", lab["data"], "--json", "-j", wid))["workloads"]
+    return next(r for r in rows if r["id"] == wid)
+
+
+def test_sacct_partition_nodelist_tres_and_planned(lab: dict[str, str]) -> None:
+    """sacct's Partition, NodeList, ReqTRES, AllocTRES, Planned (Reserved before 23.11)
+    were "unknown field". Partition is the cluster; NodeList the hosts of its last
+    placement ("None assigned" before it ran, as sacct's); the TRES are the GPUs (and
+    hosts) allot knows; Planned is how long it waited to start."""
+    fields = "JobID,Partition,NodeList,ReqTRES,AllocTRES,State"
+    named = _ok("acct", "--data", lab["data"], "-p", "-n", "-j", lab["named"], "-o", fields)
+    host = _queue_json(lab, lab["named"])["nodelist"]
+    assert host in ("h0", "h1")
+    assert named.splitlines() == [
+        f"{lab['named']}|default|{host}|gres/gpu=4|gres/gpu=4,node=1|RUNNING"
+    ]
+    waiting = _acct(lab, "-p", "-j", f"{lab['base']}_3", "-o", fields)
+    assert waiting == [f"{lab['base']}_3|default|None assigned|gres/gpu=8||PENDING"]
+    for line in _acct(lab, "-p", "-o", "planned,Reserved,wait"):
+        planned, reserved, wait = line.split("|")
+        assert planned == reserved == wait != ""
+    rows = orjson.loads(_ok("acct", "--data", lab["data"], "--json"))["workloads"]
+    assert {r["cluster"] for r in rows} == {"default"}
+    by_id = {r["id"]: r for r in rows}
+    assert (by_id[lab["named"]]["nodelist"], by_id[lab["named"]]["alloc_nodes"]) == (host, 1)
+    assert (by_id[f"{lab['base']}_3"]["nodelist"], by_id[f"{lab['base']}_3"]["alloc_nodes"]) == (
+        "",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode",  # sacct's default
+        "jobid,ncpus",
+        "jobid,ReqMem%10",
+        "jobid,maxrss",
+    ],
+)
+def test_sacct_cpu_and_memory_fields_say_allot_schedules_gpus(
+    lab: dict[str, str], spec: str
+) -> None:
+    """They were "unknown field", as if misspelt; allot knows no CPUs or memory."""
+    result = allot("acct", "--data", lab["data"], "-o", spec)
+    one_line_error(result, "allot schedules GPUs only", "AllocTRES")
+
+
+def test_sacct_default_shows_names_when_a_job_has_one(lab: dict[str, str]) -> None:
+    """sacct's default format has JobName; allot acct's default had no name at all. It
+    is after ID when a shown workload has a name, and takes no room otherwise."""
+    named = _ok("acct", "--data", lab["data"], "-p", "-j", lab["named"]).splitlines()
+    assert named[0].split("|")[:3] == ["ID", "NAME", "ALLOCATION"]
+    assert named[1].split("|")[:2] == [lab["named"], LONG_NAME]
+    filler = _ok("acct", "--data", lab["data"], "-p", "-j", lab["filler"]).splitlines()
+    assert filler[0].split("|")[:2] == ["ID", "ALLOCATION"]
+
+
+def test_squeue_array_gres_and_tags_letters(lab: dict[str, str]) -> None:
+    """squeue's %A (job id), %F (array job id), %K (array task index) and %b (gres) were
+    refused or, for %K, printed tags: squeue's meaning wins, tags moved to %w."""
+    fmt = "%i|%A|%F|%K|%b|%w"
+    (task,) = _queue(lab, "-h", "-j", f"{lab['base']}_2", "-o", fmt)
+    assert task == f"{lab['base']}_2|{lab['base']}_2|{lab['base']}|2|gres/gpu:8|"
+    (named,) = _queue(lab, "-h", "-j", lab["named"], "-o", fmt)
+    assert named == f"{lab['named']}|{lab['named']}|{lab['named']}|N/A|gres/gpu:4|"
+    (filler,) = _queue(lab, "-h", "-j", lab["filler"], "-o", fmt)
+    assert filler.endswith("|gres/gpu:2|debug")
+    # squeue's %.18i habit: the array job id is an id too, never cut
+    (task,) = _queue(lab, "-h", "-j", f"{lab['base']}_2", "-o", "%.10F|%.3K")
+    assert task == f"{lab['base']} |  2"
+    row = _queue_json(lab, f"{lab['base']}_2")
+    assert (row["array_job_id"], row["array_task_id"]) == (lab["base"], 2)
+
+
+def test_squeue_time_left_is_the_protection_left(lab: dict[str, str]) -> None:
+    """%L was refused. allot has no time limit (%l is the min runtime); %L is what is
+    left of it: the time until running work turns preemptible, a pending job's whole
+    min runtime, 0s for unallocated work."""
+    fmt = "%i|%l|%L"
+    (named,) = _queue(lab, "-h", "-j", lab["named"], "-o", fmt)
+    left = _queue_json(lab, lab["named"])["protected_left_s"]
+    assert isinstance(left, float | int) and 0 < left <= 3600
+    assert named == f"{lab['named']}|1h|{format_duration(left)}"
+    (waiting,) = _queue(lab, "-h", "-j", f"{lab['base']}_3", "-o", fmt)
+    assert waiting == f"{lab['base']}_3|1h|1h"
+    (filler,) = _queue(lab, "-h", "-j", lab["filler"], "-o", fmt)
+    assert filler == f"{lab['filler']}|0s|0s"
+
+
+def test_squeue_long_format_array_gres_nodes_partition(lab: dict[str, str]) -> None:
+    """-O's ArrayJobID, ArrayTaskID, tres-per-node, TimeLeft were "unknown field"."""
+    task = f"{lab['base']}_0"
+    host = _queue_json(lab, task)["nodelist"]
+    fields = "ArrayJobID:0|,ArrayTaskID:0|,tres-per-node:0|,NodeList:0|,Partition:0|,TimeLeft:0"
+    (line,) = _queue(lab, "-h", "-j", task, "-O", fields)
+    assert line.startswith(f"{lab['base']}|0|gres/gpu:8|{host}|default|")
+    (line,) = _queue(lab, "-h", "-j", lab["named"], "-O", "gres:0|,ArrayTaskID:.4")
+    assert line == "gres/gpu:4| N/A"

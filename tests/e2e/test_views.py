@@ -180,7 +180,7 @@ def test_acct_format_help_names_only_fields_format_reads() -> None:
     text = re.sub(r"\([^)]*\)", "", _format_help("acct")).split(":", 1)[1]  # no asides
     text = text.replace("sacct's", "").replace("work too.", "")
     names = [n.strip() for n in re.split(r"[,;]", text) if n.strip()]
-    assert len(names) == 29  # every field, and sacct's names for some
+    assert len(names) == 38  # every field, and sacct's names for some
     assert parse_acct_format(",".join(names))
 
 
