@@ -228,10 +228,9 @@ def test_a_crash_of_serve_under_journald_is_logged_at_crit_priority(
     )
     stderr = tmp_path / "stderr"
     with stderr.open("w") as out:
-        st = os.fstat(out.fileno())
         env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
         if journald:
-            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+            env["JOURNAL_STREAM"] = _journal_stderr(stderr)
         done = subprocess.run([sys.executable, "-c", crash], stderr=out, env=env, timeout=60)
     assert done.returncode == 1
     lines = stderr.read_text().splitlines()
