@@ -181,3 +181,16 @@ def test_every_allot_variable_a_document_names_is_read_somewhere() -> None:
     code = "\n".join(path.read_text() for path in sources)
     unread = sorted(name for name in named if not re.search(rf"[\"'$]{{?{name}\b", code))
     assert not unread, unread
+
+
+@pytest.mark.parametrize("document", [d for d in DOCUMENTS if d.endswith(".md")])
+def test_every_repository_path_a_document_names_exists(document: str) -> None:
+    """`examples/launcher/local_launcher.py`, `deploy/prometheus/alerts.yml`, ...: a
+    file a reader is sent to is there (folders the tools create at run time aside)."""
+    tops = "|".join(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
+    named = re.findall(
+        rf"(?<![\w/.-])((?:{tops}|\.ci)/[\w./-]*[\w/])", (ROOT / document).read_text()
+    )
+    missing = sorted({path for path in named if "/." not in path and not (ROOT / path).exists()})
+    assert not missing, missing
+    assert document != "README.md" or len(named) > 10, named  # the check sees them
