@@ -433,6 +433,12 @@ def simulate(
     Writes DIR/<policy>/{journal.jsonl, summary.json, report.html, gantt.png}; with several
     --policy options also prints a comparison table and writes DIR/comparison.md. Each
     DIR/<policy> is replaced only once its new run is complete (Ctrl-C keeps the old one).
+
+    A run lasts until the scenario's horizon, or without one until all work has ended.
+    When waiting work can never start (behind work that never ends, or for hosts that
+    stay unhealthy), it ends at its last change with a warning (summary.json:
+    engine.stalled_at). Several policies whose runs cover different periods (no horizon,
+    different ends) get a warning under the table: give the scenario a horizon.
     """
     from projections.scenario import load_scenario
     from projections.simulate import RunSpec, check_output_folder, split_overrides
@@ -684,7 +690,16 @@ def compare(
     dir_a: Annotated[Path, typer.Argument(help="A run folder: <out>/<policy>")],
     dir_b: Annotated[Path, typer.Argument(help="Another run folder: <out>/<policy>")],
 ) -> None:
-    """Show what changed between two runs: waits by tag, preemptions, delivered per allocation."""
+    """Show what changed between two runs: waits by tag, preemptions, delivered per allocation.
+
+    One table, A beside B: the config keys and budget weights that differ at the end of
+    the runs, delivered share, occupancy, preemptions, waits (p50/p90) and never started
+    by tag, then per allocation its delivered share (also hour by hour), GPU-hours
+    received, waits and never started. Each run is measured over its own simulated
+    period (summary.json's period): a warning says when the two differ (other horizons,
+    or runs without one that ended at different times), a note when a summary records
+    none or the runs may not share their inputs.
+    """
     from rich.markup import escape
 
     from projections.compare import (

@@ -1056,12 +1056,14 @@ DEFAULT_COLUMNS = ["id", "allocation", "user", "state", "gpus", "time", "reason"
 NAME_WIDTH = 20  # the default queue's NAME: longer names are cut (--long shows them whole)
 
 
-def default_columns(rows: list[QueueRow]) -> list[str]:
-    """`allot queue`'s columns: DEFAULT_COLUMNS, with NAME after the id (as squeue's
-    JOBID ... NAME) when any row shown has a name; none takes no room."""
+def default_columns(rows: list[QueueRow], base: list[str] | None = None) -> list[str]:
+    """`allot queue`'s columns: `base` (DEFAULT_COLUMNS; START_COLUMNS for --start),
+    with NAME after the id (as squeue's JOBID ... NAME, --start's too) when any row
+    shown has a name; none takes no room."""
+    base = DEFAULT_COLUMNS if base is None else base
     if not any(r["name"] for r in rows):
-        return DEFAULT_COLUMNS
-    return [DEFAULT_COLUMNS[0], "name", *DEFAULT_COLUMNS[1:]]
+        return base
+    return [base[0], "name", *base[1:]]
 
 
 def short_name(name: str, width: int = NAME_WIDTH) -> str:

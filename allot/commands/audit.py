@@ -430,7 +430,14 @@ def register(app: typer.Typer) -> None:
     @app.command("history")
     def history_cmd(
         allocation: Annotated[
-            str, typer.Option("--allocation", "-a", help="Allocation path (and those under it).")
+            str,
+            typer.Option(
+                "--allocation",
+                "-a",
+                "--account",
+                "-A",
+                help="Allocation path (and those under it; Slurm's -A/--account).",
+            ),
         ],
         since: SinceOpt = None,
         until: UntilOpt = None,
@@ -458,7 +465,13 @@ def register(app: typer.Typer) -> None:
     def budget_log_cmd(
         allocation: Annotated[
             str | None,
-            typer.Option("--allocation", "-a", help="Only this allocation and those under it."),
+            typer.Option(
+                "--allocation",
+                "-a",
+                "--account",
+                "-A",
+                help="Only this allocation and those under it (Slurm's -A/--account).",
+            ),
         ] = None,
         db: DbOpt = None,
         json_: JsonOpt = False,

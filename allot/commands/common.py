@@ -72,7 +72,13 @@ ReadClusterOpt = Annotated[
 ]
 SubtreeOpt = Annotated[
     str | None,
-    typer.Option("--allocation", "-a", help="Only this allocation and the allocations under it."),
+    typer.Option(
+        "--allocation",
+        "-a",
+        "--account",
+        "-A",
+        help="Only this allocation and the allocations under it (Slurm's -A/--account).",
+    ),
 ]
 AsOpt = Annotated[
     str | None,

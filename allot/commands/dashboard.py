@@ -61,12 +61,12 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No request log.")] = False,
     ) -> None:
         """Serve the allocations, queue, GPU timeline and workload pages (/workload/ID:
-        `allot why` in a browser) over HTTP, offline: no scripts or assets from the
-        network.
+        `allot why` in a browser; a job array's base id lists its tasks) over HTTP,
+        offline: no scripts or assets from the network.
 
         Pages fold what the journal gained when it changes (a refresh costs what was
         appended, not the whole history). The queue page filters by ?allocation= and
-        ?user= and shows ?limit= rows a table (500 by default, or all). Any page with
+        ?user= and shows ?limit= rows (500 by default, or all). Any page with
         ?refresh=N (5 to 3600) reloads itself every N seconds, for a wall display (a
         number outside is brought into the range; the page says so)."""
         from allot.commands.common import resolve_target

@@ -1410,8 +1410,11 @@ def budget_set(
     --manager replace a list; --add-member, --remove-member, --add-manager and
     --remove-manager change it, keeping everyone else (adding someone already there, or
     removing someone who is not, changes nothing and is not an error: --wait says so).
-    A new PATH whose name is close to an existing sibling's is refused as a likely typo
-    unless --create is given: created, it would take a share from its siblings at once."""
+    For one list give one kind or the other (--member or --no-members with
+    --add-member is refused). A scheduler older than --add-member and its kin ignores
+    them: --wait says so, exit 1. A new PATH whose name is close to an existing
+    sibling's is refused as a likely typo unless --create is given: created, it would
+    take a share from its siblings at once."""
     with one_line_errors():
         from domain.admission import MAX_WEIGHT
 

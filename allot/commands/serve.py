@@ -203,7 +203,12 @@ def serve(
     The config is in the journal: --admin, --policy, --set and --config change the
     keys they name (the others keep the journal's values, or the defaults on a new
     journal), journaled as `config.set` at the first input if that changes anything.
-    An admin's later config.set through the inbox stands until the next start."""
+    An admin's later config.set through the inbox stands until the next start.
+
+    SIGTERM or Ctrl-C stops it cleanly: the batch being written is finished (given 10 s
+    when the broker is gone), exit 0. Under systemd
+    (deploy/systemd/allot-serve.service) its stderr lines carry journald's priorities
+    (errors at err, a crash's traceback at crit), for `journalctl -p warning`."""
     from domain.durations import parse_duration
 
     with one_line_errors():

@@ -54,7 +54,11 @@ def import_trace(
     fmt: Annotated[
         str,
         typer.Option(
-            "--format", "-f", help=f"Trace format: {', '.join(FORMAT_NAMES)}.", show_default=False
+            "--format",
+            "-f",
+            help=f"Trace format: {', '.join(FORMAT_NAMES)} (a file given the wrong one is "
+            "told which its header looks like).",
+            show_default=False,
         ),
     ],
     allocation_map: Annotated[

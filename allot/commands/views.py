@@ -793,9 +793,8 @@ def register(app: typer.Typer) -> None:
                     typer.echo("\n".join(lines))
                 return
             if start:
-                columns = START_COLUMNS + (
-                    [c for c in LONG_COLUMNS if c not in START_COLUMNS] if long else []
-                )
+                columns = default_columns(rows, START_COLUMNS)
+                columns += [c for c in LONG_COLUMNS if c not in columns] if long else []
             else:
                 columns = LONG_COLUMNS if long else default_columns(rows)
             headers, cells = queue_cells(rows, columns)

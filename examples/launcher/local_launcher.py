@@ -227,14 +227,25 @@ class Launcher:
             raise SystemExit(f"local_launcher: error: {why}") from None
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Run allot's placed workloads locally.")
-    parser.add_argument("--kafka", default=os.environ.get("ALLOT_KAFKA"))
-    parser.add_argument("--data", type=Path)
-    parser.add_argument("--cluster", default=os.environ.get("ALLOT_CLUSTER", "default"))
-    parser.add_argument("--as", dest="actor", default=os.environ.get("USER", "launcher"))
-    parser.add_argument("--state", type=Path, default=Path("launcher-state"))
-    args = parser.parse_args()
+    add = parser.add_argument
+    add("--kafka", default=os.environ.get("ALLOT_KAFKA"), help="bootstrap HOST:PORT ($ALLOT_KAFKA)")
+    add("--data", type=Path, help="the scheduler's --data folder (else $ALLOT_DATA)")
+    add(
+        "--cluster",
+        default=os.environ.get("ALLOT_CLUSTER", "default"),
+        help="cluster name ($ALLOT_CLUSTER, else default)",
+    )
+    add("--as", dest="actor", default=os.environ.get("USER", "launcher"),
+        help="who reports (default $USER): an admin, to report lost hosts")  # fmt: skip
+    add("--state", type=Path, default=Path("launcher-state"),
+        help="its own record of attempts, output and lost/ (default ./launcher-state)")  # fmt: skip
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
     data = args.data or (None if args.kafka else os.environ.get("ALLOT_DATA"))
     target = resolve_target(args.kafka, data and Path(data))
     launcher = Launcher(target, args.cluster, args.actor, args.state)

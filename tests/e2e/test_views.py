@@ -1713,3 +1713,27 @@ def test_why_of_a_job_arrays_base_id_lists_its_tasks(tmp_path: Path) -> None:
         "is the start of 3 workload ids",
         f"or `allot why {base}` for the job array",
     )
+
+
+def test_queue_start_shows_names_as_the_queue_does(tmp_path: Path) -> None:
+    """`allot queue --help` says NAME follows ID when a shown job has one, and squeue
+    --start shows NAME; `allot queue --start` left it out, so two pending jobs of one
+    allocation could not be told apart there."""
+    d = ["--data", str(tmp_path / "lab")]
+
+    def ok(*args: str) -> str:
+        result = allot(*args, *d, env={"USER": "ops"})
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    ok("host", "register", "h0", "8")
+    ok("budget", "set", "lab", "1", "--member", "alice")
+    submit = ("submit", "-A", "lab", "--as", "alice", "--min-runtime", "1h", "--runtime", "2h")
+    ok(*submit, "-G", "8")
+    ok(*submit, "-G", "4", "--name", "eval-sweep")
+    ok("serve", "--once", "--tick", "0")
+    lines = ok("queue", "--start").splitlines()
+    assert lines[1].split()[:3] == ["ID", "NAME", "ALLOCATION"]
+    assert lines[2].split()[1] == "eval-sweep"
+    long = ok("queue", "--start", "--long").splitlines()[1].split()
+    assert long[:2] == ["ID", "NAME"] and long.count("NAME") == 1
