@@ -83,7 +83,8 @@ def _release(state: State, w: Workload, now: float) -> None:
         # a GPU index the host no longer has (it shrank) is not given back
         host.free = sorted((*host.free, *(g for g in gpus if g < host.gpus)))
         host.workloads.pop(w.id, None)
-        state.with_free[name] = None
+        if host.free:  # (empty only when every GPU it held is gone)
+            state.with_free[name] = None
         state.changed_hosts[name] = None
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, -w.held, now)
