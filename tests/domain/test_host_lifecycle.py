@@ -52,6 +52,7 @@ def test_a_host_registered_again_takes_its_new_count(
         assert e.explain["gpus"] and all(g >= gpus for g in e.explain["gpus"])
     host = c.state.hosts["h0"]
     assert (host.gpus, c.state.capacity, host.free) == (gpus, capacity, free)
+    assert ("h0" in c.state.with_free) == bool(free)  # where placement looks for room
     assert c.state.healthy_capacity == gpus  # h1 is cordoned
     for wid in ("low", "high"):
         if wid not in stopped:
