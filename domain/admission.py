@@ -445,24 +445,25 @@ def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
         raise Rejected(f"host name {e.host!r} is not {HOST_NAME_RULE} (they write host lists)")
     if e.gpus <= 0 or e.gpus > MAX_HOST_GPUS:
         raise Rejected(f"a host has 1 to {MAX_HOST_GPUS} GPUs, got {e.gpus}")
-    if e.host in state.hosts:
-        have = state.hosts[e.host].gpus
-        if e.gpus == have:
-            raise Rejected(f"host {e.host!r} is already registered with {have} GPUs: nothing to do")
-        # a host's size is fixed (placements, reservations and the GPU timeline name its
-        # GPU indices): the way forward is a drain and a new name
-        raise Rejected(
-            f"host {e.host!r} is already registered with {have} GPUs, and a host's GPU count "
-            f"cannot change; to schedule {e.gpus} GPUs there, report it unhealthy (`allot "
-            f"host health {e.host} --unhealthy`: its work drains off it) and register the "
-            "machine under a new name"
-        )
+    if e.host in state.hosts and e.gpus == state.hosts[e.host].gpus:
+        raise Rejected(f"host {e.host!r} is already registered with {e.gpus} GPUs: nothing to do")
+    # another count is the host's new size (a board replaced, a GPU pulled): capacity
+    # follows, and work on a GPU index that no longer exists stops as on a lost node
 
 
 def _check_host_health(state: State, e: ev.HostHealth) -> None:
     _require_admin(state, e.actor, "report host health")
     if e.host not in state.hosts:
         raise Rejected(f"unknown host {e.host!r}; register it first (`allot host register`)")
+
+
+def _check_host_removed(state: State, e: ev.HostRemoved) -> None:
+    _require_admin(state, e.actor, "remove hosts")
+    if e.host not in state.hosts:
+        raise Rejected(f"unknown host {e.host!r}; `allot host list` lists registered hosts")
+    if not printable(e.reason):
+        raise Rejected(f"reason {e.reason!r} has {HIDDEN_WHAT}; drop them")
+    _check_length("reason", e.reason)
 
 
 def _check_config(state: State, e: ev.ConfigSet) -> None:
@@ -491,5 +492,6 @@ _CHECKS = {
     "budget.removed": _check_budget_removed,
     "host.registered": _check_host_registered,
     "host.health": _check_host_health,
+    "host.removed": _check_host_removed,
     "config.set": _check_config,
 }

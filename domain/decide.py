@@ -44,7 +44,9 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
 
     1. Snapshot: rank the leaves once (the ordering policy; Fair-Tree over fair-share
        ratios by default) and note the headroom hosts.
-    2. Drain: stop running work whose requeue was asked (`allot requeue`: preempted,
+    2. Drain: stop running work that held GPUs which left the cluster (a host removed
+       or shrunk: reason gpus_removed, requeued as after a lost node); stop running
+       work whose requeue was asked (`allot requeue`: preempted,
        reason requested, always requeued); on unhealthy hosts, preempt unallocated work
        now and allocated work whose protection has ended; report a host `host.drained`
        once it is empty.
@@ -87,7 +89,7 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
     cycle reuses is exactly the one a full cycle would take: they may look at less,
     never judge on stale numbers.
     """
-    if not state.cordoned and not state.requeue_asked:
+    if not state.cordoned and not state.requeue_asked and not state.gpus_removed:
         # nothing to drain and nothing fresh to try on an unchanged cluster: no cycle
         # (what `quick` would conclude, without building one; a tick or an inert cancel)
         if not state.pending_count:
@@ -101,6 +103,8 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
         ):
             return []
     cycle = Cycle(state, now, cause)
+    if state.gpus_removed:
+        cycle.stop_on_removed_gpus()
     if state.requeue_asked:
         cycle.requeue_asked()
     if state.cordoned:
@@ -344,6 +348,26 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
                     "protected_until": _num(w.protected_until),
                 }
                 self.preempt(w, "requested", None, explain, requeued=True)
+
+    def stop_on_removed_gpus(self) -> None:
+        """Stop the running work that held GPUs which left the cluster (its host was
+        removed or re-registered with fewer GPUs), as on a lost node: resumable work is
+        requeued with its submit time, up to `max_lost_requeues` times; other work ends."""
+        s = self.state
+        for wid, (host, gpus, registered) in list(s.gpus_removed.items()):
+            w = s.workloads.get(wid)
+            if w is None or w.state == PENDING:
+                s.gpus_removed.pop(wid, None)
+                continue
+            explain = {
+                "host": host,
+                "gpus": gpus,
+                "host_gpus": registered,
+                "charged": w.charged,
+                "protected_until": _num(w.protected_until),
+            }
+            requeue = w.resumable and w.lost < s.config.max_lost_requeues
+            self.preempt(w, "gpus_removed", None, explain, requeued=requeue)
 
     def drain(self) -> None:
         s = self.state

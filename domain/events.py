@@ -217,6 +217,16 @@ class HostHealth(Envelope):
     reason: str = ""
 
 
+class HostRemoved(Envelope):
+    """A host leaves the cluster for good (decommissioned): its GPUs leave the capacity
+    and the work on them stops as on a lost node (`workload.preempted`, reason
+    `gpus_removed`). Its name may be registered again later, as a new host."""
+
+    type: Literal["host.removed"] = "host.removed"
+    host: str
+    reason: str = ""
+
+
 class ClockTick(Envelope):
     type: Literal["clock.tick"] = "clock.tick"
 
@@ -248,7 +258,11 @@ class WorkloadPreempted(Envelope):
     type: Literal["workload.preempted"] = "workload.preempted"
     workload: str
     attempt: int = 1
-    reason: Literal["fair_share", "unallocated", "drain", "priority", "headroom", "requested"]
+    # gpus_removed: the GPUs it ran on left the cluster (`host.removed`, or a
+    # `host.registered` with fewer GPUs); stopped as on a lost node
+    reason: Literal[
+        "fair_share", "unallocated", "drain", "priority", "headroom", "requested", "gpus_removed"
+    ]
     beneficiary: str | None = None
     requeued: bool
     explain: dict[str, Any] = Field(default_factory=dict)
@@ -305,6 +319,7 @@ Input = (
     | BudgetRemoved
     | HostRegistered
     | HostHealth
+    | HostRemoved
     | ClockTick
     | ConfigSet
 )

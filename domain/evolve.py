@@ -49,6 +49,7 @@ _SHAPE_CHANGES = frozenset(
         "budget.removed",
         "host.registered",
         "host.health",
+        "host.removed",
         "config.set",
     }
 )
@@ -79,9 +80,11 @@ def _release(state: State, w: Workload, now: float) -> None:
         host = state.hosts.get(name)
         if host is None:
             continue
-        host.free = sorted((*host.free, *gpus))
+        # a GPU index the host no longer has (it shrank) is not given back
+        host.free = sorted((*host.free, *(g for g in gpus if g < host.gpus)))
         host.workloads.pop(w.id, None)
-        state.with_free[name] = None
+        if host.free:  # (empty only when every GPU it held is gone)
+            state.with_free[name] = None
         state.changed_hosts[name] = None
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, -w.held, now)
@@ -181,6 +184,10 @@ def _requeue_requested(state: State, e: ev.WorkloadRequeueRequested) -> None:
 
 def _preempted(state: State, e: ev.WorkloadPreempted) -> None:
     state.requeue_asked.pop(e.workload, None)
+    if state.gpus_removed.pop(e.workload, None) is not None and e.requeued:
+        w = state.workloads.get(e.workload)
+        if w is not None and w.state == RUNNING:
+            w.lost += 1  # as a lost attempt (max_lost_requeues)
     _stopped(state, e.workload, e.requeued, e.time)
 
 
@@ -236,12 +243,60 @@ def _budget_removed(state: State, e: ev.BudgetRemoved) -> None:
 
 
 def _host_registered(state: State, e: ev.HostRegistered) -> None:
-    state.hosts[e.host] = Host(e.host, len(state.hosts), e.gpus, list(range(e.gpus)))
+    if e.host in state.hosts:
+        _host_resized(state, state.hosts[e.host], e.gpus)
+        return
+    state.hosts[e.host] = Host(e.host, state.next_host_index, e.gpus, list(range(e.gpus)))
+    state.next_host_index += 1
     state.with_free[e.host] = None
     state.capacity += e.gpus
     state.largest_host = max(state.largest_host, e.gpus)
     state.smallest_host = min(state.smallest_host, e.gpus) if state.smallest_host else e.gpus
     state.healthy_capacity += e.gpus
+    state.recompute_headroom()
+
+
+def _host_resized(state: State, host: Host, gpus: int) -> None:
+    """A registered host's new GPU count: capacity follows; work holding an index the
+    host no longer has is marked for the cycle to stop, as on a lost node."""
+    change = gpus - host.gpus
+    host.gpus = gpus
+    host.free = [*(g for g in host.free if g < gpus), *range(gpus - change, gpus)]
+    _mark_removed_gpus(state, host, lambda g: g >= gpus, gpus)
+    if host.free:
+        state.with_free.setdefault(host.name, None)
+    else:
+        state.with_free.pop(host.name, None)
+    _host_capacity_changed(state, host, change)
+
+
+def _host_removed(state: State, e: ev.HostRemoved) -> None:
+    host = state.hosts.pop(e.host, None)
+    if host is None:
+        return
+    _mark_removed_gpus(state, host, lambda g: True, 0)
+    for where in (state.with_free, state.cordoned, state.changed_hosts):
+        where.pop(e.host, None)
+    _host_capacity_changed(state, host, -host.gpus)
+
+
+def _mark_removed_gpus(state: State, host: Host, gone: Any, registered: int) -> None:
+    """Running work on `host` holding a GPU that is `gone`: the next cycle stops it
+    (`decide`: preempted, reason gpus_removed; requeued as after a lost node)."""
+    for wid in host.workloads:
+        w = state.workloads[wid]
+        lost = [g for g in w.hosts.get(host.name, ()) if gone(g)]
+        if lost:
+            state.gpus_removed[wid] = (host.name, lost, registered)
+
+
+def _host_capacity_changed(state: State, host: Host, change: int) -> None:
+    state.capacity += change
+    if host.healthy:
+        state.healthy_capacity += change
+    sizes = [h.gpus for h in state.hosts.values()]
+    state.largest_host = max(sizes, default=0)
+    state.smallest_host = min(sizes, default=0)
     state.recompute_headroom()
 
 
@@ -317,5 +372,6 @@ _FOLDS = {
     "host.registered": _host_registered,
     "host.health": _host_health,
     "host.drained": _host_drained,
+    "host.removed": _host_removed,
     "config.set": _config_set,
 }

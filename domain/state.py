@@ -102,6 +102,7 @@ class State:
         self.charged = UsageLedger(self.config.window, self.config.bucket)
         self.unallocated = UsageLedger(self.config.window, self.config.bucket)
         self.hosts: dict[str, Host] = {}
+        self.next_host_index = 0  # a new host's index (hosts removed keep theirs unused)
         self.with_free: dict[str, None] = {}  # hosts with a free GPU: where placement looks
         self.capacity = 0  # registered GPUs (healthy or not)
         self.largest_host = 0  # GPUs of the biggest host: larger work is a gang
@@ -130,6 +131,10 @@ class State:
         self.legacy_protected: dict[str, int] = {}  # top-level -> GPUs of never-preempted work
         # running work whose requeue was asked (-> by whom): the next cycle stops it
         self.requeue_asked: dict[str, str] = {}
+        # running work holding GPUs that left the cluster (host removed or shrunk):
+        # workload id -> (host, its GPU indices there that are gone, the host's GPUs
+        # now; 0: removed); the next cycle stops it as on a lost node
+        self.gpus_removed: dict[str, tuple[str, list[int], int]] = {}
         # dedup horizon: input ids and ended workload ids, remembered for one window
         # (id -> when, and the ids in that order: times only grow, and an id is never
         # remembered twice while remembered, so the order holds bare ids — a
@@ -159,6 +164,9 @@ class State:
         self.__dict__.update(saved)
         if "smallest_host" not in saved:  # pickled before it was kept
             self.smallest_host = min((h.gpus for h in self.hosts.values()), default=0)
+        if "next_host_index" not in saved:  # pickled before hosts could be removed
+            self.next_host_index = len(self.hosts)
+            self.gpus_removed = {}
         if "victim_keys" not in saved:  # pickled before (some of) the caches existed
             self._init_caches()
 

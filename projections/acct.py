@@ -72,7 +72,7 @@ def _state(view: JournalView, h: History) -> str:
     if how == "cancelled":
         return "CANCELLED"
     if how == "preempted":
-        drained = h.preemptions and h.preemptions[-1].reason == "drain"
+        drained = h.preemptions and h.preemptions[-1].reason in ("drain", "gpus_removed")
         return "NODE_FAIL" if drained else "PREEMPTED"
     # not live and no end recorded: the view records every end it folds, so only a
     # future ending record of another kind lands here; say it still waits
@@ -244,6 +244,8 @@ def _reason(h: History, state: str) -> str:
         q = h.preemptions[-1]
         if q.reason == "drain":
             return f"drain (host {q.explain.get('host')} unhealthy)"
+        if q.reason == "gpus_removed":
+            return f"gpus_removed (host {q.explain.get('host')})"
         return f"{q.reason}" + (f" for {q.beneficiary}" if q.beneficiary else "")
     said = ended_detail(h.ended or {})  # the launcher's exit status and reason
     if state in ("COMPLETED", "FAILED", "LOST"):  # live work takes `allot queue`'s reason

@@ -268,7 +268,8 @@ class _ClusterFold:
                 if event.requeued:
                     self.requeued[event.reason] = self.requeued.get(event.reason, 0) + 1
                 else:
-                    self.ended["node_fail" if event.reason == "drain" else "preempted"] += 1
+                    node_fail = event.reason in ("drain", "gpus_removed")
+                    self.ended["node_fail" if node_fail else "preempted"] += 1
         else:  # inputs and rejections cause cycles
             if kind == "workload.finished":
                 if event.requeued:  # a lost attempt of resumable work: it waits again

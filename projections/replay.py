@@ -32,6 +32,7 @@ from streams.codec import encode
 _KEPT = {
     "host.registered",
     "host.health",
+    "host.removed",
     "budget.set",
     "budget.removed",
     "config.set",

@@ -34,6 +34,7 @@ _REASON_COLORS = {
     "priority": "#9467bd",
     "headroom": "#2ca02c",
     "requested": "#8c564b",
+    "gpus_removed": "#7f7f7f",
 }
 
 

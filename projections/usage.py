@@ -247,6 +247,7 @@ class UsageProjection:
             "input.rejected": self._rejected,
             "host.registered": self._host_registered,
             "host.health": self._host_health,
+            "host.removed": self._host_removed,
             "budget.set": self._budget_set,
             "budget.removed": self._budget_removed,
             "config.set": self._config_set,
@@ -454,6 +455,19 @@ class UsageProjection:
         sign = 1 if healthy else -1
         self.capacity += sign * self.hosts[host]
         self._busy_healthy += sign * self._busy_by_host.get(host, 0)
+        self._timeline_changed()
+
+    def _host_removed(self, d: dict[str, Any], now: float) -> None:
+        """A host gone for good: its GPUs leave the capacity (the work on them stops in
+        the records that follow, which then count it nowhere)."""
+        host = d["host"]
+        gpus = self.hosts.pop(host, None)
+        if gpus is None:
+            return
+        if self.healthy.pop(host, True):
+            self.capacity -= gpus
+            self._busy_healthy -= self._busy_by_host.get(host, 0)
+        self._headroom = None
         self._timeline_changed()
 
     def _budget_set(self, d: dict[str, Any], now: float) -> None:

@@ -244,6 +244,9 @@ class JournalView:
         self.host_health: dict[str, tuple[float, str, str, bool]] = {}
         self.host_since: dict[str, float] = {}
         self.host_drained: dict[str, float] = {}
+        # hosts `host.removed` took out of the cluster (and not registered again since):
+        # (time, actor, reason, GPUs it had) for `allot host list -R`
+        self.host_removed: dict[str, tuple[float, str, str, int]] = {}
         # allocations `budget.removed` took out of the tree (and not set again since),
         # with when: their past work is still the journal's (`allot acct -a PATH`)
         self.removed_allocations: dict[str, float] = {}
@@ -291,6 +294,7 @@ class JournalView:
             self.tail_records.append(event)
         wid = getattr(event, "workload", None)
         was_live = wid is not None and wid in state.workloads
+        leaving = state.hosts.get(event.host) if event.type == "host.removed" else None
         try:
             evolve(state, event)
         except KeyError as why:  # a host or workload no earlier record introduced
@@ -369,6 +373,12 @@ class JournalView:
             self.removed_allocations.pop(event.allocation, None)
         elif kind == "host.registered":
             self.host_since.setdefault(event.host, event.time)
+            self.host_removed.pop(event.host, None)
+        elif kind == "host.removed":
+            for known in (self.host_since, self.host_health, self.host_drained):
+                known.pop(event.host, None)
+            gpus = leaving.gpus if leaving is not None else 0
+            self.host_removed[event.host] = (event.time, event.actor, event.reason, gpus)
         elif kind == "host.health":
             last = self.host_health.get(event.host)
             if last is None or last[3] != event.healthy:  # a repeated report changes nothing
@@ -1319,6 +1329,45 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
     return rows
 
 
+def host_reason_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
+    """The hosts not taking work and why, as `sinfo -R` lists them: unhealthy hosts
+    (draining or drained) in registration order, then removed hosts in the order they
+    were removed. Each: who reported it, why, since when (and when it drained)."""
+    view = _view(source)
+    state = view.require()
+    rows: list[HostRow] = []
+    for host in sorted(state.hosts.values(), key=lambda h: h.index):
+        if host.healthy:
+            continue
+        when, who, why_, _ = view.host_health.get(host.name, (None, "?", "", False))
+        rows.append(
+            {
+                "host": host.name,
+                "state": "draining" if host.workloads else "drained",
+                "gpus": host.gpus,
+                "reason": why_ or "unhealthy",
+                "by": who,
+                "since": iso(when),
+                "drained_at": iso(view.host_drained.get(host.name)),
+            }
+        )
+    for name, (when, who, why_, gpus) in sorted(
+        view.host_removed.items(), key=lambda item: item[1][0]
+    ):
+        rows.append(
+            {
+                "host": name,
+                "state": "removed",
+                "gpus": gpus,
+                "reason": why_ or "removed",
+                "by": who,
+                "since": iso(when),
+                "drained_at": None,
+            }
+        )
+    return rows
+
+
 # ------------------------------------------------------------------ shares
 
 ShareRow = dict[str, Any]
@@ -1908,9 +1957,20 @@ def _preemption_reason_text(q: Preemption, *, as_victim: bool) -> str:
         )
     if q.reason == "headroom":
         return "reason headroom (a short job needed the headroom host)"
+    if q.reason == "gpus_removed":
+        return f"reason gpus_removed ({_removed_gpus_text(e)}: stopped as on a lost node)"
     if q.reason == "requested":
         return f"reason requested (requeued by {e.get('requested_by', '?')}, allot requeue)"
     return f"reason {q.reason}"
+
+
+def _removed_gpus_text(explain: dict[str, Any]) -> str:
+    """What left the cluster under the work: its host, or some of the host's GPUs."""
+    host = explain.get("host", "?")
+    if not explain.get("host_gpus"):
+        return f"host {host} was removed from the cluster"
+    gpus = ",".join(str(g) for g in explain.get("gpus") or ())
+    return f"host {host} was registered again with {explain['host_gpus']} GPUs; GPU {gpus} is gone"
 
 
 def _preemption_numbers(q: Preemption) -> list[str]:
@@ -1973,6 +2033,12 @@ def _current(view: JournalView, wid: str, h: History) -> dict[str, Any]:
                 what = f"finished ({said}) at {iso(e['time'])}"
             elif how == "cancelled":
                 what = f"cancelled by {e.get('actor')} at {iso(e['time'])}"
+            elif how == "preempted" and last is not None and last.reason == "gpus_removed":
+                state_name = "NODE_FAIL"
+                what = (
+                    f"ended at {iso(e['time'])}: {_removed_gpus_text(last.explain)}, and it "
+                    "is not resumable (or its lost-node requeues were used up)"
+                )
             elif how == "preempted" and last is not None and last.reason == "drain":
                 state_name = "NODE_FAIL"  # sacct's name, as `allot acct` says
                 what = (

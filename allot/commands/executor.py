@@ -24,7 +24,8 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    With `requeued: true` the workload waits again and will get a new
    `workload.placed` with the next attempt: resume it from its checkpoint there if it
    is resumable, else start it over (reason `requested`, from `allot requeue`, requeues
-   work that is not resumable too).
+   work that is not resumable too). Reason `gpus_removed`: its host was removed
+   (`host.removed`) or registered again with fewer GPUs; stop it if it still runs.
 4. When an attempt ends on its own, send `workload.finished` to the inbox with
    `outcome` `completed`, `failed` or `lost` (the node died) and the `attempt`; a
    workload that could not be started at all is reported `failed`, or `lost` when its

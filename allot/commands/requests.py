@@ -1208,7 +1208,10 @@ MAX_COUNT = 2**31 - 1
 budget_app = typer.Typer(
     help="Change the budget tree: weights, managers, members.", no_args_is_help=True
 )
-host_app = typer.Typer(help="Register hosts and report their health.", no_args_is_help=True)
+host_app = typer.Typer(
+    help="Register, resize and remove hosts, report their health, list them.",
+    no_args_is_help=True,
+)
 
 
 def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] | None:
@@ -1531,10 +1534,13 @@ def host_register(
 ) -> None:
     """Register a host and its GPUs (admins only, when admins are set).
 
-    A host's GPU count is fixed once registered (placements and the GPU timeline
-    name its GPU indices): registering it again is refused. To change it, report
-    the host unhealthy (`allot host health HOST --unhealthy`: its work drains off
-    it) and register the machine under a new name."""
+    Registering a known host again with another count is its new size (a board
+    replaced, a GPU pulled): capacity follows at once. With fewer GPUs, running
+    work on an index the host no longer has (GPU 7 of `h7 7` after `h7 8`) stops
+    as on a lost node: resumable work is requeued with its submit time (at most
+    max_lost_requeues times), other work ends (NODE_FAIL). To move work off
+    first, report the host unhealthy and wait until `allot host list` says
+    drained."""
     from domain.admission import MAX_HOST_GPUS
     from domain.text import HOST_NAME_RULE, is_host_name
 
@@ -1605,6 +1611,39 @@ def host_health(
         wait,
         sent,
         _request_check(sent.request, "`allot host list`"),
+    )
+
+
+@host_app.command("remove")
+def host_remove(
+    host: Annotated[str, typer.Argument(help="Host name.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
+    wait: WaitOpt = None,
+    kafka: KafkaOpt = None,
+    data: DataOpt = None,
+    cluster: ClusterOpt = "default",
+    as_: AsOpt = None,
+) -> None:
+    """Remove a host from the cluster for good (admins only, when admins are set),
+    like deleting a node from slurm.conf.
+
+    Its GPUs leave the capacity (shares, entitlements and usage follow) and its
+    running work stops at once as on a lost node: resumable work is requeued with
+    its submit time (at most max_lost_requeues times), other work ends
+    (NODE_FAIL). To let protected work finish first, report the host unhealthy and
+    remove it once `allot host list` says drained. `allot host list -R` shows when
+    and by whom it was removed; its name may be registered again later."""
+    with one_line_errors():
+        sent = _send(
+            kafka, data, "host.removed", cluster=cluster, actor=as_,
+            said=f"Removal of host {host} sent", host=host, reason=reason, wait=wait,
+        )  # fmt: skip
+    _report_verdict(
+        f"the removal of host {host}",
+        f"Host {host} removed",
+        wait,
+        sent,
+        _request_check(sent.request, "`allot host list -R`"),
     )
 
 

@@ -1177,6 +1177,15 @@ def register(app: typer.Typer) -> None:
 
     @host_app.command("list")
     def host_list(
+        reasons: Annotated[
+            bool,
+            typer.Option(
+                "--reasons",
+                "-R",
+                help="Only the hosts that take no work, and why (sinfo -R): unhealthy "
+                "(draining, drained) and removed hosts, with who said so and when.",
+            ),
+        ] = False,
         json_: JsonOpt = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
@@ -1190,12 +1199,17 @@ def register(app: typer.Typer) -> None:
         protection ends) or drained (unhealthy and empty). GPUS, HELD, FREE (an
         unhealthy host's free GPUs are cordoned: 0); WORKLOADS on it; SINCE and REASON
         for an unhealthy host (who reported it, why). A healthy host kept free for
-        short jobs says so."""
+        short jobs says so. With -R, the hosts taking no work: REASON, USER (who
+        reported or removed it), TIMESTAMP (since when, UTC), HOST, STATE (draining,
+        drained, removed), DRAINED (when it emptied)."""
         from domain.durations import format_duration
         from projections.views import host_rows, shares_header
 
         def run() -> None:
             view = load_view(kafka, data, journal, cluster, live_only=True)
+            if reasons:
+                _host_reasons(view, json_)
+                return
             rows = host_rows(view)
             header = shares_header(view)
             if json_:
@@ -1232,6 +1246,35 @@ def register(app: typer.Typer) -> None:
             )
 
         _answer(run)
+
+    def _host_reasons(view: Any, json_: bool) -> None:
+        from projections.views import host_reason_rows, shares_header
+
+        rows = host_reason_rows(view)
+        header = shares_header(view)
+        if json_:
+            _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
+            return
+        if not rows:
+            typer.echo(f"every host of cluster {header['cluster']} is healthy; none removed")
+            return
+        print_rows(
+            f"cluster {header['cluster']} · as of {header['now']} UTC · hosts taking no work",
+            ["REASON", "USER", "TIMESTAMP", "HOST", "STATE", "GPUS", "DRAINED"],
+            [
+                [
+                    r["reason"],
+                    r["by"],
+                    r["since"] or "",
+                    r["host"],
+                    r["state"],
+                    str(r["gpus"]),
+                    r["drained_at"] or "",
+                ]
+                for r in rows
+            ],
+            right=frozenset({"GPUS"}),
+        )
 
     @app.command("why")
     def why(

@@ -115,6 +115,35 @@ def test_unhealthy_hosts_leave_capacity(down_at, up_at, expected_capacity_gpu_s)
     assert proj.totals()["busy_gpu_s"] == 8 * HOUR  # h0 only
 
 
+@pytest.mark.parametrize(
+    ("change", "expected_capacity_gpu_s", "busy_gpu_s"),
+    [
+        pytest.param("remove", 16 * 1800 + 8 * 1800, 8 * 1800, id="h1-removed-at-half-hour"),
+        pytest.param("shrink", 16 * 1800 + 12 * 1800, 8 * 1800, id="h1-down-to-4-gpus"),
+        pytest.param("grow", 16 * 1800 + 20 * 1800, 8 * HOUR, id="h1-up-to-12-gpus"),
+        pytest.param("unhealthy-removed", 8 * HOUR, 8 * 1800, id="unhealthy-h1-removed"),
+    ],
+)
+def test_capacity_follows_removed_and_resized_hosts(change, expected_capacity_gpu_s, busy_gpu_s):
+    """h1 runs a1 on all 8 GPUs; at half an hour it is removed or registered again with
+    another count (the scheduler stops a1 when its GPUs are gone)."""
+    j = cluster()
+    j.submit("a1", "lab/a", 8).place("a1", {"h1": H8})
+    if change == "unhealthy-removed":
+        j.health("h1", False)
+    j.at(1800)
+    if change in ("remove", "unhealthy-removed"):
+        j.add("host.removed", actor="admin", host="h1")
+    else:
+        j.host("h1", 4 if change == "shrink" else 12)
+    if change != "grow":
+        j.preempt("a1", "gpus_removed", requeued=False)
+    j.at(HOUR).tick()
+    tot = fold(j.events).totals()
+    assert tot["healthy_gpu_s"] == pytest.approx(expected_capacity_gpu_s)
+    assert tot["busy_gpu_s"] == pytest.approx(0 if change == "unhealthy-removed" else busy_gpu_s)
+
+
 def test_busy_gpus_on_an_unhealthy_host_leave_occupancy_but_stay_charged():
     j = cluster()
     j.submit("a1", "lab/a", 4).place("a1", {"h1": [0, 1, 2, 3]})
