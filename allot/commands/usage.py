@@ -302,6 +302,16 @@ LEGEND = (
 )
 
 
+def gpu_hours(value: float | None) -> str:
+    """One decimal with thousands separators; below 0.1 (but not zero) three decimals:
+    a few GPU-minutes read `0.0` beside a DELIVERED of 0.729 computed from them."""
+    if value is None:
+        return "—"
+    if 0 < abs(value) < 0.1:
+        return f"{value:.3f}"
+    return f"{value:,.1f}"
+
+
 def _print_usage(
     rows: list[dict[str, Any]], hourly: bool, source: str, window: float | None
 ) -> None:
@@ -312,9 +322,6 @@ def _print_usage(
     from rich.table import Table
 
     from allot.commands.views import print_table
-
-    def gpu_h(value: float | None) -> str:
-        return "—" if value is None else f"{value:,.1f}"
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     headers = ["ALLOCATION", *(["HOUR (UTC)"] if hourly else [])]
@@ -328,7 +335,7 @@ def _print_usage(
         cells = [row["allocation"]]
         if hourly:
             cells.append(_hour(row["hour_time"]))
-        cells += [gpu_h(row.get(f"{key}_gpu_h")) for _, key in _COLUMNS]
+        cells += [gpu_hours(row.get(f"{key}_gpu_h")) for _, key in _COLUMNS]
         if not hourly:
             delivered = row.get("delivered")
             cells.append("—" if delivered is None else f"{delivered:.3f}")

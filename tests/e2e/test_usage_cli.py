@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from allot.commands.usage import gpu_hours
 from projections.usage import HOUR, JournalBuilder
 from tests.e2e.cli import allot, one_line_error
 
@@ -300,3 +301,20 @@ def test_shares_json_says_entitled_is_gpus(tmp_path: Path) -> None:
     shares = orjson.loads(allot("shares", "--journal", str(path), "--json").stdout)
     leaf = next(r for r in shares["allocations"] if r["path"] == "lab/a")
     assert leaf["entitled_gpus"] == leaf["entitled"] == 8
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        pytest.param(None, "—", id="none"),
+        pytest.param(0.0, "0.0", id="zero"),
+        pytest.param(0.04, "0.040", id="a-few-gpu-minutes"),
+        pytest.param(0.0999, "0.100", id="just-under-a-tenth"),
+        pytest.param(0.1, "0.1", id="a-tenth"),
+        pytest.param(12345.67, "12,345.7", id="thousands"),
+    ],
+)
+def test_small_gpu_hours_are_not_shown_as_zero(value: float | None, shown: str) -> None:
+    """A leaf that ran a few GPU-minutes read CHARGED 0.0 and OWED 0.0 beside a
+    DELIVERED of 0.729 computed from them."""
+    assert gpu_hours(value) == shown
