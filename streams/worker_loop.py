@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
@@ -44,6 +43,11 @@ MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow mem
 STOP_GRACE_S = 10.0
 # how long each Kafka client may take to stop when the broker watch says Kafka is gone
 GONE_STOP_S = 2.0
+# JOIN_ONCE: aiokafka (0.14) sends one JoinGroup per assignor listed, the n-th naming the
+# first n, and keeps the last answer: each join changed the member's metadata while its
+# group was completing the rebalance, which started another. Two workers started
+# together (fresh topics, `allot topics create` then two workers) bounced the group
+# between them for minutes, neither holding its partitions (aio-libs/aiokafka#1168).
 
 
 # ------------------------------------------------------------------ the worker
@@ -311,8 +315,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
             # members finish their batch and hand over a snapshot before rejoining
             rebalance_timeout_ms=max(30_000, self.session_timeout_ms),
             # a member joining or leaving moves only the partitions it must: the others
-            # stay where they are (kept, not reloaded); range for groups with older members
-            partition_assignment_strategy=(StickyPartitionAssignor, RangePartitionAssignor),
+            # stay where they are (kept, not reloaded). One assignor only: see JOIN_ONCE
+            partition_assignment_strategy=(StickyPartitionAssignor,),
             **self.kafka_options,
         )
         await self._consumer.start()
