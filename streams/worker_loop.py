@@ -25,7 +25,7 @@ from streams.kafka_auth import client_options
 from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
 from streams.topic_admin import Topics, create_topics
 from streams.worker_batches import Batches
-from streams.worker_errors import BrokerUnavailable, WorkerError
+from streams.worker_errors import REFUSALS, BrokerUnavailable, WorkerError, refused
 from streams.worker_helpers import Stats, _abandon, _Partition, identity
 from streams.worker_presence import Presence
 from streams.worker_rebalance import Rebalancing, _Rebalance
@@ -169,6 +169,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                 s.dead,
                 self.topics.dlq,
             )
+        except REFUSALS as why:  # e.g. the group join, which aiokafka raises from getmany
+            raise refused(self.bootstrap, self.kafka_options, why) from None
         finally:
             for task in (ticker, watching):
                 if task is not None:

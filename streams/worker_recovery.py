@@ -12,6 +12,7 @@ from aiokafka.errors import KafkaError
 
 from streams.core import old_bucket_note
 from streams.topic_admin import MAX_SNAPSHOT_BYTES
+from streams.worker_errors import REFUSALS, refused
 from streams.worker_helpers import _header, _Partition, _quiet_stop
 
 log = logging.getLogger("allot.worker")
@@ -34,6 +35,10 @@ class Recovery:
             started = time.monotonic()
             try:
                 await self._take(parts)
+            except REFUSALS as why:  # the ACLs: no retry will be let in
+                for p in parts:
+                    self._drop(p)
+                raise refused(self.bootstrap, self.kafka_options, why) from None
             except (KafkaError, OSError, TimeoutError) as why:
                 for p in parts:
                     self._drop(p)
