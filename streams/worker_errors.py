@@ -2,6 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
+# the broker's ACLs refuse something the worker needs: waiting changes nothing
+REFUSALS = (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailed,
+)
+
 
 class BrokerUnavailable(RuntimeError):
     """The Kafka broker did not answer: one line for the user."""
@@ -19,3 +36,19 @@ class MissingTopics(WorkerError):
     def __init__(self, message: str, names: list[str]) -> None:
         super().__init__(message)
         self.names = names
+
+
+class Refused(WorkerError):
+    """The broker's ACLs refuse the worker's principal a topic, its consumer group or
+    its transactional ids."""
+
+
+def refused(bootstrap: str, kafka_options: dict[str, Any], why: Exception) -> Refused:
+    """The one line for an ACL refusal (aiokafka's own names only the resource)."""
+    user = kafka_options.get("sasl_plain_username")
+    who = f"principal {user!r}" if user else "this worker (no login: $ALLOT_KAFKA_USER is unset)"
+    return Refused(
+        f"Kafka at {bootstrap} refused {who}: {why}; its ACLs must allow the scheduler's "
+        "topics, its consumer group and its transactional ids (as deploy/kafka/secure.py "
+        "does for allot-scheduler: groups and ids starting with allot-scheduler)"
+    )

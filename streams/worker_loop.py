@@ -14,7 +14,6 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import DefaultPartitioner
@@ -26,7 +25,7 @@ from streams.kafka_auth import client_options
 from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
 from streams.topic_admin import Topics, create_topics
 from streams.worker_batches import Batches
-from streams.worker_errors import BrokerUnavailable, WorkerError
+from streams.worker_errors import REFUSALS, BrokerUnavailable, WorkerError, refused
 from streams.worker_helpers import Stats, _abandon, _Partition, identity
 from streams.worker_presence import Presence
 from streams.worker_rebalance import Rebalancing, _Rebalance
@@ -44,6 +43,13 @@ MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow mem
 STOP_GRACE_S = 10.0
 # how long each Kafka client may take to stop when the broker watch says Kafka is gone
 GONE_STOP_S = 2.0
+# seconds between lines saying the consumer group has given no partitions yet
+GROUP_WAIT_LOG_S = 15.0
+# JOIN_ONCE: aiokafka (0.14) sends one JoinGroup per assignor listed, the n-th naming the
+# first n, and keeps the last answer: each join changed the member's metadata while its
+# group was completing the rebalance, which started another. Two workers started
+# together (fresh topics, `allot topics create` then two workers) bounced the group
+# between them for minutes, neither holding its partitions (aio-libs/aiokafka#1168).
 
 
 # ------------------------------------------------------------------ the worker
@@ -122,6 +128,7 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
         self._fenced: dict[int, float] = {}
         self._fatal: WorkerError | None = None  # raised by the loop (set where it can't be)
         self._retry_at = 0.0
+        self._started_at = self._group_told_at = 0.0
         self._joined = False
         self._closing: list[asyncio.Task] = []
         self._snapshotting: asyncio.Task | None = None
@@ -142,7 +149,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
         # it watches until the end (a last snapshot to a broker gone is not waited for)
         watching = asyncio.create_task(self._watch.run(asyncio.Event()), name="allot-broker-watch")
         try:
-            await self._start()
+            if not await self._start_unless(stop):
+                return
             if self.tick_every and self.tick_every > 0:
                 ticker = asyncio.create_task(self._ticker(stop), name="allot-ticker")
             if await self._loop_until(stop):
@@ -165,6 +173,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                 s.dead,
                 self.topics.dlq,
             )
+        except REFUSALS as why:  # e.g. the group join, which aiokafka raises from getmany
+            raise refused(self.bootstrap, self.kafka_options, why) from None
         finally:
             for task in (ticker, watching):
                 if task is not None:
@@ -173,6 +183,26 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                         await task
             await self._close()
             logging.getLogger("aiokafka").removeHandler(self._watch)
+
+    async def _start_unless(self, stop: asyncio.Event) -> bool:
+        """Start, unless `stop` comes first: False then. A start may wait on the broker
+        (a take-over retried, a coordinator loading), and SIGTERM only sets `stop`: a
+        worker told to stop then ran on until a SIGKILL."""
+        starting = asyncio.create_task(self._start(), name="allot-start")
+        stopped = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+        if starting.cancelled():
+            log.info("stopped before the start was done: nothing decided, no snapshot written")
+            return False
+        starting.result()
+        return True
 
     async def _loop_until(self, stop: asyncio.Event) -> bool:
         """Run the loop until `stop`, then give the batch being written `stop_grace`
@@ -248,6 +278,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                 await self._take_pending()
             if not self.ready.is_set() and self._joined and not self._pending:
                 self._announce_ready()
+            if not self._joined:
+                self._tell_group_wait()
             batches = await consumer.getmany(timeout_ms=self.poll_ms, max_records=self.max_batch)
             if batches:
                 await self._process(batches)
@@ -258,6 +290,23 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                 self._snapshotting = asyncio.create_task(
                     self._snapshot_in_background(), name="allot-snapshot"
                 )
+
+    def _tell_group_wait(self) -> None:
+        """Say, now and then, that the group has not given this worker its partitions:
+        aiokafka retries the group's coordinator and rebalances without a line."""
+        now = time.monotonic()
+        if now < self._group_told_at + GROUP_WAIT_LOG_S:
+            return
+        self._group_told_at = now
+        log.warning(
+            "waiting for consumer group %s to give this worker inbox partitions "
+            "(%.0fs so far): its coordinator may still be loading (a new broker creates "
+            "__consumer_offsets at the first group), or a rebalance waits for a member to "
+            "rejoin (at most %gs)",
+            self.topics.group(self.group or ""),
+            now - self._started_at,
+            max(30_000, self.session_timeout_ms) / 1000,
+        )
 
     def _announce_ready(self) -> None:
         self.ready.set()
@@ -311,11 +360,13 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
             # members finish their batch and hand over a snapshot before rejoining
             rebalance_timeout_ms=max(30_000, self.session_timeout_ms),
             # a member joining or leaving moves only the partitions it must: the others
-            # stay where they are (kept, not reloaded); range for groups with older members
-            partition_assignment_strategy=(StickyPartitionAssignor, RangePartitionAssignor),
+            # stay where they are (kept, not reloaded). One assignor only: see JOIN_ONCE
+            partition_assignment_strategy=(StickyPartitionAssignor,),
             **self.kafka_options,
         )
         await self._consumer.start()
+        self._started_at = time.monotonic()
+        self._group_told_at = self._started_at  # the first line after GROUP_WAIT_LOG_S
         if self.group is None:  # this worker owns every partition
             live = await self._live_workers()  # asked before fencing them
             tps = [TopicPartition(self.topics.inbox, p) for p in self._inbox_parts]
@@ -323,7 +374,10 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
             for tp in tps:
                 self._consumer.pause(tp)
             self._pending = dict.fromkeys(self._inbox_parts, time.monotonic())
-            await self._take_pending(retry=False)
+            # a take-over that fails (e.g. a partition's leader or the transaction
+            # coordinator not ready yet, after `allot topics create`) is retried by the
+            # loop with a line saying why; an ACL refusal stops the worker
+            await self._take_pending()
             self._joined = True
             if live:
                 log.warning(
@@ -332,12 +386,13 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                     "and stops at its next write ('another worker ... took over'). Without "
                     "--group the newest worker of a cluster set takes over; run one, or "
                     "several with --group",
-                    sorted(self.owned),
+                    self._inbox_parts,
                     ", ".join(live),
                     self.session_timeout_ms / 1000,
                 )
             await self._join_presence()
-            self._announce_ready()
+            if not self._pending:  # else the loop does once the retry took them
+                self._announce_ready()
         else:  # partitions come and go with the group's rebalances
             self._consumer.subscribe([self.topics.inbox], listener=_Rebalance(self))
 

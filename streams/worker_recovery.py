@@ -3,6 +3,7 @@ snapshots, re-decide the journal after them, and find where the inbox resumes.""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from aiokafka.errors import KafkaError
 
 from streams.core import old_bucket_note
 from streams.topic_admin import MAX_SNAPSHOT_BYTES
+from streams.worker_errors import REFUSALS, refused
 from streams.worker_helpers import _header, _Partition, _quiet_stop
 
 log = logging.getLogger("allot.worker")
@@ -19,13 +21,14 @@ log = logging.getLogger("allot.worker")
 JOURNAL_BATCH_BYTES = 256 * 1024  # one produce batch; ~600 journal records
 READ_TIMEOUT_S = 120.0  # reading a topic to its end during recovery
 TRANSACTION_TIMEOUT_MS = 15_000  # one batch or snapshot round takes well under this
+INIT_PRODUCER_S = 30.0  # a partition's transactional producer getting its producer id
 
 
 class Recovery:
     """Partition takeovers of `streams.worker_loop.Worker`."""
 
     # ---------------------------------------------------------------- recovery
-    async def _take_pending(self, *, retry: bool = True) -> None:
+    async def _take_pending(self) -> None:
         """Recover every partition assigned but not yet ours, then resume reading it."""
         async with self._lock:
             parts = sorted(self._pending)
@@ -34,11 +37,13 @@ class Recovery:
             started = time.monotonic()
             try:
                 await self._take(parts)
+            except REFUSALS as why:  # the ACLs: no retry will be let in
+                for p in parts:
+                    self._drop(p)
+                raise refused(self.bootstrap, self.kafka_options, why) from None
             except (KafkaError, OSError, TimeoutError) as why:
                 for p in parts:
                     self._drop(p)
-                if not retry:
-                    raise
                 log.warning("could not take over partitions %s (%s); retrying", parts, why)
                 self._retry_at = time.monotonic() + 1.0
                 return
@@ -90,13 +95,28 @@ class Recovery:
             **self.kafka_options,
         )
         try:
-            await producer.start()
+            await self._init_producer(producer, p)
             await producer.begin_transaction()
             await producer.commit_transaction()
         except BaseException:
             await _quiet_stop(producer)
             raise
         return producer
+
+    async def _init_producer(self, producer: AIOKafkaProducer, p: int) -> None:
+        """Start `producer`: aiokafka asks the transaction coordinator for a producer id
+        until it gets one, however long that is, and says nothing meanwhile. Held to
+        INIT_PRODUCER_S so the take-over is retried (and a rebalance is not held up by
+        the lock) with a line that says what is awaited."""
+        try:
+            await asyncio.wait_for(producer.start(), INIT_PRODUCER_S)
+        except TimeoutError:
+            raise KafkaError(
+                f"Kafka's transaction coordinator gave inbox partition {p}'s producer no "
+                f"producer id in {INIT_PRODUCER_S:g}s (a new broker creates "
+                "__transaction_state at the first transaction; one with fewer brokers "
+                "than transaction.state.log.replication.factor never can)"
+            ) from None
 
     def _journal_parts_of(self, parts: list[int]) -> list[int]:
         """Journal partitions that can hold records of clusters homed on `parts`: the

@@ -20,8 +20,12 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
+from domain.config import SchedulerConfig
 from streams.topic_admin import Topics, create_topics
+from streams.worker import serve
+from streams.worker_loop import Worker
 from tests.streams.rig import (
+    ADMIN,
     WAIT_S,
     Inbox,
     JournalReader,
@@ -70,6 +74,68 @@ def owned_partitions(log: Path) -> set[int]:
         elif match := MOVED.search(line):
             held.discard(int(match.group(1)))
     return held
+
+
+def generation(worker: Worker) -> int:
+    """The group generation the worker's consumer last joined (aiokafka keeps it on the
+    consumer's coordinator; the broker's DescribeGroups does not say it)."""
+    assert worker._consumer is not None
+    return worker._consumer._coordinator.generation
+
+
+async def test_workers_of_a_group_join_it_with_one_rebalance_each(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two workers of a group started together (as after `allot topics create`) could
+    bounce the group between them for minutes, neither holding its partitions: aiokafka
+    sent a JoinGroup per assignor listed, and the last one changed the member's metadata
+    while the group completed the rebalance the first had started, which started
+    another. A worker now joins an empty group in one generation, and a second one
+    joining takes one more."""
+    name = suffix()
+    topics = Topics.suffixed(name)
+    await create_topics(kafka_bootstrap, topics=topics, partitions=PARTITIONS)
+    group = f"allot-scheduler{name}"
+    log = tmp_path / "second.log"
+    ready: list[Worker] = []
+    stop = asyncio.Event()
+    first = asyncio.create_task(
+        serve(
+            kafka_bootstrap, config=SchedulerConfig(admins=(ADMIN,)), topics=topics, stop=stop,
+            tick_every=0, group=group, session_timeout_ms=6000, on_ready=ready.append,
+        )
+    )  # fmt: skip
+    second: subprocess.Popen | None = None
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not ready:
+            assert not first.done() and time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        worker = ready[0]
+        assert sorted(worker.owned) == list(range(PARTITIONS))
+        assert generation(worker) == 1
+
+        second = spawn_worker(
+            kafka_bootstrap, name, log, "--group", group, "--session-timeout", "6"
+        )
+        while not (
+            owned_partitions(log)
+            and owned_partitions(log) | set(worker.owned) == set(range(PARTITIONS))
+            and not owned_partitions(log) & set(worker.owned)
+        ):
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            await asyncio.sleep(0.2)
+        assert generation(worker) == 2, log.read_text()[-3000:]
+    finally:
+        if second is not None:
+            second.terminate()
+            try:
+                second.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                second.kill()
+                second.wait()
+        stop.set()
+        await asyncio.wait_for(first, WAIT_S)
 
 
 async def test_a_group_member_killed_under_load_is_taken_over_exactly_once(

@@ -324,6 +324,24 @@ async def test_worker_as_scheduler_places_a_submission(secure: Secure) -> None:
         await asyncio.wait_for(task, WAIT_S)
 
 
+def test_a_worker_in_a_group_the_acls_refuse_stops_with_one_line(secure: Secure) -> None:
+    """A --group the scheduler's principal may not join: the worker stopped with
+    aiokafka's traceback; now with one line naming the principal and the refusal."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "streams.worker", "--kafka", secure.bootstrap,
+            "--topic-suffix=", "--create-topics", "--tick-every", "0", "--group", "not-ours",
+        ],
+        capture_output=True, text=True, timeout=120, env=secure.env("allot-scheduler"),
+        cwd=ROOT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: Kafka at "), last
+    assert "refused principal 'allot-scheduler'" in last and "GroupAuthorization" in last
+
+
 async def test_faust_worker_logs_in_as_scheduler(secure: Secure, tmp_path: Path) -> None:
     """`faust -A streams.app worker` under ACLs: faust's own connection (its consumer
     group and leader topic) and the scheduler's both log in as allot-scheduler."""

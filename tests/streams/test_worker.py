@@ -328,6 +328,21 @@ async def test_the_ticker_leaves_keys_that_never_made_a_cluster(kafka_bootstrap:
     assert refused == {"junk0", "junk1"}  # they were folded: the cores exist
 
 
+async def test_a_stop_during_the_start_ends_it(kafka_bootstrap: str) -> None:
+    """SIGTERM only sets the stop event, and the start did not look at it: a worker whose
+    start waited on the broker (its transaction coordinator never answering) ran on
+    until a SIGKILL. A stop now ends the start: nothing taken over, nothing decided."""
+    async with rig(kafka_bootstrap) as r:
+        stop = asyncio.Event()
+        stop.set()
+        worker = await asyncio.wait_for(
+            serve(kafka_bootstrap, config=None, topics=r.topics, stop=stop, tick_every=0),
+            WAIT_S,
+        )
+        assert not worker.ready.is_set()
+        assert worker.stats.takeovers == [] and worker.owned == {}
+
+
 async def test_workers_split_clusters_between_them(kafka_bootstrap: str) -> None:
     """`clusters=[...]`: two workers on the same topics, each deciding only its own."""
     async with rig(kafka_bootstrap) as r:
