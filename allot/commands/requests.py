@@ -1222,6 +1222,12 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
         if given:
             raise RequestError(f"{option} and --no-{option[2:]}s: give one or the other")
         return []
+    return _named(option, given, nobody=f"; --no-{option[2:]}s clears the list")
+
+
+def _named(option: str, given: list[str] | None, nobody: str = "") -> list[str] | None:
+    """`--add-member a,b --add-member c` -> [a, b, c]; None when not given. `nobody`
+    ends the error for a list that names nobody."""
     if given is None:
         return None
     from domain.text import is_word
@@ -1229,24 +1235,7 @@ def _principals(option: str, given: list[str] | None, clear: bool) -> list[str] 
     # `a,,b` and `a,` name a and b; only a list that names nobody is a mistake
     names = [n.strip() for text in given for n in text.split(",") if n.strip()]
     if not names:
-        raise RequestError(f"{option} names nobody; --no-{option[2:]}s clears the list")
-    bad = next((n for n in names if not is_word(n)), None)
-    if bad is not None:
-        raise RequestError(
-            f"{option} {bad!r}: one user name each (no spaces; commas separate names)"
-        )
-    return list(dict.fromkeys(names))
-
-
-def _named(option: str, given: list[str] | None) -> list[str] | None:
-    """`--add-member a,b --add-member c` -> [a, b, c]; None when not given."""
-    if given is None:
-        return None
-    from domain.text import is_word
-
-    names = [n.strip() for text in given for n in text.split(",") if n.strip()]
-    if not names:
-        raise RequestError(f"{option} names nobody")
+        raise RequestError(f"{option} names nobody{nobody}")
     bad = next((n for n in names if not is_word(n)), None)
     if bad is not None:
         raise RequestError(
