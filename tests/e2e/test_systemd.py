@@ -136,6 +136,24 @@ def _journal_stderr(path: Path) -> str:
     return f"{st.st_dev}:{st.st_ino}"
 
 
+def _start_unit_command(bootstrap: str, suffix: str, port: int, log: Path) -> subprocess.Popen:
+    """The unit's ExecStart with its environment, stderr to `log` as journald's stream,
+    run from `log`'s folder."""
+    with log.open("wb") as stderr:
+        return subprocess.Popen(
+            exec_start(port),
+            env=service_env(
+                ALLOT_KAFKA=bootstrap,
+                ALLOT_TOPIC_SUFFIX=suffix,
+                JOURNAL_STREAM=_journal_stderr(log),
+            ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=log.parent,
+        )
+
+
 def _metrics_answer(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -159,19 +177,7 @@ def test_the_unit_command_stops_cleanly_on_sigterm(kafka_bootstrap: str, tmp_pat
     assert created.returncode == 0, created.stderr
     port = _free_port()
     log = tmp_path / "stderr"
-    with log.open("wb") as stderr:
-        proc = subprocess.Popen(
-            exec_start(port),
-            env=service_env(
-                ALLOT_KAFKA=kafka_bootstrap,
-                ALLOT_TOPIC_SUFFIX=suffix,
-                JOURNAL_STREAM=_journal_stderr(log),
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            cwd=tmp_path,
-        )
+    proc = _start_unit_command(kafka_bootstrap, suffix, port, log)
     try:
         _metrics_answer(port, proc, log)
         proc.send_signal(signal.SIGTERM)
@@ -195,21 +201,13 @@ def test_a_fatal_error_exits_non_zero_with_an_error_priority_line(
     and `journalctl -p err` the line."""
     suffix = f".missing-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "stderr"
-    with log.open("wb") as stderr:
-        result = subprocess.run(
-            exec_start(_free_port()),
-            env=service_env(
-                ALLOT_KAFKA=kafka_bootstrap,
-                ALLOT_TOPIC_SUFFIX=suffix,
-                JOURNAL_STREAM=_journal_stderr(log),
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            cwd=tmp_path,
-            timeout=120,
-        )
-    assert result.returncode != 0
+    proc = _start_unit_command(kafka_bootstrap, suffix, _free_port(), log)
+    try:
+        assert proc.wait(timeout=120) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     lines = log.read_text().splitlines()
     assert [line for line in lines if line.startswith("<3>error: no topic allot.inbox")], lines
     assert "Traceback" not in log.read_text()
