@@ -546,8 +546,60 @@ def exposition(registry: CollectorRegistry) -> str:
     return generate_latest(registry).decode()
 
 
+class LiveMetrics:
+    """A running scheduler's /metrics: a `MetricsCollector` fed the journal lines it
+    recovers and writes, served by prometheus_client's HTTP server from `start()` (a
+    port in use raises OSError at once). Until `ready()` it shows only
+    `allot_scheduler_recovering 1`, so no scrape sees a half-folded journal. Shared by
+    `allot serve --metrics-port` and the faust worker's $ALLOT_METRICS_PORT."""
+
+    def __init__(
+        self, port: int, bind: str = "127.0.0.1", *, on_bad: Callable[[str], None] | None = None
+    ) -> None:
+        self.port = port
+        self.bind = bind
+        self.collector = MetricsCollector()
+        self.server: Any = None
+        self.bad = 0  # lines that could not be folded (the first is reported)
+        self.on_bad = on_bad
+
+    def feed(self, lines: list[bytes], *, recovered: bool = False) -> None:
+        """Fold `lines` the scheduler just wrote (or, `recovered`, found on start)."""
+        from streams.codec import Undecodable, load_object
+
+        written = time.time()  # the decision latencies of what is being written end here
+        for line in lines:
+            try:
+                self.collector.apply(load_object(line), written=written, timed=not recovered)
+            except (Undecodable, ValueError) as why:
+                self.bad += 1
+                if self.bad == 1 and self.on_bad is not None:
+                    self.on_bad(f"metrics skip a journal record: {why}")
+
+    def ready(self) -> None:
+        """Recovery is done: expose what the journal says."""
+        self.collector.recovering = False
+
+    def start(self) -> None:
+        from prometheus_client import start_http_server
+
+        if self.server is not None:
+            return
+        self.collector.recovering = True
+        self.server, _thread = start_http_server(
+            self.port, addr=self.bind, registry=self.collector.registry()
+        )
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
 __all__ = [
     "METRIC_NAMES",
+    "LiveMetrics",
     "MetricsCollector",
     "exposed_series_names",
     "exposition",

@@ -40,12 +40,12 @@ Faust still provides what it is good at here: the worker process (logging, signa
 - `ALLOT_FAUST_DATADIR` (default `allot-data`)
 - `ALLOT_KAFKA_USER` + `ALLOT_KAFKA_PASSWORD_FILE` (SASL/SCRAM login, see
   `streams.kafka_auth`): both faust's connection and the scheduler's use them
+- `ALLOT_METRICS_PORT` serve Prometheus metrics (allot_*) of what the scheduler
+  journals on http://BIND:PORT/metrics, as `allot serve --metrics-port` does (for
+  deploy/prometheus's scrape and alerts); `ALLOT_METRICS_BIND` (default 127.0.0.1)
 
-faust's own flags apply: `--web-port N` (default 6066) or `--without-web`.
-
-It serves no Prometheus metrics (faust's web server has none of allot's): run `allot
-metrics --kafka HOST:PORT --port 9108` beside it, or `allot serve --kafka --metrics-port`
-instead of this shell, for deploy/prometheus's scrape and alerts.
+faust's own flags apply: `--web-port N` (default 6066) or `--without-web`. faust's web
+server has none of allot's metrics; ALLOT_METRICS_PORT is a port of its own.
 """
 
 from __future__ import annotations
@@ -94,6 +94,28 @@ def scheduler_config() -> SchedulerConfig | None:
     if admins:
         extra["admins"] = tuple(admins)
     return parse_config(extra) if extra else None
+
+
+def live_metrics() -> Any:
+    """$ALLOT_METRICS_PORT's `projections.metrics.LiveMetrics`, listening (a port in use
+    or a bad value stops the worker with one line); None when it is not set."""
+    raw = os.environ.get("ALLOT_METRICS_PORT", "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 < int(raw) < 65536:
+        raise SystemExit(f"allot: $ALLOT_METRICS_PORT {raw!r}: use a TCP port between 1 and 65535")
+    from projections.metrics import LiveMetrics
+
+    bind = os.environ.get("ALLOT_METRICS_BIND", "").strip() or "127.0.0.1"
+    metrics = LiveMetrics(int(raw), bind, on_bad=log.warning)
+    try:
+        metrics.start()
+    except OSError as why:
+        raise SystemExit(
+            f"allot: $ALLOT_METRICS_PORT {raw}: cannot listen on {bind}:{raw}: {why}"
+        ) from None
+    log.info("allot metrics on http://%s:%s/metrics", bind, raw)
+    return metrics
 
 
 def _clusters() -> list[str] | None:
@@ -145,7 +167,9 @@ class Scheduler(mode.Service):
     async def _run(self) -> None:
         self._stop_event = asyncio.Event()
         self._done = asyncio.Event()
+        metrics = None
         try:
+            metrics = live_metrics()
             await serve(
                 BOOTSTRAP,
                 config=scheduler_config(),
@@ -155,10 +179,9 @@ class Scheduler(mode.Service):
                 topics=Topics(),  # $ALLOT_TOPIC_SUFFIX applies (streams.topics)
                 group=os.environ.get("ALLOT_GROUP") or None,
                 stop=self._stop_event,
-                on_ready=lambda w: log.info(
-                    "allot scheduler consuming %s (%d clusters recovered)",
-                    w.topics.inbox,
-                    len(w.cores),
+                on_ready=lambda w: self._ready(w, metrics),
+                on_journal=(
+                    (lambda _cluster, lines, **kw: metrics.feed(lines, **kw)) if metrics else None
                 ),
             )
         except asyncio.CancelledError:
@@ -171,7 +194,19 @@ class Scheduler(mode.Service):
             logging.shutdown()
             os._exit(1)
         finally:
+            if metrics is not None:
+                metrics.stop()
             self._done.set()
+
+    @staticmethod
+    def _ready(worker: Any, metrics: Any) -> None:
+        if metrics is not None:
+            metrics.ready()
+        log.info(
+            "allot scheduler consuming %s (%d clusters recovered)",
+            worker.topics.inbox,
+            len(worker.cores),
+        )
 
     async def on_stop(self) -> None:
         if self._stop_event is not None:

@@ -174,7 +174,8 @@ def serve(
             "--metrics-port",
             metavar="PORT",
             help="Serve Prometheus metrics (allot_*) of what the scheduler journals on "
-            "http://BIND:PORT/metrics.",
+            "http://BIND:PORT/metrics (the faust worker, `faust -A streams.app worker`: "
+            "$ALLOT_METRICS_PORT and $ALLOT_METRICS_BIND).",
         ),
     ] = None,
     metrics_bind: Annotated[
@@ -244,49 +245,29 @@ def serve(
 
 
 class JournalMetrics:
-    """`--metrics-port`: a `MetricsCollector` fed the journal lines the scheduler
-    recovers and writes, served by prometheus_client's HTTP server from the start (a
-    port in use fails at once); until `ready()` it shows only
-    `allot_scheduler_recovering 1`, so no scrape sees a half-folded journal."""
+    """`--metrics-port`: `projections.metrics.LiveMetrics`, its troubles told as serve's
+    one-line errors and warnings."""
 
     def __init__(self, port: int, bind: str) -> None:
-        from projections.metrics import MetricsCollector
+        from projections.metrics import LiveMetrics
 
         self.port = port
         self.bind = bind
-        self.collector = MetricsCollector()
-        self.server: Any = None
-        self.bad = 0  # lines that could not be folded (reported once)
+        self.live = LiveMetrics(
+            port, bind, on_bad=lambda why: typer.echo(f"allot serve: warning: {why}", err=True)
+        )
 
     def feed(self, lines: list[bytes], *, recovered: bool = False) -> None:
-        """Fold `lines` the scheduler just wrote (or, `recovered`, found on start)."""
-        from streams.codec import Undecodable, load_object
-
-        written = time.time()  # the decision latencies of what is being written end here
-        for line in lines:
-            try:
-                self.collector.apply(load_object(line), written=written, timed=not recovered)
-            except (Undecodable, ValueError) as why:
-                self.bad += 1
-                if self.bad == 1:
-                    typer.echo(
-                        f"allot serve: warning: metrics skip a journal record: {why}", err=True
-                    )
+        self.live.feed(lines, recovered=recovered)
 
     def ready(self) -> None:
-        """Recovery is done: expose what the journal says."""
-        self.collector.recovering = False
+        self.live.ready()
 
     def start(self) -> None:
-        from prometheus_client import start_http_server
-
-        if self.server is not None:
+        if self.live.server is not None:
             return
-        self.collector.recovering = True
         try:
-            self.server, _thread = start_http_server(
-                self.port, addr=self.bind, registry=self.collector.registry()
-            )
+            self.live.start()
         except OSError as why:
             raise ServeError(
                 f"--metrics-port {self.port}: cannot listen on {self.bind}:{self.port}: {why}"
@@ -294,10 +275,7 @@ class JournalMetrics:
         typer.echo(f"allot serve: metrics on http://{self.bind}:{self.port}/metrics", err=True)
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        self.live.stop()
 
 
 def _log_to_stderr() -> None:

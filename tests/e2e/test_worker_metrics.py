@@ -163,6 +163,55 @@ def test_serve_data_exposes_metrics_of_what_it_journals(tmp_path: Path) -> None:
         assert value(scrape, "allot_decision_latency_seconds_count", cluster="default") == 0
 
 
+@pytest.mark.kafka
+def test_the_faust_worker_exposes_the_same_metrics(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`ALLOT_METRICS_PORT=N faust -A streams.app worker`: the faust shell serves what
+    `allot serve --kafka --metrics-port N` does (it served none before)."""
+    name = f".fm{uuid.uuid4().hex[:8]}"
+    cluster = f"fm-{uuid.uuid4().hex[:8]}"
+    environ = _env(ALLOT_TOPIC_SUFFIX=name)
+    where = ["--kafka", kafka_bootstrap]
+    allot("topics", "create", *where, environ=environ)
+    port = _free_port()
+    worker_env = {
+        **environ,
+        "PYTHONPATH": str(ROOT),
+        "ALLOT_KAFKA": kafka_bootstrap,
+        "ALLOT_ADMINS": ADMIN,
+        "ALLOT_TICK_EVERY": "0",
+        "ALLOT_FAUST_DATADIR": str(tmp_path / "faust"),
+        "ALLOT_METRICS_PORT": str(port),
+    }
+    log = tmp_path / "faust.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            ["faust", "-A", "streams.app", "worker", "-l", "info", "--without-web"],
+            cwd=ROOT, env=worker_env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_scrape(port, lambda s: True)  # listening
+        for args in (
+            ("host", "register", "h1", "8", "--as", ADMIN),
+            ("budget", "set", "lab", "1", "--member", "alice", "--as", ADMIN),
+            ("submit", "--allocation", "lab", "--gpus", "2", "--min-runtime", "15m", "--as", "alice"),
+        ):  # fmt: skip
+            allot(*args, *where, "--cluster", cluster, environ=environ)
+        scrape = wait_scrape(port, _placed(cluster))
+        _assert_latency_timed(scrape, cluster)
+        assert value(scrape, "allot_scheduler_recovering") == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    text = log.read_text(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    assert f"allot metrics on http://127.0.0.1:{port}/metrics" in text, text[-3000:]
+    assert samples(port) is None  # the clean stop closed the port
+
+
 def _assert_latency_timed(scrape: dict, cluster: str) -> None:
     """The placement was timed from the submit's send to its write: on the wall clock,
     so more than nothing (its journal time is its cause's) and less than the test."""
