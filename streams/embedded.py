@@ -264,13 +264,19 @@ def decode_request(line: bytes, offset: int, last_ts: float = 0.0) -> InboxRecor
 # never go back, and an NTP step back of an hour froze time in the journal for that hour
 # (ticks all at one time, no protection ending, no usage accruing). Stamps are therefore
 # taken under the folder lock from DIR/.clock, the last stamp with the time since boot
-# it was taken at: the next stamp is the wall clock, or the last stamp plus the time
-# since boot that has passed, whichever is later. A step back is not taken (time in the
-# log goes on at its own pace, ahead of the wall clock by the step); a step forward is
-# taken once; a step back and its correction cancel out. Across a reboot (no time since
-# boot to compare) the log stays as far ahead of the wall clock as it was.
+# it was taken at: the next stamp is the wall clock, or the last stamp plus CLOCK_PACE
+# of the time since boot that has passed, whichever is later. A step back is not taken:
+# time in the log goes on, a little slower than real time (as chrony slews rather than
+# steps), so its lead over the wall clock shrinks by 1 - CLOCK_PACE of each second and
+# the wall clock takes over again (an hour's step back: ten hours later). Kept ahead
+# at full pace, the log stayed ahead until the next forward step, i.e. forever. A step
+# forward is taken once. Across a reboot (no time since boot to compare) the lead is
+# what it was, less the same share of the wall time that has passed. A lead beyond
+# CLOCK_WARN_S is told once, on stderr, by the stamp that finds it.
 
 CLOCK_FILE = ".clock"
+CLOCK_PACE = 0.9  # journal seconds per real second while the wall clock is behind
+CLOCK_WARN_S = 5.0  # a lead of the journal over the wall clock worth a warning
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -293,7 +299,8 @@ def _boot_id() -> str | None:
 
 def next_stamp(last: dict[str, Any] | None, wall: float, booted: float, boot: str | None) -> float:
     """The stamp after `last` (DIR/.clock's record, or None) at wall time `wall`,
-    `booted` seconds since boot `boot`: never before the last one, never frozen."""
+    `booted` seconds since boot `boot`: never before the last one, never frozen, and
+    back to the wall clock in time after a step back (CLOCK_PACE)."""
     if last is None:
         return wall
     try:
@@ -302,8 +309,27 @@ def next_stamp(last: dict[str, Any] | None, wall: float, booted: float, boot: st
     except (KeyError, TypeError, ValueError):
         return wall
     if boot is not None and boot == last_boot and booted >= last_booted:
-        return max(wall, last_ts + (booted - last_booted))
-    return max(wall + max(0.0, last_ts - last_wall), last_ts)  # another boot
+        return max(wall, last_ts + (booted - last_booted) * CLOCK_PACE)
+    # another boot: the lead it had, shrunk as it would have by the wall time since
+    lead = max(0.0, last_ts - last_wall) - (1 - CLOCK_PACE) * max(0.0, wall - last_wall)
+    return max(wall + max(0.0, lead), last_ts)
+
+
+def _clock_lead_warning(stamp: float, wall: float, last: dict[str, Any] | None) -> str | None:
+    """What to say when this stamp finds the wall clock more than CLOCK_WARN_S behind
+    the journal and the last one did not (so a step back is told once)."""
+    lead = stamp - wall
+    if lead <= CLOCK_WARN_S:
+        return None
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        if float(last["ts"]) - float(last["wall"]) > CLOCK_WARN_S:  # type: ignore[index]
+            return None  # told already
+    catch_up = lead / (1 - CLOCK_PACE)
+    return (
+        f"the wall clock is {lead:.0f} s behind the journal's time (stepped back?); "
+        f"request times go on at {CLOCK_PACE:g} of real time and meet it again in "
+        f"about {catch_up / 3600:.1f} h"
+    )
 
 
 def _inbox_stamp(folder: Path) -> float:
@@ -313,11 +339,15 @@ def _inbox_stamp(folder: Path) -> float:
         last = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         last = None  # none yet, or cut short by a crash: start from the wall clock
+    last = last if isinstance(last, dict) else None
     wall, booted, boot = wall_clock(), since_boot(), _boot_id()
-    stamp = next_stamp(last if isinstance(last, dict) else None, wall, booted, boot)
+    stamp = next_stamp(last, wall, booted, boot)
     record = {"ts": stamp, "wall": wall, "booted": booted, "boot": boot}
     with contextlib.suppress(OSError):  # a clock that cannot be kept: the wall clock then
         path.write_bytes(orjson.dumps(record))
+    message = _clock_lead_warning(stamp, wall, last)
+    if message is not None:
+        print(f"allot: warning: {message}", file=sys.stderr)
     return stamp
 
 

@@ -1297,8 +1297,8 @@ def test_wall_clock_steps_neither_freeze_nor_reverse_time_in_the_journal(
     """Inbox stamps were the wall clock, which the scheduler clamps so that event time
     never goes back: an NTP step back of an hour froze time in the journal for an hour
     (every tick at one time; no protection ended, no usage accrued). A step back is now
-    not taken: time in the log goes on at the pace of the time since boot; a step
-    forward is taken once."""
+    not taken: time in the log goes on at CLOCK_PACE (0.9) of the time since boot
+    until the wall clock catches up; a step forward is taken once."""
     t0 = 1_767_225_600.0
     clock = SteppedClock(t0)
     monkeypatch.setattr(time, "time", lambda: clock.wall)
@@ -1314,7 +1314,7 @@ def test_wall_clock_steps_neither_freeze_nor_reverse_time_in_the_journal(
         clock.step(step)
         clock.wait(wait)
         append_requests(folder, [make_request("clock.tick", cluster="default", actor=ADMIN)])
-        expected.append(t0 + {0: 600, 1: 1200, 2: 2400, 3: 6000, 4: 6600, 5: 6600}[len(expected)])
+        expected.append(t0 + {0: 600, 1: 1140, 2: 2220, 3: 6000, 4: 6600, 5: 6600}[len(expected)])
     with EmbeddedScheduler(folder, "default", None, fork_snapshots=False) as scheduler:
         scheduler.start()
         scheduler.drain()
@@ -1324,16 +1324,51 @@ def test_wall_clock_steps_neither_freeze_nor_reverse_time_in_the_journal(
     assert ticks == expected
     placed = next(r for r in records if r["type"] == "workload.placed")
     assert placed["time"] == t0 and placed["protected_until"] == t0 + 1800
-    assert ticks[2] > placed["protected_until"]  # 40 minutes on, its protection has ended
+    assert ticks[2] > placed["protected_until"]  # 37 minutes on, its protection has ended
+
+
+def test_after_a_step_back_the_inbox_clock_meets_the_wall_clock_again_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the wall clock stepped back an hour, DIR/.clock kept the journal an hour
+    ahead of it for good (until a forward step), silently. Now the journal's time runs
+    at 0.9 of real time, never back, until the wall clock catches up (ten hours), and
+    the first stamp finding it more than a few seconds behind warns, once."""
+    t0 = 1_767_225_600.0
+    clock = SteppedClock(t0)
+    monkeypatch.setattr(time, "time", lambda: clock.wall)
+    monkeypatch.setattr(time, "clock_gettime", lambda _which: clock.booted)
+    folder = tmp_path / "data"
+
+    def stamp() -> float:
+        append_requests(folder, [make_request("clock.tick", cluster="default", actor=ADMIN)])
+        return orjson.loads((folder / ".clock").read_bytes())["ts"]
+
+    stamps = [stamp()]
+    clock.step(-3600)
+    for _ in range(11):
+        clock.wait(3600)
+        stamps.append(stamp())
+    assert stamps == sorted(set(stamps))  # never back, never still
+    leads = [round(ts - (t0 - 3600 + 3600 * i)) for i, ts in enumerate(stamps) if i]
+    assert leads == [3240, 2880, 2520, 2160, 1800, 1440, 1080, 720, 360, 0, 0]
+    warned = [line for line in capsys.readouterr().err.splitlines() if "behind" in line]
+    assert len(warned) == 1 and "3240 s behind the journal" in warned[0], warned
+    clock.step(-4)  # a few seconds: nothing to say
+    stamp()
+    clock.step(-60)
+    stamp()
+    warned = [line for line in capsys.readouterr().err.splitlines() if "behind" in line]
+    assert len(warned) == 1 and "64 s behind" in warned[0], warned
 
 
 def test_the_inbox_clock_keeps_its_lead_across_a_reboot() -> None:
     from streams.embedded import next_stamp
 
     last = {"ts": 5000.0, "wall": 1400.0, "booted": 900.0, "boot": "a"}  # 3600 s ahead
-    assert next_stamp(last, 1500.0, 1000.0, "a") == 5100.0  # the pace since boot
+    assert next_stamp(last, 1500.0, 1000.0, "a") == 5090.0  # 0.9 of the pace since boot
     assert next_stamp(last, 9000.0, 1000.0, "a") == 9000.0  # a forward step, taken
-    assert next_stamp(last, 1500.0, 30.0, "b") == 5100.0  # rebooted: still 3600 s ahead
+    assert next_stamp(last, 1500.0, 30.0, "b") == 5090.0  # rebooted: the lead, shrunk alike
     assert next_stamp(last, 1300.0, 30.0, "b") == 5000.0  # ... never back
     assert next_stamp(None, 1500.0, 30.0, "b") == 1500.0  # no clock file yet
     assert next_stamp({"ts": "x"}, 1500.0, 30.0, "b") == 1500.0  # a damaged one
