@@ -319,6 +319,17 @@ class Dashboard:
             assert self._snap is not None
             yield self._snap
 
+    def _drop_reader(self) -> None:
+        """Fold again from the start, with a new tail (this one's client closed)."""
+        reader, self._reader, self._fold = self._reader, None, None
+        if reader is not None and hasattr(reader, "close"):
+            reader.close()
+
+    def close(self) -> None:
+        """Close the tail (a Kafka tail keeps its consumer between refreshes)."""
+        with self._lock:
+            self._drop_reader()
+
     def _refresh(self) -> Snapshot:
         from functools import partial
 
@@ -339,7 +350,7 @@ class Dashboard:
                 self._fold.add(events, partial(event_place, lines, first, skipped))
                 self._reader.advance(mark)
             except JournalChanged:
-                self._reader = self._fold = None
+                self._drop_reader()
                 continue
             except Exception as why:
                 failed = _failed_snapshot(why)
@@ -348,7 +359,7 @@ class Dashboard:
                 # a read that failed folded nothing: keep the place; a journal that is
                 # gone, or a fold that failed half-way, starts over
                 if failed.empty is not None or not isinstance(why, OSError | SourceError):
-                    self._reader = self._fold = None
+                    self._drop_reader()
                 return failed
             if not self._fold.view.records:
                 return Snapshot(empty="the journal holds no records yet", built=time.time())

@@ -761,77 +761,91 @@ async def _consume_after(
     put: Any,
     stop: threading.Event,
 ) -> None:
-    from aiokafka import TopicPartition
-
     # a saved offset that is gone is an error, not a reset
     consumer, parts = await _open_journal(bootstrap, reset="none", client_id="allot-usage")
     try:
-        tps = {p: TopicPartition(topics.JOURNAL, p) for p in parts}
-        gone = sorted(set(after) - set(tps))
-        if gone:
-            raise JournalChanged(
-                f"topic {topics.JOURNAL} on {bootstrap} has no partition {gone[0]} any more "
-                "(recreated?): this is another journal"
-            )
-        consumer.assign(list(tps.values()))
-        starts = await asyncio.wait_for(
-            consumer.beginning_offsets(list(tps.values())), CONNECT_TIMEOUT_S
-        )
-        ends = await asyncio.wait_for(consumer.end_offsets(list(tps.values())), CONNECT_TIMEOUT_S)
-        positions = dict(after)
-        check: dict[int, tuple[int, str | None]] = {}  # the saved record, to read again
-        for p, tp in tps.items():
-            if p in after:
-                offset, rid = after[p]
-                if not starts[tp] <= offset < ends[tp]:
-                    held = (
-                        f"holds offsets {starts[tp]}..{ends[tp] - 1}"
-                        if starts[tp] < ends[tp]
-                        else "is empty"
-                    )
-                    raise JournalChanged(
-                        f"topic {topics.JOURNAL} on {bootstrap} partition {p} {held}, not the "
-                        f"saved {offset} (recreated?): this is another journal"
-                    )
-                consumer.seek(tp, offset)
-                check[p] = (offset, rid)
-            else:
-                consumer.seek(tp, starts[tp])
-        key = cluster.encode() if cluster is not None else None
-        # a saved partition is read at least up to its saved record (to check it)
-        remaining = {p for p, tp in tps.items() if p in after or starts[tp] < ends[tp]}
-        last_progress = time.monotonic()
-        while not stop.is_set() and remaining:
-            if time.monotonic() - last_progress > IDLE_TIMEOUT_S:
-                # e.g. an unfinished transaction holds the rest back, or the broker stalls
-                put(await _stopped_short(consumer, {tps[p] for p in remaining}, ends))
-                return
-            batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
-            lines: list[bytes] = []
-            for tp in sorted(batches, key=lambda tp: tp.partition):
-                p = tp.partition
-                for record in batches[tp]:
-                    if p in check:
-                        offset, rid = check.pop(p)
-                        if record.offset != offset or _record_id(record.value) != rid:
-                            raise JournalChanged(
-                                f"topic {topics.JOURNAL} on {bootstrap} partition {p}: the "
-                                f"record at offset {offset} is not the one read last time "
-                                "(recreated?): this is another journal"
-                            )
-                        continue  # read before: only its position was needed
-                    positions[p] = (record.offset, _record_id(record.value))
-                    if _keep(record.key, record.value, key, cluster):
-                        lines.append(record.value)
-            if batches:
-                last_progress = time.monotonic()
-                put((lines, dict(positions)))
-            for p in list(remaining):
-                if await consumer.position(tps[p]) >= ends[tps[p]]:
-                    remaining.discard(p)
+        await _read_after(consumer, parts, bootstrap, cluster, after, put, stop)
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+
+
+async def _read_after(
+    consumer: Any,
+    parts: list[int],
+    bootstrap: str,
+    cluster: str | None,
+    after: dict[int, tuple[int, str | None]],
+    put: Any,
+    stop: threading.Event,
+) -> None:
+    """`_consume_after`'s read on a started consumer (a new one, or one kept between
+    reads): seeks every partition, so what it read before does not matter."""
+    from aiokafka import TopicPartition
+
+    tps = {p: TopicPartition(topics.JOURNAL, p) for p in parts}
+    gone = sorted(set(after) - set(tps))
+    if gone:
+        raise JournalChanged(
+            f"topic {topics.JOURNAL} on {bootstrap} has no partition {gone[0]} any more "
+            "(recreated?): this is another journal"
+        )
+    consumer.assign(list(tps.values()))
+    starts = await asyncio.wait_for(
+        consumer.beginning_offsets(list(tps.values())), CONNECT_TIMEOUT_S
+    )
+    ends = await asyncio.wait_for(consumer.end_offsets(list(tps.values())), CONNECT_TIMEOUT_S)
+    positions = dict(after)
+    check: dict[int, tuple[int, str | None]] = {}  # the saved record, to read again
+    for p, tp in tps.items():
+        if p in after:
+            offset, rid = after[p]
+            if not starts[tp] <= offset < ends[tp]:
+                held = (
+                    f"holds offsets {starts[tp]}..{ends[tp] - 1}"
+                    if starts[tp] < ends[tp]
+                    else "is empty"
+                )
+                raise JournalChanged(
+                    f"topic {topics.JOURNAL} on {bootstrap} partition {p} {held}, not the "
+                    f"saved {offset} (recreated?): this is another journal"
+                )
+            consumer.seek(tp, offset)
+            check[p] = (offset, rid)
+        else:
+            consumer.seek(tp, starts[tp])
+    key = cluster.encode() if cluster is not None else None
+    # a saved partition is read at least up to its saved record (to check it)
+    remaining = {p for p, tp in tps.items() if p in after or starts[tp] < ends[tp]}
+    last_progress = time.monotonic()
+    while not stop.is_set() and remaining:
+        if time.monotonic() - last_progress > IDLE_TIMEOUT_S:
+            # e.g. an unfinished transaction holds the rest back, or the broker stalls
+            put(await _stopped_short(consumer, {tps[p] for p in remaining}, ends))
+            return
+        batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
+        lines: list[bytes] = []
+        for tp in sorted(batches, key=lambda tp: tp.partition):
+            p = tp.partition
+            for record in batches[tp]:
+                if p in check:
+                    offset, rid = check.pop(p)
+                    if record.offset != offset or _record_id(record.value) != rid:
+                        raise JournalChanged(
+                            f"topic {topics.JOURNAL} on {bootstrap} partition {p}: the "
+                            f"record at offset {offset} is not the one read last time "
+                            "(recreated?): this is another journal"
+                        )
+                    continue  # read before: only its position was needed
+                positions[p] = (record.offset, _record_id(record.value))
+                if _keep(record.key, record.value, key, cluster):
+                    lines.append(record.value)
+        if batches:
+            last_progress = time.monotonic()
+            put((lines, dict(positions)))
+        for p in list(remaining):
+            if await consumer.position(tps[p]) >= ends[tps[p]]:
+                remaining.discard(p)
 
 
 # ------------------------------------------------------------------ tails
@@ -839,8 +853,9 @@ async def _consume_after(
 # `advance(mark)` and the mark to advance to once the caller has used them, so a caller
 # that fails on them reads the same records again. A journal rewritten or cut short
 # before the mark raises `JournalChanged` (read it again from the start). Used where a
-# long-running reader refreshes often (`allot dashboard`), so a refresh costs what was
-# appended, not the whole history.
+# long-running reader refreshes often (`allot dashboard`, the local launcher), so a
+# refresh costs what was appended, not the whole history. `close()` when done: a Kafka
+# tail keeps its consumer between reads.
 
 
 class PlacedLines(list):  # type: ignore[type-arg]
@@ -909,10 +924,37 @@ class FileTail:
     def advance(self, mark: Any) -> None:
         self.offset, self.first_line, self.last_line, self.count, self.line = mark
 
+    def close(self) -> None:
+        """Nothing held between reads (the file is opened by each)."""
+
+
+class _KeptLoop:
+    """An event loop on a daemon thread of its own, for a client kept between the calls
+    of plain synchronous code (which may itself run inside another loop)."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
 
 class KafkaTail:
     """The journal topic's records of `cluster` (all when None), a piece at a time:
-    each read goes up to the end offsets as of its start (read-committed)."""
+    each read goes up to the end offsets as of its start (read-committed).
+
+    One consumer is kept from the first read to `close()` (on a thread of its own), so a
+    poller (the local launcher reads twice a second) does not connect, log in and fetch
+    metadata again for each read. A read that fails drops it; the next opens another
+    (a broker back, a topic recreated: the partitions are looked up again)."""
 
     def __init__(self, bootstrap: str, cluster: str | None = None):
         self.bootstrap = bootstrap
@@ -920,11 +962,15 @@ class KafkaTail:
         self.positions: dict[int, tuple[int, str | None]] = {}
         self.count = 0
         self._none_yet: EmptyJournal | None = None  # said while the cluster has no record
+        self._loop: _KeptLoop | None = None
+        self._consumer: Any = None
+        self._parts: list[int] = []
+        self.opened = 0  # consumers started, for the curious (one while reads succeed)
 
     def read(self) -> tuple[list[bytes], Any]:
         lines: list[bytes] = []
         positions = self.positions
-        for batch, after in kafka_batches(self.bootstrap, self.cluster, self.positions):
+        for batch, after in self._batches():
             lines.extend(batch)
             positions = after
         if not self.count and not lines:
@@ -935,6 +981,50 @@ class KafkaTail:
                 self._none_yet = self._no_records()
             raise self._none_yet
         return lines, (positions, self.count + len(lines))
+
+    def _batches(self) -> list[tuple[list[bytes], dict[int, tuple[int, str | None]]]]:
+        """What `kafka_batches` yields, read with the kept consumer."""
+        if self._loop is None:
+            self._loop = _KeptLoop("allot-journal-tail")
+        items: list[Any] = []
+        try:
+            self._loop.run(self._read_kept(items.append))
+        except BaseException as why:
+            self._drop_consumer()
+            raise _as_source_error(why, self.bootstrap) from None
+        for item in items:
+            if isinstance(item, _StoppedShort):
+                log.warning("%s", item)
+        return [item for item in items if not isinstance(item, _StoppedShort)]
+
+    async def _read_kept(self, put: Callable[[Any], None]) -> None:
+        if self._consumer is None:
+            self._consumer, self._parts = await _open_journal(
+                self.bootstrap, reset="none", client_id="allot-journal-tail"
+            )
+            self.opened += 1
+        await _read_after(
+            self._consumer,
+            self._parts,
+            self.bootstrap,
+            self.cluster,
+            dict(self.positions),
+            put,
+            threading.Event(),
+        )
+
+    def _drop_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None and self._loop is not None:
+            with contextlib.suppress(Exception):
+                self._loop.run(consumer.stop())
+
+    def close(self) -> None:
+        """Stop the consumer and its thread (a later read starts them again)."""
+        self._drop_consumer()
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
 
     def _no_records(self) -> EmptyJournal:
         """Why a read found nothing, naming the clusters the topic holds (read whole)."""
@@ -977,6 +1067,9 @@ class RereadTail:
 
     def advance(self, mark: Any) -> None:
         self.count, self.last = mark
+
+    def close(self) -> None:
+        """Nothing held between reads."""
 
 
 def journal_tail(

@@ -133,3 +133,4 @@ def register(app: typer.Typer) -> None:
             pass
         finally:
             server.server_close()
+            board.close()

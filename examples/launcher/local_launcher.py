@@ -256,6 +256,7 @@ def main() -> None:
             if launcher.read_journal():  # act only on the journal as a whole
                 launcher.reconcile()
             launcher.stop.wait(POLL_S)
+    launcher.journal.close()  # a Kafka tail keeps one consumer between polls
     launcher.inbox.close()  # the commands run on: a restart adopts them
 
 

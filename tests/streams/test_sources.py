@@ -182,19 +182,67 @@ def test_a_kafka_tail_waiting_for_a_clusters_first_record_reads_on_from_where_it
     others = [{"type": "clock.tick", "id": f"o{n}", "time": n, "cluster": "old"} for n in range(20)]
     produce_journal(kafka_bootstrap, others)
     tail = KafkaTail(kafka_bootstrap, "new")
-    with pytest.raises(EmptyJournal, match="it holds: old"):
-        tail.read()
-    assert tail.positions == {0: (19, "o19")}  # read once: not again
+    try:
+        with pytest.raises(EmptyJournal, match="it holds: old"):
+            tail.read()
+        assert tail.positions == {0: (19, "o19")}  # read once: not again
 
-    def whole(**_: Any) -> Any:
-        raise AssertionError("the whole topic read again")
+        def whole(**_: Any) -> Any:
+            raise AssertionError("the whole topic read again")
 
-    monkeypatch.setattr(sources, "journal_lines", whole)
-    with pytest.raises(EmptyJournal, match="it holds: old"):
-        tail.read()  # said again, from what it knows
-    first = {"type": "clock.tick", "id": "n0", "time": 20, "cluster": "new"}
-    produce_journal(kafka_bootstrap, [others[0] | {"id": "o20"}, first])
-    lines, mark = tail.read()
-    assert [orjson.loads(line) for line in lines] == [first]
-    tail.advance(mark)
-    assert tail.positions == {0: (21, "n0")}
+        monkeypatch.setattr(sources, "journal_lines", whole)
+        with pytest.raises(EmptyJournal, match="it holds: old"):
+            tail.read()  # said again, from what it knows
+        first = {"type": "clock.tick", "id": "n0", "time": 20, "cluster": "new"}
+        produce_journal(kafka_bootstrap, [others[0] | {"id": "o20"}, first])
+        lines, mark = tail.read()
+        assert [orjson.loads(line) for line in lines] == [first]
+        tail.advance(mark)
+        assert tail.positions == {0: (21, "n0")}
+    finally:
+        tail.close()
+
+
+@pytest.mark.kafka
+def test_a_kafka_tail_keeps_one_consumer_between_reads_and_stops_it(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The local launcher polls its journal twice a second through a KafkaTail, which
+    started a new consumer (connect, log in, fetch metadata) for every read. It keeps
+    one now, still sees what is appended after each read, and `close()` stops it."""
+    import threading
+
+    from streams import sources
+    from streams.sources import KafkaTail
+    from streams.topic_admin import Topics, create_topics
+    from tests.e2e.kafka_journal import produce_journal
+
+    mine = Topics.suffixed(f"-k{uuid.uuid4().hex[:10]}")
+    asyncio.run(create_topics(kafka_bootstrap, topics=mine))
+    monkeypatch.setattr(topics, "JOURNAL", mine.journal)
+    opened: list[Any] = []
+    open_journal = sources._open_journal
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        consumer, parts = await open_journal(*args, **kwargs)
+        opened.append(consumer)
+        return consumer, parts
+
+    monkeypatch.setattr(sources, "_open_journal", counted)
+    threads_before = set(threading.enumerate())
+    ticks = [{"type": "clock.tick", "id": f"t{n}", "time": n, "cluster": "c"} for n in range(6)]
+    produce_journal(kafka_bootstrap, ticks[:2])
+    tail = KafkaTail(kafka_bootstrap, "c")
+    try:
+        seen: list[dict] = []
+        for more in ([], ticks[2:4], [], ticks[4:]):
+            produce_journal(kafka_bootstrap, more)
+            lines, mark = tail.read()
+            tail.advance(mark)
+            seen += [orjson.loads(line) for line in lines]
+        assert seen == ticks  # each read saw what was appended before it, once
+        assert len(opened) == 1  # one consumer for the four reads
+    finally:
+        tail.close()
+    assert opened[0]._closed  # stopped
+    assert not [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
