@@ -683,7 +683,10 @@ def register(app: typer.Typer) -> None:
         REASON for pending work: Priority (higher-ranked work comes first: it would
         fit now, or higher-ranked work waits for GPUs ahead of it and takes them first
         as they free up, as Slurm's Priority), Resources (no room even by preemption,
-        and no higher-ranked work waits for GPUs ahead of it), Reserved (hosts are being kept
+        and no higher-ranked work waits for GPUs ahead of it; or only unhealthy hosts
+        could hold it: it waits for their repair), PartitionConfig (it needs more GPUs
+        than the cluster has registered, after hosts were removed or shrunk: it waits
+        until hosts are registered or grow), Reserved (hosts are being kept
         free for it), Headroom (only the hosts kept for short jobs have room), Held
         (`allot hold`: it waits until `allot release`); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
