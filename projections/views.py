@@ -1365,10 +1365,14 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
     return rows
 
 
-def host_reason_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
+def host_reason_rows(
+    source: JournalView | Iterable[Any], *, removed: bool = False
+) -> list[HostRow]:
     """The hosts not taking work and why, as `sinfo -R` lists them: unhealthy hosts
-    (draining or drained) in registration order, then removed hosts in the order they
-    were removed. Each: who reported it, why, since when (and when it drained)."""
+    (draining or drained) in registration order; with `removed`, then the hosts removed
+    from the cluster in the order they were removed (sinfo -R forgets a node deleted
+    from the cluster: a list of every host ever decommissioned buried the ones to
+    repair). Each: who reported it, why, since when (and when it drained)."""
     view = _view(source)
     state = view.require()
     rows: list[HostRow] = []
@@ -1388,7 +1392,7 @@ def host_reason_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
             }
         )
     for name, (when, who, why_, gpus) in sorted(
-        view.host_removed.items(), key=lambda item: item[1][0]
+        view.host_removed.items() if removed else (), key=lambda item: item[1][0]
     ):
         rows.append(
             {
