@@ -754,6 +754,19 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
     )
 
 
+def beyond_the_cluster(source: JournalView | Iterable[Any], wid: str) -> str | None:
+    """ "REASON: detail" when pending `wid` could not start even on an emptied cluster
+    (`_beyond_the_cluster`), else None."""
+    view = _view(source)
+    s = view.require()
+    w = s.workloads.get(wid)
+    if w is None or w.state != PENDING:
+        return None
+    cycle = _Reasons.build(s).cycle
+    found = _beyond_the_cluster(s, w, cycle.could_hold(w, s.short_small(w)))
+    return None if found is None else f"{found[0]}: {found[1]}"
+
+
 def _some_hosts(names: list[str], most: int = 8) -> str:
     shown = nodelist(names[:most])
     return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
