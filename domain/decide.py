@@ -61,8 +61,9 @@ def decide(state: State, now: float, cause: str | None = None) -> list[Any]:
        on a host, unallocated work first, then resumable work (it is requeued, not
        ended), then the lowest ranked, then the most recently started.
     6. Reserve: each of the first MAX_RESERVATIONS allocated workloads that fit neither
-       way reserves the hosts that free soonest for it (protection ends, declared
-       runtimes); later work backfills them only if it cannot delay that start.
+       way — and that the healthy hosts could hold if empty — reserves the hosts that
+       free soonest for it (protection ends, declared runtimes); later work backfills
+       them only if it cannot delay that start.
     7. Follow up: after a preemption (it may requeue work the order has passed, or free
        more GPUs than its beneficiary took after work that needed them failed), or once
        a reservation's holder started (work tried before it was kept off its hosts),
@@ -481,7 +482,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
                 fitting.add(w.id)
                 continue
             failed.add(group, w, self.refused_room, self.refused_victim)
-            if allocated and self.holders < MAX_RESERVATIONS:
+            if allocated and self.holders < MAX_RESERVATIONS and self.could_hold(w, short):
                 self.holders += 1
                 self.reserve(w, short)
         return fitting
@@ -603,7 +604,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
             failed.add(group, w, refused, victim)
             if not victim:  # that verdict is only for its allocation and level
                 failures.setdefault(group, []).append((sort_key, gpus, refused))
-            if allocated and self.holders < MAX_RESERVATIONS:
+            if allocated and self.holders < MAX_RESERVATIONS and self.could_hold(w, short):
                 self.holders += 1
                 last_holder_key = sort_key
                 self.reserve(w, short)

@@ -36,6 +36,24 @@ class Reservations:
             return False
         return True
 
+    def could_hold(self, w: Workload, short: bool) -> bool:
+        """Could the healthy hosts hold `w` if they were empty? Not when it needs more
+        GPUs than they have together (hosts removed, shrunk or unhealthy since it was
+        submitted), or, single-host work, more than any healthy host it may use has.
+        Such work reserves nothing, so it must not take a reservation's place: it took
+        the only one and large work behind it starved (rule 10)."""
+        s = self.state
+        need = w.gpus
+        if need > s.healthy_capacity:
+            return False
+        if need > s.max_host_gpus():  # a gang: whole healthy hosts add up to it
+            return True
+        keep_off_headroom = self.keeps_off_headroom(w, True, short)
+        return any(
+            h.healthy and h.gpus >= need and not (keep_off_headroom and h.name in s.headroom)
+            for h in s.hosts.values()
+        )
+
     def reserve(self, w: Workload, short: bool) -> None:
         """Hold the hosts that free soonest for `w`, one of the first MAX_RESERVATIONS
         allocated workloads that fit nowhere (hosts held for earlier ones excluded)."""

@@ -240,12 +240,32 @@ class GanttCollector:
                 self._unhealthy_since.setdefault(host, t)
 
     def _register(self, host: str, gpus: int) -> None:
-        if host in self.host_row0:
-            return
-        self.hosts.append(host)
-        self.host_gpus[host] = gpus
-        self.host_row0[host] = self.n_rows
-        self.n_rows += gpus
+        """A new host's rows go below the others'. A host registered again with more
+        GPUs than it had grows its block (its new GPUs were dropped from the picture);
+        one with fewer keeps it: the rows of pulled GPUs hold their past."""
+        width = self.host_gpus.get(host)
+        if width is None:
+            self.hosts.append(host)
+            self.host_gpus[host] = gpus
+            self.host_row0[host] = self.n_rows
+            self.n_rows += gpus
+        elif gpus > width:
+            self._grow(host, gpus - width)
+
+    def _grow(self, host: str, extra: int) -> None:
+        """Insert `extra` rows at the end of `host`'s block: the hosts after it, and
+        the rows of every run on them, move down (rare: a host resized)."""
+        at = self.host_row0[host] + self.host_gpus[host]
+        self.host_gpus[host] += extra
+        self.n_rows += extra
+        for later in self.hosts[self.hosts.index(host) + 1 :]:
+            self.host_row0[later] += extra
+        rows = np.frombuffer(self.rows, dtype=np.int32)
+        rows[rows >= at] += extra
+        self._running = {
+            wid: (*run[:3], tuple(r + extra if r >= at else r for r in run[3]))
+            for wid, run in self._running.items()
+        }
 
     def _leaf_index(self, path: str) -> int:
         idx = self._leaf_idx.get(path)
@@ -261,8 +281,7 @@ class GanttCollector:
         alloc = d.get("allocation") or self._alloc_of.get(wid, "")
         rows: list[int] = []
         for host, idx in (d.get("hosts") or {}).items():
-            if host not in self.host_row0:
-                self._register(host, max(idx, default=-1) + 1)
+            self._register(host, max(idx, default=-1) + 1)  # grows a host that outgrew its rows
             base = self.host_row0[host]
             width = self.host_gpus[host]
             rows.extend(base + i for i in idx if 0 <= i < width)

@@ -20,7 +20,10 @@ Pending reasons (as `decide` would see the current state):
   as many GPUs as a failed one is not tried: same class and, if it may preempt, the
   same allocation);
 - ``Headroom``: it fits only on the headroom hosts kept for short, small jobs;
-- ``Resources``: no room, even by preemption.
+- ``Resources``: no room, even by preemption (or only on unhealthy hosts: it waits for
+  their repair);
+- ``PartitionConfig``: it needs more GPUs than the cluster has registered (hosts were
+  removed or shrunk after it was accepted); it waits until hosts are registered or grow.
 """
 
 from __future__ import annotations
@@ -615,7 +618,7 @@ class _Reasons:
         """Pending `w` would not start now but could on the healthy cluster: when GPUs
         free up it takes them before any lower-ranked work (what Slurm's Priority
         reason means for the work behind it)."""
-        return w.id not in self.fitting and w.gpus <= self.state.healthy_capacity
+        return w.id not in self.fitting and self.cycle.could_hold(w, self.state.short_small(w))
 
     @property
     def ranking(self) -> Any:
@@ -648,12 +651,9 @@ class _Reasons:
             # (`queue --start` plays the ranking forward)
             when = "now" if start <= now else f"from {clock(start, now)} as ranks stand now"
             return "Reserved", f"holds {nodelist(hosts)} for it, free {when}", None
-        if w.gpus > s.healthy_capacity:
-            return (
-                "Resources",
-                f"needs {w.gpus} GPUs; the cluster has {s.healthy_capacity} healthy GPUs",
-                None,
-            )
+        beyond = _beyond_the_cluster(s, w, cycle.could_hold(w, short))
+        if beyond is not None:
+            return (*beyond, None)
         behind = f"behind {ahead} higher-ranked pending workload{'s' if ahead != 1 else ''}" + (
             f" (first: {first.id} of {first.allocation})" if first else ""
         )
@@ -721,6 +721,55 @@ def _fair_share(state: State, ranking: Any, path: str) -> dict[str, Any]:
         "ratio": num(ranking.ratios.get(path), 6),
         "share": None if node is None else num(node.share, 6),
     }
+
+
+def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, str] | None:
+    """Why `w` could not start even on an empty cluster, or None. More GPUs than are
+    registered (hosts removed or shrunk since it was accepted): Slurm's PartitionConfig,
+    it waits until hosts are registered or grow. Otherwise the unhealthy hosts it needs:
+    Resources, it waits for their repair."""
+    if w.gpus > s.capacity:
+        return (
+            "PartitionConfig",
+            f"needs {w.gpus} GPUs; cluster {s.cluster} has {s.capacity} registered "
+            "(hosts removed or shrunk since it was accepted): it cannot start until hosts "
+            "are registered or grow; cancel it or submit it again with fewer GPUs",
+        )
+    if could_hold:
+        return None
+    down = [h.name for h in sorted(s.hosts.values(), key=lambda h: h.index) if not h.healthy]
+    if w.gpus > s.healthy_capacity:
+        return (
+            "Resources",
+            f"needs {w.gpus} GPUs; {s.healthy_capacity} of the cluster's {s.capacity} are "
+            f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired",
+        )
+    big = [name for name in down if s.hosts[name].gpus >= w.gpus]
+    if not big:  # kept off the one healthy host that big: the headroom reason says so
+        return None
+    return (
+        "Resources",
+        f"needs {w.gpus} GPUs on one host; the hosts that have that many "
+        f"({_some_hosts(big)}) are unhealthy: it waits for their repair",
+    )
+
+
+def beyond_the_cluster(source: JournalView | Iterable[Any], wid: str) -> str | None:
+    """ "REASON: detail" when pending `wid` could not start even on an emptied cluster
+    (`_beyond_the_cluster`), else None."""
+    view = _view(source)
+    s = view.require()
+    w = s.workloads.get(wid)
+    if w is None or w.state != PENDING:
+        return None
+    cycle = _Reasons.build(s).cycle
+    found = _beyond_the_cluster(s, w, cycle.could_hold(w, s.short_small(w)))
+    return None if found is None else f"{found[0]}: {found[1]}"
+
+
+def _some_hosts(names: list[str], most: int = 8) -> str:
+    shown = nodelist(names[:most])
+    return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
 def _no_room(s: Any, gpus: int) -> str:
@@ -1329,10 +1378,14 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
     return rows
 
 
-def host_reason_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
+def host_reason_rows(
+    source: JournalView | Iterable[Any], *, removed: bool = False
+) -> list[HostRow]:
     """The hosts not taking work and why, as `sinfo -R` lists them: unhealthy hosts
-    (draining or drained) in registration order, then removed hosts in the order they
-    were removed. Each: who reported it, why, since when (and when it drained)."""
+    (draining or drained) in registration order; with `removed`, then the hosts removed
+    from the cluster in the order they were removed (sinfo -R forgets a node deleted
+    from the cluster: a list of every host ever decommissioned buried the ones to
+    repair). Each: who reported it, why, since when (and when it drained)."""
     view = _view(source)
     state = view.require()
     rows: list[HostRow] = []
@@ -1352,7 +1405,7 @@ def host_reason_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
             }
         )
     for name, (when, who, why_, gpus) in sorted(
-        view.host_removed.items(), key=lambda item: item[1][0]
+        view.host_removed.items() if removed else (), key=lambda item: item[1][0]
     ):
         rows.append(
             {

@@ -606,6 +606,9 @@ def submit(
                 f"(`allot why {first}` says why)",
                 err=True,
             )
+            stuck = _cannot_start_on_the_cluster(kafka, data, cluster, first)
+            if stuck:
+                typer.echo(f"warning: {stuck}", err=True)
         else:
             hint = _no_scheduler_hint(target, noted)
             typer.echo(f"Workload {first} still pending after {wait:g} s{hint}", err=True)
@@ -619,6 +622,26 @@ def submit(
         typer.echo(f"({note})", err=True)
     if outcome.get("type") != "workload.placed":
         raise typer.Exit(1)
+
+
+def _cannot_start_on_the_cluster(
+    kafka: str | None, data: Path | None, cluster: str, wid: str
+) -> str | None:
+    """The queue's reason for pending `wid` when no wait on the cluster as it stands
+    can start it (more GPUs than registered, or than the healthy hosts have, as after a
+    host was removed or reported unhealthy): `submit --wait` warns of it rather than
+    leave the submitter waiting for what will not come. None otherwise, or when the
+    journal cannot be read (the verdict was printed: a hint is not worth an error)."""
+    from allot.commands.views import load_view
+    from projections.journal import JournalError
+    from projections.views import ViewError, beyond_the_cluster
+    from streams.sources import SourceError
+
+    try:
+        view = load_view(kafka, data, None, cluster, live_only=True)
+        return beyond_the_cluster(view, wid)
+    except (ViewError, SourceError, JournalError):
+        return None
 
 
 def _test_only(

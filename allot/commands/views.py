@@ -683,7 +683,10 @@ def register(app: typer.Typer) -> None:
         REASON for pending work: Priority (higher-ranked work comes first: it would
         fit now, or higher-ranked work waits for GPUs ahead of it and takes them first
         as they free up, as Slurm's Priority), Resources (no room even by preemption,
-        and no higher-ranked work waits for GPUs ahead of it), Reserved (hosts are being kept
+        and no higher-ranked work waits for GPUs ahead of it; or only unhealthy hosts
+        could hold it: it waits for their repair), PartitionConfig (it needs more GPUs
+        than the cluster has registered, after hosts were removed or shrunk: it waits
+        until hosts are registered or grow), Reserved (hosts are being kept
         free for it), Headroom (only the hosts kept for short jobs have room), Held
         (`allot hold`: it waits until `allot release`); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
@@ -1183,7 +1186,16 @@ def register(app: typer.Typer) -> None:
                 "--reasons",
                 "-R",
                 help="Only the hosts that take no work, and why (sinfo -R): unhealthy "
-                "(draining, drained) and removed hosts, with who said so and when.",
+                "(draining, drained), with who said so and when.",
+            ),
+        ] = False,
+        removed: Annotated[
+            bool,
+            typer.Option(
+                "--removed",
+                help="With the -R list, also the hosts removed from the cluster (`allot "
+                "host remove`): who removed them, when and why. sinfo forgets them; "
+                "implies -R.",
             ),
         ] = False,
         json_: JsonOpt = False,
@@ -1200,15 +1212,16 @@ def register(app: typer.Typer) -> None:
         unhealthy host's free GPUs are cordoned: 0); WORKLOADS on it; SINCE and REASON
         for an unhealthy host (who reported it, why). A healthy host kept free for
         short jobs says so. With -R, the hosts taking no work: REASON, USER (who
-        reported or removed it), TIMESTAMP (since when, UTC), HOST, STATE (draining,
-        drained, removed), DRAINED (when it emptied)."""
+        reported it), TIMESTAMP (since when, UTC), HOST, STATE (draining, drained),
+        DRAINED (when it emptied). --removed adds the hosts removed from the cluster
+        (STATE removed; USER who removed it), which sinfo -R, like -R, leaves out."""
         from domain.durations import format_duration
         from projections.views import host_rows, shares_header
 
         def run() -> None:
             view = load_view(kafka, data, journal, cluster, live_only=True)
-            if reasons:
-                _host_reasons(view, json_)
+            if reasons or removed:
+                _host_reasons(view, json_, removed)
                 return
             rows = host_rows(view)
             header = shares_header(view)
@@ -1247,16 +1260,17 @@ def register(app: typer.Typer) -> None:
 
         _answer(run)
 
-    def _host_reasons(view: Any, json_: bool) -> None:
+    def _host_reasons(view: Any, json_: bool, removed: bool) -> None:
         from projections.views import host_reason_rows, shares_header
 
-        rows = host_reason_rows(view)
+        rows = host_reason_rows(view, removed=removed)
         header = shares_header(view)
         if json_:
             _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
             return
         if not rows:
-            typer.echo(f"every host of cluster {header['cluster']} is healthy; none removed")
+            none = "; none removed" if removed else ""
+            typer.echo(f"every host of cluster {header['cluster']} is healthy{none}")
             return
         print_rows(
             f"cluster {header['cluster']} · as of {header['now']} UTC · hosts taking no work",

@@ -158,3 +158,32 @@ def test_a_refused_removal_changes_nothing(fields: dict[str, Any], says: str) ->
     assert [e.type for e in out] == ["host.rejected"]
     assert says in out[0].error, out[0].error
     assert fingerprint(c.state) == before
+
+
+def _behind_work_that_no_longer_fits() -> Cluster:
+    """`huge` (lab/b, 32 GPUs, resumable) ran on h0-h3 until h3 was removed: requeued,
+    it now needs more GPUs than the cluster has. Then h0 and h1 fill with protected
+    lab/a work (h0 until 30m and 2h, h1 until 1h) and `big` (lab/b, 16 GPUs), ranked
+    behind `huge` by submit time, waits for whole hosts."""
+    c = cluster(hosts=4).tree({"lab/a": 1, "lab/b": 1})
+    c.submit("huge", "lab/b", gpus=32, min_runtime="1h")
+    c.input(ev.HostRemoved, host="h3", reason="decommissioned")
+    assert c.preempted("huge").requeued and c.state.capacity == 24
+    c.occupy("h0", 4, "a-30m", min_runtime="30m")
+    c.occupy("h0", 4, "a-2h", min_runtime="2h")
+    c.occupy("h1", 8, "a-1h", min_runtime="1h")
+    c.at("1m").submit("big", "lab/b", gpus=16, min_runtime="1h")
+    assert c.pending() == {"huge", "big"}
+    return c
+
+
+def test_work_that_cannot_fit_the_cluster_leaves_the_reservation_to_work_that_can() -> None:
+    """It held the only reservation and reserved nothing with it: `big` got none, and
+    work that would delay it took the free host (rule 10 off for the whole cluster)."""
+    c = _behind_work_that_no_longer_fits()
+    held = c.state.blocked.reservations
+    assert {wid for wid, _ in held.values()} == {"big"} and "h2" in held
+    c.at("2m").submit("late", "lab/a", gpus=4, min_runtime="2h")
+    assert c.placed("late") is None  # it would delay `big`
+    c.at("2m").submit("late-short", "lab/a", gpus=4, min_runtime="10m")
+    assert c.placed("late-short").explain["backfill"]["reserved_for"] == "big"

@@ -97,16 +97,26 @@ def test_a_removed_host_leaves_the_capacity_and_its_work_ends(lab: dict[str, str
 def test_host_list_r_says_which_hosts_take_no_work_why_by_whom_and_when(
     lab: dict[str, str],
 ) -> None:
+    """As sinfo -R: the hosts of the cluster that take no work. The removed node8 is
+    not one (it listed every host ever decommissioned, burying those to repair);
+    --removed adds it, with who removed it and why."""
     _step(lab, "host", "health", "node7", "--unhealthy", "--reason", "xid-79")
-    rows = orjson.loads(_ok("host", "list", "-R", "--json", "--data", lab["data"]))["hosts"]
+    listed = orjson.loads(_ok("host", "list", "-R", "--json", "--data", lab["data"]))["hosts"]
+    assert [(r["host"], r["state"], r["reason"], r["by"]) for r in listed] == [
+        ("node7", "draining", "xid-79", "ops"),
+    ]
+    table = _ok("host", "list", "-R", "--data", lab["data"]).splitlines()
+    assert table[1].split() == ["REASON", "USER", "TIMESTAMP", "HOST", "STATE", "GPUS", "DRAINED"]
+    assert table[2].split()[:2] == ["xid-79", "ops"] and "node7" in table[2]
+    assert len(table) == 3 and "node8" not in "\n".join(table)
+    both = ("host", "list", "-R", "--removed", "--json", "--data", lab["data"])
+    rows = orjson.loads(_ok(*both))["hosts"]
     assert [(r["host"], r["state"], r["reason"], r["by"]) for r in rows] == [
         ("node7", "draining", "xid-79", "ops"),
         ("node8", "removed", "decommissioned", "ops"),
     ]
     assert all(r["since"] for r in rows)
-    table = _ok("host", "list", "-R", "--data", lab["data"]).splitlines()
-    assert table[1].split() == ["REASON", "USER", "TIMESTAMP", "HOST", "STATE", "GPUS", "DRAINED"]
-    assert table[2].split()[:2] == ["xid-79", "ops"] and "node7" in table[2]
+    table = _ok("host", "list", "--removed", "--data", lab["data"]).splitlines()
     assert "decommissioned" in table[3] and "removed" in table[3]
 
 

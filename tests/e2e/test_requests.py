@@ -736,6 +736,36 @@ def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None
         server.communicate(timeout=30)
 
 
+def test_submit_wait_warns_of_work_the_healthy_hosts_cannot_hold(tmp_path: Path) -> None:
+    """8 GPUs asked of a cluster whose only 8-GPU host is unhealthy (two 4-GPU hosts
+    healthy): accepted, one host's work, and it waits for the repair. `--wait` said only "still waiting"; it now says what for."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        steps = [
+            ("host", "register", "h1", "4"),
+            ("host", "register", "h2", "8"),
+            ("host", "register", "h3", "4"),
+            ("host", "health", "h2", "--unhealthy", "--reason", "xid-79"),
+            ("budget", "set", "lab", "1"),
+        ]
+        for args in steps:
+            done = allot(*args, "--as", ADMIN, "--data", str(data), "--wait", "20")
+            assert done.returncode == 0, done.stderr
+        common = ["submit", "--data", str(data), "-A", "lab", "--min-runtime", "1h"]
+        fits = allot(*common, "-G", "4", "--as", ADMIN, "--wait", "20")
+        assert fits.returncode == 0 and "warning" not in fits.stderr, fits.stderr
+        waits = allot(*common, "-G", "8", "--as", ADMIN, "--wait", "8", "--parsable")
+        assert waits.returncode == 1
+        assert waits.stderr.splitlines()[1:] == [
+            "warning: Resources: needs 8 GPUs on one host; the hosts that have that many "
+            "(h2) are unhealthy: it waits for their repair"
+        ]
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
 def test_cancel_without_a_scheduler_times_out_with_a_hint(tmp_path: Path) -> None:
     data = tmp_path / "idle"
     result = allot("cancel", "w1", "--data", str(data), "--wait", "0.3")

@@ -526,3 +526,30 @@ def test_allocation_chart_without_a_spike_shows_everything(close_figures):
     assert ax.get_ylim() == pytest.approx((0, 100 * 1.3))
     assert _clip_note(ax) == []
     assert not [line for line in ax.get_lines() if line.get_marker() == "^"]
+
+
+def test_a_host_that_grew_is_drawn_with_its_new_gpus(close_figures):
+    """h0 (8 GPUs) registered again with 12: `more` ran on its GPUs 8-11 and was not
+    drawn (rows past the host's first size were dropped), and h1 kept rows that h0
+    now needed. h0's block grows; h1 and the run on it move down."""
+    from tests.domain.builders import cluster
+
+    c = cluster(hosts=2, headroom_hosts=0).tree({"lab/a": 1})
+    c.submit("full", "lab/a", gpus=8, min_runtime="1h")
+    c.submit("on-h1", "lab/a", gpus=2, min_runtime="1h")
+    c.at("10m").host("h0", 12)
+    c.at("11m").submit("more", "lab/a", gpus=4, min_runtime="1h")
+    assert c.placed("more").hosts == {"h0": (8, 9, 10, 11)}
+    g = GanttCollector()
+    for e in c.journal:
+        g.apply(e)
+    g.close(c.start + 3600)
+    assert (g.n_rows, g.host_row0, g.host_gpus) == (20, {"h0": 0, "h1": 12}, {"h0": 12, "h1": 8})
+    rows = np.frombuffer(g.rows, dtype=np.int32)
+    runs = sorted(
+        (round(g.start[i] - c.start), rows[g.row_off[i] : g.row_off[i] + g.row_len[i]].tolist())
+        for i in range(len(g.start))
+    )
+    assert runs == [(0, list(range(8))), (0, [12, 13]), (660, [8, 9, 10, 11])]
+    fig, _ = g.figure(title="GPU timeline")
+    assert fig.axes[0].get_ylabel() == "GPUs by host (20 GPUs)"

@@ -176,6 +176,74 @@ def test_a_resources_reason_counts_the_free_gpus(running: list, asks: int, detai
     assert row["detail"].startswith(detail), row["detail"]
 
 
+def _lost_capacity(how: str) -> Cluster:
+    """h0, h1 (8 GPUs each), h2, h3 (4 each). `huge` (lab/b, 24 GPUs, resumable) ran on
+    them all until h1 was removed (`removed`) or reported unhealthy (`unhealthy`: it is
+    stopped when its protection ends). `one-host`: h0 and h1 are unhealthy and `wide`
+    (8 GPUs, so one host) waits."""
+    c = make(hosts=2, headroom_hosts=0)
+    c.host("h2", 4)
+    c.host("h3", 4)
+    c.tree({"lab/a": 1, "lab/b": 1})
+    if how == "one-host":
+        c.health("h0", False, "xid-79")
+        c.health("h1", False, "xid-79")
+        c.after(60).submit("wide", "lab/b", gpus=8, min_runtime="1h")
+        return c
+    c.submit("huge", "lab/b", gpus=24, min_runtime="1h")
+    if how == "removed":
+        c.after(60).input(ev.HostRemoved, host="h1", reason="decommissioned")
+    else:
+        c.after(60).health("h1", False, "xid-79")
+        c.at("2h").tick()
+    return c
+
+
+@pytest.mark.parametrize(
+    ("how", "wid", "reason", "detail"),
+    [
+        pytest.param(
+            "removed",
+            "huge",
+            "PartitionConfig",
+            "needs 24 GPUs; cluster test has 16 registered (hosts removed or shrunk since it "
+            "was accepted): it cannot start until hosts are registered or grow",
+            id="removed",
+        ),
+        pytest.param(
+            "unhealthy",
+            "huge",
+            "Resources",
+            "needs 24 GPUs; 16 of the cluster's 24 are healthy: it waits for unhealthy h1 "
+            "to be repaired",
+            id="unhealthy",
+        ),
+        pytest.param(
+            "one-host",
+            "wide",
+            "Resources",
+            "needs 8 GPUs on one host; the hosts that have that many (h[0-1]) are unhealthy: "
+            "it "
+            "waits for their repair",
+            id="one-host",
+        ),
+    ],
+)
+def test_work_the_cluster_cannot_hold_now_says_what_it_waits_for(
+    how: str, wid: str, reason: str, detail: str
+) -> None:
+    """It said Resources, "the cluster has 16 healthy GPUs", alike for work that waits
+    for a repair and for work that no registered host can run (Slurm: PartitionConfig);
+    single-host work whose only big enough hosts were unhealthy read "8 GPUs free, but
+    no host has 8 of them"."""
+    c = _lost_capacity(how)
+    assert wid in c.pending()
+    view = view_of(c)
+    row = next(r for r in v.queue_rows(view) if r["id"] == wid)
+    assert (row["reason"], row["detail"][: len(detail)]) == (reason, detail)
+    assert f"{reason}: {detail}" in "\n".join(v.why(view, wid)["text"])
+
+
 def behind(ahead: str | None) -> Cluster:
     """Two 8-GPU hosts, window 1d: lab/olmo used both hosts for 2h, then `run` (its own,
     protected 8h) holds h0 and `full` h1: no free GPUs, nothing to preempt. lab/tulu
