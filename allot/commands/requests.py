@@ -92,6 +92,11 @@ def _bare_number(text: str) -> bool:
 
 
 MAX_ARRAY_TASKS = 10_000
+# Without --wait, a request to a folder that a scheduler serves now waits up to this long
+# for the verdict on it (an idle scheduler answers within a few hundredths of a second),
+# so that a rejection is said at once, as sbatch's and scancel's errors are, instead of
+# only in `allot why`; an accepted request, or no verdict in time, returns as before.
+ADMISSION_WAIT_S = 10.0
 _TASKS = re.compile(r"^(?P<base>.+)_\[(?P<spec>[^\]]+)\]$")
 
 
@@ -212,6 +217,21 @@ def _open_inbox(target: Target) -> tuple[Any, bool]:
     return open_inbox(target), False
 
 
+def _served_now(target: Target, noted: bool) -> bool:
+    """A `--data` folder that a scheduler serves now: its verdict comes at once, so a
+    request sent without --wait still waits for it (ADMISSION_WAIT_S) to say a rejection.
+    Kafka is not waited on: the principal that submits may not read the journal."""
+    return target.data is not None and not noted
+
+
+def _wait_or_admission(wait: float | None) -> float:
+    return ADMISSION_WAIT_S if wait is None else wait
+
+
+def _rejected(verdict: dict[str, Any] | None) -> bool:
+    return verdict is not None and str(verdict.get("type", "")).endswith(".rejected")
+
+
 def _unserved(folder: Path) -> bool:
     """No `allot serve --data FOLDER` holds the folder's serve lock now."""
     from streams.embedded import serving_pid
@@ -272,7 +292,7 @@ def _send_all(
 
     writer, noted = _open_inbox(target)
     try:
-        if wait is None:
+        if wait is None and not _served_now(target, noted):
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0], noted_unserved=noted)
@@ -285,7 +305,7 @@ def _send_all(
                     verdicts[ref] = record
             return len(verdicts) == len(matches)
 
-        _wait_stoppable(writer, requests, every, wait, on_sent, check)
+        _wait_stoppable(writer, requests, every, _wait_or_admission(wait), on_sent, check)
         first = verdicts.get(requests[0]["id"])
         return _Sent(target, requests[0], first, writer.trouble, noted, verdicts)
     finally:
@@ -331,8 +351,13 @@ def _lost_on_the_way(what: str, wait: float, trouble: str, check: str) -> None:
 
 def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check: str) -> None:
     """After `--wait`: `done` if the scheduler accepted `what`, else why not (exit 1).
-    `check` says how to see the outcome later (when no verdict came in time)."""
+    `check` says how to see the outcome later (when no verdict came in time). Without
+    `wait`, only a rejection that came during the admission wait is said (exit 1)."""
     if wait is None:
+        if _rejected(sent.verdict):
+            assert sent.verdict is not None
+            typer.echo(f"{what[0].upper()}{what[1:]} was rejected: {sent.verdict.get('error')}")
+            raise typer.Exit(1)
         return
     verdict = sent.verdict
     if verdict is None:
@@ -483,7 +508,8 @@ def submit(
     as_: AsOpt = None,
 ) -> None:
     """Submit a workload (or a job array). Prints `Submitted workload <id>`; the
-    scheduler decides later.
+    scheduler decides later. To a --data folder served now, a refusal (not a member,
+    an unknown allocation, more GPUs than the cluster has) is said at once, exit 1.
 
     With --test-only nothing is sent: the journal is read (--data or
     --kafka) and the scheduler's own core plays the queue forward with this
@@ -492,7 +518,7 @@ def submit(
     it would preempt, under the assumptions of `allot queue --start` (no
     other new work, running work ending after its runtime). Exit 1 if it
     would be rejected."""
-    from streams.inbox import make_request, new_ulid, outcome_of
+    from streams.inbox import make_request, new_ulid, outcome_of, verdict_on
 
     with one_line_errors():
         if gpus < 1:  # the scheduler would reject it; say so now, in one line
@@ -573,20 +599,25 @@ def submit(
         # an array's tasks differ only in their index: the first one's verdict (admitted
         # or refused, and why) is every task's; where they start is `allot queue -j`'s
         verdict = outcome_of(ids[0], requests[0]["id"])
+        check = (
+            f"`allot why {ids[0]}` says what the scheduler decided, "
+            f"`allot cancel {workload}` withdraws it"
+        )
         try:
-            if wait is None:
+            if wait is not None:
+                outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
+            elif _served_now(target, noted):  # admitted or refused: refused is said now
+                admission = verdict_on(requests[0]["id"])
+                outcome = _wait_stoppable(
+                    writer, requests, admission, ADMISSION_WAIT_S, submitted, check
+                )
+            else:
                 writer.send(requests)
                 submitted()
                 outcome = None
-            else:
-                check = (
-                    f"`allot why {ids[0]}` says what the scheduler decided, "
-                    f"`allot cancel {workload}` withdraws it"
-                )
-                outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
         finally:
             writer.close()
-    if wait is None:
+    if wait is None and not _rejected(outcome):
         return
     first = ids[0]
     if outcome is None:
@@ -1067,6 +1098,10 @@ def _about_workloads(
     if len(requests) > 1 and wait is not None:
         _report_verdicts(verb, done, requests, wait, sent, check)
         return
+    if len(requests) > 1:  # no --wait: only the rejections the admission wait saw
+        if _say_rejections(verb, requests, sent):
+            raise typer.Exit(1)
+        return
     _report_verdict(
         f"the {verb.lower()} of workload {ids[0]}",
         f"Workload {ids[0]} {done}",
@@ -1094,21 +1129,28 @@ def _select_or_fail(
         raise RequestError(visible(" ".join(message.split()))) from None
 
 
+def _say_rejections(verb: str, requests: list[dict[str, Any]], sent: _Sent) -> int:
+    """A line for each request the scheduler rejected; how many there were."""
+    rejected = 0
+    for r in requests:
+        verdict = sent.verdicts.get(r["id"])
+        if _rejected(verdict):
+            assert verdict is not None
+            rejected += 1
+            typer.echo(
+                f"The {verb.lower()} of workload {r['workload']} was rejected: "
+                f"{verdict.get('error')}"
+            )
+    return rejected
+
+
 def _report_verdicts(
     verb: str, done: str, requests: list[dict[str, Any]], wait: float, sent: _Sent, check: str
 ) -> None:
     """After `--wait` on several workloads (as scancel of several jobs does): a line for
     each rejection, then how many were `done`; exit 1 unless every one was, saying how
     many had no verdict in time."""
-    rejected = 0
-    for r in requests:
-        verdict = sent.verdicts.get(r["id"])
-        if verdict is not None and str(verdict.get("type", "")).endswith(".rejected"):
-            rejected += 1
-            typer.echo(
-                f"The {verb.lower()} of workload {r['workload']} was rejected: "
-                f"{verdict.get('error')}"
-            )
+    rejected = _say_rejections(verb, requests, sent)
     accepted = len(sent.verdicts) - rejected
     typer.echo(f"{accepted} of {plural(len(requests), 'workload')} {done}")
     missing = len(requests) - len(sent.verdicts)

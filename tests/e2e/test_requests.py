@@ -218,7 +218,11 @@ def test_parsable_prints_only_the_id(cluster: Path) -> None:
 
 def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path) -> None:
     result = allot("budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory")
-    assert result.returncode == 0, result.stderr  # sending works; the scheduler decides
+    # the scheduler decides; a served folder's refusal is said at once, without --wait too
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith(
+        "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
+    )
     rejected = wait_for(
         cluster, lambda r: r["type"] == "budget.rejected" and r["actor"] == "mallory"
     )
@@ -396,7 +400,8 @@ def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
     wait_for(cluster, lambda r: r["type"] == "host.health" and r["healthy"] is True)
 
     result = allot("host", "register", "h9", "8", "--data", str(cluster), "--as", "eve")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr  # said without --wait too
+    assert "'eve' may not register hosts" in result.stdout.splitlines()[-1]
     result = allot(
         "host", "register", "h9", "8", "--data", str(cluster), "--as", "eve", "--wait", "20"
     )  # fmt: skip
@@ -429,6 +434,72 @@ def test_bad_submissions_end_in_a_clear_rejection(
         cluster, lambda r: r["type"] == "workload.rejected" and r.get("workload") == workload
     )
     assert error in rejected["error"] and rejected["actor"] == "bob"
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["-A", "lab/vision", "-G", "1", "--min-runtime", "15m"], "'bob' is not a member of 'lab/vision'; ask one of its managers (pm) to add you"),
+        (["-A", "lab/olmp", "-G", "1", "--min-runtime", "15m"], "unknown allocation 'lab/olmp'; did you mean lab/olmo"),
+        (["-A", "lab/olmo", "-G", "64", "--min-runtime", "15m"], "asks for 64 GPUs but cluster 'default' has 16 registered"),
+    ],
+    ids=["not-a-member", "typo-in-the-allocation", "more-gpus-than-the-cluster"],
+)  # fmt: skip
+def test_a_rejected_submission_without_wait_is_said_at_once(
+    cluster: Path, flags: list[str], error: str
+) -> None:
+    """Without --wait, a submission the scheduler refused printed `Submitted workload ID`
+    and exited 0: the submitter learnt of it only from `allot why` or `acct`, where sbatch
+    says "Batch job submission failed" at once. A served folder answers at once, so
+    submit waits for that verdict and says a refusal, exit 1."""
+    result = allot("submit", "--data", str(cluster), *flags, "--as", "bob")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    first, said = result.stdout.splitlines()
+    workload = first.removeprefix("Submitted workload ")
+    assert said.startswith(f"Workload {workload} was rejected: ") and error in said
+    parsable = allot("submit", "--data", str(cluster), *flags, "--as", "bob", "--parsable")
+    assert parsable.returncode == 1 and ULID.match(parsable.stdout.strip())
+    assert error in parsable.stderr
+
+
+def test_an_accepted_submission_without_wait_says_only_that_it_was_sent(cluster: Path) -> None:
+    result = allot(
+        "submit", "--data", str(cluster), "-A", "lab/olmo", "-G", "1", "--min-runtime", "0",
+        "--as", "bob", "--parsable",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert ULID.match(result.stdout.strip()) and result.stderr == ""
+
+
+def test_a_refused_cancel_without_wait_is_said_at_once(cluster: Path) -> None:
+    """scancel of another user's job, of an unknown id or of a finished job is an error
+    at once; `allot cancel` without --wait said "sent" and exited 0 for all three."""
+    common = ["--data", str(cluster)]
+    submitted = allot(
+        "submit", "-A", "lab/olmo", "-G", "1", "--min-runtime", "0", "--as", "alice",
+        "--parsable", *common,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    theirs = allot("cancel", job, "--as", "carol", *common)
+    assert theirs.returncode == 1 and "Traceback" not in theirs.stderr
+    assert theirs.stdout.splitlines()[-1] == (
+        f"The cancel of workload {job} was rejected: 'carol' may not cancel '{job}': only "
+        "its submitter 'alice', managers of its allocation or an admin may"
+    )
+    unknown = allot("cancel", "12345", "--as", "alice", *common)
+    assert unknown.returncode == 1
+    assert unknown.stdout.splitlines()[-1] == (
+        "The cancel of workload 12345 was rejected: unknown workload '12345'; "
+        "`allot queue` lists live ones"
+    )
+    assert allot("cancel", job, "--as", "alice", *common).returncode == 0
+    again = allot("cancel", job, "12345", "--as", "alice", *common)
+    assert again.returncode == 1
+    assert f"The cancel of workload {job} was rejected: workload '{job}' has already ended" in (
+        again.stdout.splitlines()
+    )
 
 
 def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
@@ -662,7 +733,9 @@ def test_a_request_to_a_folder_nobody_serves_says_so_once(tmp_path: Path, stop: 
     try:
         one_4_gpu_host_for_lab_x(data)
         served = allot("cancel", "w1", "w2", "--data", str(data))
-        assert served.returncode == 0 and served.stderr == "", served.stderr
+        assert served.stderr == "", served.stderr  # no note: it is served
+        assert served.returncode == 1  # the scheduler knows neither id, and says so at once
+        assert "The cancel of workload w1 was rejected: unknown workload 'w1'" in served.stdout
     finally:
         server.send_signal(signal.SIGINT if stop == "sigint" else signal.SIGKILL)
         server.communicate(timeout=30)
