@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, style_ticks
 from projections.usage import fields, iter_events
 
 HOUR = 3600.0
@@ -453,17 +454,20 @@ class GanttCollector:
                 for h in ticks
             ]
         )
-        ax.set_yticklabels(ticks, fontsize=8 if len(ticks) > 16 else 9)
+        ax.set_yticklabels(ticks)
+        style_ticks(ax)
         ax.tick_params(axis="y", length=0)
         ax.set_xlabel(
             f"{unit_name} from now"
             if self.kind == "forecast"
-            else f"{unit_name} since start of run"
+            else f"{unit_name} since start of run",
+            fontsize=LABEL_PT,
         )
         ax.set_ylabel(
             f"GPUs by host ({self.n_rows} GPUs)"
             if n_rows == self.n_rows
-            else f"GPUs by host ({first + 1:,}–{first + n_rows:,} of {self.n_rows:,})"
+            else f"GPUs by host ({first + 1:,}–{first + n_rows:,} of {self.n_rows:,})",
+            fontsize=LABEL_PT,
         )
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -472,7 +476,7 @@ class GanttCollector:
 
         ax.set_title(
             window_title(title or "GPU timeline", w0, w1, t0, self.last_time or t0, self.kind),
-            fontsize=11,
+            fontsize=TITLE_PT,
             loc="left",
         )
         handles = []
@@ -508,10 +512,10 @@ class GanttCollector:
             handles=handles,
             loc="upper left",
             bbox_to_anchor=(1.005, 1.0),
-            fontsize=8.5,
+            fontsize=MIN_PT,
             frameon=False,
             title="allocation",
-            title_fontsize=9,
+            title_fontsize=LABEL_PT,
         )
         fig.tight_layout()
         if hatched[0].size:

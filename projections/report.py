@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, style_ticks
 from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
@@ -108,6 +109,7 @@ def _style_axes(ax: Any) -> None:
         ax.spines[side].set_visible(False)
     ax.grid(color="#e6e6e6", lw=0.6)
     ax.set_axisbelow(True)
+    style_ticks(ax)
 
 
 # ---------------------------------------------------------------------- charts
@@ -239,10 +241,10 @@ def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
     )
     ax.set_ylim(0, top)
     ax.set_xlim(edges[0], edges[-1])
-    ax.set_ylabel(f"GPUs (mean per {tb.bin_label})")
-    ax.set_xlabel(tb.label)
-    ax.set_title("Cluster usage", loc="left", fontsize=11)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
+    ax.set_ylabel(f"GPUs (mean per {tb.bin_label})", fontsize=LABEL_PT)
+    ax.set_xlabel(tb.label, fontsize=LABEL_PT)
+    ax.set_title("Cluster usage", loc="left", fontsize=TITLE_PT)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=MIN_PT)
     _style_axes(ax)
     fig.tight_layout()
     return fig
@@ -341,7 +343,7 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
                 transform=ax.transAxes,
                 ha="right",
                 va="top",
-                fontsize=7.5,
+                fontsize=MIN_PT,
                 color="#b00020",
                 zorder=6,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.0},
@@ -360,14 +362,13 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         ratio = by_alloc.get(leaf)
         ax.set_title(
             f"{leaf}  —  delivered {fmt_pct(ratio)}",
-            fontsize=9.5,
+            fontsize=LABEL_PT,
             loc="left",
             color="#b00020" if ratio is not None and ratio < 0.9 else "#222222",
         )
         ax.set_xlim(edges[0], edges[-1])
         if top <= 0:
             ax.set_ylim(bottom=0)
-        ax.tick_params(labelsize=8)
         _style_axes(ax)
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
@@ -377,9 +378,9 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         rows_in_col = [r for r in range(nrows) if r * ncols + col < n]
         last = axes[rows_in_col[-1]][col]
         last.xaxis.set_tick_params(which="both", labelbottom=True)
-        last.set_xlabel(tb.label, fontsize=9)
+        last.set_xlabel(tb.label, fontsize=LABEL_PT)
     for row in axes:
-        row[0].set_ylabel("GPUs", fontsize=9)
+        row[0].set_ylabel("GPUs", fontsize=LABEL_PT)
     from matplotlib.patches import Patch
 
     handles, labels = [], []
@@ -390,12 +391,12 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
                     h = Patch(facecolor="#9a9a9a", alpha=0.6, edgecolor="#555555", lw=1.0)
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=9)
+    fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=MIN_PT)
     fig.suptitle(
         f"Usage vs owed per allocation (mean GPUs per {tb.bin_label})",
         x=0.01,
         ha="left",
-        fontsize=11,
+        fontsize=TITLE_PT,
     )
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.1 / (0.6 + 2.3 * nrows)))
     return fig
@@ -476,7 +477,7 @@ def wait_figure(proj: SummaryProjection) -> Any:
             ax.text(
                 0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#888888"
             )
-        ax.set_title(title, loc="left", fontsize=10.5)
+        ax.set_title(title, loc="left", fontsize=TITLE_PT)
         ax.set_xscale("symlog", linthresh=1.0)
         ax.axvline(60, color="#b00020", lw=0.8, ls=":")
         if groups:
@@ -484,7 +485,7 @@ def wait_figure(proj: SummaryProjection) -> Any:
                 loc="upper center",
                 bbox_to_anchor=(0.5, -0.2),
                 ncol=min(3, len(groups)),
-                fontsize=8.5,
+                fontsize=MIN_PT,
                 frameon=False,
             )
         _style_axes(ax)
@@ -493,8 +494,8 @@ def wait_figure(proj: SummaryProjection) -> Any:
         ax.set_xticks([v for v, _ in ticks])
         ax.set_xticklabels([lab for _, lab in ticks])
         ax.set_xlim(0, xmax * 1.5)
-        ax.set_xlabel("wait (log scale; dotted line = 60 s)")
-    axes[0].set_ylabel("fraction of workloads\n(short of 1: never started)")
+        ax.set_xlabel("wait (log scale; dotted line = 60 s)", fontsize=LABEL_PT)
+    axes[0].set_ylabel("fraction of workloads\n(short of 1: never started)", fontsize=LABEL_PT)
     axes[0].set_ylim(0, 1.02)
     fig.tight_layout()
     return fig
@@ -532,10 +533,10 @@ def preemption_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
         )
         bottom += counts[r]
     ax.set_xlim(tb.xedges()[0], tb.xedges()[-1])
-    ax.set_ylabel(f"preemptions per {tb.bin_label}")
-    ax.set_xlabel(tb.label)
-    ax.set_title("Preemptions over time by reason", loc="left", fontsize=11)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
+    ax.set_ylabel(f"preemptions per {tb.bin_label}", fontsize=LABEL_PT)
+    ax.set_xlabel(tb.label, fontsize=LABEL_PT)
+    ax.set_title("Preemptions over time by reason", loc="left", fontsize=TITLE_PT)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=MIN_PT)
     _style_axes(ax)
     fig.tight_layout()
     return fig
