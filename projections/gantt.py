@@ -47,6 +47,7 @@ _BASE_COLORS = (
     "#7b4173",
 )
 _UNKNOWN_COLOR = "#9e9e9e"
+_PREEMPTED = "#d62728"  # outline and end mark of a run that preemption stopped
 
 
 def _when(t: float, *, seconds: bool = False) -> str:
@@ -408,11 +409,12 @@ class GanttCollector:
                 PolyCollection(
                     outlines,
                     facecolors="none",
-                    edgecolors="#d62728",
+                    edgecolors=_PREEMPTED,
                     lw=0.9 if n_rows <= 256 else 0.5,
                     zorder=3,
                 )
             )
+            _preemption_marks(ax, outlines)
         bands = []
         for host, a, b in self.unhealthy:
             r0 = self.host_row0.get(host)
@@ -496,9 +498,9 @@ class GanttCollector:
                 Patch(facecolor="#9e9e9e", hatch="////", edgecolor="white", label="preemptible")
             )
         if outlines.size:
-            handles.append(
-                Patch(facecolor="none", edgecolor="#d62728", label="ended by preemption")
-            )
+            # the outline with the end mark drawn over it, as the chart shows them
+            outline = Patch(facecolor="none", edgecolor=_PREEMPTED, label="ended by preemption")
+            handles.append((outline, _preemption_mark_key()))
         if bands:
             handles.append(
                 Patch(
@@ -509,7 +511,8 @@ class GanttCollector:
                 )
             )
         ax.legend(
-            handles=handles,
+            handles,
+            [(h[0] if isinstance(h, tuple) else h).get_label() for h in handles],
             loc="upper left",
             bbox_to_anchor=(1.005, 1.0),
             fontsize=MIN_PT,
@@ -521,6 +524,36 @@ class GanttCollector:
         if hatched[0].size:
             _hatch_overlay(fig, ax, hatched[0])
         return fig, (w0, w1)
+
+
+def _preemption_mark_style() -> dict[str, Any]:
+    from matplotlib.patheffects import withStroke
+
+    # a fixed size in points: in a 1024-GPU chart a 1-GPU bar is about 1 px tall and its
+    # red outline is lost among hundreds of bars; the white halo keeps the mark apart
+    # from red and orange bars
+    return {
+        "ls": "none",
+        "marker": "|",
+        "ms": 10,
+        "mew": 2.2,
+        "color": _PREEMPTED,
+        "path_effects": [withStroke(linewidth=4.5, foreground="white")],
+    }
+
+
+def _preemption_marks(ax: Any, outlines: np.ndarray) -> None:
+    """A bold red tick where each preempted run stopped (the right edge of its
+    outline `outlines`: N, 4, 2 in data coordinates), at the middle of its rows."""
+    x = outlines[:, 1, 0]
+    y = (outlines[:, 1, 1] + outlines[:, 2, 1]) / 2
+    ax.plot(x, y, zorder=3.5, clip_on=False, **_preemption_mark_style())
+
+
+def _preemption_mark_key() -> Any:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **_preemption_mark_style())
 
 
 def _hatch_overlay(fig: Any, ax: Any, rects: np.ndarray, period: int = 7) -> None:
