@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, style_ticks
+from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, chart_img, style_ticks
 from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
@@ -101,7 +101,7 @@ def _png(fig: Any) -> str:
 
 
 def _img(data: str, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    return chart_img(data, alt)
 
 
 def _style_axes(ax: Any) -> None:
@@ -621,7 +621,7 @@ h2 { font-size: 17px; margin: 32px 0 10px; padding-bottom: 4px; border-bottom: 1
 .card .v { font-size: 22px; font-weight: 600; }
 .card .k { color: var(--muted); font-size: 12px; }
 figure { margin: 8px 0 0; background: #fff; border: 1px solid var(--line); border-radius: 8px;
-         padding: 8px; }
+         padding: 8px; overflow-x: auto; }
 figure img { width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 12.5px; padding: 6px 4px 0; }
 table { border-collapse: collapse; background: #fff; border: 1px solid var(--line);
