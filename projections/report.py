@@ -427,6 +427,9 @@ def _ecdf(values: Any, limit: int = 2000, never: int = 0) -> tuple[np.ndarray, n
     return np.concatenate([[v[0]], v]), np.concatenate([[0.0], y])
 
 
+_WAIT_KEY_COLUMNS = 2
+
+
 def _wait_chart(proj: SummaryProjection) -> str:
     return _png(wait_figure(proj))
 
@@ -437,12 +440,7 @@ def wait_figure(proj: SummaryProjection) -> Any:
     curves, which rise through it, and the 60 s line struck through its labels)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     never, again = proj._unplaced()
-    panels = (
-        (axes[0], proj.waits, "Queue wait: submit → first placement", never),
-        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement", again),
-    )
     # one colour per tag in both panels: the nine biggest of either
     biggest = sorted(
         {*proj.waits.by_tag, *proj.requeue_waits.by_tag},
@@ -453,6 +451,14 @@ def wait_figure(proj: SummaryProjection) -> Any:
         ),
     )[:9]
     colour = {t: plt.get_cmap("tab10")((k + 1) % 10) for k, t in enumerate(sorted(biggest))}
+    # keys in two columns ("train (n=1,109 of 1,754)" at 10 pt: three columns ran into
+    # the other panel's key); the figure grows by their rows
+    key_rows = math.ceil((1 + len(biggest)) / _WAIT_KEY_COLUMNS)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.9 + 0.24 * key_rows), sharey=True)
+    panels = (
+        (axes[0], proj.waits, "Queue wait: submit → first placement", never),
+        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement", again),
+    )
     xmax = 60.0
     for ax, waits, title, left in panels:
         groups: list[tuple[str, Any, int]] = []
@@ -484,7 +490,7 @@ def wait_figure(proj: SummaryProjection) -> Any:
             ax.legend(
                 loc="upper center",
                 bbox_to_anchor=(0.5, -0.2),
-                ncol=min(3, len(groups)),
+                ncol=min(_WAIT_KEY_COLUMNS, len(groups)),
                 fontsize=MIN_PT,
                 frameon=False,
             )

@@ -41,9 +41,14 @@ def tiny_run() -> JournalBuilder:
     return j
 
 
+TAGS = ("pretraining", "evaluation", "sweep", "filler", "debug", "interactive")
+
+
 def lab_run() -> JournalBuilder:
     """64 hosts (512 GPUs), 15 leaves under 3 programs, a day of work with preemptions
-    of several reasons: long legends, 5 rows of small multiples, dense gantt rows."""
+    of several reasons, requeued work placed again and 1,200 workloads that never
+    start: long legends (six tags, 4-digit counts), 5 rows of small multiples, dense
+    gantt rows."""
     j = JournalBuilder()
     hosts = [f"node-{k:03d}" for k in range(64)]
     for h in hosts:
@@ -52,16 +57,24 @@ def lab_run() -> JournalBuilder:
         j.budget(top, 1)
     for leaf in LEAVES:
         j.budget(leaf, 1)
+    occupant, requeued = {}, []
     for k, h in enumerate(hosts):
-        j.submit(f"w{k}", LEAVES[k % 15], 8, tags=(("train", "eval", "sweep")[k % 3],))
-        j.place(f"w{k}", {h: H8})
+        occupant[k] = f"w{k}"
+        j.submit(f"w{k}", LEAVES[k % 15], 8, tags=(TAGS[k % 6],)).place(f"w{k}", {h: H8})
+    for n in range(1200):
+        j.submit(f"never{n}", LEAVES[n % 15], 64, tags=(TAGS[n % 6],))
     for step in range(1, 24):
         j.at(step * HOUR)
         for k in range(step % 4, 64, 4):
-            old, new = f"w{k}" if step < 4 else f"w{k}-{step - 4}", f"w{k}-{step}"
-            j.submit(new, LEAVES[(k + step) % 15], 8, tags=(("train", "eval", "sweep")[k % 3],))
             reason = ("fair_share", "unallocated", "priority")[step % 3]
-            j.preempt(old, reason, requeued=False).place(new, {hosts[k]: H8})
+            j.preempt(occupant[k], reason, requeued=True)
+            requeued.append(occupant[k])
+            if step % 2 == 0:
+                occupant[k] = requeued.pop(0)
+            else:
+                occupant[k] = f"w{k}-{step}"
+                j.submit(occupant[k], LEAVES[(k + step) % 15], 8, tags=(TAGS[(k + step) % 6],))
+            j.place(occupant[k], {hosts[k]: H8})
     j.at(24 * HOUR).tick()
     return j
 
