@@ -43,3 +43,11 @@ def chart_img(data_b64: str, alt: str) -> str:
         f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data_b64}" '
         f'style="min-width: {min_width}px">'
     )
+
+
+def whole_number_ticks(axis: Any) -> None:
+    """Ticks on whole numbers (GPUs, preemptions: '2.5 GPUs' reads as a bug) whenever
+    the range holds at least two; a smaller range keeps fractional ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=2))

@@ -21,11 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, chart_img, style_ticks
+from projections.chart_style import (
+    LABEL_PT,
+    MIN_PT,
+    TITLE_PT,
+    chart_img,
+    style_ticks,
+    whole_number_ticks,
+)
 from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
 
+_CONTENDED_ALPHA = 0.12  # the cluster chart's grey band where work waited
 _UNALLOC_LINE = "#3d3d3d"  # the per-allocation "unallocated" line: no allocation's hue
 
 _REASON_COLORS = {
@@ -196,6 +204,7 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
 def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
     """The cluster usage chart (a matplotlib Figure; the caller closes it)."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     healthy = np.zeros(tb.n)
     charged = np.zeros(tb.n)
@@ -235,16 +244,30 @@ def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
         top,
         where=np.repeat(frac, 2) > 0.5,
         color="#888888",
-        alpha=0.08,
+        alpha=_CONTENDED_ALPHA,
         lw=0,
         label="work waiting (contended)",
     )
     ax.set_ylim(0, top)
+    whole_number_ticks(ax.yaxis)
     ax.set_xlim(edges[0], edges[-1])
     ax.set_ylabel(f"GPUs (mean per {tb.bin_label})", fontsize=LABEL_PT)
     ax.set_xlabel(tb.label, fontsize=LABEL_PT)
     ax.set_title("Cluster usage", loc="left", fontsize=TITLE_PT)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=MIN_PT)
+    handles, labels = ax.get_legend_handles_labels()
+    # the band is faint so the bars read through it; its key alone on white was
+    # invisible, so it gets an edge
+    handles[labels.index("work waiting (contended)")] = Patch(
+        facecolor="#888888", alpha=_CONTENDED_ALPHA * 2, edgecolor="#777777"
+    )
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1),
+        frameon=False,
+        fontsize=MIN_PT,
+    )
     _style_axes(ax)
     fig.tight_layout()
     return fig
@@ -369,6 +392,7 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         ax.set_xlim(edges[0], edges[-1])
         if top <= 0:
             ax.set_ylim(bottom=0)
+        whole_number_ticks(ax.yaxis)
         _style_axes(ax)
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
@@ -540,6 +564,7 @@ def preemption_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
         bottom += counts[r]
     ax.set_xlim(tb.xedges()[0], tb.xedges()[-1])
     ax.set_ylabel(f"preemptions per {tb.bin_label}", fontsize=LABEL_PT)
+    whole_number_ticks(ax.yaxis)
     ax.set_xlabel(tb.label, fontsize=LABEL_PT)
     ax.set_title("Preemptions over time by reason", loc="left", fontsize=TITLE_PT)
     ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=MIN_PT)

@@ -182,3 +182,28 @@ def _legends(fig: plt.Figure) -> list[Legend]:
     found = list(fig.legends)
     found += [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     return found
+
+
+def _drawn_tick_values(ax, which: str) -> list[float]:
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    return [tick.get_loc() for tick in axis._update_ticks()]
+
+
+def test_gpu_and_count_axes_tick_whole_numbers(drawn):
+    """A 16-GPU cluster's usage axis ticked 2.5, 7.5, 12.5 GPUs; GPUs and preemptions
+    are counted in whole numbers."""
+    run, figs = drawn
+    axes = [figs["cluster"].axes[0], figs["preemptions"].axes[0]]
+    axes += [ax for ax in figs["allocations"].axes if ax.get_visible()]
+    for ax in axes:
+        ticks = _drawn_tick_values(ax, "y")
+        assert len(ticks) >= 2 and all(v == int(v) for v in ticks), (run, ax.get_ylabel(), ticks)
+
+
+def test_the_contended_band_has_a_key_one_can_see(drawn):
+    """The grey 'work waiting' band is faint on purpose; its key on white was too."""
+    _, figs = drawn
+    legend = figs["cluster"].axes[0].get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    key = legend.legend_handles[labels.index("work waiting (contended)")]
+    assert key.get_edgecolor()[3] > 0.5 or key.get_facecolor()[3] >= 0.2
