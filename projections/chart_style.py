@@ -50,4 +50,7 @@ def whole_number_ticks(axis: Any) -> None:
     the range holds at least two; a smaller range keeps fractional ticks."""
     from matplotlib.ticker import MaxNLocator
 
-    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=2))
+    # "auto": as many ticks as fit the axis' length (the default 10 crowded it)
+    axis.set_major_locator(
+        MaxNLocator(nbins="auto", steps=[1, 2, 2.5, 5, 10], integer=True, min_n_ticks=2)
+    )

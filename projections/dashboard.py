@@ -1091,8 +1091,8 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     out.append(
         f"<figure>{_img(chart, 'GPU timeline')}<figcaption>Rows are GPUs (host/index), bars "
         "are workloads (a hue per branch of the budget tree — per allocation at its first level with several — and a shade per leaf); hatched where "
-        "preemptible (unallocated, or past its protected time); red outline where the run "
-        "ended by preemption; red dashed boxes over a host's rows while it was "
+        "preemptible (unallocated, or past its protected time); red outline and a red tick "
+        "at its end where the run ended by preemption; red dashed boxes over a host's rows while it was "
         "unhealthy.</figcaption></figure>"
     )
     out.append(_forecast_figure(snap, first))

@@ -3,8 +3,8 @@
 Rows are GPUs (`host/index`, hosts in registration order), bars are workload run
 intervals. Hue per top-level allocation (or, under a single root, per allocation where
 the tree first branches), a shade per leaf; hatched where the workload
-is preemptible (unallocated, or past its `protected_until`); red outline where the
-interval ended by preemption; translucent red dashed boxes, over its work, where a host
+is preemptible (unallocated, or past its `protected_until`); red outline, and a bold
+red tick at its end, where the interval ended by preemption; translucent red dashed boxes, over its work, where a host
 was unhealthy.
 
 `GanttCollector` folds events in one pass into compact arrays (a few dozen bytes per

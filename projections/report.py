@@ -830,7 +830,7 @@ def render_html(
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
     gantt_caption += "branch of the budget tree (its first level with several allocations), "
     gantt_caption += "shade per leaf; hatched = preemptible (unallocated or "
-    gantt_caption += "past protection); red outline = ended by preemption."
+    gantt_caption += "past protection); red outline and tick at its end = ended by preemption."
     if window is not None:
         gantt_caption += f" Window: {_when(window[0])} → {_when(window[1])}."
 
