@@ -42,6 +42,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from domain.admission import MAX_TIME
+from projections.chart_style import chart_img
 from projections.report import fmt_dur, fmt_num, fmt_pct
 
 Lines = Callable[[], Iterable[bytes]]
@@ -408,7 +409,7 @@ h2 { font-size: 17px; margin: 28px 0 10px; padding-bottom: 4px;
 .card .v { font-size: 21px; font-weight: 600; }
 .card .k { color: var(--muted); font-size: 12px; }
 figure { margin: 8px 0 0; background: #fff; border: 1px solid var(--line); border-radius: 8px;
-         padding: 8px; }
+         padding: 8px; overflow-x: auto; }
 figure img { width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 12.5px; padding: 6px 4px 0; }
 table { border-collapse: collapse; background: #fff; border: 1px solid var(--line); margin: 6px 0; }
@@ -504,7 +505,7 @@ def _td(value: Any, key: str, *, num: bool = False, raw: bool = False, cls: str 
 
 def _img(png: bytes | str, alt: str) -> str:
     data = png if isinstance(png, str) else base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
+    return chart_img(data, alt)
 
 
 def _when(t: float | None, *, seconds: bool = False) -> str:
@@ -1101,8 +1102,8 @@ def timeline_page(snap: Snapshot, query: dict[str, list[str]]) -> tuple[int, str
     out.append(
         f"<figure>{_img(chart, 'GPU timeline')}<figcaption>Rows are GPUs (host/index), bars "
         "are workloads (a hue per branch of the budget tree — per allocation at its first level with several — and a shade per leaf); hatched where "
-        "preemptible (unallocated, or past its protected time); red outline where the run "
-        "ended by preemption; red dashed boxes over a host's rows while it was "
+        "preemptible (unallocated, or past its protected time); red outline and a red tick "
+        "at its end where the run ended by preemption; red dashed boxes over a host's rows while it was "
         "unhealthy.</figcaption></figure>"
     )
     out.append(_forecast_figure(snap, first))

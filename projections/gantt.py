@@ -3,8 +3,8 @@
 Rows are GPUs (`host/index`, hosts in registration order), bars are workload run
 intervals. Hue per top-level allocation (or, under a single root, per allocation where
 the tree first branches), a shade per leaf; hatched where the workload
-is preemptible (unallocated, or past its `protected_until`); red outline where the
-interval ended by preemption; translucent red dashed boxes, over its work, where a host
+is preemptible (unallocated, or past its `protected_until`); red outline, and a bold
+red tick at its end, where the interval ended by preemption; translucent red dashed boxes, over its work, where a host
 was unhealthy.
 
 `GanttCollector` folds events in one pass into compact arrays (a few dozen bytes per
@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, style_ticks
 from projections.usage import fields, iter_events
 
 HOUR = 3600.0
@@ -46,6 +47,7 @@ _BASE_COLORS = (
     "#7b4173",
 )
 _UNKNOWN_COLOR = "#9e9e9e"
+_PREEMPTED = "#d62728"  # outline and end mark of a run that preemption stopped
 
 
 def _when(t: float, *, seconds: bool = False) -> str:
@@ -426,11 +428,12 @@ class GanttCollector:
                 PolyCollection(
                     outlines,
                     facecolors="none",
-                    edgecolors="#d62728",
+                    edgecolors=_PREEMPTED,
                     lw=0.9 if n_rows <= 256 else 0.5,
                     zorder=3,
                 )
             )
+            _preemption_marks(ax, outlines)
         bands = []
         for host, a, b in self.unhealthy:
             r0 = self.host_row0.get(host)
@@ -472,17 +475,20 @@ class GanttCollector:
                 for h in ticks
             ]
         )
-        ax.set_yticklabels(ticks, fontsize=8 if len(ticks) > 16 else 9)
+        ax.set_yticklabels(ticks)
+        style_ticks(ax)
         ax.tick_params(axis="y", length=0)
         ax.set_xlabel(
             f"{unit_name} from now"
             if self.kind == "forecast"
-            else f"{unit_name} since start of run"
+            else f"{unit_name} since start of run",
+            fontsize=LABEL_PT,
         )
         ax.set_ylabel(
             f"GPUs by host ({self.n_rows} GPUs)"
             if n_rows == self.n_rows
-            else f"GPUs by host ({first + 1:,}–{first + n_rows:,} of {self.n_rows:,})"
+            else f"GPUs by host ({first + 1:,}–{first + n_rows:,} of {self.n_rows:,})",
+            fontsize=LABEL_PT,
         )
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
@@ -491,7 +497,7 @@ class GanttCollector:
 
         ax.set_title(
             window_title(title or "GPU timeline", w0, w1, t0, self.last_time or t0, self.kind),
-            fontsize=11,
+            fontsize=TITLE_PT,
             loc="left",
         )
         handles = []
@@ -511,9 +517,9 @@ class GanttCollector:
                 Patch(facecolor="#9e9e9e", hatch="////", edgecolor="white", label="preemptible")
             )
         if outlines.size:
-            handles.append(
-                Patch(facecolor="none", edgecolor="#d62728", label="ended by preemption")
-            )
+            # the outline with the end mark drawn over it, as the chart shows them
+            outline = Patch(facecolor="none", edgecolor=_PREEMPTED, label="ended by preemption")
+            handles.append((outline, _preemption_mark_key()))
         if bands:
             handles.append(
                 Patch(
@@ -524,18 +530,49 @@ class GanttCollector:
                 )
             )
         ax.legend(
-            handles=handles,
+            handles,
+            [(h[0] if isinstance(h, tuple) else h).get_label() for h in handles],
             loc="upper left",
             bbox_to_anchor=(1.005, 1.0),
-            fontsize=8.5,
+            fontsize=MIN_PT,
             frameon=False,
             title="allocation",
-            title_fontsize=9,
+            title_fontsize=LABEL_PT,
         )
         fig.tight_layout()
         if hatched[0].size:
             _hatch_overlay(fig, ax, hatched[0])
         return fig, (w0, w1)
+
+
+def _preemption_mark_style() -> dict[str, Any]:
+    from matplotlib.patheffects import withStroke
+
+    # a fixed size in points: in a 1024-GPU chart a 1-GPU bar is about 1 px tall and its
+    # red outline is lost among hundreds of bars; the white halo keeps the mark apart
+    # from red and orange bars
+    return {
+        "ls": "none",
+        "marker": "|",
+        "ms": 10,
+        "mew": 2.2,
+        "color": _PREEMPTED,
+        "path_effects": [withStroke(linewidth=4.5, foreground="white")],
+    }
+
+
+def _preemption_marks(ax: Any, outlines: np.ndarray) -> None:
+    """A bold red tick where each preempted run stopped (the right edge of its
+    outline `outlines`: N, 4, 2 in data coordinates), at the middle of its rows."""
+    x = outlines[:, 1, 0]
+    y = (outlines[:, 1, 1] + outlines[:, 2, 1]) / 2
+    ax.plot(x, y, zorder=3.5, clip_on=False, **_preemption_mark_style())
+
+
+def _preemption_mark_key() -> Any:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **_preemption_mark_style())
 
 
 def _hatch_overlay(fig: Any, ax: Any, rects: np.ndarray, period: int = 7) -> None:

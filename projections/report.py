@@ -21,10 +21,19 @@ from typing import Any
 
 import numpy as np
 
+from projections.chart_style import (
+    LABEL_PT,
+    MIN_PT,
+    TITLE_PT,
+    chart_img,
+    style_ticks,
+    whole_number_ticks,
+)
 from projections.gantt import DAY, GanttCollector, palette, time_unit
 from projections.summary import SummaryProjection, fold
 from projections.usage import HOUR
 
+_CONTENDED_ALPHA = 0.12  # the cluster chart's grey band where work waited
 _UNALLOC_LINE = "#3d3d3d"  # the per-allocation "unallocated" line: no allocation's hue
 
 _REASON_COLORS = {
@@ -100,7 +109,7 @@ def _png(fig: Any) -> str:
 
 
 def _img(data: str, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    return chart_img(data, alt)
 
 
 def _style_axes(ax: Any) -> None:
@@ -108,6 +117,7 @@ def _style_axes(ax: Any) -> None:
         ax.spines[side].set_visible(False)
     ax.grid(color="#e6e6e6", lw=0.6)
     ax.set_axisbelow(True)
+    style_ticks(ax)
 
 
 # ---------------------------------------------------------------------- charts
@@ -194,6 +204,7 @@ def _cluster_chart(proj: SummaryProjection, tb: _Timebase) -> str:
 def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
     """The cluster usage chart (a matplotlib Figure; the caller closes it)."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     healthy = np.zeros(tb.n)
     charged = np.zeros(tb.n)
@@ -233,16 +244,30 @@ def cluster_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
         top,
         where=np.repeat(frac, 2) > 0.5,
         color="#888888",
-        alpha=0.08,
+        alpha=_CONTENDED_ALPHA,
         lw=0,
         label="work waiting (contended)",
     )
     ax.set_ylim(0, top)
+    whole_number_ticks(ax.yaxis)
     ax.set_xlim(edges[0], edges[-1])
-    ax.set_ylabel(f"GPUs (mean per {tb.bin_label})")
-    ax.set_xlabel(tb.label)
-    ax.set_title("Cluster usage", loc="left", fontsize=11)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
+    ax.set_ylabel(f"GPUs (mean per {tb.bin_label})", fontsize=LABEL_PT)
+    ax.set_xlabel(tb.label, fontsize=LABEL_PT)
+    ax.set_title("Cluster usage", loc="left", fontsize=TITLE_PT)
+    handles, labels = ax.get_legend_handles_labels()
+    # the band is faint so the bars read through it; its key alone on white was
+    # invisible, so it gets an edge
+    handles[labels.index("work waiting (contended)")] = Patch(
+        facecolor="#888888", alpha=_CONTENDED_ALPHA * 2, edgecolor="#777777"
+    )
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1),
+        frameon=False,
+        fontsize=MIN_PT,
+    )
     _style_axes(ax)
     fig.tight_layout()
     return fig
@@ -341,7 +366,7 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
                 transform=ax.transAxes,
                 ha="right",
                 va="top",
-                fontsize=7.5,
+                fontsize=MIN_PT,
                 color="#b00020",
                 zorder=6,
                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.0},
@@ -360,14 +385,14 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         ratio = by_alloc.get(leaf)
         ax.set_title(
             f"{leaf}  —  delivered {fmt_pct(ratio)}",
-            fontsize=9.5,
+            fontsize=LABEL_PT,
             loc="left",
             color="#b00020" if ratio is not None and ratio < 0.9 else "#222222",
         )
         ax.set_xlim(edges[0], edges[-1])
         if top <= 0:
             ax.set_ylim(bottom=0)
-        ax.tick_params(labelsize=8)
+        whole_number_ticks(ax.yaxis)
         _style_axes(ax)
     for k in range(n, nrows * ncols):
         axes[k // ncols][k % ncols].set_visible(False)
@@ -377,9 +402,9 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         rows_in_col = [r for r in range(nrows) if r * ncols + col < n]
         last = axes[rows_in_col[-1]][col]
         last.xaxis.set_tick_params(which="both", labelbottom=True)
-        last.set_xlabel(tb.label, fontsize=9)
+        last.set_xlabel(tb.label, fontsize=LABEL_PT)
     for row in axes:
-        row[0].set_ylabel("GPUs", fontsize=9)
+        row[0].set_ylabel("GPUs", fontsize=LABEL_PT)
     from matplotlib.patches import Patch
 
     handles, labels = [], []
@@ -390,12 +415,12 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
                     h = Patch(facecolor="#9a9a9a", alpha=0.6, edgecolor="#555555", lw=1.0)
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=9)
+    fig.legend(handles, labels, loc="upper right", ncol=len(labels), frameon=False, fontsize=MIN_PT)
     fig.suptitle(
         f"Usage vs owed per allocation (mean GPUs per {tb.bin_label})",
         x=0.01,
         ha="left",
-        fontsize=11,
+        fontsize=TITLE_PT,
     )
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.1 / (0.6 + 2.3 * nrows)))
     return fig
@@ -426,6 +451,9 @@ def _ecdf(values: Any, limit: int = 2000, never: int = 0) -> tuple[np.ndarray, n
     return np.concatenate([[v[0]], v]), np.concatenate([[0.0], y])
 
 
+_WAIT_KEY_COLUMNS = 2
+
+
 def _wait_chart(proj: SummaryProjection) -> str:
     return _png(wait_figure(proj))
 
@@ -436,12 +464,7 @@ def wait_figure(proj: SummaryProjection) -> Any:
     curves, which rise through it, and the 60 s line struck through its labels)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6), sharey=True)
     never, again = proj._unplaced()
-    panels = (
-        (axes[0], proj.waits, "Queue wait: submit → first placement", never),
-        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement", again),
-    )
     # one colour per tag in both panels: the nine biggest of either
     biggest = sorted(
         {*proj.waits.by_tag, *proj.requeue_waits.by_tag},
@@ -452,6 +475,14 @@ def wait_figure(proj: SummaryProjection) -> Any:
         ),
     )[:9]
     colour = {t: plt.get_cmap("tab10")((k + 1) % 10) for k, t in enumerate(sorted(biggest))}
+    # keys in two columns ("train (n=1,109 of 1,754)" at 10 pt: three columns ran into
+    # the other panel's key); the figure grows by their rows
+    key_rows = math.ceil((1 + len(biggest)) / _WAIT_KEY_COLUMNS)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 3.9 + 0.24 * key_rows), sharey=True)
+    panels = (
+        (axes[0], proj.waits, "Queue wait: submit → first placement", never),
+        (axes[1], proj.requeue_waits, "Requeue wait: preemption → next placement", again),
+    )
     xmax = 60.0
     for ax, waits, title, left in panels:
         groups: list[tuple[str, Any, int]] = []
@@ -476,15 +507,15 @@ def wait_figure(proj: SummaryProjection) -> Any:
             ax.text(
                 0.5, 0.5, "none", ha="center", va="center", transform=ax.transAxes, color="#888888"
             )
-        ax.set_title(title, loc="left", fontsize=10.5)
+        ax.set_title(title, loc="left", fontsize=TITLE_PT)
         ax.set_xscale("symlog", linthresh=1.0)
         ax.axvline(60, color="#b00020", lw=0.8, ls=":")
         if groups:
             ax.legend(
                 loc="upper center",
                 bbox_to_anchor=(0.5, -0.2),
-                ncol=min(3, len(groups)),
-                fontsize=8.5,
+                ncol=min(_WAIT_KEY_COLUMNS, len(groups)),
+                fontsize=MIN_PT,
                 frameon=False,
             )
         _style_axes(ax)
@@ -493,8 +524,8 @@ def wait_figure(proj: SummaryProjection) -> Any:
         ax.set_xticks([v for v, _ in ticks])
         ax.set_xticklabels([lab for _, lab in ticks])
         ax.set_xlim(0, xmax * 1.5)
-        ax.set_xlabel("wait (log scale; dotted line = 60 s)")
-    axes[0].set_ylabel("fraction of workloads\n(short of 1: never started)")
+        ax.set_xlabel("wait (log scale; dotted line = 60 s)", fontsize=LABEL_PT)
+    axes[0].set_ylabel("fraction of workloads\n(short of 1: never started)", fontsize=LABEL_PT)
     axes[0].set_ylim(0, 1.02)
     fig.tight_layout()
     return fig
@@ -532,10 +563,11 @@ def preemption_figure(proj: SummaryProjection, tb: _Timebase) -> Any:
         )
         bottom += counts[r]
     ax.set_xlim(tb.xedges()[0], tb.xedges()[-1])
-    ax.set_ylabel(f"preemptions per {tb.bin_label}")
-    ax.set_xlabel(tb.label)
-    ax.set_title("Preemptions over time by reason", loc="left", fontsize=11)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=9)
+    ax.set_ylabel(f"preemptions per {tb.bin_label}", fontsize=LABEL_PT)
+    whole_number_ticks(ax.yaxis)
+    ax.set_xlabel(tb.label, fontsize=LABEL_PT)
+    ax.set_title("Preemptions over time by reason", loc="left", fontsize=TITLE_PT)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=MIN_PT)
     _style_axes(ax)
     fig.tight_layout()
     return fig
@@ -620,7 +652,7 @@ h2 { font-size: 17px; margin: 32px 0 10px; padding-bottom: 4px; border-bottom: 1
 .card .v { font-size: 22px; font-weight: 600; }
 .card .k { color: var(--muted); font-size: 12px; }
 figure { margin: 8px 0 0; background: #fff; border: 1px solid var(--line); border-radius: 8px;
-         padding: 8px; }
+         padding: 8px; overflow-x: auto; }
 figure img { width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 12.5px; padding: 6px 4px 0; }
 table { border-collapse: collapse; background: #fff; border: 1px solid var(--line);
@@ -798,7 +830,7 @@ def render_html(
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
     gantt_caption += "branch of the budget tree (its first level with several allocations), "
     gantt_caption += "shade per leaf; hatched = preemptible (unallocated or "
-    gantt_caption += "past protection); red outline = ended by preemption."
+    gantt_caption += "past protection); red outline and tick at its end = ended by preemption."
     if window is not None:
         gantt_caption += f" Window: {_when(window[0])} → {_when(window[1])}."
 

@@ -128,3 +128,21 @@ def evaluate(url: str, expression: str, *, width: int, height: int) -> Any:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+# every chart of a page as shown: its drawn (natural) and shown widths, whether it
+# overflows its figure and whether that figure scrolls; and the page's own widths
+_MEASURE_CHARTS = """JSON.stringify({
+  page: document.documentElement.scrollWidth, viewport: document.documentElement.clientWidth,
+  charts: [...document.querySelectorAll('figure img')].map(img => {
+    const fig = img.closest('figure'), shown = img.getBoundingClientRect();
+    return {alt: img.alt, drawn: img.naturalWidth, shown: shown.width,
+            overflows: fig.scrollWidth > fig.clientWidth + 1,
+            scrolls: ['auto', 'scroll'].includes(getComputedStyle(fig).overflowX),
+            rightOfWindow: shown.right > document.documentElement.clientWidth + 1};
+  })})"""
+
+
+def charts_as_shown(url: str, *, width: int, height: int = 900) -> dict[str, Any]:
+    """How the page at `url` shows its chart images in a `width` px window."""
+    return orjson.loads(evaluate(url, _MEASURE_CHARTS, width=width, height=height))

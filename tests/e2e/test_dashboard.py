@@ -40,7 +40,8 @@ from projections.gantt import GanttCollector
 from projections.report import fmt_pct
 from projections.summary import fold as fold_usage
 from projections.usage import iter_journal
-from tests.e2e.devtools import CHROMIUM, HEADLESS, evaluate
+from tests.e2e.devtools import CHROMIUM, HEADLESS, charts_as_shown, evaluate
+from tests.e2e.test_report_layout import check_charts_readable
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
@@ -536,3 +537,14 @@ def test_a_long_reason_keeps_its_queue_row_two_lines_tall(server: Server, width:
     assert not tall, tall[:3]
     assert [c["title"] for c in cells] == [c["text"] for c in cells]
     assert any(c["cut"] for c in cells)  # else this tests nothing
+
+
+@pytest.mark.parametrize("width", [1400, 800], ids=["desktop", "narrow"])
+@pytest.mark.parametrize("path", ["/", "/timeline"])
+def test_dashboard_charts_stay_readable_at_any_window_width(
+    server: Server, path: str, width: int
+) -> None:
+    """As report.html's: shrunk into a narrow window the charts' text was 7-8 px; they
+    stop shrinking at a readable size and scroll in their own frame."""
+    shown = charts_as_shown(server.url + path, width=width)
+    check_charts_readable(shown, width=width)

@@ -382,6 +382,38 @@ def test_gantt_legend_keys_only_what_the_window_shows(close_figures):
     assert [k for k in STYLE_KEYS if k in busy] == ["ended by preemption", "host unhealthy"]
 
 
+def _longest_red_run_in_plot(fig) -> int:
+    """The most pixels of the preemption red (#d62728) stacked in one column of the
+    plot area (the legend's key is red too)."""
+    fig.canvas.draw()
+    rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)
+    box = fig.axes[0].get_window_extent()
+    height = rgb.shape[0]
+    plot = rgb[round(height - box.y1) : round(height - box.y0), round(box.x0) : round(box.x1)]
+    red = np.abs(plot - (214, 39, 40)).max(axis=2) < 40
+    longest = 0
+    for column in red.T:
+        run = 0
+        for is_red in column:
+            run = run + 1 if is_red else 0
+            longest = max(longest, run)
+    return longest
+
+
+def test_a_preemption_in_a_1024_gpu_timeline_is_visible(close_figures):
+    """In a lab-sized chart a 1-GPU bar is about 1 px tall, and its red outline alone
+    was a smear no one could find: the moment it stopped carries a mark of its own,
+    taller than a host's rows, in the preemption red."""
+    j = JournalBuilder(start=YOUNG)
+    for k in range(128):
+        j.host(f"h{k}")
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.submit("w", "lab/a", 1).place("w", {"h64": [3]})
+    j.at(1800).preempt("w").at(3600).tick()
+    fig, _ = gantt_of(j).figure()
+    assert _longest_red_run_in_plot(fig) >= 10
+
+
 @pytest.mark.parametrize(
     ("leaves", "groups"),
     [
