@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from projections.chart_style import MIN_SHOWN_SCALE
+
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # a headless browser that reaches out to nothing (no sandbox: tests may run as root)
 HEADLESS = (
@@ -146,3 +148,19 @@ _MEASURE_CHARTS = """JSON.stringify({
 def charts_as_shown(url: str, *, width: int, height: int = 900) -> dict[str, Any]:
     """How the page at `url` shows its chart images in a `width` px window."""
     return orjson.loads(evaluate(url, _MEASURE_CHARTS, width=width, height=height))
+
+
+def check_charts_readable(shown: dict, *, width: int) -> None:
+    """The report's and the dashboard's charts as `charts_as_shown` measured them:
+    never shrunk below MIN_SHOWN_SCALE (their text stays readable), scrolling in
+    their own frame rather than the page, and whole in a desktop window."""
+    assert shown["charts"], "no chart on the page: this tests nothing"
+    assert shown["page"] <= shown["viewport"], shown  # no sideways scroll of the page
+    for chart in shown["charts"]:
+        scale = chart["shown"] / chart["drawn"]
+        # 10 pt text drawn at 100 dpi is about 10 px at 70 %, 7-8 px in an 800 px window
+        assert scale >= MIN_SHOWN_SCALE - 0.005, (width, chart)
+        if chart["overflows"] or chart["rightOfWindow"]:
+            assert chart["scrolls"], (width, chart)
+        if width >= 1400:  # a desktop window shows every chart whole, nearly 1:1
+            assert not chart["overflows"] and scale >= 0.9, (width, chart)

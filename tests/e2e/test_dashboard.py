@@ -40,8 +40,13 @@ from projections.gantt import GanttCollector
 from projections.report import fmt_pct
 from projections.summary import fold as fold_usage
 from projections.usage import iter_journal
-from tests.e2e.devtools import CHROMIUM, HEADLESS, charts_as_shown, evaluate
-from tests.e2e.test_report_layout import check_charts_readable
+from tests.e2e.devtools import (
+    CHROMIUM,
+    HEADLESS,
+    charts_as_shown,
+    check_charts_readable,
+    evaluate,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
