@@ -38,6 +38,14 @@ def test_members_added_and_removed_by_name_on_kafka(kafka_bootstrap: str) -> Non
             "zed was not a member: nothing to remove",
             "Members now: bob, erin",
         ]
+        # without --wait the verdict is waited for too: a refused change says why, exit 1
+        refused = allot(
+            "budget", "set", "lab/mid", "9", "--cluster", "c", "--as", "bob", env=environ
+        )
+        assert refused.returncode == 1, (refused.stdout, refused.stderr)
+        assert refused.stdout.splitlines()[-1] == (
+            "The budget change for lab/mid was rejected: 'bob' is not a manager of 'lab'; ask pm"
+        )
         shares = allot("shares", "-l", "--json", "-A", "lab/mid", "--cluster", "c", env=environ)
         assert shares.returncode == 0, shares.stderr
         rows = orjson.loads(shares.stdout)["allocations"]

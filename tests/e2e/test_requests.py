@@ -217,22 +217,36 @@ def test_parsable_prints_only_the_id(cluster: Path) -> None:
 
 
 def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path) -> None:
-    result = allot("budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory")
-    assert result.returncode == 0, result.stderr  # sending works; the scheduler decides
+    # --no-wait only sends: the scheduler decides later
+    result = allot(
+        "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory", "--no-wait"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Budget change for lab/olmo (weight 100) sent (request ")
     rejected = wait_for(
         cluster, lambda r: r["type"] == "budget.rejected" and r["actor"] == "mallory"
     )
     assert rejected["allocation"] == "lab/olmo"
     assert "'mallory' is not a manager of 'lab'" in rejected["error"]
-    # --wait prints the scheduler's verdict and exits 1 on a rejection
-    result = allot(
-        "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory",
-        "--wait", "20",
-    )  # fmt: skip
+    # without it (as with --wait) the verdict is printed, and a refusal exits 1: a
+    # manager told only "sent" never learned that the change was refused
+    for wait in ((), ("--wait", "20")):
+        result = allot(
+            "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory", *wait
+        )  # fmt: skip
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1].startswith(
+            "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
+        )
+    result = allot("budget", "remove", "lab/nowhere", "--data", str(cluster), "--as", "pm")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1].startswith(
-        "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
+    assert result.stdout.splitlines()[-1] == (
+        "The removal of lab/nowhere was rejected: unknown allocation 'lab/nowhere'"
     )
+    line = one_line_error(
+        allot("budget", "remove", "lab/x", "--data", str(cluster), "--no-wait", "--wait", "5")
+    )
+    assert line == "error: --wait and --no-wait: give one or the other"
 
     # the manager may, and may remove what has no work
     result = allot(
