@@ -1397,7 +1397,9 @@ def budget_set(
         float | None,
         typer.Argument(
             help="Share among its siblings (0 to 1e6); left out, the scheduler keeps its "
-            "current weight (to change only managers or members, as sacctmgr modify does)."
+            "current weight (to change only managers or members, as sacctmgr modify does). "
+            "0 gives it, and everything under it, no share: its work still runs, but only "
+            "unallocated (not charged, not protected, preempted by any allocated request)."
         ),
     ] = None,
     manager: Annotated[
@@ -1537,6 +1539,17 @@ def budget_set(
     )
     if sent.verdict is not None:
         _say_named_changes(sent.verdict, managers, members)
+    if weight == 0:
+        typer.echo(_ZERO_WEIGHT_NOTE.format(path=path), err=True)
+
+
+# what a zero weight means (DESIGN §5 rule 8: `State.allocated` needs a non-zero share),
+# said when one is set: without it a manager read "set" and learned it from the queue
+_ZERO_WEIGHT_NOTE = (
+    "note: weight 0: {path} and everything under it get no share; their work runs only "
+    "unallocated (not charged, not protected, on GPUs no allocated work wants, preempted "
+    "by any allocated request)"
+)
 
 
 def _say_named_changes(verdict: dict[str, Any], *changes: _ListChange) -> None:

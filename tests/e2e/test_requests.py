@@ -261,6 +261,30 @@ def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path)
     assert removed["allocation"] == "lab/tmp" and removed["actor"] == "pm"
 
 
+def test_a_zero_weight_says_what_it_means(cluster: Path) -> None:
+    """Weight 0 was taken with "Budget of ... set" alone: that the allocation's work now
+    runs only unallocated (free, unprotected, preemptible) was for the manager to find."""
+    note = (
+        "note: weight 0: lab/vision and everything under it get no share; their work runs "
+        "only unallocated (not charged, not protected, on GPUs no allocated work wants, "
+        "preempted by any allocated request)"
+    )
+    try:
+        zero = allot("budget", "set", "lab/vision", "0", "--data", str(cluster), "--as", "pm")
+        assert zero.returncode == 0, zero.stdout + zero.stderr
+        assert zero.stdout.splitlines()[-1] == "Budget of lab/vision set"
+        assert zero.stderr.splitlines() == [note]
+    finally:
+        one = allot("budget", "set", "lab/vision", "1", "--data", str(cluster), "--as", "pm")
+    assert one.returncode == 0 and one.stderr == "", one.stderr
+    refused = allot("budget", "set", "lab/vision", "0", "--data", str(cluster), "--as", "eve")
+    assert refused.returncode == 1 and refused.stderr == "", refused.stderr  # nothing changed
+    weight_help = allot("budget", "set", "--help").stdout
+    assert "0 gives it, and everything under it, no share" in " ".join(
+        line.strip(" │") for line in weight_help.splitlines()
+    )
+
+
 def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -> None:
     def members_after(*flags: str) -> list[str]:
         result = allot(
