@@ -1360,23 +1360,47 @@ def _near_miss(target: Target, cluster: str, path: str) -> str | None:
     from difflib import get_close_matches
 
     from domain.tree import parent_of
-    from projections.views import ViewError
 
-    view = _live_view(target, cluster)
-    if view is None:
-        return None
-    try:
-        tree = view.require().tree
-    except ViewError:  # nothing scheduled yet
+    tree = _allocation_paths(target, cluster)
+    if tree is None:
         return None
     parent = parent_of(path)
     if path in tree or (parent is not None and parent not in tree):
         return None  # a missing parent is the scheduler's rejection to give
-    siblings = {s.rpartition("/")[2]: s for s in tree.siblings_of(path)}
+    siblings = {s.rpartition("/")[2]: s for s in tree if parent_of(s) == parent}
     name = path.rpartition("/")[2]
     same_but_case = [s for n, s in siblings.items() if n.casefold() == name.casefold()]
-    close = get_close_matches(name, list(siblings), n=1, cutoff=0.8)
+    close = get_close_matches(name, sorted(siblings), n=1, cutoff=0.8)
     return same_but_case[0] if same_but_case else (siblings[close[0]] if close else None)
+
+
+def _allocation_paths(target: Target, cluster: str) -> set[str] | None:
+    """The budget tree's paths at the journal's end, or None when it cannot be read.
+
+    Only the tree's records are read (a byte search for them): folding the whole
+    journal for this took 0.8 s of a lab's week (40k records) in a folder. The tree
+    changes by nothing else, and the journal holds only the changes accepted."""
+    from streams.sources import SourceError, records_of_type
+
+    try:
+        records = records_of_type(
+            ("budget.set", "budget.removed"),
+            kafka=target.kafka,
+            data=target.data,
+            cluster=cluster,
+        )
+    except (SourceError, OSError):
+        return None
+    paths: set[str] = set()
+    for record in records:
+        allocation = record.get("allocation")
+        if not isinstance(allocation, str):
+            continue
+        if record["type"] == "budget.set":
+            paths.add(allocation)
+        else:
+            paths.discard(allocation)
+    return paths
 
 
 def _refuse_near_miss(target: Target, cluster: str, path: str) -> None:
