@@ -311,8 +311,12 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
             rows = budget_log(con, allocation)
         finally:
             con.close()
+        refused = sum(1 for r in rows if r["error"] is not None)
+        title = f"{len(rows) - refused:,} budget changes"
+        if refused:
+            title += f", {refused:,} refused"
         table = _table(
-            f"{len(rows):,} budget changes",
+            title,
             [
                 ("TIME (UTC)", "left"),
                 ("ACTOR", "left"),
@@ -321,6 +325,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 ("WEIGHT", "right"),
                 ("MANAGERS", "left"),
                 ("MEMBERS", "left"),
+                *((("REFUSED BECAUSE", "left"),) if refused else ()),
             ],
         )
         for r in rows:
@@ -332,6 +337,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 _weight_change(r["weight"], r["previous_weight"]),
                 _list_shown(r, "managers"),
                 _list_shown(r, "members"),
+                *((r["error"] or "",) if refused else ()),
             )
         _print(table)
 
@@ -485,7 +491,11 @@ def register(app: typer.Typer) -> None:
         the names, those that changed nothing ('already' there, 'not there' to remove)
         and the list it left. --json: previous_weight, null where kept; add_members,
         remove_members, add_managers, remove_managers, and the names that changed
-        nothing: already_members, absent_members, already_managers, absent_managers."""
+        nothing: already_members, absent_members, already_managers, absent_managers.
+
+        Changes the scheduler refused (not a manager, an unknown parent, ...) are listed
+        too, as `set refused` or `remove refused` with the reason (REFUSED BECAUSE;
+        --json: error, null for the changes made); the title counts them apart."""
         _budget_log(allocation, db, json_)
 
     budget = _budget_typer(app)

@@ -119,6 +119,25 @@ def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) 
     ]
 
 
+def test_budget_log_marks_refused_changes_and_says_why(tmp_path: Path) -> None:
+    from tests.projections.test_audit import refused_history, write
+
+    journal = write(tmp_path / "journal.jsonl", refused_history())
+    db = tmp_path / "audit.duckdb"
+    loaded = allot("audit", "load", "--journal", str(journal), "--db", str(db))
+    assert loaded.returncode == 0, loaded.stderr
+    table = allot("budget", "log", "--db", str(db))
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0] == "3 budget changes, 2 refused"
+    assert lines[1].split()[-2:] == ["REFUSED", "BECAUSE"]
+    refused = [" ".join(line.split()[2:]) for line in lines[2:] if "refused" in line.split()]
+    assert refused == [
+        "mallory lab/a set refused 'mallory' is not a manager of 'lab'; ask pm",
+        "pm lab/gone remove refused unknown allocation 'lab/gone'",
+    ]
+
+
 def test_preemptions(db: Path, records: list[dict[str, Any]]) -> None:
     rows = as_json(allot("preemptions", "--json", "--db", str(db)))
     preempted = [r for r in records if r["type"] == "workload.preempted"]
