@@ -300,7 +300,8 @@ def _history(
 
 
 def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
-    from projections.audit import budget_log, budget_log_json
+    from projections.audit import budget_log, budget_log_json, latest_time
+    from projections.views import iso
 
     def run() -> None:
         con = _open(db)
@@ -309,12 +310,18 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 typer.echo(budget_log_json(con, allocation))  # built by DuckDB: fast
                 return
             rows = budget_log(con, allocation)
+            loaded_up_to = iso(latest_time(con))
         finally:
             con.close()
         refused = sum(1 for r in rows if r["error"] is not None)
         title = f"{len(rows) - refused:,} budget changes"
         if refused:
             title += f", {refused:,} refused"
+        # the database is only as new as its last load: a change made since is not in
+        # it, and a manager checking one just made would read that it never happened
+        title += (
+            f" · {_db(db)} loaded up to {loaded_up_to} UTC (`allot audit load` adds what is newer)"
+        )
         table = _table(
             title,
             [
