@@ -1501,10 +1501,10 @@ def budget_set(
     why and exits 1. `allot shares -l` shows the current managers and members. --member and
     --manager replace a list; --add-member, --remove-member, --add-manager and
     --remove-manager change it, keeping everyone else (adding someone already there, or
-    removing someone who is not, changes nothing and is not an error: --wait says so).
+    removing someone who is not, changes nothing and is not an error: the verdict says so).
     For one list give one kind or the other (--member or --no-members with
     --add-member is refused). A scheduler older than --add-member and its kin ignores
-    them: --wait says so, exit 1. A new PATH whose name is close to an existing
+    them: the verdict says so, exit 1. A new PATH whose name is close to an existing
     sibling's is refused as a likely typo unless --create is given: created, it would
     take a share from its siblings at once."""
     with one_line_errors():
@@ -1563,8 +1563,25 @@ def budget_set(
     )
     if sent.verdict is not None:
         _say_named_changes(sent.verdict, managers, members)
+        if members.add or members.replace:
+            _say_if_members_inactive(sent.target, cluster, path)
     if weight == 0:
         typer.echo(_ZERO_WEIGHT_NOTE.format(path=path), err=True)
+
+
+def _say_if_members_inactive(target: Target, cluster: str, path: str) -> None:
+    """Members given to an allocation that has children may submit neither to it nor
+    below it (`allot shares -l`: inactive): say so, or the manager who added them hears
+    of it from them, when their submissions are refused."""
+    paths = _allocation_paths(target, cluster)
+    children = sorted(p for p in paths or () if p.rpartition("/")[0] == path)
+    if children:
+        typer.echo(
+            f"note: {path} has children ({', '.join(children[:3])}"
+            f"{', ...' if len(children) > 3 else ''}): its members may submit neither to it "
+            "nor below it until it is a leaf again; add them to a leaf",
+            err=True,
+        )
 
 
 # what a zero weight means (DESIGN §5 rule 8: `State.allocated` needs a non-zero share),

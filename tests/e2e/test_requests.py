@@ -285,6 +285,34 @@ def test_a_zero_weight_says_what_it_means(cluster: Path) -> None:
     )
 
 
+def test_members_given_to_an_allocation_with_children_are_said_to_be_inactive(
+    cluster: Path,
+) -> None:
+    """`budget set lab --add-member zed` said "Members now: zed" and nothing else, while
+    members of an allocation with children may not submit (shares -l: inactive)."""
+
+    def members_of_lab(*flags: str) -> subprocess.CompletedProcess[str]:
+        return allot("budget", "set", "lab", *flags, "--data", str(cluster), "--as", ADMIN)
+
+    added = members_of_lab("--add-member", "zed")
+    try:
+        assert added.returncode == 0, added.stdout + added.stderr
+        assert added.stdout.splitlines()[-1] == "Members now: zed"
+        (note,) = added.stderr.splitlines()
+        assert note.startswith("note: lab has children (lab/olmo, "), note
+        assert note.endswith(
+            "): its members may submit neither to it nor below it until it is a leaf again; "
+            "add them to a leaf"
+        )
+    finally:
+        removed = members_of_lab("--remove-member", "zed")
+    assert removed.returncode == 0 and removed.stderr == "", removed.stderr  # none left
+    leaf = allot(
+        "budget", "set", "lab/vision", "--add-member", "carol", "--data", str(cluster), "--as", "pm"
+    )  # fmt: skip
+    assert leaf.returncode == 0 and leaf.stderr == "", leaf.stderr
+
+
 def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -> None:
     def members_after(*flags: str) -> list[str]:
         result = allot(
