@@ -300,8 +300,9 @@ def _history(
 
 
 def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
+    from datetime import UTC, datetime
+
     from projections.audit import budget_log, budget_log_json, latest_time
-    from projections.views import iso
 
     def run() -> None:
         con = _open(db)
@@ -310,7 +311,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 typer.echo(budget_log_json(con, allocation))  # built by DuckDB: fast
                 return
             rows = budget_log(con, allocation)
-            loaded_up_to = iso(latest_time(con))
+            loaded_up_to = datetime.fromtimestamp(latest_time(con), UTC)
         finally:
             con.close()
         refused = sum(1 for r in rows if r["error"] is not None)
@@ -319,9 +320,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
             title += f", {refused:,} refused"
         # the database is only as new as its last load: a change made since is not in
         # it, and a manager checking one just made would read that it never happened
-        title += (
-            f" · {_db(db)} loaded up to {loaded_up_to} UTC (`allot audit load` adds what is newer)"
-        )
+        title += f" · {_db(db)} loaded up to {loaded_up_to:%Y-%m-%d %H:%M:%S} UTC (`allot audit load` adds what is newer)"
         table = _table(
             title,
             [
