@@ -602,6 +602,29 @@ def _budget_changes(con: duckdb.DuckDBPyConnection) -> str:
     return f"(SELECT *{missing} FROM {_BUDGET_CHANGES_WITH_PREVIOUS})"
 
 
+# budget changes the scheduler refused (`budget.rejected`: not a manager, an unknown
+# parent, ...), as rows of the log: the change the request asked for is not in the
+# journal (only its `ref`), so its weight and lists are NULL and `error` says why
+_REFUSED_BUDGET_CHANGES = f"""(
+    SELECT seq, time, t, cluster, actor, allocation,
+           CASE json_extract_string(record, '$.input_type')
+               WHEN 'budget.removed' THEN 'remove refused' ELSE 'set refused' END AS change,
+           NULL::DOUBLE AS weight, NULL::DOUBLE AS previous_weight, NULL::JSON AS managers,
+           NULL::JSON AS members, {", ".join(f"NULL::JSON AS {c}" for c in NAMED_CHANGES)},
+           error
+    FROM rejections WHERE type = 'budget.rejected'
+)"""
+
+
+def _budget_log_rows(con: duckdb.DuckDBPyConnection) -> str:
+    """The accepted changes (with `previous_weight`) and the refused ones, `error` NULL
+    for an accepted change."""
+    return (
+        f"(SELECT *, NULL::VARCHAR AS error FROM {_budget_changes(con)} "
+        f"UNION ALL BY NAME SELECT * FROM {_REFUSED_BUDGET_CHANGES})"
+    )
+
+
 def budget_log(
     con: duckdb.DuckDBPyConnection, allocation: str | None = None
 ) -> list[dict[str, Any]]:
@@ -611,14 +634,15 @@ def budget_log(
     names has the resulting list there, the names in `add_members`, `remove_members`,
     `add_managers`, `remove_managers`, and those that changed nothing in
     `already_members` (added, were there), `absent_members` (removed, were not) and the
-    managers' alike (None where not given)."""
+    managers' alike (None where not given). Changes the scheduler refused are rows too,
+    `change` `set refused` or `remove refused` and `error` why (None for the others)."""
     latest_time(con)
     where, params = _budget_filter(allocation)
     rows = con.execute(
         f"""
         SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, actor, allocation, change, weight,
-               previous_weight, managers, members, {", ".join(NAMED_CHANGES)}
-        FROM {_budget_changes(con)} {where} ORDER BY seq
+               previous_weight, managers, members, error, {", ".join(NAMED_CHANGES)}
+        FROM {_budget_log_rows(con)} {where} ORDER BY seq
         """,
         params,
     ).fetchall()
@@ -637,8 +661,9 @@ def budget_log(
             "managers": loads(m) if m else None,
             "members": loads(mb) if mb else None,
             **{c: loads(v) if v else None for c, v in zip(NAMED_CHANGES, named, strict=True)},
+            "error": error,
         }
-        for when, t, actor, alloc, change, weight, previous, m, mb, *named in rows
+        for when, t, actor, alloc, change, weight, previous, m, mb, error, *named in rows
     ]
 
 
@@ -654,9 +679,9 @@ def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = Non
             'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'actor': actor,
             'allocation': allocation, 'change': change, 'weight': weight,
             'previous_weight': previous_weight, 'managers': managers, 'members': members,
-            {named}
+            {named}, 'error': error
         }} ORDER BY seq)), '[]')
-        FROM {_budget_changes(con)} {where}
+        FROM {_budget_log_rows(con)} {where}
         """,
         params,
     ).fetchall()[0]

@@ -116,6 +116,9 @@ class InboxWriter(Protocol):
 
     def send(self, requests: list[dict[str, Any]]) -> None: ...
 
+    # whether this sender may read the journal, so a wait for the verdict can see it
+    def can_watch(self) -> bool: ...
+
     def send_and_wait(
         self,
         requests: list[dict[str, Any]],
@@ -177,6 +180,9 @@ class EmbeddedInbox:
             raise _inbox_error(
                 EmbeddedError(f"cannot write {inbox}: {why.strerror or why}", errno=why.errno)
             ) from None
+
+    def can_watch(self) -> bool:
+        return True  # whoever may append to the folder's inbox reads its journal
 
     def send_and_wait(
         self,
@@ -301,6 +307,21 @@ class KafkaInbox:
                 waiting.cancel()
                 self._loop.run_until_complete(asyncio.gather(waiting, return_exceptions=True))
             self._loop.run_until_complete(quiet_stop(consumer))
+
+    def can_watch(self) -> bool:
+        """Whether the broker shows this principal the journal topic: one that may only
+        write the inbox (`allot-submit`) cannot wait for a verdict. Unreachable: an
+        InboxError, as a send would raise."""
+        return bool(self._run(self._journal_visible()))
+
+    async def _journal_visible(self) -> bool:
+        producer = await self._open_producer()
+        try:
+            metadata = await producer.client.fetch_all_metadata()
+        except Exception as why:
+            await self._drop_producer()
+            raise self._unreachable(kafka_auth.describe_error(why)) from None
+        return topics.JOURNAL in metadata.topics()
 
     def close(self) -> None:
         loop, self._loop = self._loop, None

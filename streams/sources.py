@@ -200,17 +200,57 @@ def records_naming(
         head, sep, index = wid.rpartition("_")
         return wid in names or (bool(sep) and head in names and index.isdigit())
 
-    out: list[dict[str, Any]] = []
+    since = None
     if kafka is not None and journal is None and data is None:
         times = [ulid_time(wid) for wid in wanted]
-        since = None
         if all(t is not None for t in times):
             since = int((min(t for t in times if t is not None) - ID_CLOCK_SLACK_S) * 1000)
+    return _search(pattern, about, kafka, data, journal, cluster, since)
+
+
+def records_of_type(
+    kinds: Iterable[str],
+    *,
+    kafka: str | None = None,
+    data: Path | None = None,
+    journal: Path | None = None,
+    cluster: str | None = None,
+) -> list[dict[str, Any]]:
+    """The journal's records whose `type` is one of `kinds` (e.g. `budget.set`), oldest
+    first, as dicts; found by a byte search as `records_naming` finds its records, so
+    reading a few rare records (the budget tree's) costs a scan, not a fold. [] when
+    there is no journal yet; SourceError when it cannot be read."""
+    wanted = set(kinds)
+    if not wanted:
+        return []
+    # each type as JSON writes it, closing quote included (`budget.set"`, not
+    # `budget.settled"`); `input_type` of a rejection matches too and is sorted out below
+    pattern = re.compile(b"|".join(re.escape(orjson.dumps(k)[1:]) for k in sorted(wanted)))
+
+    def of_kind(record: Any) -> bool:
+        return isinstance(record, dict) and record.get("type") in wanted
+
+    return _search(pattern, of_kind, kafka, data, journal, cluster)
+
+
+def _search(
+    pattern: re.Pattern[bytes],
+    keep: Callable[[Any], bool],
+    kafka: str | None,
+    data: Path | None,
+    journal: Path | None,
+    cluster: str | None,
+    since_ms: int | None = None,
+) -> list[dict[str, Any]]:
+    """The records (dicts) of lines `pattern` finds that `keep` accepts, oldest first:
+    only those lines are decoded. Kafka (when no file is named) from `since_ms` on."""
+    out: list[dict[str, Any]] = []
+    if kafka is not None and journal is None and data is None:
         try:
-            for line in _kafka_lines(kafka, cluster, False, since_ms=since):
+            for line in _kafka_lines(kafka, cluster, False, since_ms=since_ms):
                 if pattern.search(line):
                     record = orjson.loads(line)
-                    if about(record):
+                    if keep(record):
                         out.append(record)
         except EmptyJournal:
             return []
@@ -232,7 +272,7 @@ def records_naming(
                     line = text[start:done]
                     with contextlib.suppress(orjson.JSONDecodeError):
                         record = orjson.loads(line)
-                        if about(record) and _matches(line, cluster):
+                        if keep(record) and _matches(line, cluster):
                             out.append(record)
     except FileNotFoundError:
         return []

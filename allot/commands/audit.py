@@ -300,7 +300,9 @@ def _history(
 
 
 def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
-    from projections.audit import budget_log, budget_log_json
+    from datetime import UTC, datetime
+
+    from projections.audit import budget_log, budget_log_json, latest_time
 
     def run() -> None:
         con = _open(db)
@@ -309,10 +311,18 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 typer.echo(budget_log_json(con, allocation))  # built by DuckDB: fast
                 return
             rows = budget_log(con, allocation)
+            loaded_up_to = datetime.fromtimestamp(latest_time(con), UTC)
         finally:
             con.close()
+        refused = sum(1 for r in rows if r["error"] is not None)
+        title = f"{len(rows) - refused:,} budget changes"
+        if refused:
+            title += f", {refused:,} refused"
+        # the database is only as new as its last load: a change made since is not in
+        # it, and a manager checking one just made would read that it never happened
+        title += f" · {_db(db)} loaded up to {loaded_up_to:%Y-%m-%d %H:%M:%S} UTC (`allot audit load` adds what is newer)"
         table = _table(
-            f"{len(rows):,} budget changes",
+            title,
             [
                 ("TIME (UTC)", "left"),
                 ("ACTOR", "left"),
@@ -321,6 +331,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 ("WEIGHT", "right"),
                 ("MANAGERS", "left"),
                 ("MEMBERS", "left"),
+                *((("REFUSED BECAUSE", "left"),) if refused else ()),
             ],
         )
         for r in rows:
@@ -332,6 +343,7 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 _weight_change(r["weight"], r["previous_weight"]),
                 _list_shown(r, "managers"),
                 _list_shown(r, "members"),
+                *((r["error"] or "",) if refused else ()),
             )
         _print(table)
 
@@ -485,7 +497,11 @@ def register(app: typer.Typer) -> None:
         the names, those that changed nothing ('already' there, 'not there' to remove)
         and the list it left. --json: previous_weight, null where kept; add_members,
         remove_members, add_managers, remove_managers, and the names that changed
-        nothing: already_members, absent_members, already_managers, absent_managers."""
+        nothing: already_members, absent_members, already_managers, absent_managers.
+
+        Changes the scheduler refused (not a manager, an unknown parent, ...) are listed
+        too, as `set refused` or `remove refused` with the reason (REFUSED BECAUSE;
+        --json: error, null for the changes made); the title counts them apart."""
         _budget_log(allocation, db, json_)
 
     budget = _budget_typer(app)

@@ -96,6 +96,13 @@ def test_budget_log(db: Path, records: list[dict[str, Any]]) -> None:
     table = allot("budget", "log", "--db", str(db))
     assert table.returncode == 0, table.stderr
     assert "lab/train" in table.stdout and "ACTOR" in table.stdout
+    # the log is as new as the database's last load, and says so: a change made since
+    # is missing from it, not refused or lost
+    last = datetime.fromtimestamp(max(r["time"] for r in records), UTC)
+    assert table.stdout.splitlines()[0] == (
+        f"{len(budgets)} budget changes · {db} loaded up to "
+        f"{last:%Y-%m-%d %H:%M:%S} UTC (`allot audit load` adds what is newer)"
+    )
 
 
 def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) -> None:
@@ -116,6 +123,25 @@ def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) 
         ["pm", "lab/a", "set", "(none)"],
         ["pm", "lab/a", "removed"],
         ["pm", "lab/a", "set", "2"],
+    ]
+
+
+def test_budget_log_marks_refused_changes_and_says_why(tmp_path: Path) -> None:
+    from tests.projections.test_audit import refused_history, write
+
+    journal = write(tmp_path / "journal.jsonl", refused_history())
+    db = tmp_path / "audit.duckdb"
+    loaded = allot("audit", "load", "--journal", str(journal), "--db", str(db))
+    assert loaded.returncode == 0, loaded.stderr
+    table = allot("budget", "log", "--db", str(db))
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith("3 budget changes, 2 refused · ")
+    assert lines[1].split()[-2:] == ["REFUSED", "BECAUSE"]
+    refused = [" ".join(line.split()[2:]) for line in lines[2:] if "refused" in line.split()]
+    assert refused == [
+        "mallory lab/a set refused 'mallory' is not a manager of 'lab'; ask pm",
+        "pm lab/gone remove refused unknown allocation 'lab/gone'",
     ]
 
 

@@ -38,6 +38,18 @@ def test_members_added_and_removed_by_name_on_kafka(kafka_bootstrap: str) -> Non
             "zed was not a member: nothing to remove",
             "Members now: bob, erin",
         ]
+        # without --wait the verdict is waited for too: a refused change says why, exit 1
+        refused = allot(
+            "budget", "set", "lab/mid", "9", "--cluster", "c", "--as", "bob", env=environ
+        )
+        assert refused.returncode == 1, (refused.stdout, refused.stderr)
+        assert refused.stdout.splitlines()[-1] == (
+            "The budget change for lab/mid was rejected: 'bob' is not a manager of 'lab'; ask pm"
+        )
+        # the typo check reads the tree's records from the journal topic
+        typo = allot("budget", "set", "lab/midd", "1", "--cluster", "c", "--as", "pm", env=environ)
+        assert typo.returncode == 2, (typo.stdout, typo.stderr)
+        assert "lab/midd does not exist, and lab/mid does: a typo? Nothing sent" in typo.stderr
         shares = allot("shares", "-l", "--json", "-A", "lab/mid", "--cluster", "c", env=environ)
         assert shares.returncode == 0, shares.stderr
         rows = orjson.loads(shares.stdout)["allocations"]

@@ -217,26 +217,36 @@ def test_parsable_prints_only_the_id(cluster: Path) -> None:
 
 
 def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path) -> None:
-    result = allot("budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory")
-    # the scheduler decides; a served folder's refusal is said at once, without --wait too
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1].startswith(
-        "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
-    )
+    # --no-wait only sends: the scheduler decides later
+    result = allot(
+        "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory", "--no-wait"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Budget change for lab/olmo (weight 100) sent (request ")
     rejected = wait_for(
         cluster, lambda r: r["type"] == "budget.rejected" and r["actor"] == "mallory"
     )
     assert rejected["allocation"] == "lab/olmo"
     assert "'mallory' is not a manager of 'lab'" in rejected["error"]
-    # --wait prints the scheduler's verdict and exits 1 on a rejection
-    result = allot(
-        "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory",
-        "--wait", "20",
-    )  # fmt: skip
+    # without it (as with --wait) the verdict is printed, and a refusal exits 1: a
+    # manager told only "sent" never learned that the change was refused
+    for wait in ((), ("--wait", "20")):
+        result = allot(
+            "budget", "set", "lab/olmo", "100", "--data", str(cluster), "--as", "mallory", *wait
+        )  # fmt: skip
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1].startswith(
+            "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
+        )
+    result = allot("budget", "remove", "lab/nowhere", "--data", str(cluster), "--as", "pm")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1].startswith(
-        "The budget change for lab/olmo was rejected: 'mallory' is not a manager of 'lab'"
+    assert result.stdout.splitlines()[-1] == (
+        "The removal of lab/nowhere was rejected: unknown allocation 'lab/nowhere'"
     )
+    line = one_line_error(
+        allot("budget", "remove", "lab/x", "--data", str(cluster), "--no-wait", "--wait", "5")
+    )
+    assert line == "error: --wait and --no-wait: give one or the other"
 
     # the manager may, and may remove what has no work
     result = allot(
@@ -249,6 +259,58 @@ def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path)
     assert result.returncode == 0 and result.stdout.splitlines()[-1] == "Allocation lab/tmp removed"
     removed = wait_for(cluster, lambda r: r["type"] == "budget.removed")
     assert removed["allocation"] == "lab/tmp" and removed["actor"] == "pm"
+
+
+def test_a_zero_weight_says_what_it_means(cluster: Path) -> None:
+    """Weight 0 was taken with "Budget of ... set" alone: that the allocation's work now
+    runs only unallocated (free, unprotected, preemptible) was for the manager to find."""
+    note = (
+        "note: weight 0: lab/vision and everything under it get no share; their work runs "
+        "only unallocated (not charged, not protected, on GPUs no allocated work wants, "
+        "preempted by any allocated request)"
+    )
+    try:
+        zero = allot("budget", "set", "lab/vision", "0", "--data", str(cluster), "--as", "pm")
+        assert zero.returncode == 0, zero.stdout + zero.stderr
+        assert zero.stdout.splitlines()[-1] == "Budget of lab/vision set"
+        assert zero.stderr.splitlines() == [note]
+    finally:
+        one = allot("budget", "set", "lab/vision", "1", "--data", str(cluster), "--as", "pm")
+    assert one.returncode == 0 and one.stderr == "", one.stderr
+    refused = allot("budget", "set", "lab/vision", "0", "--data", str(cluster), "--as", "eve")
+    assert refused.returncode == 1 and refused.stderr == "", refused.stderr  # nothing changed
+    weight_help = allot("budget", "set", "--help").stdout
+    assert "0 gives it, and everything under it, no share" in " ".join(
+        line.strip(" │") for line in weight_help.splitlines()
+    )
+
+
+def test_members_given_to_an_allocation_with_children_are_said_to_be_inactive(
+    cluster: Path,
+) -> None:
+    """`budget set lab --add-member zed` said "Members now: zed" and nothing else, while
+    members of an allocation with children may not submit (shares -l: inactive)."""
+
+    def members_of_lab(*flags: str) -> subprocess.CompletedProcess[str]:
+        return allot("budget", "set", "lab", *flags, "--data", str(cluster), "--as", ADMIN)
+
+    added = members_of_lab("--add-member", "zed")
+    try:
+        assert added.returncode == 0, added.stdout + added.stderr
+        assert added.stdout.splitlines()[-1] == "Members now: zed"
+        (note,) = added.stderr.splitlines()
+        assert note.startswith("note: lab has children (lab/olmo, "), note
+        assert note.endswith(
+            "): its members may submit neither to it nor below it until it is a leaf again; "
+            "add them to a leaf"
+        )
+    finally:
+        removed = members_of_lab("--remove-member", "zed")
+    assert removed.returncode == 0 and removed.stderr == "", removed.stderr  # none left
+    leaf = allot(
+        "budget", "set", "lab/vision", "--add-member", "carol", "--data", str(cluster), "--as", "pm"
+    )  # fmt: skip
+    assert leaf.returncode == 0 and leaf.stderr == "", leaf.stderr
 
 
 def test_member_lists_split_on_commas_and_clear_with_no_members(cluster: Path) -> None:

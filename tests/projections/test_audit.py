@@ -464,6 +464,46 @@ def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -
         con.close()
 
 
+def refused_history() -> list[Any]:
+    """lab/a at weight 1; mallory's change to 9 and pm's removal of an unknown
+    allocation are refused; pm sets lab/a to 3."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, actor="pm")
+    c.at("1h").input(ev.BudgetSet, allocation="lab/a", weight=9, actor="mallory")
+    c.at("2h").input(ev.BudgetRemoved, allocation="lab/gone", actor="pm")
+    c.at("3h").input(ev.BudgetSet, allocation="lab/a", weight=3, actor="pm")
+    return c.journal
+
+
+def test_the_budget_log_lists_refused_changes_with_why(tmp_path: Path) -> None:
+    """A refused change (not a manager, an unknown allocation) was only in the
+    `rejections` view: `budget log`, where a manager looks for what became of a change,
+    did not show it. It must not count as the weight a later change replaced."""
+    journal = write(tmp_path / "journal.jsonl", refused_history())
+    db = tmp_path / "audit.duckdb"
+    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    con = audit.connect(db, read_only=True)
+    try:
+        log = audit.budget_log(con, "lab")
+        assert [
+            (e["actor"], e["allocation"], e["change"], e["weight"], e["previous_weight"])
+            for e in log
+        ] == [
+            ("root", "lab", "set", 1, None),
+            ("pm", "lab/a", "set", 1, None),
+            ("mallory", "lab/a", "set refused", None, None),
+            ("pm", "lab/gone", "remove refused", None, None),
+            ("pm", "lab/a", "set", 3, 1),  # from 1: the refused 9 was never in force
+        ]
+        assert [e["error"] for e in log][:2] == [None, None]
+        assert log[2]["error"].startswith("'mallory' is not a manager of 'lab'")
+        assert log[3]["error"] == "unknown allocation 'lab/gone'"
+        assert orjson.loads(audit.budget_log_json(con, "lab")) == log
+    finally:
+        con.close()
+
+
 def test_a_database_loaded_before_budget_rows_is_backfilled(small: Any) -> None:
     """`budget_changes` reads its own small table; a database from before it was kept
     (its `budget_rows` empty) gets it filled on the next load."""

@@ -405,6 +405,21 @@ def test_submit_wait_without_read_access_says_so(secure: Secure) -> None:
     assert "do not let it read (to --wait for the verdict)" in line
 
 
+def test_budget_set_without_read_access_sends_without_waiting(secure: Secure) -> None:
+    """`budget set` waits for the verdict by default where it can; allot-submit may not
+    read the journal, so it sends as before and says why no verdict is awaited (a default
+    wait must not turn into the --wait refusal above)."""
+    done = _cli(
+        secure.env("allot-submit"), "budget", "set", "lab/b", "1", "--kafka", secure.bootstrap
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Budget change for lab/b (weight 1) sent (request ")
+    assert done.stderr.splitlines() == [
+        "note: not waiting for the scheduler's verdict: allot-submit may not read "
+        f"{topics.JOURNAL}; `allot why ID` as a reader says what it decided"
+    ]
+
+
 # ------------------------------------------------------------------ scheduler and readers
 
 

@@ -1,6 +1,6 @@
 """Reading a journal file's end ahead of folding it (`streams.sources.last_record_time`),
-and finding the records about a few workloads without folding it
-(`streams.sources.records_naming`)."""
+and finding the records about a few workloads, or of a few types, without folding it
+(`streams.sources.records_naming`, `records_of_type`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from streams import topics
 from streams.inbox import new_ulid
-from streams.sources import last_record_time, records_naming, ulid_time
+from streams.sources import last_record_time, records_naming, records_of_type, ulid_time
 
 
 def _line(time: object, cluster: str = "default", pad: int = 0) -> bytes:
@@ -129,6 +129,39 @@ def test_records_naming_without_a_journal_finds_nothing(tmp_path: Path) -> None:
     assert records_naming([PLAIN], data=tmp_path) == []
     (tmp_path / "journal.jsonl").write_bytes(b"")
     assert records_naming([PLAIN], data=tmp_path) == []
+
+
+def _budget(type_: str, allocation: str, cluster: str = "default", **more: Any) -> dict[str, Any]:
+    return {"type": type_, "id": uuid.uuid4().hex, "time": 1.0, "cluster": cluster,
+            "allocation": allocation, **more}  # fmt: skip
+
+
+BUDGETS = [
+    _budget("budget.set", "lab", weight=1.0),
+    _budget("budget.rejected", "lab/x", input_type="budget.set", error="not a manager"),
+    _budget("budget.set", "lab/a", weight=2.0),
+    _budget("workload.submitted", "lab/a", note='"budget.set"'),  # names it, is not one
+    _budget("budget.set", "lab/b", cluster="other", weight=1.0),
+    _budget("budget.removed", "lab/a"),
+    _budget("budget.settled", "lab/c"),  # a longer type with the same start
+]
+
+
+@pytest.mark.parametrize("where", ["file", "data"])
+def test_records_of_type_finds_the_budget_trees_records(tmp_path: Path, where: str) -> None:
+    """What `budget set` reads for its typo check instead of folding the journal: the
+    accepted changes of the tree, of its cluster only; not a rejection, nor a record
+    that merely quotes the type, nor a last line still being written."""
+    path = tmp_path / "journal.jsonl"
+    cut = orjson.dumps(_budget("budget.set", "lab/late", weight=1.0))[:-3]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in BUDGETS) + cut)
+    source = {"journal": path} if where == "file" else {"data": tmp_path}
+    kinds = ("budget.set", "budget.removed")
+    assert records_of_type(kinds, cluster="default", **source) == [BUDGETS[i] for i in (0, 2, 5)]
+    assert records_of_type(kinds, cluster="other", **source) == [BUDGETS[4]]
+    assert records_of_type((), **source) == []
+    (tmp_path / "new").mkdir()  # a folder whose scheduler wrote nothing yet
+    assert records_of_type(kinds, data=tmp_path / "new") == []
 
 
 def test_ulid_time_reads_the_milliseconds_in_an_id() -> None:
