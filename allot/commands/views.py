@@ -1267,6 +1267,23 @@ def register(app: typer.Typer) -> None:
                 "(draining, drained) and removed hosts, with who said so and when.",
             ),
         ] = False,
+        noheader: Annotated[
+            bool,
+            typer.Option(
+                "--noheader",
+                "-h",
+                help="No title or header line, as sinfo -h: one line per host.",
+            ),
+        ] = False,
+        node_oriented: Annotated[
+            bool,
+            typer.Option(
+                "--Node",
+                "-N",
+                help="Accepted for sinfo -N's habit and changes nothing: the list is "
+                "already one line per host.",
+            ),
+        ] = False,
         json_: JsonOpt = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
@@ -1289,7 +1306,7 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             view = load_view(kafka, data, journal, cluster, live_only=True)
             if reasons:
-                _host_reasons(view, json_)
+                _host_reasons(view, json_, noheader)
                 return
             rows = host_rows(view)
             header = shares_header(view)
@@ -1297,7 +1314,8 @@ def register(app: typer.Typer) -> None:
                 _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
                 return
             if not rows:
-                typer.echo(f"no hosts registered in cluster {header['cluster']}")
+                if not noheader:  # sinfo -h of nothing prints nothing
+                    typer.echo(f"no hosts registered in cluster {header['cluster']}")
                 return
             counts: dict[str, int] = {}
             for r in rows:
@@ -1324,11 +1342,12 @@ def register(app: typer.Typer) -> None:
                 cells,
                 right=frozenset({"GPUS", "HELD", "FREE"}),
                 dim=[r["state"] in ("draining", "drained") for r in rows],
+                header=not noheader,
             )
 
         _answer(run)
 
-    def _host_reasons(view: Any, json_: bool) -> None:
+    def _host_reasons(view: Any, json_: bool, noheader: bool = False) -> None:
         from projections.views import host_reason_rows, shares_header
 
         rows = host_reason_rows(view)
@@ -1337,7 +1356,8 @@ def register(app: typer.Typer) -> None:
             _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
             return
         if not rows:
-            typer.echo(f"every host of cluster {header['cluster']} is healthy; none removed")
+            if not noheader:
+                typer.echo(f"every host of cluster {header['cluster']} is healthy; none removed")
             return
         print_rows(
             f"cluster {header['cluster']} · as of {header['now']} UTC · hosts taking no work",
@@ -1355,6 +1375,7 @@ def register(app: typer.Typer) -> None:
                 for r in rows
             ],
             right=frozenset({"GPUS"}),
+            header=not noheader,
         )
 
     @app.command("why")

@@ -404,3 +404,13 @@ def test_slurms_bare_dash_a_says_what_allots_means(lab: dict[str, str], command:
     "unexpected extra argument (bob)"."""
     result = allot(command, "--data", lab["data"], "-a", "-u", "alice")
     one_line_error(result, "'-u' is no allocation path", "every user's work is included")
+
+
+def test_sinfo_noheader_and_node_flags(lab: dict[str, str]) -> None:
+    """`sinfo -N -h` was "No such option: -h" (and -N): the hosts alone now, one a line;
+    -N changes nothing (the list is already per host)."""
+    lines = _ok("host", "list", "--data", lab["data"], "-N", "-h").splitlines()
+    hosts = orjson.loads(_ok("host", "list", "--data", lab["data"], "--json"))["hosts"]
+    assert [line.split()[:2] for line in lines] == [[h["host"], h["state"]] for h in hosts]
+    assert len(lines) == 2
+    assert _ok("host", "list", "-R", "--noheader", "--data", lab["data"]) == ""
