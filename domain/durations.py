@@ -117,15 +117,22 @@ _NOW_OFFSET = re.compile(
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
+# sacct's words for a time of day: seconds after the day's start
+_DAY_WORDS = {"today": 0.0, "midnight": 0.0, "noon": 43200.0, "fika": 54000.0, "teatime": 57600.0}
+
+
 def parse_moment(text: str, latest: float, end: bool = False) -> float:
     """A moment as `--since`/`--until` take it: `now` (= `latest`, the journal's latest
     time) or sacct's `now-1hour`/`now-2d`, a time of day (`07:13`, see `parse_clock`;
     with `end`, as `--until` reads it, that time on `latest`'s day, as sacct's -E does),
     a duration before `latest` (`7d`, `12h`) or an ISO date/time (UTC unless it says
-    otherwise; `20261201` too, not 20 million seconds). ValueError with the forms."""
+    otherwise; `20261201` too, not 20 million seconds); sacct's `today`, `midnight`
+    (both 00:00), `noon`, `fika`, `teatime` of `latest`'s day. ValueError with the forms."""
     text = text.strip()
     if text.lower() == "now":
         return latest
+    if text.lower() in _DAY_WORDS:  # sacct's, of `latest`'s day (UTC), never rolled on
+        return latest - latest % 86400.0 + _DAY_WORDS[text.lower()]
     offset = _NOW_OFFSET.fullmatch(text)
     if offset is not None:
         sign, count, unit = offset.groups()
@@ -151,6 +158,6 @@ def parse_moment(text: str, latest: float, end: bool = False) -> float:
     except ValueError:
         raise ValueError(
             f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
-            "a time of day such as 07:13, now-1hour, or a duration before the journal's "
-            "latest record such as 7d or 12h"
+            "a time of day such as 07:13 (or today, midnight, noon), now-1hour, or a "
+            "duration before the journal's latest record such as 7d or 12h"
         ) from None

@@ -991,6 +991,24 @@ def _nodes(state: State, w: Workload) -> int | None:
     return -(-w.gpus // state.largest_host)
 
 
+def _gpus_per_node(state: State, w: Workload) -> int | None:
+    """squeue's tres-per-node (%b): the GPUs it holds (running) or will hold (waiting) on
+    each of its hosts. A gang takes whole hosts, so on 8-GPU hosts 16 GPUs read as 8 per
+    node on 2 nodes, as Slurm's `--gres=gpu:8 -N 2`; 12 GPUs hold 8 per node too (it
+    is charged for them). None when its hosts differ in what they give it (or, waiting,
+    on a cluster of mixed host sizes, where that depends on which hosts free up)."""
+    if w.hosts:
+        counts = {len(gpus) for gpus in w.hosts.values()}
+        return counts.pop() if len(counts) == 1 else None
+    if not state.hosts:
+        return None
+    if w.gpus <= state.max_host_gpus():
+        return w.gpus
+    if state.smallest_host != state.largest_host:
+        return None
+    return state.largest_host
+
+
 def _row(
     view: JournalView,
     w: Workload,
@@ -1013,6 +1031,7 @@ def _row(
         "nodelist": nodelist(w.hosts) if w.hosts else "",
         "hosts": {name: list(gpus) for name, gpus in w.hosts.items()},
         "nodes": _nodes(view.require(), w),
+        "gpus_per_node": _gpus_per_node(view.require(), w),
         "cluster": view.cluster,
         "rank": ranking.ranks.get(w.allocation),
         "ratio": num(ranking.ratios.get(w.allocation), 6),
@@ -1049,15 +1068,16 @@ def _protected_left(w: Workload, now: float) -> float | None:
 
 # ------------------------------------------------------------------ queue columns
 
-# name -> (squeue-style letter, header, cell)
-QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
+# name -> (squeue's letter for it, or None: allot's own, by name only; header, cell)
+QUEUE_COLUMNS: dict[str, tuple[str | None, str, Callable[[QueueRow], str]]] = {
     "id": ("i", "ID", lambda r: r["id"]),
     "name": ("j", "NAME", lambda r: r["name"] or ""),
     "allocation": ("a", "ALLOCATION", lambda r: r["allocation"]),
     "user": ("u", "USER", lambda r: r["user"]),
     "state": ("T", "STATE", lambda r: r["state"]),
     "st": ("t", "ST", lambda r: "PD" if r["state"] == "PENDING" else "R"),
-    "gpus": ("g", "GPUS", lambda r: str(r["gpus"])),
+    # squeue's %g is the group: allot's GPUs have no letter (%b is per node)
+    "gpus": (None, "GPUS", lambda r: str(r["gpus"])),
     "time": ("M", "WAIT/TIME", lambda r: format_duration(r["time_s"])),
     "reason": ("r", "REASON", lambda r: r["reason"]),
     "nodelist": ("N", "NODELIST", lambda r: r["nodelist"]),
@@ -1070,9 +1090,10 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
         "NODELIST(REASON)",
         lambda r: r["nodelist"] if r["state"] == "RUNNING" else f"({r['reason']})",
     ),
-    "position": ("p", "POS", lambda r: "" if r["position"] is None else str(r["position"])),
-    "rank": ("k", "RANK", lambda r: "" if r["rank"] is None else str(r["rank"])),
-    "ratio": ("f", "RATIO", lambda r: ratio_text(r["ratio"], r["rank"])),
+    # %p, %k and %f until 2026-12: squeue's priority, comment and features
+    "position": (None, "POS", lambda r: "" if r["position"] is None else str(r["position"])),
+    "rank": (None, "RANK", lambda r: "" if r["rank"] is None else str(r["rank"])),
+    "ratio": (None, "RATIO", lambda r: ratio_text(r["ratio"], r["rank"])),
     "priority": ("Q", "PRIO", lambda r: str(r["priority"])),
     "submitted": ("V", "SUBMITTED", lambda r: r["submitted"] or ""),
     "min_runtime": ("l", "MIN_RUNTIME", lambda r: format_duration(r["min_runtime"])),
@@ -1086,8 +1107,14 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
         "ARRAY_TASK_ID",
         lambda r: "N/A" if r["array_task_id"] is None else str(r["array_task_id"]),
     ),
-    # squeue's %b (tres-per-node): the GPUs it asks for, the job's total
-    "gres": ("b", "GRES", lambda r: f"gres/gpu:{r['gpus']}"),
+    # squeue's %b (tres-per-node): GPUs on each of its hosts (blank: they differ)
+    "gres": (
+        "b",
+        "GRES",
+        lambda r: "" if r["gpus_per_node"] is None else f"gres/gpu:{r['gpus_per_node']}",
+    ),
+    # squeue -O tres-per-job: the GPUs the job asks for, in all
+    "tres_per_job": (None, "TRES_PER_JOB", lambda r: f"gres/gpu:{r['gpus']}"),
     # squeue's %L is the time left of its limit; allot has no limit, only protection
     "protected_left": (
         "L",
@@ -1096,7 +1123,7 @@ QUEUE_COLUMNS: dict[str, tuple[str, str, Callable[[QueueRow], str]]] = {
             "UNLIMITED" if r["protected_left_s"] is None else format_duration(r["protected_left_s"])
         ),
     ),
-    "detail": ("d", "DETAIL", lambda r: r["detail"]),
+    "detail": (None, "DETAIL", lambda r: r["detail"]),
     # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
     # as squeue's %S: the expected start of pending work, the actual one of running work
     "start": (
@@ -1149,11 +1176,35 @@ LONG_COLUMNS = [
     "detail",
 ]
 START_COLUMNS = ["id", "allocation", "user", "gpus", "start", "schednodes", "reason"]
-_BY_LETTER = {letter: name for name, (letter, _, _) in QUEUE_COLUMNS.items()}
+_BY_LETTER = {letter: name for name, (letter, _, _) in QUEUE_COLUMNS.items() if letter}
 # squeue's %A: the job id, unique for each task of an array (allot's BASE_N)
 _BY_LETTER["A"] = "id"
-# squeue's CPU and memory fields: allot schedules GPUs only
-_CPU_MEMORY_LETTERS = {"C": "CPUs", "c": "CPUs per node", "m": "memory"}
+# squeue's %p: its priority as a number from 0 to 1; allot's nearest is --priority (%Q)
+_BY_LETTER["p"] = "priority"
+# squeue's letters for what allot has no equivalent of: refused, never read otherwise
+# (%g, %k, %f and %p were allot's gpus, rank, ratio and position until 2026-12)
+NOT_IN_ALLOT_LETTERS = {
+    "g": ("group name", "allot knows no Unix groups; its GPUs: %b (per host) or -o gpus"),
+    "k": ("comment", "allot keeps no comment; its tags: %w; its fair-share rank: -o rank"),
+    "f": (
+        "features",
+        "allot has one GPU type per cluster and no host features; its fair-share ratio: -o ratio",
+    ),
+}
+NOT_IN_ALLOT_NAMES = {
+    "group": "group name",
+    "groupname": "group name",
+    "comment": "comment",
+    "feature": "features",
+    "features": "features",
+}
+# squeue's CPU, memory and disk fields: allot schedules GPUs only
+_CPU_MEMORY_LETTERS = {
+    "C": "CPUs",
+    "c": "CPUs per node",
+    "m": "memory",
+    "d": "minimum temporary disk",
+}
 _CPU_MEMORY_NAMES = {
     "numcpus", "mincpus", "cpus-per-task", "tres-per-task", "minmemory", "mintmpdisk",
 }  # fmt: skip
@@ -1163,18 +1214,26 @@ ID_COLUMNS = frozenset({"id", "array_job_id"})
 
 def _gpus_only(what: str, instead: str) -> ViewError:
     return ViewError(
-        f"{what}: allot schedules GPUs only and knows no CPUs or memory; for GPUs: {instead}"
+        f"{what}: allot schedules GPUs only and knows no CPUs, memory or disk; for GPUs: {instead}"
     )
 
 
+def _not_in_allot(field: str, meaning: str, hint: str) -> ViewError:
+    return ViewError(f"not supported by allot: {field} (Slurm's {meaning}); {hint}")
+
+
 def parse_format(spec: str) -> list[str]:
-    """Columns from `%i %a %u %T %g %M %r` (squeue-like letters) or `id,user,reason`."""
+    """Columns from `%i %a %u %T %b %M %r` (squeue's letters) or `id,user,gpus,reason`.
+    squeue's letters allot has nothing for (%g group, %k comment, %f features; CPUs,
+    memory, disk) are refused with why, never read as another field."""
     spec = spec.strip()
     if "%" in spec:
         letters = re.findall(r"%(?:\.?\d+)?([A-Za-z])", spec.replace("%%", ""))
         for letter in letters:
             if letter in _CPU_MEMORY_LETTERS:
-                raise _gpus_only(f"%{letter} ({_CPU_MEMORY_LETTERS[letter]})", "%b or %g")
+                raise _gpus_only(f"%{letter} ({_CPU_MEMORY_LETTERS[letter]})", "%b or -o gpus")
+            if letter in NOT_IN_ALLOT_LETTERS:
+                raise _not_in_allot(f"%{letter}", *NOT_IN_ALLOT_LETTERS[letter])
         unknown = [f"%{c}" for c in letters if c not in _BY_LETTER]
         if unknown or not letters:
             known = " ".join(f"%{letter}={name}" for letter, name in _BY_LETTER.items())
@@ -1258,7 +1317,7 @@ SQUEUE_LONG_NAMES = {
     "arrayjobid": "array_job_id",
     "arraytaskid": "array_task_id",
     "tres-per-node": "gres",
-    "tres-per-job": "gres",
+    "tres-per-job": "tres_per_job",
     "wckey": "tags",
 }
 LONG_FORMAT_WIDTH = 20  # squeue -O's width for a field given without one
@@ -1288,6 +1347,10 @@ def parse_long_format(spec: str) -> tuple[list[str], Template]:
         name = m["name"].strip().lower()
         if name in _CPU_MEMORY_NAMES:
             raise _gpus_only(f"--Format {m['name'].strip()}", "tres-per-node or gpus")
+        if name in NOT_IN_ALLOT_NAMES:
+            raise _not_in_allot(
+                f"--Format {m['name'].strip()}", NOT_IN_ALLOT_NAMES[name], "see --help"
+            )
         name = SQUEUE_LONG_NAMES.get(name, name)
         if name not in QUEUE_COLUMNS:
             unknown.append(m["name"].strip())

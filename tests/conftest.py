@@ -40,6 +40,12 @@ SHARED_RUN_ENV = "ALLOT_TEST_RUN"
 _OWNED_RUN: str | None = None
 
 
+# Slurm's format variables, which `allot queue` and `allot acct` read as squeue and sacct
+# do: a Slurm user's own would change every default table the tests read
+for _slurm_format in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SACCT_FORMAT"):
+    os.environ.pop(_slurm_format, None)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -57,6 +57,19 @@ def _with_me(user: str | None, me: bool, as_: str | None = None) -> str | None:
     return ",".join(u for u in (user, whoami(as_)) if u)
 
 
+def _allocation_given(value: str | None) -> str | None:
+    """-a's value, refused when it is the next flag: Slurm's `sacct -a -u bob` (all
+    users) and `squeue -a` (all partitions) take no value, and read as allot's -a PATH
+    they took `-u` for a path and left `bob` an "unexpected extra argument"."""
+    if value is not None and value.startswith("-"):
+        raise typer.BadParameter(
+            f"{value!r} is no allocation path. allot's -a/-A name allocations (Slurm's -A "
+            "ACCOUNT); sacct's -a (all users) and squeue's -a (all partitions) need no "
+            "flag here: every user's work is included unless -u or --me narrows it"
+        )
+    return value
+
+
 AllocationsOpt = Annotated[
     str | None,
     typer.Option(
@@ -66,6 +79,7 @@ AllocationsOpt = Annotated[
         "-A",
         metavar="PATH[,PATH...]",
         help="Only these allocations and the allocations under them (Slurm's -A/--account).",
+        callback=_allocation_given,
     ),
 ]
 JobsOpt = Annotated[
@@ -98,30 +112,79 @@ def _job_ids(jobs: list[str] | None) -> set[str] | None:
 
 
 FORMAT_HELP = (
-    "Columns, squeue-like: letters such as '%i %a %u %T %g %M %r' or names such as "
-    "'id,user,state,reason' (comma-separated). Fields: %i id, %j name, %a allocation, "
-    "%u user, %T state, %t st (PD/R), %g gpus, %M time (pending: waited; running: run "
+    "Columns, squeue-like: letters such as '%i %a %u %T %b %M %r' or names such as "
+    "'id,user,state,gpus,reason' (comma-separated). Fields: %i id, %j name, %a allocation, "
+    "%u user, %T state, %t st (PD/R), %M time (pending: waited; running: run "
     "time), %r reason, %N nodelist, %R reason_or_nodes (nodelist, or (reason) while "
     "pending), %D nodes (hosts it runs on; pending: the hosts it will take, 1 when it "
     "fits on one host, else whole hosts; blank for such a gang on a cluster of mixed "
     "host sizes), %P partition (the cluster's name: allot schedules each cluster on "
-    "its own, its nearest analog of a partition), %p position, %k rank, "
-    "%f ratio, %Q priority, %V submitted, %l min_runtime, %L protected_left (what is "
-    "left of its protection: allot has no time limit, so squeue's time left is the "
-    "time until it turns preemptible; pending: its min runtime), %b gres (the GPUs it "
-    "asks for as gres/gpu:N, the job's total), %A id (as squeue's: unique per task of "
-    "an array), %F array_job_id (BASE of an array's task BASE_N, else its id), %K "
-    "array_task_id (N of BASE_N, else N/A), %w tags (%K before 2026-12; squeue's %w is "
-    "the wckey), %d detail, "
+    "its own, its nearest analog of a partition), %Q priority (allot's --priority, "
+    "which orders work inside its allocation only), %p priority (the same: squeue's "
+    "0-1 number has no other allot equivalent), %V submitted, %l min_runtime, %L "
+    "protected_left (what is left of its protection: allot has no time limit, so "
+    "squeue's time left is the time until it turns preemptible; pending: its min "
+    "runtime), %b gres (as squeue's tres-per-node: gres/gpu:N, the GPUs on each of its "
+    "hosts, so %b times %D is what it holds: a 16-GPU gang on 8-GPU hosts is gres/gpu:8 "
+    "on 2 nodes; blank when its hosts give it different counts), %A id (as squeue's: "
+    "unique per task of an array), %F array_job_id (BASE of an array's task BASE_N, else "
+    "its id), %K array_task_id (N of BASE_N, else N/A), %w tags (%K before 2026-12; "
+    "squeue's %w is the wckey), "
     "%S start and %Y schednodes (for pending work expected, as with --start; for "
-    "running work when it started). %C, %c and %m (CPUs, memory) are refused: allot "
-    "schedules GPUs only. "
+    "running work when it started). allot's own columns have names only: gpus (the "
+    "job's total), tres_per_job (gres/gpu:N of the total), position, rank, ratio, "
+    "detail (%g, %p, %k, %f and %d until 2026-12). Refused, as allot has no "
+    "equivalent: %g (Slurm's group), %k (comment), %f (features); %C, %c, %m and %d "
+    "(CPUs, memory, temporary disk): allot schedules GPUs only. "
     "Prints plain aligned text (no table borders) for scripts; with other text between "
     "the fields ('%i|%u|%T') or widths ('%.18i %9u'), squeue's literal form: the text is "
     "kept and %[.]W pads (right-aligned with the dot) or cuts a field to W characters; "
     "an id is never cut (a cut id names nothing): its column widens to the longest. "
-    "For squeue's long form (-O JobID:30,Name,State) see --Format."
+    "For squeue's long form (-O JobID:30,Name,State) see --Format. Without -o, -O, "
+    "--long or --start, $SQUEUE_FORMAT is read as -o, else $SQUEUE_FORMAT2 as -O, as "
+    "squeue does."
 )
+
+# squeue's: used when none of -o, -O, -l, --start is given (-o's before -O's)
+QUEUE_FORMAT_ENV = "SQUEUE_FORMAT"
+QUEUE_LONG_FORMAT_ENV = "SQUEUE_FORMAT2"
+ACCT_FORMAT_ENV = "SACCT_FORMAT"  # sacct's, when --format is not given
+
+
+def format_from_environment(
+    format_: str | None, format_long: str | None, overridden: bool
+) -> tuple[str | None, str | None, str | None]:
+    """(-o, -O, the variable they came from) as squeue settles them: the flags when given;
+    with none of -o, -O, --long, --start (`overridden`), $SQUEUE_FORMAT as -o, else
+    $SQUEUE_FORMAT2 as -O. An empty variable counts as unset."""
+    import os
+
+    if format_ or format_long or overridden:
+        return format_, format_long, None
+    for name in (QUEUE_FORMAT_ENV, QUEUE_LONG_FORMAT_ENV):
+        value = os.environ.get(name, "")
+        if value.strip():
+            return (value, None, name) if name == QUEUE_FORMAT_ENV else (None, value, name)
+    return None, None, None
+
+
+def _queue_columns(
+    format_: str | None, format_long: str | None, variable: str | None
+) -> tuple[list[str] | None, Any]:
+    """(columns, squeue literal template or None) of -o or -O; None columns: the default.
+    A format read from the environment names its variable when it is wrong."""
+    from projections.views import ViewError, format_template, parse_format, parse_long_format
+
+    try:
+        if format_long:
+            return parse_long_format(format_long)
+        if format_:
+            return parse_format(format_), format_template(format_)
+    except ViewError as why:
+        if variable is None:
+            raise
+        raise ViewError(f"${variable} ({variable}={format_ or format_long!r}): {why}") from None
+    return None, None
 
 
 def _fail(message: str) -> typer.Exit:
@@ -709,10 +772,7 @@ def register(app: typer.Typer) -> None:
             START_COLUMNS,
             default_columns,
             fold,
-            format_template,
             iso,
-            parse_format,
-            parse_long_format,
             queue_cells,
             render_template,
             resolve_jobs,
@@ -728,12 +788,12 @@ def register(app: typer.Typer) -> None:
                 raise TargetError(
                     "-o (--format) and -O (--Format) exclude each other, as in squeue"
                 )
-            template = None
-            if format_long:
-                columns, template = parse_long_format(format_long)
-            else:
-                columns = parse_format(format_) if format_ else None
-                template = format_template(format_) if format_ else None
+            if (format_ or format_long) and long:
+                flag = "-o (--format)" if format_ else "-O (--Format)"
+                raise TargetError(f"{flag} and -l (--long) exclude each other, as in squeue")
+            columns, template = _queue_columns(
+                *format_from_environment(format_, format_long, long or start)
+            )
             wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
             if horizon != HORIZON_DEFAULT and not wants_forecast:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
@@ -859,7 +919,8 @@ def register(app: typer.Typer) -> None:
                 "characters wide, right-justified, NAME%-N left-justified, and a longer "
                 "value is cut and ends in '+'; ids, numbers and durations are never cut; "
                 "-p ignores widths; sacct's CPU and memory fields, AllocCPUS, NCPUS, ReqMem, "
-                "MaxRSS and the like, are refused: allot schedules GPUs only): id, name, allocation, user, state, gpus "
+                "MaxRSS and the like, are refused: allot schedules GPUs only; without "
+                "--format, $SACCT_FORMAT is read, as sacct does): id, name, allocation, user, state, gpus "
                 "(asked for), alloc_gpus (held: whole hosts for a gang), submitted, start, "
                 "end, wait, run, gpu_hours (held: charged + unallocated), charged_gpu_hours "
                 "(what shares, usage and rollup count), unallocated_gpu_hours (free), "
@@ -878,7 +939,19 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--parsable",
                 "-p",
-                help="For scripts, as sacct -p: fields split by |, a header line, no totals.",
+                "--parsable2",
+                "-P",
+                help="For scripts, as sacct -P (--parsable2): fields split by |, a header "
+                "line, no totals; no '|' ends a line, with -p too (sacct -p adds one).",
+            ),
+        ] = False,
+        allocations_only: Annotated[
+            bool,
+            typer.Option(
+                "--allocations",
+                "-X",
+                help="Accepted for sacct's habit and changes nothing: allot has no job "
+                "steps, each row already is the job's allocation.",
             ),
         ] = False,
         noheader: Annotated[
@@ -912,6 +985,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--since",
                 "-S",
+                "--starttime",
                 help="Workloads alive at or after then (submitted before it and ended after "
                 "it count): an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
                 "journal's latest event, e.g. 1d. The totals line then counts only the "
@@ -924,6 +998,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--until",
                 "-E",
+                "--endtime",
                 help="Workloads submitted until then (same forms as --since).",
                 show_default=False,
             ),
@@ -948,6 +1023,8 @@ def register(app: typer.Typer) -> None:
         no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
         per workload.
         """
+        import os
+
         from projections.acct import (
             RIGHT_ALIGNED,
             STATE_CODES,
@@ -981,10 +1058,14 @@ def register(app: typer.Typer) -> None:
                         f"--state {', '.join(unknown).lower()}: unknown; use "
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
+            spec, variable = format_, None
+            if spec is None and os.environ.get(ACCT_FORMAT_ENV, "").strip():
+                spec, variable = os.environ[ACCT_FORMAT_ENV], ACCT_FORMAT_ENV
             try:
-                fields = parse_acct_fields(format_) if format_ is not None else None
+                fields = parse_acct_fields(spec) if spec is not None else None
             except ValueError as why:
-                raise TargetError(str(why)) from None
+                where = f"${variable} ({variable}={spec!r}): " if variable else ""
+                raise TargetError(f"{where}{why}") from None
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since is not None else None
             hi = parse_time(until, view.now, end=True) if until is not None else None
@@ -1198,6 +1279,23 @@ def register(app: typer.Typer) -> None:
                 "implies -R.",
             ),
         ] = False,
+        noheader: Annotated[
+            bool,
+            typer.Option(
+                "--noheader",
+                "-h",
+                help="No title or header line, as sinfo -h: one line per host.",
+            ),
+        ] = False,
+        node_oriented: Annotated[
+            bool,
+            typer.Option(
+                "--Node",
+                "-N",
+                help="Accepted for sinfo -N's habit and changes nothing: the list is "
+                "already one line per host.",
+            ),
+        ] = False,
         json_: JsonOpt = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
@@ -1221,7 +1319,7 @@ def register(app: typer.Typer) -> None:
         def run() -> None:
             view = load_view(kafka, data, journal, cluster, live_only=True)
             if reasons or removed:
-                _host_reasons(view, json_, removed)
+                _host_reasons(view, json_, removed, noheader)
                 return
             rows = host_rows(view)
             header = shares_header(view)
@@ -1229,7 +1327,8 @@ def register(app: typer.Typer) -> None:
                 _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
                 return
             if not rows:
-                typer.echo(f"no hosts registered in cluster {header['cluster']}")
+                if not noheader:  # sinfo -h of nothing prints nothing
+                    typer.echo(f"no hosts registered in cluster {header['cluster']}")
                 return
             counts: dict[str, int] = {}
             for r in rows:
@@ -1256,11 +1355,12 @@ def register(app: typer.Typer) -> None:
                 cells,
                 right=frozenset({"GPUS", "HELD", "FREE"}),
                 dim=[r["state"] in ("draining", "drained") for r in rows],
+                header=not noheader,
             )
 
         _answer(run)
 
-    def _host_reasons(view: Any, json_: bool, removed: bool) -> None:
+    def _host_reasons(view: Any, json_: bool, removed: bool, noheader: bool) -> None:
         from projections.views import host_reason_rows, shares_header
 
         rows = host_reason_rows(view, removed=removed)
@@ -1269,8 +1369,9 @@ def register(app: typer.Typer) -> None:
             _emit_json({"cluster": header["cluster"], "now": header["now"], "hosts": rows})
             return
         if not rows:
-            none = "; none removed" if removed else ""
-            typer.echo(f"every host of cluster {header['cluster']} is healthy{none}")
+            if not noheader:
+                none = "; none removed" if removed else ""
+                typer.echo(f"every host of cluster {header['cluster']} is healthy{none}")
             return
         print_rows(
             f"cluster {header['cluster']} · as of {header['now']} UTC · hosts taking no work",
@@ -1288,6 +1389,7 @@ def register(app: typer.Typer) -> None:
                 for r in rows
             ],
             right=frozenset({"GPUS"}),
+            header=not noheader,
         )
 
     @app.command("why")

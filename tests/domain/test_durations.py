@@ -180,3 +180,18 @@ def test_what_is_no_moment_names_the_forms(text: str) -> None:
 def test_an_end_time_of_day_is_todays_as_sacct_E_reads_it(text: str, moment: float) -> None:
     """`acct -S 00:00 -E 23:59` read 23:59 as yesterday's: an end before the start."""
     assert parse_moment(text, NOON, end=True) == moment
+
+
+@pytest.mark.parametrize(
+    ("text", "moment"),
+    [
+        pytest.param("today", NOON - 12 * 3600, id="today"),
+        pytest.param("Midnight", NOON - 12 * 3600, id="midnight"),
+        pytest.param("noon", NOON, id="noon"),
+        pytest.param("teatime", NOON + 4 * 3600, id="teatime"),
+    ],
+)
+def test_sacct_words_for_a_time_of_day(text: str, moment: float) -> None:
+    """`sacct -S today` (or midnight, noon) was "not a time"."""
+    assert parse_moment(text, NOON + 60) == moment
+    assert parse_moment(text, NOON + 60, end=True) == moment

@@ -332,3 +332,85 @@ def test_squeue_long_format_array_gres_nodes_partition(lab: dict[str, str]) -> N
     assert line.startswith(f"{lab['base']}|0|gres/gpu:8|{host}|default|")
     (line,) = _queue(lab, "-h", "-j", lab["named"], "-O", "gres:0|,ArrayTaskID:.4")
     assert line == "gres/gpu:4| N/A"
+
+
+def test_squeue_format_variables_are_read_when_no_format_is_given(lab: dict[str, str]) -> None:
+    """$SQUEUE_FORMAT and $SQUEUE_FORMAT2 in a Slurm user's profile were ignored. As
+    squeue: -o's variable first, else -O's; -o, -O, --long or --start set them aside."""
+    d = ("queue", "--data", lab["data"], "-h", "-j", lab["named"])
+    env = {"USER": "ops", "SQUEUE_FORMAT": "%i|%u|%t"}
+    assert allot(*d, env=env).stdout == f"{lab['named']}|alice|R\n"
+    both = {**env, "SQUEUE_FORMAT2": "jobid:0|,username:0"}
+    assert allot(*d, env=both).stdout == f"{lab['named']}|alice|R\n"
+    assert allot(*d, env={"SQUEUE_FORMAT2": "jobid:0|,username:0"}).stdout == (
+        f"{lab['named']}|alice\n"
+    )
+    assert allot(*d, "-o", "%u", env=env).stdout == "alice\n"
+    assert allot(*d, "-O", "username:0", env=env).stdout == "alice\n"
+    assert allot(*d, "--long", env=env).stdout.split()[:2] == [lab["named"], LONG_NAME]
+
+
+def test_a_wrong_squeue_format_variable_is_named(lab: dict[str, str]) -> None:
+    result = allot("queue", "--data", lab["data"], env={"SQUEUE_FORMAT": "%i %Z"})
+    one_line_error(result, "$SQUEUE_FORMAT", "unknown format field %Z")
+    result = allot("queue", "--data", lab["data"], env={"SQUEUE_FORMAT2": "jobid,bogus"})
+    one_line_error(result, "$SQUEUE_FORMAT2", "unknown field bogus")
+
+
+def test_sacct_format_variable_is_read_when_no_format_is_given(lab: dict[str, str]) -> None:
+    """$SACCT_FORMAT was ignored; --format still wins over it."""
+    d = ("acct", "--data", lab["data"], "-P", "-n", "-j", lab["named"])
+    env = {"SACCT_FORMAT": "JobID,User%4,State"}
+    assert allot(*d, env=env).stdout == f"{lab['named']}|alice|RUNNING\n"
+    assert allot(*d, "-o", "state", env=env).stdout == "RUNNING\n"
+    result = allot("acct", "--data", lab["data"], env={"SACCT_FORMAT": "jobid,AllocCPUS"})
+    one_line_error(result, "$SACCT_FORMAT", "allot schedules GPUs only")
+
+
+def test_squeue_format_and_long_exclude_each_other(lab: dict[str, str]) -> None:
+    """`-o %i -l` printed the format and dropped --long without a word; squeue refuses."""
+    result = allot("queue", "--data", lab["data"], "-o", "%i", "-l")
+    one_line_error(result, "-o (--format) and -l (--long) exclude each other")
+
+
+def test_squeue_gres_is_per_node_for_a_gang(tmp_path: Path) -> None:
+    """%b read gres/gpu:16 for a 16-GPU gang on two 8-GPU hosts: with NODES 2, a Slurm
+    user reads 32 GPUs. It is per node, as tres-per-node; tres-per-job is the total."""
+    d = ["--data", str(tmp_path / "lab")]
+    _ok("host", "register", "h0", "8", *d)
+    _ok("host", "register", "h1", "8", *d)
+    _ok("budget", "set", "lab", "1", *d)
+    gang = _ok("submit", "-A", "lab", "-G", "16", "--min-runtime", "1h", "--parsable", *d)
+    _ok("serve", "--once", "--tick", "0", *d)
+    (line,) = _ok("queue", *d, "-h", "-o", "%i|%b|%D").splitlines()
+    assert line == f"{gang.strip()}|gres/gpu:8|2"
+    (line,) = _ok("queue", *d, "-h", "-O", "tres-per-node:0|,tres-per-job:0").splitlines()
+    assert line == "gres/gpu:8|gres/gpu:16"
+
+
+def test_sacct_flags_by_habit(lab: dict[str, str]) -> None:
+    """sacct's -X (allocations only), -P/--parsable2 and --starttime/--endtime were "No
+    such option"; allot has no job steps, so -X changes nothing."""
+    d = ("acct", "--data", lab["data"], "-n", "-j", lab["named"], "-o", "jobid,state")
+    want = f"{lab['named']}|RUNNING\n"
+    assert allot(*d, "-X", "-P").stdout == want
+    assert allot(*d, "--parsable2", "--starttime", "today", "--endtime", "now").stdout == want
+    assert allot(*d, "-p", "-S", "midnight").stdout == want
+
+
+@pytest.mark.parametrize("command", ["queue", "acct"])
+def test_slurms_bare_dash_a_says_what_allots_means(lab: dict[str, str], command: str) -> None:
+    """`sacct -a -u bob` (all users) read -u as allot's allocation path, then failed on
+    "unexpected extra argument (bob)"."""
+    result = allot(command, "--data", lab["data"], "-a", "-u", "alice")
+    one_line_error(result, "'-u' is no allocation path", "every user's work is included")
+
+
+def test_sinfo_noheader_and_node_flags(lab: dict[str, str]) -> None:
+    """`sinfo -N -h` was "No such option: -h" (and -N): the hosts alone now, one a line;
+    -N changes nothing (the list is already per host)."""
+    lines = _ok("host", "list", "--data", lab["data"], "-N", "-h").splitlines()
+    hosts = orjson.loads(_ok("host", "list", "--data", lab["data"], "--json"))["hosts"]
+    assert [line.split()[:2] for line in lines] == [[h["host"], h["state"]] for h in hosts]
+    assert len(lines) == 2
+    assert _ok("host", "list", "-R", "--noheader", "--data", lab["data"]) == ""

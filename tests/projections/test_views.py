@@ -792,10 +792,12 @@ def test_event_place_counts_the_records_decode_lines_skipped() -> None:
     ("spec", "columns"),
     [
         pytest.param(
-            "%i %a %u %T %g %M %r",
-            ["id", "allocation", "user", "state", "gpus", "time", "reason"],
+            "%i %a %u %T %b %M %r",
+            ["id", "allocation", "user", "state", "gres", "time", "reason"],
             id="letters",
         ),
+        # squeue's %p and %Q are the job's priority: allot's --priority
+        pytest.param("%p %Q", ["priority", "priority"], id="priority"),
         pytest.param("%.10i %R", ["id", "reason_or_nodes"], id="width-and-R"),
         pytest.param("id, user,reason", ["id", "user", "reason"], id="names"),
     ],
@@ -847,6 +849,59 @@ def test_squeues_default_format_reads_node_count_and_partition(
             f"({rows['gang']['reason']})",
         ],
     ]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "per_node"),
+    [
+        # a gang takes whole hosts: 16 or 12 GPUs on 8-GPU hosts hold 8 on each
+        pytest.param([8, 8, 8], {"run": 8, "one": 4, "twelve": 8}, id="uniform"),
+        # which hosts a waiting gang gets decides what each gives it
+        pytest.param([8, 4, 4], {"run": None, "one": 4, "twelve": None}, id="mixed"),
+    ],
+)
+def test_squeues_gres_is_per_node_as_tres_per_node(
+    sizes: list[int], per_node: dict[str, int | None]
+) -> None:
+    """%b printed a gang's total (gres/gpu:16 on NODES 2), which a Slurm user reads as
+    tres-per-node: 32 GPUs. It is the GPUs on each host now; -O tres-per-job the total."""
+    from projections.usage import JournalBuilder
+
+    j = JournalBuilder(cluster="lab").budget("lab", 1)
+    for i, gpus in enumerate(sizes):
+        j.host(f"h{i}", gpus)
+    run_hosts = {"h0": list(range(8)), "h1": list(range(sizes[1]))}
+    j.submit("run", "lab", 8 + sizes[1]).place("run", run_hosts)
+    j.submit("one", "lab", 4).submit("twelve", "lab", 12)
+    rows = v.queue_rows(v.fold(j.events))
+    assert {r["id"]: r["gpus_per_node"] for r in rows} == per_node
+    _, cells = v.queue_cells(rows, v.parse_long_format("jobid,tres-per-node,tres-per-job")[0])
+    gres = {wid: (node, job) for wid, node, job in cells}
+    assert gres["run"] == ("gres/gpu:8" if sizes[1] == 8 else "", f"gres/gpu:{8 + sizes[1]}")
+    assert gres["one"] == ("gres/gpu:4", "gres/gpu:4")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("%i %g", "not supported by allot: %g (Slurm's group name)"),
+        ("%k", "not supported by allot: %k (Slurm's comment)"),
+        ("%.10f", "not supported by allot: %f (Slurm's features)"),
+        ("%i %d", "%d (minimum temporary disk): allot schedules GPUs only"),
+    ],
+)
+def test_squeue_letters_allot_has_no_equivalent_of_are_refused(spec: str, message: str) -> None:
+    """%g, %k, %f, %p and %d printed allot's gpus, rank, ratio, position and detail: a
+    squeue user's group, comment, features, priority and tmp disk silently read as
+    something else. %p is the priority now; the others say allot has none."""
+    with pytest.raises(v.ViewError, match=re.escape(message)):
+        v.parse_format(spec)
+
+
+@pytest.mark.parametrize("name", ["group", "Comment", "feature"])
+def test_squeue_long_names_allot_has_no_equivalent_of_are_refused(name: str) -> None:
+    with pytest.raises(v.ViewError, match=f"not supported by allot: --Format {name} "):
+        v.parse_long_format(f"jobid,{name}")
 
 
 @pytest.mark.parametrize("spec", ["%Z", "id,bogus", ""])
