@@ -606,6 +606,19 @@ def _delivered_rows(summary: dict[str, Any], proj: SummaryProjection) -> list[li
     return rows
 
 
+def _unrunnable_note(summary: dict[str, Any]) -> str:
+    """Which leaves' waiting work no policy could place, left out of owed (or nothing)."""
+    unrunnable = (summary.get("delivered") or {}).get("unrunnable_gpu_h") or {}
+    if not unrunnable:
+        return ""
+    each = ", ".join(f"{leaf} {fmt_num(gpu_h, 1)} GPU-h" for leaf, gpu_h in unrunnable.items())
+    return (
+        '<p class="sub">Not owed, so not in the table: waiting work the healthy hosts '
+        "could not hold even empty (hosts removed, shrunk or unhealthy since it was "
+        f"accepted) requested {html.escape(each)}.</p>"
+    )
+
+
 _CSS = """
 :root { --fg:#1d1d1f; --muted:#6b6b70; --line:#e3e3e8; --accent:#4c78a8; }
 * { box-sizing: border-box; }
@@ -842,6 +855,7 @@ def render_html(
             ],
             _delivered_rows(summary, proj),
         ),
+        _unrunnable_note(summary),
         "<h2>Queue waits</h2>",
         _figure(
             charts["waits"],

@@ -28,9 +28,13 @@ Keys (exact, plus a few extras marked *):
   waiting at the time (idle GPUs beside waiting 1-GPU work is a scheduling loss; beside
   only whole-host work, fragmentation that work waits out);
 - `delivered` {overall, min, by_allocation, hourly_strict, *hourly_strict_by_allocation,
-  *owed_gpu_h, *received_gpu_h}:
+  *owed_gpu_h, *received_gpu_h, *unrunnable_gpu_h}:
   DESIGN §2 period form over the hourly rows; leaves that were owed nothing are not in
-  `by_allocation`; ratios are null when nothing was owed;
+  `by_allocation`; ratios are null when nothing was owed. Demand leaves out waiting work
+  that the healthy hosts could not hold even empty (hosts removed, shrunk or unhealthy
+  since it was accepted): no policy could run it, so it is owed nothing.
+  `unrunnable_gpu_h` {leaf: GPU-hours} is that work's request, for the leaves that had
+  any, so a reader sees what was left out;
 - `wait_s` / `requeue_wait_s` {all, by_tag: {tag: ...}, *by_allocation: {leaf: ...}} each
   {p50, p90, p99, mean, count, *unplaced}: submit → first placement, and preemption →
   next placement after a requeue. Percentiles are nearest-rank; empty → null.
@@ -256,7 +260,12 @@ class SummaryProjection(UsageProjection):
         owed: dict[str, float] = {}
         received: dict[str, float] = {}
         met_hourly: dict[str, float] = {}  # Σ_h min(received_h, owed_h), per allocation
+        unrunnable: dict[str, float] = {}
         for r in rows:
+            if r.get("unrunnable_gpu_s"):
+                unrunnable[r["allocation"]] = (
+                    unrunnable.get(r["allocation"], 0.0) + r["unrunnable_gpu_s"]
+                )
             a = r["allocation"]
             owed[a] = owed.get(a, 0.0) + r["owed_gpu_s"]
             received[a] = received.get(a, 0.0) + r["received_gpu_s"]
@@ -278,6 +287,8 @@ class SummaryProjection(UsageProjection):
             },
             "owed_gpu_h": {a: round(owed[a] / HOUR, 3) for a in sorted(owed)},
             "received_gpu_h": {a: round(received[a] / HOUR, 3) for a in sorted(received)},
+            # requested by waiting work no policy could place (not owed, so not above)
+            "unrunnable_gpu_h": {a: round(unrunnable[a] / HOUR, 3) for a in sorted(unrunnable)},
         }
 
     def _contended_idle(self) -> dict[str, Any]:
