@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from projections.gantt import DAY, GanttCollector, palette, time_unit
-from projections.summary import SummaryProjection, fold
+from projections.summary import SummaryProjection, fold, how_it_ended
 from projections.usage import HOUR
 
 _UNALLOC_LINE = "#3d3d3d"  # the per-allocation "unallocated" line: no allocation's hue
@@ -75,6 +75,8 @@ _LABELS = {
     "preempted": "preempted (at least once)",
     "preempted_terminal": "preempted and not requeued",
     "unfinished": "unfinished at the end",
+    "unfinished_pending": "unfinished: pending",
+    "unfinished_running": "unfinished: running",
 }
 
 
@@ -807,7 +809,9 @@ def render_html(
         [html.escape(_label(str(k))), html.escape(_fmt_value(v))] for k, v in engine.items()
     ]
     title = f"allot report — {policy}"
-    span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h)"
+    span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h"
+    ended = how_it_ended(summary)
+    span += f", {ended})" if ended else ")"
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
     gantt_caption += "branch of the budget tree (its first level with several allocations), "
     gantt_caption += "shade per leaf; hatched = preemptible (unallocated or "

@@ -2,12 +2,16 @@
 
 Keys (exact, plus a few extras marked *):
 
-- `policy`; *`period` {start, end, start_iso, end_iso, hours, horizon}: the simulated
-  period measured; `horizon` (set by `allot simulate`/`replay`) is true when its end was
-  fixed before the run (a scenario's horizon, the recorded period a replay re-decides),
-  false when the run ended with its work;
+- `policy`; *`period` {start, end, start_iso, end_iso, hours, horizon, ended}: the
+  simulated period measured; `horizon` (set by `allot simulate`/`replay`) is true when
+  its end was fixed before the run (a scenario's horizon, the recorded period a replay
+  re-decides), false when the run ended with its work; `ended` says which:
+  `horizon`, `recorded` (where the replayed journal ends: work may still be pending or
+  running then, as it was in the recording), `work_ended`, or `stalled` (no horizon,
+  and waiting work nothing could start any more);
 - `workloads` {submitted, completed, rejected, preempted (workloads preempted at least
-  once), unfinished (pending or running at the end), *failed, *lost, *cancelled,
+  once), unfinished (pending or running at the end), *unfinished_pending,
+  *unfinished_running (the two parts of `unfinished`), *failed, *lost, *cancelled,
   *preempted_terminal (preempted and not requeued)};
 - `preemptions` (count of `workload.preempted`), *`preemptions_by_reason`;
 - *`lost_attempts` {all, requeued}: attempts reported `lost` (their node died), and of
@@ -84,6 +88,34 @@ def iso(t: float | None) -> str | None:
     if t is None:
         return None
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_ENDS = {
+    "horizon": "at its horizon",
+    "recorded": "where the recorded journal ends",
+    "work_ended": "when its work ended",
+    "stalled": "when nothing more could start",
+}
+
+
+def how_it_ended(summary: dict[str, Any]) -> str:
+    """How a run's period ended, in words, with the work still unfinished then:
+    "where the recorded journal ends, 3 workloads still pending and 1 running". Empty
+    for a summary that does not say (written before `period.ended`)."""
+    period = summary.get("period") or {}
+    how = _ENDS.get(str(period.get("ended")))
+    if how is None:
+        return ""
+    counts = summary.get("workloads") or {}
+    pending = counts.get("unfinished_pending")
+    running = counts.get("unfinished_running")
+    if not pending and not running:
+        return how
+    if pending is None or running is None:
+        return how
+    left = [f"{n:,} {what}" for n, what in ((pending, "pending"), (running, "running")) if n]
+    noun = "workload" if pending + running == 1 else "workloads"
+    return f"{how}, {pending + running:,} {noun} still unfinished ({' and '.join(left)})"
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -313,12 +345,15 @@ class SummaryProjection(UsageProjection):
         busy_all = tot["charged_gpu_s"] + tot["unallocated_gpu_s"]
         start, end = self.period()
         unplaced, unplaced_again = self._unplaced()
+        unfinished_pending = sum(1 for w in self.live.values() if not w.running)
         workloads = {
             "submitted": self.counts["submitted"],
             "completed": self.counts["completed"],
             "rejected": self.counts["rejected"],
             "preempted": self.counts["preempted"],
             "unfinished": len(self.live),
+            "unfinished_pending": unfinished_pending,
+            "unfinished_running": len(self.live) - unfinished_pending,
             "failed": self.counts["failed"],
             "lost": self.counts["lost"],
             "cancelled": self.counts["cancelled"],
@@ -405,4 +440,12 @@ def summarize(
     return fold(events, start=start, end=end).summary(policy=policy, engine=engine)
 
 
-__all__ = ["SummaryProjection", "fold", "iso", "percentile", "summarize", "wait_stats"]
+__all__ = [
+    "SummaryProjection",
+    "fold",
+    "how_it_ended",
+    "iso",
+    "percentile",
+    "summarize",
+    "wait_stats",
+]

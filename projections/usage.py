@@ -107,10 +107,10 @@ class _Workload:
         "protected_until",
         "requeued",
         "running",
-        "unrunnable",
         "since",
         "submitted",
         "tags",
+        "unrunnable",
     )
 
     def __init__(

@@ -62,6 +62,8 @@ def test_workload_counts(mixed):
         "rejected": 0,
         "preempted": 1,
         "unfinished": 0,
+        "unfinished_pending": 0,
+        "unfinished_running": 0,
         "failed": 0,
         "lost": 0,
         "cancelled": 0,
