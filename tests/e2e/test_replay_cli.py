@@ -121,6 +121,18 @@ def test_replay_set_with_a_typo_says_which_key_was_meant_as_simulate_does(
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_replay_set_with_a_bad_value_names_set_as_simulate_does(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    """`--set window=3days` said "config key 'window': not a duration" on replay,
+    without naming --set, where simulate says "--set: window: not a duration"."""
+    replayed = allot("replay", str(tiny_journal), "--set", "window=3days", "--out", str(tmp_path))
+    simulated = allot("simulate", str(TINY), "--set", "window=3days", "--out", str(tmp_path))
+    one_line_error(replayed, "--set: window: not a duration: '3days'")
+    assert replayed.stderr == simulated.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 DRAINS = FIXTURES.parent.parent / "projections" / "fixtures" / "drains.yaml"
 NO_CHANGE = {"", "+0", "+0s", "+0.0", "+0.000"}
 
