@@ -199,6 +199,9 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         ("  of it on headroom hosts", ("contended_idle", "headroom_gpu_hours"), "number"),
         ("preemptions", ("preemptions",), "count"),
         ("workloads preempted", ("workloads", "preempted"), "count"),
+        # preempted work that is not resumable ends: work thrown away, not delayed
+        ("  of them ended, not requeued", ("workloads", "preempted_terminal"), "count"),
+        ("workloads completed", ("workloads", "completed"), "count"),
         ("attempts lost with their node", ("lost_attempts", "all"), "count"),
         ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),
         ("wait p90 (all)", ("wait_s", "all", "p90"), "seconds"),

@@ -117,6 +117,17 @@ def test_how_many_never_started_stands_beside_each_tags_waits() -> None:
     assert not [label for label, _ in comparison_rows({"a": done}) if "never" in label]
 
 
+def test_compare_shows_preempted_work_that_ended_and_work_completed() -> None:
+    """fairshare preempted four workloads, two of them not resumable, which ended there;
+    legacy-priority completed two more. compare showed 'workloads preempted 4 → 0'
+    only: whether the preempted work was delayed or thrown away, it did not say."""
+    fair = {"workloads": {"preempted": 4, "preempted_terminal": 2, "completed": 5}}
+    legacy = {"workloads": {"preempted": 0, "preempted_terminal": 0, "completed": 7}}
+    rows = {label: (va, vb, ch) for label, va, vb, ch in compare_summaries(fair, legacy)}
+    assert rows["  of them ended, not requeued"] == ("2", "0", "-2")
+    assert rows["workloads completed"] == ("5", "7", "+2")
+
+
 def _run(start: str, submitted: int, rejected: int, end: str = "2026-01-08T00:00:00Z") -> dict:
     return {
         "period": {"start_iso": start, "end_iso": end},
