@@ -338,6 +338,28 @@ def _interrupted(out: Path, policies: list[str], finished: list[str]) -> str:
     return "interrupted: " + "; ".join(parts)
 
 
+def _say_recording_ended(policy: str, summary: dict[str, Any]) -> None:
+    """A replay stops where its recorded journal does, not at a horizon; work the
+    recording left pending or running is left so here too: say so, and that the pending
+    work's waits so far are in no percentile."""
+    from projections.summary import how_it_ended
+
+    counts = summary.get("workloads") or {}
+    if not counts.get("unfinished"):
+        return
+    end = (summary.get("period") or {}).get("end_iso")
+    censored = (
+        "; the pending work's waits so far are in no wait percentile (allot compare "
+        "counts it as never started)"
+        if counts.get("unfinished_pending")
+        else ""
+    )
+    err.print(
+        f"note: {policy}: the replay stopped at {end}, {how_it_ended(summary)}{censored}",
+        soft_wrap=True,
+    )
+
+
 def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> None:
     from rich.markup import escape
 
@@ -355,6 +377,8 @@ def _say_done(policy: str, summary: dict[str, Any], out: Path, quiet: bool) -> N
         # even with --quiet: refused submissions change what the run measured
         said = _rejections(summary, out / policy).strip().removeprefix("(").removesuffix(")")
         err.print(f"[yellow]warning:[/] {policy}: {escape(said)}", soft_wrap=True)
+    if not quiet and (summary.get("period") or {}).get("ended") == "recorded":
+        _say_recording_ended(policy, summary)
     stalled_at = summary.get("engine", {}).get("stalled_at")
     if stalled_at:  # even with --quiet: the run's period ended earlier than asked
         waiting = sum(

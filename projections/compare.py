@@ -10,6 +10,7 @@ import orjson
 from projections.journal import JournalError
 from projections.simulate import format_value
 from projections.simulate import summary_value as _get
+from projections.summary import how_it_ended
 
 # what every summary.json of `allot simulate`/`replay` has (issue 3's schema)
 _REQUIRED = ("policy", "workloads", "delivered", "wait_s")
@@ -75,23 +76,27 @@ def different_inputs(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     return None
 
 
-def _period(summary: dict[str, Any]) -> tuple[str, str, bool | None] | None:
-    """(start, end, whether a horizon set the end) of the simulated period a summary
-    measured, or None when it does not say (a summary from before periods were kept)."""
+def _period(summary: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(start, end, how it ended in words) of the simulated period a summary measured,
+    or None when it does not say (a summary from before periods were kept)."""
     period = summary.get("period")
     if not isinstance(period, dict):
         return None
     start, end = period.get("start_iso"), period.get("end_iso")
     if not isinstance(start, str) or not isinstance(end, str):
         return None
-    horizon = period.get("horizon")  # absent from summaries written before it was kept
-    return start, end, horizon if isinstance(horizon, bool) else None
+    how = how_it_ended(summary)
+    if not how:  # written before `ended` was kept: the horizon flag, if that
+        horizon = period.get("horizon")
+        how = {True: "at an end fixed before the run", False: "when its work ended"}.get(
+            horizon if isinstance(horizon, bool) else None, ""
+        )
+    return start, end, how
 
 
-def _describe(period: tuple[str, str, bool | None]) -> str:
-    start, end, horizon = period
-    how = {True: ", at its horizon", False: ", when its work ended", None: ""}[horizon]
-    return f"{start} to {end}{how}"
+def _describe(period: tuple[str, str, str]) -> str:
+    start, end, how = period
+    return f"{start} to {end}" + (f", {how}" if how else "")
 
 
 def different_periods(a: dict[str, Any], b: dict[str, Any]) -> str | None:
@@ -194,6 +199,9 @@ def compare_summaries(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, s
         ("  of it on headroom hosts", ("contended_idle", "headroom_gpu_hours"), "number"),
         ("preemptions", ("preemptions",), "count"),
         ("workloads preempted", ("workloads", "preempted"), "count"),
+        # preempted work that is not resumable ends: work thrown away, not delayed
+        ("  of them ended, not requeued", ("workloads", "preempted_terminal"), "count"),
+        ("workloads completed", ("workloads", "completed"), "count"),
         ("attempts lost with their node", ("lost_attempts", "all"), "count"),
         ("wait p50 (all)", ("wait_s", "all", "p50"), "seconds"),
         ("wait p90 (all)", ("wait_s", "all", "p90"), "seconds"),

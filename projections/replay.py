@@ -310,6 +310,7 @@ def journal_run_spec(
         inputs=inputs,
         start=start,
         horizon_end=end,
+        end_kind="recorded",
         workloads=count,
         engine={**engine, "lose_work_at": frozenset(lose_work_at)} if lose_work_at else engine,
     )

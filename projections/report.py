@@ -30,7 +30,7 @@ from projections.chart_style import (
     whole_number_ticks,
 )
 from projections.gantt import DAY, GanttCollector, palette, time_unit
-from projections.summary import SummaryProjection, fold
+from projections.summary import SummaryProjection, fold, how_it_ended
 from projections.usage import HOUR
 
 _CONTENDED_ALPHA = 0.12  # the cluster chart's grey band where work waited
@@ -84,6 +84,8 @@ _LABELS = {
     "preempted": "preempted (at least once)",
     "preempted_terminal": "preempted and not requeued",
     "unfinished": "unfinished at the end",
+    "unfinished_pending": "unfinished: pending",
+    "unfinished_running": "unfinished: running",
 }
 
 
@@ -638,6 +640,19 @@ def _delivered_rows(summary: dict[str, Any], proj: SummaryProjection) -> list[li
     return rows
 
 
+def _unrunnable_note(summary: dict[str, Any]) -> str:
+    """Which leaves' waiting work no policy could place, left out of owed (or nothing)."""
+    unrunnable = (summary.get("delivered") or {}).get("unrunnable_gpu_h") or {}
+    if not unrunnable:
+        return ""
+    each = ", ".join(f"{leaf} {fmt_num(gpu_h, 1)} GPU-h" for leaf, gpu_h in unrunnable.items())
+    return (
+        '<p class="sub">Not owed, so not in the table: waiting work the healthy hosts '
+        "could not hold even empty (hosts removed, shrunk or unhealthy since it was "
+        f"accepted) requested {html.escape(each)}.</p>"
+    )
+
+
 _CSS = """
 :root { --fg:#1d1d1f; --muted:#6b6b70; --line:#e3e3e8; --accent:#4c78a8; }
 * { box-sizing: border-box; }
@@ -826,7 +841,9 @@ def render_html(
         [html.escape(_label(str(k))), html.escape(_fmt_value(v))] for k, v in engine.items()
     ]
     title = f"allot report — {policy}"
-    span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h)"
+    span = f"{_when(t0)} → {_when(t1)} ({(t1 - t0) / HOUR:,.1f} h"
+    ended = how_it_ended(summary)
+    span += f", {ended})" if ended else ")"
     gantt_caption = "Rows are GPUs (hosts in registration order), bars are workload runs: hue per "
     gantt_caption += "branch of the budget tree (its first level with several allocations), "
     gantt_caption += "shade per leaf; hatched = preemptible (unallocated or "
@@ -874,6 +891,7 @@ def render_html(
             ],
             _delivered_rows(summary, proj),
         ),
+        _unrunnable_note(summary),
         "<h2>Queue waits</h2>",
         _figure(
             charts["waits"],

@@ -274,6 +274,17 @@ def check_override_keys(overrides: dict[str, Any]) -> None:
         raise ScenarioError(
             f"--set: {key}: unknown key {key!r}{meant}; known keys: {', '.join(known)}"
         )
+    config = {k: v for k, v in overrides.items() if k not in ENGINE_KEYS}
+    try:
+        SchedulerConfig.model_validate(config)
+    except ValidationError as exc:
+        # a value wrong whatever the journal's config holds (a bad duration), in
+        # simulate's words; one that clashes with another key is judged with the
+        # journal's config, later
+        if any(item["loc"] and item["loc"][0] in config for item in exc.errors()):
+            raise ScenarioError(
+                _describe("--set", exc, root=SchedulerConfig, also_known=ENGINE_KEYS)
+            ) from None
 
 
 def _describe(

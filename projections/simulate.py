@@ -76,6 +76,18 @@ def run_engine_options(journal: Path) -> dict[str, Any]:
     return {}
 
 
+PERIOD_ENDS = ("horizon", "recorded", "work_ended", "stalled")
+
+
+def period_ended(spec: RunSpec, stalled_at: float | None) -> str:
+    """How a run's period ended (summary.json's `period.ended`): at the scenario's
+    `horizon`, where the `recorded` journal a replay re-decides ends, when its work
+    ended (`work_ended`), or `stalled` (waiting work nothing could start any more)."""
+    if spec.horizon_end is not None:
+        return spec.end_kind
+    return "stalled" if stalled_at is not None else "work_ended"
+
+
 @dataclass
 class RunSpec:
     """Everything one policy run needs; built from a scenario or from a journal."""
@@ -89,6 +101,8 @@ class RunSpec:
     horizon_end: float | None = None
     workloads: int = 0
     engine: dict[str, Any] = field(default_factory=dict)
+    # what `horizon_end` is: a scenario's horizon, or where a replayed journal ends
+    end_kind: str = "horizon"
 
     @classmethod
     def of_scenario(cls, sc: Scenario, engine: dict[str, Any] | None = None) -> RunSpec:
@@ -237,6 +251,7 @@ def run_policy(
     # recorded period a replay re-decides) rather than when its work ended: compare
     # warns about runs of different periods
     summary["period"]["horizon"] = spec.horizon_end is not None
+    summary["period"]["ended"] = period_ended(spec, engine.stalled_at)
     submitted = summary.get("workloads", {}).get("submitted", 0)
     summary["engine"] = {
         "wall_s": round(wall, 3),

@@ -2,12 +2,16 @@
 
 Keys (exact, plus a few extras marked *):
 
-- `policy`; *`period` {start, end, start_iso, end_iso, hours, horizon}: the simulated
-  period measured; `horizon` (set by `allot simulate`/`replay`) is true when its end was
-  fixed before the run (a scenario's horizon, the recorded period a replay re-decides),
-  false when the run ended with its work;
+- `policy`; *`period` {start, end, start_iso, end_iso, hours, horizon, ended}: the
+  simulated period measured; `horizon` (set by `allot simulate`/`replay`) is true when
+  its end was fixed before the run (a scenario's horizon, the recorded period a replay
+  re-decides), false when the run ended with its work; `ended` says which:
+  `horizon`, `recorded` (where the replayed journal ends: work may still be pending or
+  running then, as it was in the recording), `work_ended`, or `stalled` (no horizon,
+  and waiting work nothing could start any more);
 - `workloads` {submitted, completed, rejected, preempted (workloads preempted at least
-  once), unfinished (pending or running at the end), *failed, *lost, *cancelled,
+  once), unfinished (pending or running at the end), *unfinished_pending,
+  *unfinished_running (the two parts of `unfinished`), *failed, *lost, *cancelled,
   *preempted_terminal (preempted and not requeued)};
 - `preemptions` (count of `workload.preempted`), *`preemptions_by_reason`;
 - *`lost_attempts` {all, requeued}: attempts reported `lost` (their node died), and of
@@ -28,9 +32,13 @@ Keys (exact, plus a few extras marked *):
   waiting at the time (idle GPUs beside waiting 1-GPU work is a scheduling loss; beside
   only whole-host work, fragmentation that work waits out);
 - `delivered` {overall, min, by_allocation, hourly_strict, *hourly_strict_by_allocation,
-  *owed_gpu_h, *received_gpu_h}:
+  *owed_gpu_h, *received_gpu_h, *unrunnable_gpu_h}:
   DESIGN §2 period form over the hourly rows; leaves that were owed nothing are not in
-  `by_allocation`; ratios are null when nothing was owed;
+  `by_allocation`; ratios are null when nothing was owed. Demand leaves out waiting work
+  that the healthy hosts could not hold even empty (hosts removed, shrunk or unhealthy
+  since it was accepted): no policy could run it, so it is owed nothing.
+  `unrunnable_gpu_h` {leaf: GPU-hours} is that work's request, for the leaves that had
+  any, so a reader sees what was left out;
 - `wait_s` / `requeue_wait_s` {all, by_tag: {tag: ...}, *by_allocation: {leaf: ...}} each
   {p50, p90, p99, mean, count, *unplaced}: submit → first placement, and preemption →
   next placement after a requeue. Percentiles are nearest-rank; empty → null.
@@ -80,6 +88,34 @@ def iso(t: float | None) -> str | None:
     if t is None:
         return None
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_ENDS = {
+    "horizon": "at its horizon",
+    "recorded": "where the recorded journal ends",
+    "work_ended": "when its work ended",
+    "stalled": "when nothing more could start",
+}
+
+
+def how_it_ended(summary: dict[str, Any]) -> str:
+    """How a run's period ended, in words, with the work still unfinished then:
+    "where the recorded journal ends, 3 workloads still pending and 1 running". Empty
+    for a summary that does not say (written before `period.ended`)."""
+    period = summary.get("period") or {}
+    how = _ENDS.get(str(period.get("ended")))
+    if how is None:
+        return ""
+    counts = summary.get("workloads") or {}
+    pending = counts.get("unfinished_pending")
+    running = counts.get("unfinished_running")
+    if not pending and not running:
+        return how
+    if pending is None or running is None:
+        return how
+    left = [f"{n:,} {what}" for n, what in ((pending, "pending"), (running, "running")) if n]
+    noun = "workload" if pending + running == 1 else "workloads"
+    return f"{how}, {pending + running:,} {noun} still unfinished ({' and '.join(left)})"
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -256,7 +292,12 @@ class SummaryProjection(UsageProjection):
         owed: dict[str, float] = {}
         received: dict[str, float] = {}
         met_hourly: dict[str, float] = {}  # Σ_h min(received_h, owed_h), per allocation
+        unrunnable: dict[str, float] = {}
         for r in rows:
+            if r.get("unrunnable_gpu_s"):
+                unrunnable[r["allocation"]] = (
+                    unrunnable.get(r["allocation"], 0.0) + r["unrunnable_gpu_s"]
+                )
             a = r["allocation"]
             owed[a] = owed.get(a, 0.0) + r["owed_gpu_s"]
             received[a] = received.get(a, 0.0) + r["received_gpu_s"]
@@ -278,6 +319,8 @@ class SummaryProjection(UsageProjection):
             },
             "owed_gpu_h": {a: round(owed[a] / HOUR, 3) for a in sorted(owed)},
             "received_gpu_h": {a: round(received[a] / HOUR, 3) for a in sorted(received)},
+            # requested by waiting work no policy could place (not owed, so not above)
+            "unrunnable_gpu_h": {a: round(unrunnable[a] / HOUR, 3) for a in sorted(unrunnable)},
         }
 
     def _contended_idle(self) -> dict[str, Any]:
@@ -302,12 +345,15 @@ class SummaryProjection(UsageProjection):
         busy_all = tot["charged_gpu_s"] + tot["unallocated_gpu_s"]
         start, end = self.period()
         unplaced, unplaced_again = self._unplaced()
+        unfinished_pending = sum(1 for w in self.live.values() if not w.running)
         workloads = {
             "submitted": self.counts["submitted"],
             "completed": self.counts["completed"],
             "rejected": self.counts["rejected"],
             "preempted": self.counts["preempted"],
             "unfinished": len(self.live),
+            "unfinished_pending": unfinished_pending,
+            "unfinished_running": len(self.live) - unfinished_pending,
             "failed": self.counts["failed"],
             "lost": self.counts["lost"],
             "cancelled": self.counts["cancelled"],
@@ -394,4 +440,12 @@ def summarize(
     return fold(events, start=start, end=end).summary(policy=policy, engine=engine)
 
 
-__all__ = ["SummaryProjection", "fold", "iso", "percentile", "summarize", "wait_stats"]
+__all__ = [
+    "SummaryProjection",
+    "fold",
+    "how_it_ended",
+    "iso",
+    "percentile",
+    "summarize",
+    "wait_stats",
+]

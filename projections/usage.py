@@ -17,7 +17,13 @@ Definitions (DESIGN §2):
 - *charged* / *unallocated* = busy GPU-seconds of placements with `charged` true/false;
 - *demand* of a leaf = GPUs requested by its pending + running workloads with
   `min_runtime > 0` (pending work on hold, `allot hold`, is not demand: it does not
-  ask to run, so no GPUs are owed for it and it makes no time contended);
+  ask to run, so no GPUs are owed for it and it makes no time contended). Pending work
+  that the healthy hosts could not hold even if they were empty (more GPUs than they
+  have together; single-host work bigger than every healthy host: hosts were removed,
+  shrunk or went unhealthy after it was accepted) is not demand either but *unrunnable*
+  demand, kept apart (`unrunnable_gpu_s`): no policy could have given it GPUs, so
+  owing them would charge the scheduler for the cluster's shape. It still waits, so it
+  still makes time contended;
 - *healthy capacity* = GPUs of registered hosts whose last `host.health` was healthy;
 - `owed_h = min(∫_h share × healthy capacity dt, demand_h)`; `received_h = charged_h`.
 - *occupancy* counts busy GPUs on healthy hosts only (a draining host's GPUs are in
@@ -104,6 +110,7 @@ class _Workload:
         "since",
         "submitted",
         "tags",
+        "unrunnable",
     )
 
     def __init__(
@@ -130,15 +137,18 @@ class _Workload:
         self.placed_once = False
         self.preempted_once = False
         self.requeued = False  # pending again after a requeue
+        # waiting, and counted in its leaf's `unrunnable` rather than its `demand`
+        self.unrunnable = False
 
 
 class _Leaf:
-    __slots__ = ("charged", "demand", "last", "unalloc")
+    __slots__ = ("charged", "demand", "last", "unalloc", "unrunnable")
 
     def __init__(self, now: float) -> None:
         self.charged = 0  # busy GPUs of running charged work
         self.unalloc = 0  # busy GPUs of running uncharged work
         self.demand = 0  # requested GPUs of pending + running work with min_runtime > 0
+        self.unrunnable = 0  # of pending such work the healthy hosts could never hold
         self.last = now  # integrated up to here
 
 
@@ -267,6 +277,20 @@ class UsageProjection:
         if "headroom_idle" not in saved:  # saved before the headroom figure
             self.headroom_idle = 0.0
             self._headroom = None
+        self._upgrade_unrunnable()
+
+    def _upgrade_unrunnable(self) -> None:
+        """A table saved before unrunnable demand was kept apart: every row and leaf
+        gets it at 0, every workload counts as runnable (its GPUs are in `demand`)."""
+        for row in self._rows.values():
+            if len(row) == 3:
+                row.append(0.0)
+        for leaf in self._leaves.values():
+            if not hasattr(leaf, "unrunnable"):
+                leaf.unrunnable = 0
+        for w in self.live.values():
+            if not hasattr(w, "unrunnable"):
+                w.unrunnable = False
 
     def advance_to(self, t: float) -> None:
         """Move time to `t` without an event (e.g. a simulation horizon)."""
@@ -390,7 +414,7 @@ class UsageProjection:
             leaf = self._leaves[path] = _Leaf(now)
             return leaf
         if leaf.last < now:
-            if leaf.charged or leaf.unalloc or leaf.demand:
+            if leaf.charged or leaf.unalloc or leaf.demand or leaf.unrunnable:
                 self._integrate(path, leaf, leaf.last, now)
             leaf.last = now
         return leaf
@@ -405,10 +429,11 @@ class UsageProjection:
             dt = seg_end - a
             row = rows.get((path, h))
             if row is None:
-                row = rows[(path, h)] = [0.0, 0.0, 0.0]
+                row = rows[(path, h)] = [0.0, 0.0, 0.0, 0.0]
             row[0] += leaf.charged * dt
             row[1] += leaf.unalloc * dt
             row[2] += leaf.demand * dt
+            row[3] += leaf.unrunnable * dt
             a = seg_end
 
     def _flush_all(self) -> None:
@@ -441,6 +466,7 @@ class UsageProjection:
         self.hosts[host] = gpus
         self._headroom = None
         self._timeline_changed()
+        self._hosts_changed()
 
     def _host_health(self, d: dict[str, Any], now: float) -> None:
         host = d["host"]
@@ -456,6 +482,7 @@ class UsageProjection:
         self.capacity += sign * self.hosts[host]
         self._busy_healthy += sign * self._busy_by_host.get(host, 0)
         self._timeline_changed()
+        self._hosts_changed()
 
     def _host_removed(self, d: dict[str, Any], now: float) -> None:
         """A host gone for good: its GPUs leave the capacity (the work on them stops in
@@ -469,6 +496,49 @@ class UsageProjection:
             self._busy_healthy -= self._busy_by_host.get(host, 0)
         self._headroom = None
         self._timeline_changed()
+        self._hosts_changed()
+
+    def could_hold(self, gpus: int) -> bool:
+        """Could the healthy hosts, emptied, hold work of `gpus` GPUs? As rule 10's
+        `could_hold`: work bigger than every registered host is a gang of whole hosts;
+        smaller work needs one healthy host that big. Headroom is left out: it yields
+        to work nothing else can hold."""
+        if gpus > self.capacity:
+            return False
+        if gpus > max(self.hosts.values(), default=0):
+            return True
+        healthy = self.healthy
+        return any(n >= gpus and healthy.get(h, True) for h, n in self.hosts.items())
+
+    def _hosts_changed(self) -> None:
+        """Hosts came, went, changed size or health: move waiting work between demand
+        and unrunnable demand to match what the healthy hosts could hold now."""
+        held = self._on_hold
+        for wid, w in self.live.items():
+            if w.running or w.min_runtime <= 0 or wid in held:
+                continue
+            if w.unrunnable == self.could_hold(w.gpus):
+                self._stop_waiting_demand(w)
+                self._start_waiting_demand(w)
+
+    def _start_waiting_demand(self, w: _Workload) -> None:
+        """Waiting allocated work `w` asks for its GPUs: as demand if the healthy hosts
+        could hold it, else as unrunnable demand."""
+        leaf = self._leaf(w.allocation)
+        w.unrunnable = not self.could_hold(w.gpus)
+        if w.unrunnable:
+            leaf.unrunnable += w.gpus
+        else:
+            leaf.demand += w.gpus
+
+    def _stop_waiting_demand(self, w: _Workload) -> None:
+        """Waiting allocated work `w` no longer asks (placed, held, ended)."""
+        leaf = self._leaf(w.allocation)
+        if w.unrunnable:
+            leaf.unrunnable -= w.gpus
+        else:
+            leaf.demand -= w.gpus
+        w.unrunnable = False
 
     def _budget_set(self, d: dict[str, Any], now: float) -> None:
         path = d["allocation"]
@@ -514,7 +584,7 @@ class UsageProjection:
         )
         self.live[wid] = w
         if w.min_runtime > 0:
-            self._leaf(w.allocation).demand += w.gpus
+            self._start_waiting_demand(w)
             self._wait(w)
         self.on_submitted(wid, w, d)
 
@@ -538,6 +608,9 @@ class UsageProjection:
             self._stop_run(wid, w, now)
         else:
             self._end_pending(wid, w, now)
+            if w.unrunnable:  # it ran after all: running work is demand
+                self._stop_waiting_demand(w)
+                self._leaf(w.allocation).demand += w.gpus
         first = not w.placed_once
         wait = None if w.submitted is None else now - w.since
         requeue_wait = wait if w.requeued else None
@@ -593,6 +666,9 @@ class UsageProjection:
         w.requeued = True
         if w.min_runtime > 0:
             self._wait(w)
+            if not self.could_hold(w.gpus):  # e.g. stopped because its host was removed
+                self._leaf(w.allocation).demand -= w.gpus
+                self._start_waiting_demand(w)
 
     def _finished(self, d: dict[str, Any], now: float) -> None:
         if d.get("requeued"):  # a lost attempt of resumable work: it waits again
@@ -614,7 +690,7 @@ class UsageProjection:
             return
         self._on_hold.add(wid)
         if w.min_runtime > 0:
-            self._leaf(w.allocation).demand -= w.gpus
+            self._stop_waiting_demand(w)
             self._unwait(w)
 
     def _released(self, d: dict[str, Any], now: float) -> None:
@@ -624,7 +700,7 @@ class UsageProjection:
             return
         self._on_hold.discard(wid)
         if w.min_runtime > 0:
-            self._leaf(w.allocation).demand += w.gpus
+            self._start_waiting_demand(w)
             self._wait(w)
 
     def _rejected(self, d: dict[str, Any], now: float) -> None:
@@ -688,6 +764,8 @@ class UsageProjection:
     def _terminal(self, wid: str, w: _Workload) -> None:
         if wid in self._on_hold:
             self._on_hold.discard(wid)  # its demand went with the hold
+        elif w.min_runtime > 0 and w.unrunnable:
+            self._stop_waiting_demand(w)
         elif w.min_runtime > 0:
             self._leaf(w.allocation).demand -= w.gpus
         del self.live[wid]
@@ -793,7 +871,7 @@ class UsageProjection:
             entries = sorted(by_hour[h], key=lambda e: e[0])
             a, b = self._hour_bounds(h)
             ent = self.entitlement([p for p, _ in entries], a, b)
-            for path, (charged, unalloc, demand) in entries:
+            for path, (charged, unalloc, demand, unrunnable) in entries:
                 entitled = ent[path]
                 out.append(
                     {
@@ -803,6 +881,8 @@ class UsageProjection:
                         "unallocated_gpu_s": unalloc,
                         "demand_gpu_s": demand,
                         "owed_gpu_s": min(entitled, demand),
+                        # pending work the healthy hosts could not hold even empty
+                        "unrunnable_gpu_s": unrunnable,
                         "received_gpu_s": charged,
                         "entitled_gpu_s": entitled,
                     }

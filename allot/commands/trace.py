@@ -93,6 +93,22 @@ def import_trace(
     Times are seconds from the trace start; jobs that never ended get no `runtime`
     (they run until the scenario's horizon, or to the end of a run without one); rows
     asking for no GPU are skipped, and so are alibaba-openb pods never scheduled.
+    Traces carry no min_runtime: a scenario's `trace:` entry gives it (e.g.
+    `min_runtime: 30m`; default 15m).
+
+    Columns (CSV with a header; other columns are ignored):
+
+    allot-csv: submit_time, runtime, gpus, allocation; optional workload, user,
+    min_runtime, resumable, priority, tags (split by ;), name. Seconds or 15m/8h/7d.
+
+    philly: timestamp (YYYY-MM-DD HH:MM:SS, or epoch seconds), duration (seconds;
+    empty: never ended), num_gpus, cluster (the tenant); gpu_time is ignored.
+
+    alibaba-openb: name, num_gpu, qos (the tenant, also a tag), creation_time,
+    deletion_time (seconds; 0 or empty: never ended); optional scheduled_time (empty:
+    never scheduled), pod_phase, gpu_milli.
+
+    allot-jsonl: the file this command writes, one submission per line.
     """
     from rich.console import Console
     from rich.markup import escape

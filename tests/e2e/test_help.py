@@ -202,3 +202,26 @@ def test_every_repository_path_a_document_names_exists(document: str) -> None:
     missing = sorted({path for path in named if "/." not in path and not (ROOT / path).exists()})
     assert not [path for path in missing if not _made_at_run_time(path)], missing
     assert document != "README.md" or len(named) > 10, named  # the check sees them
+
+
+def test_trace_import_help_names_the_columns_each_format_needs() -> None:
+    """An analyst writing a small philly or alibaba-openb file to try a policy had only
+    the format names in --help, and learned the columns one error at a time."""
+    from projections.scenario import DEFAULT_MIN_RUNTIME
+    from projections.traces import alibaba_openb, allot_csv, philly
+    from tests.e2e.cli import allot
+
+    shown = allot("trace", "import", "--help", env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    for fmt, module in (
+        ("allot-csv", allot_csv),
+        ("philly", philly),
+        ("alibaba-openb", alibaba_openb),
+    ):
+        paragraph = text.split(f" {fmt}: ", 1)[1]
+        for other in ("allot-csv", "philly", "alibaba-openb", "allot-jsonl"):
+            paragraph = paragraph.split(f" {other}: ", 1)[0]
+        for column in module.REQUIRED:
+            assert column in paragraph, (fmt, column)
+    assert f"default {DEFAULT_MIN_RUNTIME / 60:g}m" in text

@@ -121,6 +121,18 @@ def test_replay_set_with_a_typo_says_which_key_was_meant_as_simulate_does(
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_replay_set_with_a_bad_value_names_set_as_simulate_does(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    """`--set window=3days` said "config key 'window': not a duration" on replay,
+    without naming --set, where simulate says "--set: window: not a duration"."""
+    replayed = allot("replay", str(tiny_journal), "--set", "window=3days", "--out", str(tmp_path))
+    simulated = allot("simulate", str(TINY), "--set", "window=3days", "--out", str(tmp_path))
+    one_line_error(replayed, "--set: window: not a duration: '3days'")
+    assert replayed.stderr == simulated.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 DRAINS = FIXTURES.parent.parent / "projections" / "fixtures" / "drains.yaml"
 NO_CHANGE = {"", "+0", "+0s", "+0.0", "+0.000"}
 
@@ -310,15 +322,16 @@ def test_compare_warns_when_the_runs_cover_different_periods(tmp_path: Path) -> 
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [
         "warning: these runs cover different periods (A: "
-        f"{start} to {_iso_after(start, 12)}, at its horizon; B: {start} to "
-        f"{_iso_after(start, 24)}, at its horizon): waits, counts and delivered are not "
-        "comparable; give both the same horizon"
+        f"{start} to {_iso_after(start, 12)}, at its horizon, 59 workloads still "
+        f"unfinished (53 pending and 6 running); B: {start} to {_iso_after(start, 24)}, at "
+        "its horizon, 5 workloads still unfinished (1 pending and 4 running)): waits, "
+        "counts and delivered are not comparable; give both the same horizon"
     ]
     # a summary written before the horizon was recorded compares as before
     old = tmp_path / "old"
     old.mkdir()
     summary = json.loads((short / "summary.json").read_text())
-    del summary["period"]["horizon"]
+    del summary["period"]["horizon"], summary["period"]["ended"]
     (old / "summary.json").write_text(json.dumps(summary))
     same = allot("compare", str(old), str(short))
     assert same.returncode == 0 and "warning" not in same.stderr, same.stderr
@@ -365,3 +378,34 @@ def test_simulate_warns_when_its_policies_runs_end_at_different_times(tmp_path: 
         "-q", "--no-report",
     )  # fmt: skip
     assert fixed.returncode == 0 and "warning" not in fixed.stderr, fixed.stderr
+
+
+def test_a_replay_of_a_journal_that_stops_with_work_left_says_so(tmp_path: Path) -> None:
+    """A live journal read mid-run: a1 runs, a2 waits when the recording stops. The
+    replay's period ends there, not at a horizon (summary and compare said "at its
+    horizon"), and the command says what was left unfinished."""
+    from domain.config import SchedulerConfig
+    from projections.usage import HOUR, JournalBuilder
+
+    j = JournalBuilder()
+    j.add("config.set", config={**SchedulerConfig().model_dump(mode="json"), "admins": ["admin"]})
+    j.host("h0").budget("lab", 1).budget("lab/a", 1)
+    j.submit("a1", "lab/a", 8).place("a1", {"h0": list(range(8))})
+    j.at(600).submit("a2", "lab/a", 8)
+    j.at(HOUR).add("clock.tick")
+    journal = j.write(tmp_path / "live.jsonl")
+    out = tmp_path / "what-if"
+    ran = allot("replay", str(journal), "--set", "window=3d", "--out", str(out), "--no-report")
+    assert ran.returncode == 0, ran.stderr
+    assert (
+        "note: fairshare: the replay stopped at 2026-01-01T01:00:00Z, where the recorded "
+        "journal ends, 2 workloads still unfinished (1 pending and 1 running); the pending "
+        "work's waits so far are in no wait percentile"
+    ) in ran.stderr
+    assert "horizon" not in ran.stderr
+    summary = json.loads((out / "fairshare" / "summary.json").read_text())
+    assert summary["period"]["ended"] == "recorded"
+    assert (
+        summary["workloads"]["unfinished_pending"],
+        summary["workloads"]["unfinished_running"],
+    ) == (1, 1)

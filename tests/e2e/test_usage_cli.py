@@ -157,6 +157,7 @@ def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path)
         "owed_gpu_h": 11_520.0,  # min(384, 512) x 30
         "received_gpu_h": 15_360.0,
         "entitled_gpu_h": 11_520.0,
+        "unrunnable_gpu_h": 0.0,  # no waiting work too big for the healthy hosts
         "delivered": 1.0,  # 15,360 / 11,520, capped
         "since": "2026-01-01T00:00:00Z",  # the period: the whole journal
         "until": "2026-01-02T06:00:00Z",
@@ -169,6 +170,7 @@ def test_the_period_totals_are_the_designs_numbers(single: Path, tmp_path: Path)
         "owed_gpu_h": 1_920.0,  # min(128, 64) x 30
         "received_gpu_h": 0.0,
         "entitled_gpu_h": 3_840.0,  # 128 x 30
+        "unrunnable_gpu_h": 0.0,
         "delivered": 0.0,
         "since": "2026-01-01T00:00:00Z",
         "until": "2026-01-02T06:00:00Z",

@@ -117,6 +117,17 @@ def test_how_many_never_started_stands_beside_each_tags_waits() -> None:
     assert not [label for label, _ in comparison_rows({"a": done}) if "never" in label]
 
 
+def test_compare_shows_preempted_work_that_ended_and_work_completed() -> None:
+    """fairshare preempted four workloads, two of them not resumable, which ended there;
+    legacy-priority completed two more. compare showed 'workloads preempted 4 → 0'
+    only: whether the preempted work was delayed or thrown away, it did not say."""
+    fair = {"workloads": {"preempted": 4, "preempted_terminal": 2, "completed": 5}}
+    legacy = {"workloads": {"preempted": 0, "preempted_terminal": 0, "completed": 7}}
+    rows = {label: (va, vb, ch) for label, va, vb, ch in compare_summaries(fair, legacy)}
+    assert rows["  of them ended, not requeued"] == ("2", "0", "-2")
+    assert rows["workloads completed"] == ("5", "7", "+2")
+
+
 def _run(start: str, submitted: int, rejected: int, end: str = "2026-01-08T00:00:00Z") -> dict:
     return {
         "period": {"start_iso": start, "end_iso": end},
@@ -164,34 +175,50 @@ def test_waits_in_tables_use_two_adjacent_units(seconds: float, shown: str) -> N
 
 
 @pytest.mark.parametrize(
-    ("b_end", "b_horizon", "says"),
+    ("b_end", "b_period", "says"),
     [
-        pytest.param("2026-01-08T00:00:00Z", True, None, id="same-period"),
+        pytest.param("2026-01-08T00:00:00Z", {"horizon": True}, None, id="same-period"),
         pytest.param(
             "2026-01-09T00:00:00Z",
-            False,
+            {"horizon": False, "ended": "work_ended"},
             "(A: 2026-01-01T00:00:00Z to 2026-01-08T00:00:00Z, at its horizon; "
             "B: 2026-01-01T00:00:00Z to 2026-01-09T00:00:00Z, when its work ended)",
             id="no-horizon-later-end",
         ),
         pytest.param(
+            # a replay of a live journal: it has no horizon, its recording stopped while
+            # work was still waiting and running (it said "at its horizon")
             "2026-01-09T00:00:00Z",
-            None,  # a summary from before `horizon` was recorded
+            {"horizon": True, "ended": "recorded", "left": (3, 1)},
+            "B: 2026-01-01T00:00:00Z to 2026-01-09T00:00:00Z, where the recorded journal "
+            "ends, 4 workloads still unfinished (3 pending and 1 running))",
+            id="replay-of-a-journal-that-ends-with-work-left",
+        ),
+        pytest.param(
+            "2026-01-09T00:00:00Z",
+            {"horizon": True},  # a summary from before `ended` was recorded
+            "B: 2026-01-01T00:00:00Z to 2026-01-09T00:00:00Z, at an end fixed before the run)",
+            id="ended-unknown",
+        ),
+        pytest.param(
+            "2026-01-09T00:00:00Z",
+            {},  # a summary from before `horizon` was recorded
             "B: 2026-01-01T00:00:00Z to 2026-01-09T00:00:00Z)",
             id="horizon-unknown",
         ),
     ],
 )
 def test_runs_of_different_periods_are_told_apart(
-    b_end: str, b_horizon: bool | None, says: str | None
+    b_end: str, b_period: dict, says: str | None
 ) -> None:
     from projections.compare import different_periods
 
     a = _run("2026-01-01T00:00:00Z", 90, 10)
-    a["period"]["horizon"] = True
+    a["period"].update(horizon=True, ended="horizon")
     b = _run("2026-01-01T00:00:00Z", 90, 10, end=b_end)
-    if b_horizon is not None:
-        b["period"]["horizon"] = b_horizon
+    pending, running = b_period.pop("left", (0, 0))
+    b["period"].update(b_period)
+    b["workloads"].update(unfinished_pending=pending, unfinished_running=running)
     found = different_periods(a, b)
     assert found is None if says is None else says in found
     assert different_periods(a, {"workloads": {}}) is None  # no period recorded: no claim

@@ -300,3 +300,18 @@ def test_headline_waits_of_a_run_where_all_work_started(report):
     assert ("0 s", "median wait") in cards
     assert (str(summary["workloads"]["submitted"]), "workloads submitted") in cards
     assert not any("never started" in label for _, label in cards)
+
+
+def test_work_no_policy_could_place_is_named_beside_the_owed_table(tmp_path):
+    """A 16-GPU job waiting after h1 is removed is owed nothing; the report says why its
+    allocation has no delivered figure instead of leaving the row blank."""
+    j = JournalBuilder()
+    j.host("h0").host("h1").budget("lab", 1).budget("lab/a", 1)
+    j.submit("a1", "lab/a", 16)
+    j.add("host.removed", actor="admin", host="h1")
+    j.at(HOUR).add("clock.tick")
+    journal = j.write(tmp_path / "journal.jsonl")
+    summary = summarize(journal, policy="fairshare")
+    text = write_report(journal, summary, tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "could not hold even empty" in text
+    assert "lab/a 16.0 GPU-h" in text

@@ -62,6 +62,8 @@ def test_workload_counts(mixed):
         "rejected": 0,
         "preempted": 1,
         "unfinished": 0,
+        "unfinished_pending": 0,
+        "unfinished_running": 0,
         "failed": 0,
         "lost": 0,
         "cancelled": 0,
@@ -394,3 +396,77 @@ def test_idle_time_on_the_hosts_kept_for_short_jobs_is_counted_apart(
     idle = summarize(_gang_beside_headroom(headroom).events, policy="p")["contended_idle"]
     assert idle["gpu_hours"] == pytest.approx(16.0, abs=1e-3)
     assert idle["headroom_gpu_hours"] == pytest.approx(kept_idle, abs=1e-3)
+
+
+# ------------------------------------------------ work no policy could place is not owed
+def _bigger_than_what_is_left() -> JournalBuilder:
+    """lab/a runs 8 GPUs on h0 for 2 h; lab/b's 16-GPU job waits from the start, and
+    h1 is removed at once: from then on no scheduler could place it."""
+    j = cluster()
+    j.submit("a1", "lab/a", 8).place("a1", {"h0": H8})
+    j.submit("b1", "lab/b", 16)
+    j.add("host.removed", actor="admin", host="h1")
+    j.at(2 * HOUR).finish("a1")
+    return j
+
+
+def _only_an_unhealthy_host_is_big_enough() -> JournalBuilder:
+    """h0, h1 of 4 GPUs, h2 of 8 unhealthy for the first hour; an 8-GPU (single-host)
+    job waits from 0, may run from 1 h (repaired) but waits till 2 h, runs an hour."""
+    j = JournalBuilder().host("h0", 4).host("h1", 4).host("h2", 8)
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.health("h2", False, "xid-79").submit("b1", "lab/a", 8)
+    j.at(HOUR).health("h2", True, "repaired")
+    j.at(2 * HOUR).place("b1", {"h2": H8})
+    j.at(3 * HOUR).finish("b1")
+    return j
+
+
+def _requeued_after_its_host_was_removed() -> JournalBuilder:
+    """A 16-GPU gang runs an hour on h0 + h1; h1 is removed and the gang requeued: it
+    waits an hour more on a cluster of 8 GPUs, then is cancelled."""
+    j = cluster()
+    j.submit("a1", "lab/a", 16).place("a1", {"h0": H8, "h1": H8})
+    j.at(HOUR).add("host.removed", actor="admin", host="h1")
+    j.preempt("a1", "gpus_removed", requeued=True)
+    j.at(2 * HOUR).cancel("a1")
+    return j
+
+
+@pytest.mark.parametrize(
+    ("journal", "by_allocation", "owed", "unrunnable"),
+    [
+        pytest.param(
+            _bigger_than_what_is_left,
+            {"lab/a": 1.0},  # lab/b was owed nothing: no policy could have run b1
+            {"lab/a": 12.0, "lab/b": 0.0},  # a: min(¾ × 8 GPUs, 8) × 2 h
+            {"lab/b": 32.0},  # b1's 16 GPUs × 2 h
+            id="host-removed-under-waiting-work",
+        ),
+        pytest.param(
+            _only_an_unhealthy_host_is_big_enough,
+            {"lab/a": 0.5},  # owed 8 GPU-h in each of hours 1 and 2, received in hour 2
+            {"lab/a": 16.0},
+            {"lab/a": 8.0},  # the first hour, while h2 was down
+            id="single-host-work-beside-an-unhealthy-host",
+        ),
+        pytest.param(
+            _requeued_after_its_host_was_removed,
+            {"lab/a": 1.0},  # first hour: owed min(¾ × 16, 16), received 16 GPU-h
+            {"lab/a": 12.0},
+            {"lab/a": 16.0},  # waiting for 16 GPUs of 8 in the second
+            id="requeued-after-its-host-was-removed",
+        ),
+    ],
+)
+def test_waiting_work_the_healthy_hosts_could_never_hold_is_not_owed(
+    journal, by_allocation, owed, unrunnable
+):
+    d = summarize(journal().events, policy="p")["delivered"]
+    assert d["by_allocation"] == pytest.approx(by_allocation)
+    assert d["owed_gpu_h"] == pytest.approx(owed)
+    assert d["unrunnable_gpu_h"] == pytest.approx(unrunnable)
+
+
+def test_runnable_waiting_work_is_owed_and_nothing_is_unrunnable(mixed):
+    assert mixed["delivered"]["unrunnable_gpu_h"] == {}

@@ -168,6 +168,27 @@ def test_a_state_saved_before_contended_idle_keeps_folding(journal: Path, tmp_pa
     assert restored.totals() == whole.totals()
 
 
+def test_a_state_saved_before_unrunnable_demand_keeps_folding(journal: Path) -> None:
+    """A pickled projection from before unrunnable demand was kept apart (rows of three
+    sums, leaves and workloads without the field) resumes and reads its rows."""
+    lines = journal.read_bytes().splitlines()
+    half = len(lines) // 2
+    old = UsageProjection()
+    for line in lines[:half]:
+        old.apply(orjson.loads(line))
+    for row in old._rows.values():
+        del row[3]
+    for leaf in old._leaves.values():
+        del leaf.unrunnable
+    for w in old.live.values():
+        del w.unrunnable
+    restored = pickle.loads(pickle.dumps(old))
+    for line in lines[half:]:
+        restored.apply(orjson.loads(line))
+    restored.close()
+    assert all(r["unrunnable_gpu_s"] >= 0 for r in restored.hourly_rows())
+
+
 def test_a_state_saved_by_older_code_folds_the_record_types_added_since() -> None:
     """The record types a projection folds come from the code, not from the saved table
     (a table saved before `budget.rejected` was folded kept its older list)."""
