@@ -978,7 +978,12 @@ class _KeptLoop:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except (KeyboardInterrupt, SystemExit):
+            future.cancel()  # Ctrl-C while waiting stops the work on the thread too
+            raise
 
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -1029,6 +1034,8 @@ class KafkaTail:
         items: list[Any] = []
         try:
             self._loop.run(self._read_kept(items.append))
+        except (KeyboardInterrupt, SystemExit):
+            raise  # a poller's Ctrl-C, not a broker's failure (that would be retried)
         except BaseException as why:
             self._drop_consumer()
             raise _as_source_error(why, self.bootstrap) from None

@@ -4,7 +4,9 @@ and finding the records about a few workloads, or of a few types, without foldin
 
 from __future__ import annotations
 
+import _thread
 import asyncio
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -279,3 +281,37 @@ def test_a_kafka_tail_keeps_one_consumer_between_reads_and_stops_it(
         tail.close()
     assert opened[0]._closed  # stopped
     assert not [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+
+
+def _stuck_tail() -> Any:
+    """A KafkaTail whose read never ends (a broker that does not answer), to interrupt;
+    `reading` is set once the read has begun."""
+    from streams.sources import KafkaTail
+
+    class StuckTail(KafkaTail):
+        reading = threading.Event()
+
+        async def _read_kept(self, put: Any) -> None:
+            self.reading.set()
+            await asyncio.Event().wait()
+
+    return StuckTail("127.0.0.1:9", "c")
+
+
+def test_ctrl_c_during_a_kafka_tail_read_stops_the_poller() -> None:
+    """The local launcher stops on SIGINT. Ctrl-C that came while a read waited for the
+    broker was taken as a failed read (a BrokerError, which a poller retries), so the
+    launcher polled on and had to be killed."""
+    tail = _stuck_tail()
+
+    def interrupt_when_reading() -> None:
+        if tail.reading.wait(10):
+            _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_when_reading, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tail.read()
+    finally:
+        tail.close()
+    assert tail._loop is None  # closed: no read left running on its thread
