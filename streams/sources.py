@@ -986,6 +986,14 @@ class _KeptLoop:
             raise
 
     def close(self) -> None:
+        async def cancel_the_rest() -> None:  # e.g. a read cut short by Ctrl-C
+            rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_the_rest(), self.loop).result(timeout=5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
         if not self.thread.is_alive():

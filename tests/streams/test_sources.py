@@ -4,8 +4,8 @@ and finding the records about a few workloads, or of a few types, without foldin
 
 from __future__ import annotations
 
-import _thread
 import asyncio
+import signal
 import threading
 import time
 import uuid
@@ -305,8 +305,8 @@ def test_ctrl_c_during_a_kafka_tail_read_stops_the_poller() -> None:
     tail = _stuck_tail()
 
     def interrupt_when_reading() -> None:
-        if tail.reading.wait(10):
-            _thread.interrupt_main()
+        if tail.reading.wait(10):  # a real SIGINT: it wakes a blocked wait
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
     threading.Thread(target=interrupt_when_reading, daemon=True).start()
     try:
