@@ -853,6 +853,8 @@ class _Resolved:
         self.attempts: dict[str, int] = {}
         self.notes: list[str] = []
         self.empty: list[str] = []  # why an array base named no task to send
+        # ids the journal never accepted, their submission having been rejected: why
+        self.never_accepted: dict[str, str] = {}
 
 
 def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Resolved:
@@ -868,6 +870,10 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
     - anything else as given; so is everything the journal cannot tell (a new folder,
       no journal topic yet): the scheduler answers.
 
+    An id whose submission the scheduler rejected (and never accepted) is not sent:
+    `never_accepted` says why it was rejected, which the scheduler's own answer
+    ("unknown workload") cannot.
+
     Whole ids cost a byte search of the journal (`streams.sources.records_naming`), not
     a fold: only a prefix or an array's base reads the live state. A requeue also
     takes the attempt each workload runs (its latest placement), so a request sent
@@ -876,7 +882,7 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
 
     out = _Resolved()
     bare = {wid for wid in ids if _BARE_ID.match(wid)}
-    searched = [wid for wid in ids if _WHOLE_ID.match(wid) and (wid in bare or kind == _REQUEUE)]
+    searched = [wid for wid in ids if _WHOLE_ID.match(wid)]
     records: list[dict[str, Any]] = []
     if searched:
         try:
@@ -890,6 +896,8 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
         base = _task_of(str(r.get("workload")))
         if base in bare and r.get("type") == "workload.submitted":
             submitted.setdefault(base, set()).add(r["workload"])
+    out.never_accepted = _rejected_submissions(searched, records)
+    ids = [wid for wid in ids if wid not in out.never_accepted]
     prefixes = {wid for wid in ids if not _WHOLE_ID.match(wid)}
     state = None
     if submitted or prefixes:
@@ -924,6 +932,23 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
                 if r.get("type") == "workload.placed" and isinstance(attempt, int):
                     out.attempts[wid] = max(out.attempts.get(wid, 0), attempt)
     return out
+
+
+def _rejected_submissions(ids: list[str], records: list[dict[str, Any]]) -> dict[str, str]:
+    """Of `ids`, those the journal `records` (about them) show rejected at submission and
+    never accepted, each with the rejection's error; an array's base counts when every
+    task of it the journal names was rejected so (its first task's error)."""
+    accepted: set[str] = set()
+    errors: dict[str, str] = {}
+    for r in records:
+        wid = str(r.get("workload"))
+        if r.get("type") == "workload.submitted":
+            accepted.update((wid, _task_of(wid) or wid))
+        elif r.get("type") == "workload.rejected" and r.get("input_type") == "workload.submitted":
+            for name in (wid, _task_of(wid)):
+                if name is not None:
+                    errors.setdefault(name, visible(str(r.get("error", "no reason given"))))
+    return {wid: errors[wid] for wid in ids if wid in errors and wid not in accepted}
 
 
 def _task_of(wid: str) -> str | None:
@@ -1069,7 +1094,14 @@ def _about_workloads(
         else:
             assert ids is not None
             found = _resolve_ids(kind, target, cluster, ids)
+        for wid, error in found.never_accepted.items():
+            typer.echo(
+                f"The {verb.lower()} of workload {wid} was not sent: its submission was "
+                f"rejected ({error}), so there is no such workload to {verb.lower()}"
+            )
         ids = found.ids
+        if not ids and found.never_accepted:
+            raise typer.Exit(1)
         if not ids:
             raise RequestError(f"{'; '.join(found.empty)}; nothing was sent")
         actor = whoami(as_)
@@ -1095,6 +1127,20 @@ def _about_workloads(
         follow = f"`allot why {ids[0]}`" if len(ids) == 1 else "`allot why ID` (each id)"
         check = f"{follow} says what the scheduler decided"
         sent = _send_all(target, requests, wait, said, check)
+    _report_sent(verb, done, requests, wait, sent, check)
+    if found.never_accepted:  # as scancel of an invalid job id among valid ones
+        raise typer.Exit(1)
+
+
+def _report_sent(
+    verb: str,
+    done: str,
+    requests: list[dict[str, Any]],
+    wait: float | None,
+    sent: _Sent,
+    check: str,
+) -> None:
+    """What became of the requests `_about_workloads` sent, as far as it waited."""
     if len(requests) > 1 and wait is not None:
         _report_verdicts(verb, done, requests, wait, sent, check)
         return
@@ -1102,12 +1148,9 @@ def _about_workloads(
         if _say_rejections(verb, requests, sent):
             raise typer.Exit(1)
         return
+    wid = requests[0]["workload"]
     _report_verdict(
-        f"the {verb.lower()} of workload {ids[0]}",
-        f"Workload {ids[0]} {done}",
-        wait,
-        sent,
-        check,
+        f"the {verb.lower()} of workload {wid}", f"Workload {wid} {done}", wait, sent, check
     )
 
 
