@@ -217,11 +217,19 @@ def _open_inbox(target: Target) -> tuple[Any, bool]:
     return open_inbox(target), False
 
 
-def _served_now(target: Target, noted: bool) -> bool:
-    """A `--data` folder that a scheduler serves now: its verdict comes at once, so a
-    request sent without --wait still waits for it (ADMISSION_WAIT_S) to say a rejection.
-    Kafka is not waited on: the principal that submits may not read the journal."""
-    return target.data is not None and not noted
+def _verdict_may_come_now(target: Target, noted: bool) -> bool:
+    """A `--data` folder that a scheduler serves now, or Kafka: the verdict may come at
+    once, so a request sent without --wait still waits for it (ADMISSION_WAIT_S) to
+    say a rejection. On Kafka only when the writer finds it will come (`_live_cluster`):
+    the principal that submits may not read the journal, or no scheduler runs."""
+    return target.data is None or not noted
+
+
+def _live_cluster(target: Target, cluster: str) -> str | None:
+    """The cluster a Kafka writer checks for a live scheduler before a wait without
+    --wait (`streams.inbox.KafkaInbox.send_and_wait`); None for a folder (checked by
+    `_verdict_may_come_now`)."""
+    return cluster if target.data is None else None
 
 
 def _wait_or_admission(wait: float | None) -> float:
@@ -256,11 +264,18 @@ class _Sent:
 
 
 def _wait_stoppable(
-    writer: Any, requests: list[dict[str, Any]], match: Any, wait: float, on_sent: Any, check: str
+    writer: Any,
+    requests: list[dict[str, Any]],
+    match: Any,
+    wait: float,
+    on_sent: Any,
+    check: str,
+    live_cluster: str | None = None,
 ) -> Any:
     """`writer.send_and_wait`, where Ctrl-C after the requests are out stops the wait, not
     the requests (as sbatch --wait): one line says they stand and how to follow them,
-    exit 130. Ctrl-C before they are out is an ordinary interruption."""
+    exit 130. Ctrl-C before they are out is an ordinary interruption. `live_cluster`
+    (Kafka, without --wait): wait only if that cluster's scheduler will answer soon."""
     out = False
 
     def said() -> None:
@@ -269,6 +284,8 @@ def _wait_stoppable(
         on_sent()
 
     try:
+        if live_cluster is not None:
+            return writer.send_and_wait(requests, match, wait, said, live_cluster=live_cluster)
         return writer.send_and_wait(requests, match, wait, said)
     except KeyboardInterrupt:
         if not out:
@@ -292,7 +309,7 @@ def _send_all(
 
     writer, noted = _open_inbox(target)
     try:
-        if wait is None and not _served_now(target, noted):
+        if wait is None and not _verdict_may_come_now(target, noted):
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0], noted_unserved=noted)
@@ -305,7 +322,8 @@ def _send_all(
                     verdicts[ref] = record
             return len(verdicts) == len(matches)
 
-        _wait_stoppable(writer, requests, every, _wait_or_admission(wait), on_sent, check)
+        live = _live_cluster(target, requests[0]["cluster"]) if wait is None else None
+        _wait_stoppable(writer, requests, every, _wait_or_admission(wait), on_sent, check, live)
         first = verdicts.get(requests[0]["id"])
         return _Sent(target, requests[0], first, writer.trouble, noted, verdicts)
     finally:
@@ -606,10 +624,11 @@ def submit(
         try:
             if wait is not None:
                 outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
-            elif _served_now(target, noted):  # admitted or refused: refused is said now
+            elif _verdict_may_come_now(target, noted):  # admitted or refused: refused is said now
                 admission = verdict_on(requests[0]["id"])
+                live = _live_cluster(target, cluster)
                 outcome = _wait_stoppable(
-                    writer, requests, admission, ADMISSION_WAIT_S, submitted, check
+                    writer, requests, admission, ADMISSION_WAIT_S, submitted, check, live
                 )
             else:
                 writer.send(requests)

@@ -515,7 +515,10 @@ def test_cancelling_a_rejected_submission_says_why_it_was_rejected(cluster: Path
     fine = allot("submit", "-A", "lab/olmo", "-G", "1", "--min-runtime", "0", "--parsable", *common)
     wait_for(cluster, lambda r: r.get("workload") == tasks[-1])
     before = len(journal(cluster))
-    why = "asks for 64 GPUs but cluster 'default' has 16 registered"
+    why = (
+        "asks for 64 GPUs but cluster 'default' has 16 registered; submit with at most 16 "
+        "GPUs, or ask an admin (ops) to register more hosts"
+    )
     for wid in (refused, base, tasks[1]):
         result = allot("cancel", wid, *common)
         assert result.returncode == 1, result.stdout + result.stderr
