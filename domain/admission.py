@@ -218,9 +218,7 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
     if e.gpus <= 0:
         raise Rejected(f"gpus must be at least 1, got {e.gpus}")
     if e.gpus > state.capacity:
-        raise Rejected(
-            f"asks for {e.gpus} GPUs but cluster {state.cluster!r} has {state.capacity} registered"
-        )
+        raise Rejected(_more_gpus_than_registered(state, e.gpus))
     cap = state.config.max_min_runtime
     if not math.isfinite(e.min_runtime) or e.min_runtime < 0:
         raise Rejected(
@@ -244,6 +242,20 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
     for name, value in (("runtime", e.runtime), ("expected_runtime", e.expected_runtime)):
         if value is not None and (not math.isfinite(value) or value < 0):
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
+
+
+def _more_gpus_than_registered(state: State, gpus: int) -> str:
+    """The rejection of work larger than the cluster, with what to do next. Its first
+    clause is the one journals written before the hint hold (replay reads rejections,
+    it does not compare their texts)."""
+    admins = _some(state.config.admins)
+    admin = f"an admin ({admins})" if admins else "an admin"
+    said = f"asks for {gpus} GPUs but cluster {state.cluster!r} has {state.capacity} registered"
+    if not state.capacity:
+        return f"{said}; ask {admin} to register hosts (`allot host register`)"
+    return (
+        f"{said}; submit with at most {state.capacity} GPUs, or ask {admin} to register more hosts"
+    )
 
 
 def _live(state: State, workload_id: str, verb: str = "cancel") -> Any:

@@ -39,9 +39,16 @@ from streams.kafka_clients import cancel_leftovers, quiet_stop, unreachable
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
+log = logging.getLogger("allot.inbox")
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ALLOT_KAFKA_CONNECT_TIMEOUT", "5"))
 SEND_TIMEOUT_S = float(os.environ.get("ALLOT_KAFKA_SEND_TIMEOUT", "15"))
+# a cluster whose journal partition had a record this recently has a live scheduler (its
+# ticker journals a clock.tick every 10 s by default): a request sent without --wait
+# waits for the verdict then (streams.inbox.KafkaInbox.send_and_wait, live_cluster)
+LIVE_WITHIN_S = 30.0
+LIVE_SCAN_RECORDS = 20_000  # ... looking back at most this far for the cluster's records
+LIVE_SCAN_S = 3.0  # ... and for at most this long (else: sent without a wait)
 POLL_S = 0.02
 
 Match = Callable[[dict[str, Any]], bool]
@@ -253,6 +260,7 @@ class KafkaInbox:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._producer: Any = None
         self._topics_seen = False  # the inbox (and journal) were found on the broker
+        self._journal_listed = False  # ... the journal among them (ACLs may hide it)
         self.trouble: str | None = None
 
     def _failure(self, why: BaseException) -> InboxError:
@@ -274,6 +282,7 @@ class KafkaInbox:
         match: Match,
         timeout: float,
         on_sent: Callable[[], None] | None = None,
+        live_cluster: str | None = None,
     ) -> dict[str, Any] | None:
         """Send, then wait up to `timeout` for the journal record `match` accepts.
 
@@ -281,14 +290,21 @@ class KafkaInbox:
         nothing known, was sent). Once it is acknowledged `on_sent` runs (the caller
         says the request is out), and from then on nothing raises: a broker that goes
         away during the wait is a wait without a verdict (None), with `trouble` saying
-        so."""
+        so.
+
+        With `live_cluster` (a request sent without --wait) it waits only when a verdict
+        will come soon: this login may read the journal (a submitter's may not) and the
+        cluster's scheduler wrote to it in the last LIVE_WITHIN_S. Otherwise it sends
+        and returns None at once, with no error and no delay, as `send` does."""
         self.trouble = None
-        consumer = self._run(self._send(requests, watch=True))
+        consumer = self._run(self._send(requests, watch=True, live_cluster=live_cluster))
         assert self._loop is not None
         waiting = None
         try:
             if on_sent is not None:
                 on_sent()
+            if consumer is None:  # live_cluster: no verdict to wait for
+                return None
             waiting = self._loop.create_task(self._wait(consumer, match, timeout))
             try:
                 found = self._loop.run_until_complete(waiting)
@@ -306,7 +322,8 @@ class KafkaInbox:
                 # the stopped consumer's error is printed as a task nobody retrieved
                 waiting.cancel()
                 self._loop.run_until_complete(asyncio.gather(waiting, return_exceptions=True))
-            self._loop.run_until_complete(quiet_stop(consumer))
+            if consumer is not None:
+                self._loop.run_until_complete(quiet_stop(consumer))
 
     def can_watch(self) -> bool:
         """Whether the broker shows this principal the journal topic: one that may only
@@ -375,6 +392,7 @@ class KafkaInbox:
             await self._drop_producer()
             raise self._unreachable(kafka_auth.describe_error(why)) from None
         present = metadata.topics()
+        self._journal_listed = topics.JOURNAL in present
         wanted = [topics.INBOX, topics.JOURNAL] if journal else [topics.INBOX]
         missing = [name for name in wanted if name not in present]
         if missing:
@@ -410,14 +428,19 @@ class KafkaInbox:
                 raise InboxError(f"Kafka at {self.bootstrap}: {reason}") from None
             raise self._unreachable(why) from None
 
-    async def _send(self, requests: list[dict[str, Any]], *, watch: bool) -> Any:
+    async def _send(
+        self, requests: list[dict[str, Any]], *, watch: bool, live_cluster: str | None = None
+    ) -> Any:
         """Send `requests` and wait for the broker's acknowledgement. With `watch`, a
         consumer of the journal is positioned at its end first and returned (the
-        caller waits with it and stops it); on a failure it is stopped here."""
+        caller waits with it and stops it); on a failure it is stopped here. With
+        `live_cluster` too, only when `_watch_if_live` finds one (else None)."""
         encoded = encode_requests(requests)
-        await self._check_topics(journal=watch)
+        await self._check_topics(journal=watch and live_cluster is None)
         consumer = None
-        if watch:
+        if watch and live_cluster is not None:
+            consumer = await self._watch_if_live(live_cluster)
+        elif watch:
             consumer = await self._watch()
         try:
             producer = await self._open_producer()
@@ -492,6 +515,27 @@ class KafkaInbox:
                     await consumer.position(tp)
         return consumer
 
+    async def _watch_if_live(self, cluster: str) -> Any:
+        """`_watch`'s consumer when a verdict on `cluster` will come soon, else None
+        (never an error: the request is then sent without a wait). Soon: this login may
+        read the journal, and the journal partition the scheduler writes `cluster` to
+        has a record from the last LIVE_WITHIN_S."""
+        if not self._journal_listed:  # the ACLs hide it from this login (or it is missing)
+            return None
+        try:
+            consumer = await self._watch()
+        except InboxError:  # not authorized to read it: no verdict to wait for
+            return None
+        try:
+            live = await _written_lately(consumer, cluster)
+        except Exception as why:  # e.g. no Describe on the journal: as if nobody wrote
+            log.debug("cannot tell whether %s has a live scheduler: %s", cluster, why)
+            live = False
+        if not live:
+            await quiet_stop(consumer)
+            return None
+        return consumer
+
     async def _wait(self, consumer: Any, match: Match, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout
         while True:
@@ -507,6 +551,45 @@ class KafkaInbox:
                         continue
                     if isinstance(record, dict) and match(record):
                         return record
+
+
+async def _written_lately(consumer: Any, cluster: str) -> bool:
+    """Whether the journal has a record of `cluster` (its key) timestamped in the last
+    LIVE_WITHIN_S, in the partition the scheduler writes it to (the default partitioner
+    on the cluster's name, streams.worker_batches); other clusters may share it, maybe
+    served by no scheduler. Reads at most LIVE_SCAN_RECORDS records back, for at most
+    LIVE_SCAN_S (not found: False, the request is sent without a wait); `consumer`
+    (positioned at the end by `_watch`) is put back at the end."""
+    from aiokafka import TopicPartition
+    from aiokafka.partitioner import DefaultPartitioner
+
+    parts = sorted(consumer.partitions_for_topic(topics.JOURNAL) or ())
+    if not parts:
+        return False
+    tp = TopicPartition(topics.JOURNAL, DefaultPartitioner()(cluster.encode(), parts, parts))
+    since_ms = int((time.time() - LIVE_WITHIN_S) * 1000)
+    first = (await consumer.offsets_for_times({tp: since_ms})).get(tp)
+    if first is None:  # nothing written lately, by any cluster's scheduler
+        return False
+    end = await consumer.position(tp)
+    key = cluster.encode()
+    consumer.seek(tp, first.offset)
+    deadline = time.monotonic() + LIVE_SCAN_S
+    try:
+        seen = 0
+        while seen < LIVE_SCAN_RECORDS and (left := deadline - time.monotonic()) > 0:
+            # the first fetch after the seek waits for the one at the end to give up
+            records = (await consumer.getmany(tp, timeout_ms=int(left * 1000))).get(tp, [])
+            if any(r.key == key for r in records):
+                return True
+            # the end, but for the marker that commits the scheduler's last transaction
+            # (never returned); rarely, a record after a batch's end is missed: no wait
+            if (seen and not records) or (records and records[-1].offset + 2 >= end):
+                return False
+            seen += len(records)
+        return False
+    finally:
+        consumer.seek(tp, end)
 
 
 def open_inbox(target: Any) -> InboxWriter:

@@ -252,11 +252,19 @@ def _open_inbox(target: Target) -> tuple[Any, bool]:
     return open_inbox(target), False
 
 
-def _served_now(target: Target, noted: bool) -> bool:
-    """A `--data` folder that a scheduler serves now: its verdict comes at once, so a
-    request sent without --wait still waits for it (ADMISSION_WAIT_S) to say a rejection.
-    Kafka is not waited on: the principal that submits may not read the journal."""
-    return target.data is not None and not noted
+def _verdict_may_come_now(target: Target, noted: bool) -> bool:
+    """A `--data` folder that a scheduler serves now, or Kafka: the verdict may come at
+    once, so a request sent without --wait still waits for it (ADMISSION_WAIT_S) to
+    say a rejection. On Kafka only when the writer finds it will come (`_live_cluster`):
+    the principal that submits may not read the journal, or no scheduler runs."""
+    return target.data is None or not noted
+
+
+def _live_cluster(target: Target, cluster: str) -> str | None:
+    """The cluster a Kafka writer checks for a live scheduler before a wait without
+    --wait (`streams.inbox.KafkaInbox.send_and_wait`); None for a folder (checked by
+    `_verdict_may_come_now`)."""
+    return cluster if target.data is None else None
 
 
 def _wait_or_admission(wait: float | None) -> float:
@@ -295,11 +303,18 @@ class _Sent:
 
 
 def _wait_stoppable(
-    writer: Any, requests: list[dict[str, Any]], match: Any, wait: float, on_sent: Any, check: str
+    writer: Any,
+    requests: list[dict[str, Any]],
+    match: Any,
+    wait: float,
+    on_sent: Any,
+    check: str,
+    live_cluster: str | None = None,
 ) -> Any:
     """`writer.send_and_wait`, where Ctrl-C after the requests are out stops the wait, not
     the requests (as sbatch --wait): one line says they stand and how to follow them,
-    exit 130. Ctrl-C before they are out is an ordinary interruption."""
+    exit 130. Ctrl-C before they are out is an ordinary interruption. `live_cluster`
+    (Kafka, without --wait): wait only if that cluster's scheduler will answer soon."""
     out = False
 
     def said() -> None:
@@ -308,6 +323,8 @@ def _wait_stoppable(
         on_sent()
 
     try:
+        if live_cluster is not None:
+            return writer.send_and_wait(requests, match, wait, said, live_cluster=live_cluster)
         return writer.send_and_wait(requests, match, wait, said)
     except KeyboardInterrupt:
         if not out:
@@ -331,8 +348,9 @@ def _send_all(
     that may not come. With `wait`, also the journal's verdict on the first request.
     Without it, `default_wait` is waited instead where a verdict can come: a folder
     that a scheduler serves, or a broker whose journal this sender may read. Without
-    both, a served folder's verdict is still waited for (`admission`, ADMISSION_WAIT_S)
-    so that a rejection is said at once; `admission=False` (--no-wait) only sends."""
+    both, a verdict that may come at once (`_verdict_may_come_now`) is still waited for
+    (`admission`, ADMISSION_WAIT_S) so that a rejection is said at once;
+    `admission=False` (--no-wait) only sends."""
     from streams.inbox import verdict_on
 
     writer, noted = _open_inbox(target)
@@ -340,7 +358,7 @@ def _send_all(
         by_default = wait is None and default_wait is not None and _may_watch(writer, noted)
         if by_default:
             wait = default_wait
-        if wait is None and not (admission and _served_now(target, noted)):
+        if wait is None and not (admission and _verdict_may_come_now(target, noted)):
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0], noted_unserved=noted)
@@ -353,7 +371,8 @@ def _send_all(
                     verdicts[ref] = record
             return len(verdicts) == len(matches)
 
-        _wait_stoppable(writer, requests, every, _wait_or_admission(wait), on_sent, check)
+        live = _live_cluster(target, requests[0]["cluster"]) if wait is None else None
+        _wait_stoppable(writer, requests, every, _wait_or_admission(wait), on_sent, check, live)
         first = verdicts.get(requests[0]["id"])
         return _Sent(target, requests[0], first, writer.trouble, noted, verdicts, wait, by_default)
     finally:
@@ -683,10 +702,11 @@ def submit(
         try:
             if wait is not None:
                 outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
-            elif _served_now(target, noted):  # admitted or refused: refused is said now
+            elif _verdict_may_come_now(target, noted):  # admitted or refused: refused is said now
                 admission = verdict_on(requests[0]["id"])
+                live = _live_cluster(target, cluster)
                 outcome = _wait_stoppable(
-                    writer, requests, admission, ADMISSION_WAIT_S, submitted, check
+                    writer, requests, admission, ADMISSION_WAIT_S, submitted, check, live
                 )
             else:
                 writer.send(requests)
@@ -930,6 +950,8 @@ class _Resolved:
         self.attempts: dict[str, int] = {}
         self.notes: list[str] = []
         self.empty: list[str] = []  # why an array base named no task to send
+        # ids the journal never accepted, their submission having been rejected: why
+        self.never_accepted: dict[str, str] = {}
 
 
 def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Resolved:
@@ -945,6 +967,10 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
     - anything else as given; so is everything the journal cannot tell (a new folder,
       no journal topic yet): the scheduler answers.
 
+    An id whose submission the scheduler rejected (and never accepted) is not sent:
+    `never_accepted` says why it was rejected, which the scheduler's own answer
+    ("unknown workload") cannot.
+
     Whole ids cost a byte search of the journal (`streams.sources.records_naming`), not
     a fold: only a prefix or an array's base reads the live state. A requeue also
     takes the attempt each workload runs (its latest placement), so a request sent
@@ -953,7 +979,7 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
 
     out = _Resolved()
     bare = {wid for wid in ids if _BARE_ID.match(wid)}
-    searched = [wid for wid in ids if _WHOLE_ID.match(wid) and (wid in bare or kind == _REQUEUE)]
+    searched = [wid for wid in ids if _WHOLE_ID.match(wid)]
     records: list[dict[str, Any]] = []
     if searched:
         try:
@@ -967,6 +993,8 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
         base = _task_of(str(r.get("workload")))
         if base in bare and r.get("type") == "workload.submitted":
             submitted.setdefault(base, set()).add(r["workload"])
+    out.never_accepted = _rejected_submissions(searched, records)
+    ids = [wid for wid in ids if wid not in out.never_accepted]
     prefixes = {wid for wid in ids if not _WHOLE_ID.match(wid)}
     state = None
     if submitted or prefixes:
@@ -1001,6 +1029,23 @@ def _resolve_ids(kind: str, target: Target, cluster: str, ids: list[str]) -> _Re
                 if r.get("type") == "workload.placed" and isinstance(attempt, int):
                     out.attempts[wid] = max(out.attempts.get(wid, 0), attempt)
     return out
+
+
+def _rejected_submissions(ids: list[str], records: list[dict[str, Any]]) -> dict[str, str]:
+    """Of `ids`, those the journal `records` (about them) show rejected at submission and
+    never accepted, each with the rejection's error; an array's base counts when every
+    task of it the journal names was rejected so (its first task's error)."""
+    accepted: set[str] = set()
+    errors: dict[str, str] = {}
+    for r in records:
+        wid = str(r.get("workload"))
+        if r.get("type") == "workload.submitted":
+            accepted.update((wid, _task_of(wid) or wid))
+        elif r.get("type") == "workload.rejected" and r.get("input_type") == "workload.submitted":
+            for name in (wid, _task_of(wid)):
+                if name is not None:
+                    errors.setdefault(name, visible(str(r.get("error", "no reason given"))))
+    return {wid: errors[wid] for wid in ids if wid in errors and wid not in accepted}
 
 
 def _task_of(wid: str) -> str | None:
@@ -1146,7 +1191,14 @@ def _about_workloads(
         else:
             assert ids is not None
             found = _resolve_ids(kind, target, cluster, ids)
+        for wid, error in found.never_accepted.items():
+            typer.echo(
+                f"The {verb.lower()} of workload {wid} was not sent: its submission was "
+                f"rejected ({error}), so there is no such workload to {verb.lower()}"
+            )
         ids = found.ids
+        if not ids and found.never_accepted:
+            raise typer.Exit(1)
         if not ids:
             raise RequestError(f"{'; '.join(found.empty)}; nothing was sent")
         actor = whoami(as_)
@@ -1172,6 +1224,20 @@ def _about_workloads(
         follow = f"`allot why {ids[0]}`" if len(ids) == 1 else "`allot why ID` (each id)"
         check = f"{follow} says what the scheduler decided"
         sent = _send_all(target, requests, wait, said, check)
+    _report_sent(verb, done, requests, wait, sent, check)
+    if found.never_accepted:  # as scancel of an invalid job id among valid ones
+        raise typer.Exit(1)
+
+
+def _report_sent(
+    verb: str,
+    done: str,
+    requests: list[dict[str, Any]],
+    wait: float | None,
+    sent: _Sent,
+    check: str,
+) -> None:
+    """What became of the requests `_about_workloads` sent, as far as it waited."""
     if len(requests) > 1 and wait is not None:
         _report_verdicts(verb, done, requests, wait, sent, check)
         return
@@ -1179,12 +1245,9 @@ def _about_workloads(
         if _say_rejections(verb, requests, sent):
             raise typer.Exit(1)
         return
+    wid = requests[0]["workload"]
     _report_verdict(
-        f"the {verb.lower()} of workload {ids[0]}",
-        f"Workload {ids[0]} {done}",
-        wait,
-        sent,
-        check,
+        f"the {verb.lower()} of workload {wid}", f"Workload {wid} {done}", wait, sent, check
     )
 
 

@@ -680,3 +680,21 @@ def test_a_whole_float_is_a_count_and_0_or_1_a_flag() -> None:
     event = parse_input({**SUBMIT, "gpus": 2.0, "priority": 3.0, "resumable": 1}, now=5.0)
     assert (event.type, event.gpus, event.priority) == ("workload.submitted", 2, 3)
     assert type(event.gpus) is int and event.resumable is True
+
+
+def test_work_larger_than_the_cluster_is_told_what_to_do_instead() -> None:
+    """The rejection 'asks for 24 GPUs but cluster X has 16 registered' named no next step: the
+    submitter learns the most it may ask for, and whom to ask for more hosts."""
+    c = _cluster()
+    (r,) = c.send(submit(workload="big", allocation="lab/a", gpus=24)(c))
+    assert r.error == (
+        "asks for 24 GPUs but cluster 'test' has 16 registered; submit with at most 16 "
+        f"GPUs, or ask an admin ({', '.join(ADMINS)}) to register more hosts"
+    )
+    empty = Cluster(hosts=0)
+    empty.budget("lab/a", 1)
+    (r,) = empty.send(submit(workload="any", allocation="lab/a", gpus=1)(empty))
+    assert r.error == (
+        "asks for 1 GPUs but cluster 'test' has 0 registered; ask an admin to register "
+        "hosts (`allot host register`)"
+    )

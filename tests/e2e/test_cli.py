@@ -295,7 +295,8 @@ TOO_BIG = """  - generate: {seed: 1, allocation: a/x, count: 20, arrival: poisso
         (
             TOO_BIG + TOO_LONG,
             "(\\d+) workloads in .* \\((\\d+) rejected, (\\d+) of them: "
-            "\"asks for 64 GPUs but cluster 'small' has 16 registered\"",
+            "\"asks for 64 GPUs but cluster 'small' has 16 registered; submit with at most 16 "
+            "GPUs",
         ),
     ],
     ids=["all-rejected", "some-rejected"],

@@ -564,6 +564,41 @@ def test_a_refused_cancel_without_wait_is_said_at_once(cluster: Path) -> None:
     )
 
 
+def test_cancelling_a_rejected_submission_says_why_it_was_rejected(cluster: Path) -> None:
+    """`allot cancel ID` of a submission the scheduler rejected said "unknown workload
+    ...; `allot queue` lists live ones", as for a typo: the journal says why it was
+    rejected, so that is said instead, nothing is sent and it exits 1 (scancel of an
+    invalid job id). Other ids given with it are still sent."""
+    common = ["--data", str(cluster), "--as", "bob"]
+    flags = ["-A", "lab/olmo", "-G", "64", "--min-runtime", "15m", "--parsable"]
+    refused = allot("submit", *flags, *common).stdout.strip()
+    tasks = allot("submit", *flags, "-a", "0-1", *common).stdout.split()
+    base = tasks[0].rsplit("_", 1)[0]
+    fine = allot("submit", "-A", "lab/olmo", "-G", "1", "--min-runtime", "0", "--parsable", *common)
+    wait_for(cluster, lambda r: r.get("workload") == tasks[-1])
+    before = len(journal(cluster))
+    why = (
+        "asks for 64 GPUs but cluster 'default' has 16 registered; submit with at most 16 "
+        "GPUs, or ask an admin (ops) to register more hosts"
+    )
+    for wid in (refused, base, tasks[1]):
+        result = allot("cancel", wid, *common)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stdout.splitlines() == [
+            f"The cancel of workload {wid} was not sent: its submission was rejected "
+            f"({why}), so there is no such workload to cancel"
+        ]
+    both = allot("cancel", refused, fine.stdout.strip(), "--wait", "20", *common)
+    assert both.returncode == 1, both.stdout + both.stderr
+    assert f"Workload {fine.stdout.strip()} cancelled" in both.stdout.splitlines()
+    cancels = [
+        r
+        for r in journal(cluster)[before:]
+        if r.get("input_type", r["type"]) == "workload.cancelled"
+    ]
+    assert [r["workload"] for r in cancels] == [fine.stdout.strip()]
+
+
 def test_a_bad_flag_is_one_clear_line(cluster: Path) -> None:
     inbox = (cluster / "inbox.jsonl").read_bytes()
     base = ["submit", "--data", str(cluster), "--allocation", "lab/olmo", "--gpus", "1"]

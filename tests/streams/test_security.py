@@ -43,7 +43,8 @@ pytestmark = pytest.mark.kafka
 
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_DIR = ROOT / "deploy" / "kafka"
-PRINCIPALS = ("allot-admin", "allot-submit", "allot-scheduler", "allot-reader")
+ADMIN = "allot-admin"
+PRINCIPALS = (ADMIN, "allot-submit", "allot-scheduler", "allot-reader")
 ENV_KEYS = (
     "ALLOT_KAFKA_USER",
     "ALLOT_KAFKA_PASSWORD_FILE",
@@ -418,6 +419,49 @@ def test_budget_set_without_read_access_sends_without_waiting(secure: Secure) ->
         "note: not waiting for the scheduler's verdict: allot-submit may not read "
         f"{topics.JOURNAL}; `allot why ID` as a reader says what it decided"
     ]
+
+
+def test_submit_without_wait_awaits_a_verdict_only_where_the_login_reads_the_journal(
+    secure: Secure,
+) -> None:
+    """Without --wait, a refusal is said at once when a scheduler serves the cluster and
+    the login may read the journal (allot-admin). allot-submit may not: its request is
+    sent as before, with no error about the journal it cannot read."""
+    cluster = f"sec-{uuid.uuid4().hex[:8]}"
+    worker = subprocess.Popen(
+        [
+            sys.executable, "-m", "streams.worker", "--kafka", secure.bootstrap,
+            "--topic-suffix=", "--tick-every", "1", "--cluster", cluster,
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=secure.env("allot-scheduler"),
+        cwd=ROOT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    where = ["--kafka", secure.bootstrap, "--cluster", cluster]
+    try:
+        for setup in (["host", "register", "h0", "8"], ["budget", "set", "lab", "1"]):
+            done = _cli(secure.env(ADMIN), *setup, *where, "--wait", "50")
+            assert done.returncode == 0, (done.stdout, done.stderr)
+        submit = ["submit", "-A", "lab", "-G", "24", "--min-runtime", "1h", *where]
+        as_submitter = _cli(secure.env("allot-submit"), *submit)
+        assert as_submitter.returncode == 0, (as_submitter.stdout, as_submitter.stderr)
+        assert as_submitter.stderr == ""
+        (line,) = as_submitter.stdout.splitlines()
+        assert line.startswith("Submitted workload ")
+        as_admin = _cli(secure.env(ADMIN), *submit)
+        assert as_admin.returncode == 1, (as_admin.stdout, as_admin.stderr)
+        said = as_admin.stdout.splitlines()[-1]
+        assert said.endswith(
+            "was rejected: asks for 24 GPUs but cluster "
+            f"'{cluster}' has 8 registered; submit with at most 8 GPUs, or ask an admin to "
+            "register more hosts"
+        ), said
+    finally:
+        worker.send_signal(signal.SIGINT)
+        try:
+            worker.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 # ------------------------------------------------------------------ scheduler and readers
