@@ -987,9 +987,11 @@ def register(app: typer.Typer) -> None:
                 "-S",
                 "--starttime",
                 help="Workloads alive at or after then (submitted before it and ended after "
-                "it count): an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
-                "journal's latest event, e.g. 1d. The totals line then counts only the "
-                "GPU-hours run inside the window.",
+                "it count): an ISO date/time (UTC), e.g. 2026-01-01, sacct's MMDD, MM/DD or "
+                "MM/DD/YY (optionally -HH:MM; without a year the journal's latest event's, "
+                "the year before for a later month, as sacct), a time of day (07:13), today, "
+                "now-1hour, or a duration before the journal's latest event, e.g. 1d. The "
+                "totals line then counts only the GPU-hours run inside the window.",
                 show_default=False,
             ),
         ] = None,

@@ -398,6 +398,19 @@ def test_sacct_flags_by_habit(lab: dict[str, str]) -> None:
     assert allot(*d, "-p", "-S", "midnight").stdout == want
 
 
+def test_sacct_month_day_dates_on_the_command_line(lab: dict[str, str]) -> None:
+    """`sacct -S 12/01` and `-S 1201` were "not a time" (1201 was 1201 seconds)."""
+    from datetime import UTC, datetime
+
+    now = orjson.loads(_ok("acct", "--data", lab["data"], "--json"))["time"]
+    day = datetime.fromtimestamp(now, UTC)
+    d = ("acct", "--data", lab["data"], "-P", "-n", "-j", lab["named"], "-o", "jobid")
+    for since in (f"{day:%m%d}", f"{day:%m/%d}", f"{day:%m/%d/%y}", f"{day:%m/%d}-00:00"):
+        assert _ok(*d, "-S", since, "-E", "now").split() == [lab["named"]], since
+    result = allot(*d, "-S", "13/01")
+    one_line_error(result, "not a time: '13/01'", "MM/DD")
+
+
 @pytest.mark.parametrize("command", ["queue", "acct"])
 def test_slurms_bare_dash_a_says_what_allots_means(lab: dict[str, str], command: str) -> None:
     """`sacct -a -u bob` (all users) read -u as allot's allocation path, then failed on
