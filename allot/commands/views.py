@@ -57,15 +57,40 @@ def _with_me(user: str | None, me: bool, as_: str | None = None) -> str | None:
     return ",".join(u for u in (user, whoami(as_)) if u)
 
 
-def _allocation_given(value: str | None) -> str | None:
+# what Slurm's bare -a means to each command's user, and why allot needs no flag for it
+_SLURMS_DASH_A = {
+    "queue": "squeue's -a (all partitions) and sacct's -a (all users) need no flag here: "
+    "every user's work is included unless -u or --me narrows it",
+    "acct": "sacct's -a (all users) needs no flag here: every user's work is included "
+    "unless -u or --me narrows it",
+    "shares": "sshare's -a (all users) needs no flag here: every allocation is listed "
+    "unless -u USER (those USER is named on) or -A PATH narrows it",
+    # scancel, scontrol hold/release/requeue have no -a: acting on everyone's work is
+    # never a default, so say what selects work rather than "everything is included"
+    "cancel": "scancel has no -a: give ids, or filters that select the work to cancel "
+    "(-u USER, --me, -t STATE, -n NAME, -w HOSTS; `allot queue` takes the same)",
+}
+_SLURMS_DASH_A["usage"] = (
+    "`allot usage` (sreport) counts every allocation unless -a PATH narrows it; "
+    "`allot history -a PATH` splits one by user"
+)
+for _verb in ("hold", "release", "requeue"):
+    _SLURMS_DASH_A[_verb] = (
+        _SLURMS_DASH_A["cancel"]
+        .replace("scancel has no -a", f"scontrol {_verb} has no -a")
+        .replace("to cancel", f"to {_verb}")
+    )
+
+
+def _allocation_given(ctx: typer.Context, value: str | None) -> str | None:
     """-a's value, refused when it is the next flag: Slurm's `sacct -a -u bob` (all
     users) and `squeue -a` (all partitions) take no value, and read as allot's -a PATH
     they took `-u` for a path and left `bob` an "unexpected extra argument"."""
     if value is not None and value.startswith("-"):
+        meant = _SLURMS_DASH_A.get(ctx.info_name or "", _SLURMS_DASH_A["queue"])
         raise typer.BadParameter(
             f"{value!r} is no allocation path. allot's -a/-A name allocations (Slurm's -A "
-            "ACCOUNT); sacct's -a (all users) and squeue's -a (all partitions) need no "
-            "flag here: every user's work is included unless -u or --me narrows it"
+            f"ACCOUNT); {meant}"
         )
     return value
 

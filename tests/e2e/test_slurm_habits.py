@@ -419,6 +419,27 @@ def test_slurms_bare_dash_a_says_what_allots_means(lab: dict[str, str], command:
     one_line_error(result, "'-u' is no allocation path", "every user's work is included")
 
 
+@pytest.mark.parametrize(
+    ("command", "slurms"),
+    [("cancel", "scancel"), ("hold", "scontrol hold"), ("requeue", "scontrol requeue")],
+)
+def test_a_bare_dash_a_on_cancel_never_says_everything_is_included(
+    lab: dict[str, str], command: str, slurms: str
+) -> None:
+    """`allot cancel -a -u bob` said "every user's work is included unless -u or --me
+    narrows it", as if cancel acted on everyone's work; scancel has no -a, and cancel
+    acts only on the ids or filters given. Nothing is sent."""
+    result = allot(command, "--data", lab["data"], "-a", "-u", "alice", "--as", "alice")
+    one_line_error(result, "'-u' is no allocation path", f"{slurms} has no -a", "-u USER")
+    assert "included" not in result.stderr
+    assert len(_queue(lab, "-h", "-u", "alice")) == 6
+
+
+def test_a_bare_dash_a_on_shares_names_sshares_meaning(lab: dict[str, str]) -> None:
+    result = allot("shares", "--data", lab["data"], "-a", "-u", "alice")
+    one_line_error(result, "'-u' is no allocation path", "sshare's -a (all users)")
+
+
 def test_sinfo_noheader_and_node_flags(lab: dict[str, str]) -> None:
     """`sinfo -N -h` was "No such option: -h" (and -N): the hosts alone now, one a line;
     -N changes nothing (the list is already per host)."""
