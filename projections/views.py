@@ -1552,6 +1552,26 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
     return rows
 
 
+def user_roles(row: ShareRow, users: Iterable[str]) -> dict[str, list[str]]:
+    """How each of `users` is named on a share row: {"alice": ["member"]}, only those
+    named (a manager named as member too has both)."""
+    roles: dict[str, list[str]] = {}
+    for user in users:
+        named = [role for role in ("manager", "member") if user in row[role + "s"]]
+        if named:
+            roles[user] = named
+    return roles
+
+
+def rows_of_users(rows: list[ShareRow], users: Collection[str]) -> list[ShareRow]:
+    """The share rows that name one of `users` as manager or member, and the allocations
+    above them for context (as sshare -u lists the accounts above a user's associations),
+    in `rows`' order; each with `user_roles` (empty on a row shown for context)."""
+    named = {r["path"] for r in rows if user_roles(r, users)}
+    shown = {above for path in named for above in _ancestors(path)}
+    return [{**r, "user_roles": user_roles(r, users)} for r in rows if r["path"] in shown]
+
+
 def _ancestors(path: str) -> list[str]:
     parts = path.split("/")
     return ["/".join(parts[: i + 1]) for i in range(len(parts))]

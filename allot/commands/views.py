@@ -338,6 +338,28 @@ def _members(row: dict[str, Any]) -> str:
     return names if row["members_active"] or not names else f"{names} (inactive: not a leaf)"
 
 
+def _roles(row: dict[str, Any], several: bool) -> str:
+    """`shares -u`'s ROLE cell: how the users are named here ('' above them, for
+    context); each user's name too when several were asked for."""
+    cells = []
+    for who, roles in row["user_roles"].items():
+        named = "+".join(
+            "member (inactive: not a leaf)"
+            if role == "member" and not row["members_active"]
+            else role
+            for role in roles
+        )
+        cells.append(f"{who}: {named}" if several else named)
+    return ", ".join(cells)
+
+
+def _share_style(row: dict[str, Any], by_user: bool) -> str | None:
+    """Parents bold; with -u, the allocations shown only as context dimmed."""
+    if by_user and not row["user_roles"]:
+        return "dim" if row["leaf"] else "bold dim"
+    return None if row["leaf"] else "bold"
+
+
 def _workload_list(ids: list[str], shown: int = 3) -> str:
     """A host's workloads, the first few and how many more."""
     if len(ids) <= shown:
@@ -1204,6 +1226,17 @@ def register(app: typer.Typer) -> None:
         journal: JournalOpt = None,
         cluster: ReadClusterOpt = None,
         allocation: AllocationsOpt = None,
+        user: Annotated[
+            str | None,
+            typer.Option(
+                "--user",
+                "-u",
+                metavar="USER[,USER...]",
+                help="Only the allocations these users are named on, as manager or member, "
+                "and those above them for context (dimmed), as sshare -u; a ROLE column "
+                "says how each is named. A leaf open to anyone names nobody: not listed.",
+            ),
+        ] = None,
     ) -> None:
         """The budget tree with fair-share numbers, like sshare.
 
@@ -1230,13 +1263,24 @@ def register(app: typer.Typer) -> None:
         from rich.text import Text
 
         from domain.durations import format_duration
-        from projections.views import matches_allocation, share_rows, shares_header
+        from projections.views import (
+            matches_allocation,
+            rows_of_users,
+            share_rows,
+            shares_header,
+            split_names,
+        )
 
         def run() -> None:
+            users = None if user is None else split_names(user)
+            if users is not None and not users:
+                raise TargetError("--user names nobody; e.g. -u alice or -u alice,bob")
             view = load_view(kafka, data, journal, cluster, live_only=True)
             paths = _allocations(view, allocation)
             _refuse_unknown_allocation(view, paths)
             rows = [r for r in share_rows(view) if matches_allocation(r["path"], paths)]
+            if users is not None:
+                rows = rows_of_users(rows, users)
             header = shares_header(view)
             if json_:
                 _emit_json({**header, "allocations": rows})
@@ -1260,6 +1304,7 @@ def register(app: typer.Typer) -> None:
                 ("UNALLOC", "right"),
                 ("PEND", "right"),
                 *((("MANAGERS", "left"), ("MEMBERS", "left")) if long else ()),
+                *((("ROLE", "left"),) if users is not None else ()),
             ):
                 _column(table, h, justify)
             base = min((r["depth"] for r in rows), default=0)  # -A: its subtree's top
@@ -1276,10 +1321,17 @@ def register(app: typer.Typer) -> None:
                     str(r["unallocated"]),
                     str(r["pending"]),
                     *((",".join(r["managers"]), _members(r)) if long else ()),
-                    style=None if r["leaf"] else "bold",
+                    *((_roles(r, len(users) > 1),) if users is not None else ()),
+                    style=_share_style(r, users is not None),
                 )
             print_table(title, table)
-            if not rows:
+            if not rows and users is not None:
+                typer.echo(
+                    f"no allocation{' under ' + ', '.join(paths) if paths else ''} names "
+                    f"{' or '.join(users)} as manager or member (`allot shares --long` "
+                    "lists who is named where)"
+                )
+            elif not rows:
                 typer.echo("no allocations yet: `allot budget set PATH WEIGHT` creates them")
 
         _answer(run)

@@ -448,3 +448,41 @@ def test_sinfo_noheader_and_node_flags(lab: dict[str, str]) -> None:
     assert [line.split()[:2] for line in lines] == [[h["host"], h["state"]] for h in hosts]
     assert len(lines) == 2
     assert _ok("host", "list", "-R", "--noheader", "--data", lab["data"]) == ""
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """lab (managed by pm) over olmo (alice, bob) and tulu (bob); ops (carol)."""
+    d = ["--data", str(tmp_path_factory.mktemp("slurm-shares") / "lab")]
+    _ok("host", "register", "h0", "8", *d)
+    _ok("budget", "set", "lab", "1", "--manager", "pm", *d)
+    _ok("budget", "set", "lab/olmo", "3", "--member", "alice,bob", "--as", "pm", *d)
+    _ok("budget", "set", "lab/tulu", "1", "--member", "bob", "--as", "pm", *d)
+    _ok("budget", "set", "ops", "1", "--member", "carol", *d)
+    _ok("serve", "--once", "--tick", "0", *d)
+    return d
+
+
+def _shares(tree: list[str], *args: str) -> list[list[str]]:
+    """`allot shares ARGS`'s rows: (allocation, ROLE cell) of each."""
+    lines = _ok("shares", *tree, *args).splitlines()
+    role_at = lines[1].index("ROLE")
+    return [[line.split()[0], line[role_at:].strip()] for line in lines[2:]]
+
+
+def test_sshare_u_lists_the_allocations_a_user_is_named_on(tree: list[str]) -> None:
+    """`allot shares -u alice` (sshare -u: the user's associations) was "No such
+    option". It lists where alice is named, and the allocations above for context."""
+    assert _shares(tree, "-u", "alice") == [["lab", ""], ["olmo", "member"]]
+    assert _shares(tree, "-u", "bob,pm") == [
+        ["lab", "pm: manager"],
+        ["olmo", "bob: member"],
+        ["tulu", "bob: member"],
+    ]
+    assert "no allocation under lab names carol" in _ok("shares", *tree, "-u", "carol", "-A", "lab")
+    rows = orjson.loads(_ok("shares", *tree, "-u", "carol", "--json"))["allocations"]
+    assert [(r["path"], r["user_roles"]) for r in rows] == [("ops", {"carol": ["member"]})]
+    nobody = _ok("shares", *tree, "-u", "dave")
+    assert "no allocation names dave as manager or member" in nobody
+    without = _ok("shares", *tree).splitlines()
+    assert "ROLE" not in without[1] and len(without) == 2 + 4  # title, header, 4 rows
