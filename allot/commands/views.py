@@ -193,6 +193,40 @@ def format_from_environment(
     return None, None, None
 
 
+# squeue's defaults for -u, -t, -A and -n when the flag is not given (--me sets -u aside)
+QUEUE_FILTER_ENV = {
+    "user": "SQUEUE_USERS",
+    "states": "SQUEUE_STATES",
+    "allocation": "SQUEUE_ACCOUNT",
+    "name": "SQUEUE_NAMES",
+}
+
+
+def filters_from_environment(**given: str | None) -> dict[str, tuple[str, str]]:
+    """{filter: (value, variable)} for each of `given`'s filters that is None and has
+    its squeue variable set (QUEUE_FILTER_ENV), as squeue reads them; an empty variable
+    counts as unset."""
+    import os
+
+    taken = {}
+    for flag, value in given.items():
+        variable = QUEUE_FILTER_ENV[flag]
+        text = os.environ.get(variable, "").strip()
+        if value is None and text:
+            taken[flag] = (text, variable)
+    return taken
+
+
+def _naming_variable(why: TargetError, taken: dict[str, tuple[str, str]]) -> TargetError:
+    """A filter's error, with the squeue variable it came from named."""
+    prefixes = {"states": "--states", "allocation": "-a "}
+    for flag, prefix in prefixes.items():
+        if flag in taken and str(why).startswith(prefix):
+            value, variable = taken[flag]
+            return TargetError(f"${variable} ({variable}={value!r}): {why}")
+    return why
+
+
 def _queue_columns(
     format_: str | None, format_long: str | None, variable: str | None
 ) -> tuple[list[str] | None, Any]:
@@ -811,6 +845,10 @@ def register(app: typer.Typer) -> None:
         or a job ending early moves the answer, as with squeue --start. With --start
         (or the %S/%Y fields), --json adds expected_start (and _time, epoch seconds),
         expected_nodes, expected_hosts, expected_preempts and expected_end to each row.
+
+        As squeue, $SQUEUE_USERS, $SQUEUE_STATES, $SQUEUE_ACCOUNT and $SQUEUE_NAMES are
+        read as -u, -t, -A and -n when that flag is not given (--me sets $SQUEUE_USERS
+        aside); a wrong one is named in the error.
         """
 
         from projections.views import (
@@ -845,6 +883,19 @@ def register(app: typer.Typer) -> None:
             if horizon != HORIZON_DEFAULT and not wants_forecast:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
             horizon_s = horizon_seconds(horizon)
+            # `user` already holds --me's name: --me sets $SQUEUE_USERS aside, as squeue
+            taken = filters_from_environment(
+                user=user, states=states, allocation=allocation, name=name
+            )
+            users, wanted_states, paths_text, names = (
+                taken[f][0] if f in taken else value
+                for f, value in (
+                    ("user", user),
+                    ("states", states),
+                    ("allocation", allocation),
+                    ("name", name),
+                )
+            )
             read = journal_reader(kafka, data, journal, cluster)
             # the queue is what is live; -j resolves ids against every workload the
             # journal knows (an ended id names nothing in the queue, not another job)
@@ -853,16 +904,19 @@ def register(app: typer.Typer) -> None:
             else:
                 view = fold(read(), live_only=jobs is None)
             ids = resolve_jobs(view, _job_ids(jobs))
-            paths = _allocations(view, allocation)
-            rows = select_rows(
-                view,
-                ids=ids,
-                user=user,
-                allocation=allocation,
-                states=states,
-                nodelist=nodelist,
-                name=name,
-            )
+            paths = _allocations(view, paths_text)
+            try:
+                rows = select_rows(
+                    view,
+                    ids=ids,
+                    user=users,
+                    allocation=paths_text,
+                    states=wanted_states,
+                    nodelist=nodelist,
+                    name=names,
+                )
+            except TargetError as why:
+                raise _naming_variable(why, taken) from None
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate
@@ -933,11 +987,11 @@ def register(app: typer.Typer) -> None:
                     ("no workloads pending" if start else "no workloads pending or running")
                     + (
                         " for that filter"
-                        if user or allocation or jobs or states or nodelist or name
+                        if users or paths_text or jobs or wanted_states or nodelist or names
                         else ""
                     )
                     + (
-                        _ended_note(view, ids, jobs, user=split_names(user), allocation=paths)
+                        _ended_note(view, ids, jobs, user=split_names(users), allocation=paths)
                         if ids and jobs
                         else ""
                     )

@@ -486,3 +486,42 @@ def test_sshare_u_lists_the_allocations_a_user_is_named_on(tree: list[str]) -> N
     assert "no allocation names dave as manager or member" in nobody
     without = _ok("shares", *tree).splitlines()
     assert "ROLE" not in without[1] and len(without) == 2 + 4  # title, header, 4 rows
+
+
+def test_squeue_filter_variables_are_read_when_no_flag_is_given(lab: dict[str, str]) -> None:
+    """$SQUEUE_USERS, $SQUEUE_STATES, $SQUEUE_ACCOUNT and $SQUEUE_NAMES in a Slurm
+    user's profile were ignored. As squeue: each is the default of its flag (-u, -t, -A,
+    -n); the flag, and --me for -u, set it aside."""
+    d = ("queue", "--data", lab["data"], "-h", "-o", "%i")
+    everything = allot(*d).stdout.split()
+    assert len(everything) == 6
+
+    def shown(*args: str, **env: str) -> list[str]:
+        result = allot(*d, *args, env={"USER": "ops", **env})
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    assert shown(SQUEUE_USERS="bob") == []
+    assert shown("-u", "alice", SQUEUE_USERS="bob") == everything
+    assert shown("--me", SQUEUE_USERS="bob", USER="alice") == everything
+    running = [lab["named"], lab["filler"], f"{lab['base']}_0"]
+    assert sorted(shown(SQUEUE_STATES="r")) == sorted(running)
+    assert len(shown("-t", "pd", SQUEUE_STATES="r")) == 3
+    assert shown(SQUEUE_ACCOUNT="lab/olmo") == everything
+    assert shown(SQUEUE_NAMES=LONG_NAME) == [lab["named"]]
+    assert shown("-n", "other", SQUEUE_NAMES=LONG_NAME) == []
+    assert shown(SQUEUE_USERS="") == everything  # empty: unset, as squeue
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("SQUEUE_STATES", "cd", "--states 'cd'"),
+        ("SQUEUE_ACCOUNT", "lab/nope", "-a lab/nope: no such allocation"),
+    ],
+)
+def test_a_wrong_squeue_filter_variable_is_named(
+    lab: dict[str, str], variable: str, value: str, needle: str
+) -> None:
+    result = allot("queue", "--data", lab["data"], env={variable: value})
+    one_line_error(result, f"${variable} ({variable}={value!r})", needle)
