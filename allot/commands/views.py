@@ -227,6 +227,26 @@ def _naming_variable(why: TargetError, taken: dict[str, tuple[str, str]]) -> Tar
     return why
 
 
+QUEUE_SORT_ENV = "SQUEUE_SORT"  # squeue's, when -S is not given
+
+
+def _sort_keys(sort: str | None) -> list[tuple[str, bool]] | None:
+    """-S's keys, else $SQUEUE_SORT's (named in its error); None: the queue's order."""
+    import os
+
+    from projections.views import ViewError, parse_sort
+
+    spec = sort if sort is not None else os.environ.get(QUEUE_SORT_ENV, "").strip() or None
+    if spec is None:
+        return None
+    try:
+        return parse_sort(spec)
+    except ViewError as why:
+        if sort is not None:
+            raise
+        raise ViewError(f"${QUEUE_SORT_ENV} ({QUEUE_SORT_ENV}={spec!r}): {why}") from None
+
+
 def _queue_columns(
     format_: str | None, format_long: str | None, variable: str | None
 ) -> tuple[list[str] | None, Any]:
@@ -798,6 +818,21 @@ def register(app: typer.Typer) -> None:
                 "scheduler's own core plays the queue forward (see below).",
             ),
         ] = False,
+        sort: Annotated[
+            str | None,
+            typer.Option(
+                "--sort",
+                "-S",
+                metavar="[+|-]FIELD[,...]",
+                help="Order the rows as squeue -S: '-t,i' (state descending, then id), "
+                "'u', '+a,-Q'; -o's letters (without '%'), -O's field names or allot's "
+                "column names, '-' for descending. Times, "
+                "counts and durations compare as numbers, array tasks by index; ties keep "
+                "the queue's own order (the scheduler's, when -S is not given). Without "
+                "-S, $SQUEUE_SORT is read, as squeue does.",
+                show_default=False,
+            ),
+        ] = None,
         horizon: HorizonOpt = "2d",
         iterate: Annotated[
             int | None,
@@ -862,6 +897,7 @@ def register(app: typer.Typer) -> None:
             render_template,
             resolve_jobs,
             short_name,
+            sort_rows,
             split_names,
             whole_ids,
         )
@@ -879,6 +915,7 @@ def register(app: typer.Typer) -> None:
             columns, template = _queue_columns(
                 *format_from_environment(format_, format_long, long or start)
             )
+            sort_keys = _sort_keys(sort)
             wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
             if horizon != HORIZON_DEFAULT and not wants_forecast:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
@@ -930,6 +967,8 @@ def register(app: typer.Typer) -> None:
                     (r for r in rows if r["state"] == "PENDING"),
                     key=lambda r: (r["expected_start_time"] is None, r["expected_start_time"] or 0),
                 )
+            if sort_keys:
+                rows = sort_rows(rows, sort_keys)
             if json_:
                 payload = {
                     "cluster": view.cluster,

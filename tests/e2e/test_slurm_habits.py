@@ -525,3 +525,36 @@ def test_a_wrong_squeue_filter_variable_is_named(
 ) -> None:
     result = allot("queue", "--data", lab["data"], env={variable: value})
     one_line_error(result, f"${variable} ({variable}={value!r})", needle)
+
+
+def test_squeue_sort(lab: dict[str, str]) -> None:
+    """`allot queue -S -t,i` (squeue -S) was "No such option". As squeue: -o's letters
+    or field names, '-' descending; counts, durations and array indexes compare as
+    numbers, and what has no value (a job that is no array task) comes last."""
+    tasks = [f"{lab['base']}_{i}" for i in range(4)]
+    lines = _queue(lab, "-h", "-S", "-t,i", "-o", "%t|%i")
+    running = sorted([lab["named"], lab["filler"], tasks[0]], key=lambda i: (i.split("_")[0], i))
+    assert lines == [f"R|{i}" for i in running] + [f"PD|{i}" for i in tasks[1:]]
+    assert _queue(lab, "-h", "--sort=-K", "-o", "%K") == ["3", "2", "1", "0", "N/A", "N/A"]
+    assert _queue(lab, "-h", "-S", "K", "-o", "%K") == ["0", "1", "2", "3", "N/A", "N/A"]
+    by_gpus = _queue(lab, "-h", "-S", "gpus,jobid", "-o", "%i|%b")
+    assert [line.split("|")[1] for line in by_gpus] == ["gres/gpu:2", "gres/gpu:4"] + [
+        "gres/gpu:8"
+    ] * 4
+    rows = orjson.loads(_ok("queue", "--data", lab["data"], "--json", "-S", "-gpus,-K"))
+    assert [r["id"] for r in rows["workloads"]] == [*reversed(tasks), lab["named"], lab["filler"]]
+
+
+def test_squeue_sort_variable_is_read_without_dash_s(lab: dict[str, str]) -> None:
+    d = ("queue", "--data", lab["data"], "-h", "-o", "%K")
+    assert allot(*d, env={"SQUEUE_SORT": "-K"}).stdout.split()[:4] == ["3", "2", "1", "0"]
+    assert allot(*d, "-S", "K", env={"SQUEUE_SORT": "-K"}).stdout.split()[:4] == [
+        "0",
+        "1",
+        "2",
+        "3",
+    ]
+    one_line_error(allot(*d, "-S", "-Z"), "--sort '-Z': unknown field")
+    one_line_error(
+        allot(*d, env={"SQUEUE_SORT": "%i"}), "$SQUEUE_SORT (SQUEUE_SORT='%i')", "unknown field"
+    )
