@@ -121,13 +121,47 @@ _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DAY_WORDS = {"today": 0.0, "midnight": 0.0, "noon": 43200.0, "fika": 54000.0, "teatime": 57600.0}
 
 
+# sacct's dates without a year's century: MMDD[YY], MM/DD[/YY], MM.DD[.YY], each with an
+# optional time of day after '-' or 'T' (MM/DD-08:00)
+_SLURM_DATE = re.compile(
+    r"(?:(\d{2})(\d{2})(\d{2})?|(\d{1,2})([/.])(\d{1,2})(?:\5(\d{2}))?)"
+    r"(?:[-T](\d{1,2}):(\d{2})(?::(\d{2}))?)?"
+)
+
+
+def parse_slurm_date(text: str, latest: float) -> float | None:
+    """sacct's `MMDD`, `MMDDYY`, `MM/DD`, `MM/DD/YY` (or with dots), optionally with
+    `-HH:MM[:SS]`, in UTC; None for anything else, or a month or day that cannot be.
+    Without a year it is `latest`'s, or the one before when the month is later than
+    `latest`'s, as sacct looks back from now; YY is 20YY."""
+    m = _SLURM_DATE.fullmatch(text.strip())
+    if m is None or not math.isfinite(latest):
+        return None
+    month, day, year = (m[1], m[2], m[3]) if m[1] else (m[4], m[6], m[7])
+    hours, minutes, seconds = int(m[8] or 0), int(m[9] or 0), int(m[10] or 0)
+    if hours > 23 or minutes > 59 or seconds > 59:
+        return None
+    last = datetime.fromtimestamp(latest, UTC)
+    if year is not None:
+        full_year = 2000 + int(year)
+    else:
+        full_year = last.year - (1 if int(month) > last.month else 0)
+    try:
+        moment = datetime(full_year, int(month), int(day), hours, minutes, seconds, tzinfo=UTC)
+    except ValueError:  # month 13, 31 April
+        return None
+    return moment.timestamp()
+
+
 def parse_moment(text: str, latest: float, end: bool = False) -> float:
     """A moment as `--since`/`--until` take it: `now` (= `latest`, the journal's latest
     time) or sacct's `now-1hour`/`now-2d`, a time of day (`07:13`, see `parse_clock`;
     with `end`, as `--until` reads it, that time on `latest`'s day, as sacct's -E does),
     a duration before `latest` (`7d`, `12h`) or an ISO date/time (UTC unless it says
     otherwise; `20261201` too, not 20 million seconds); sacct's `today`, `midnight`
-    (both 00:00), `noon`, `fika`, `teatime` of `latest`'s day. ValueError with the forms."""
+    (both 00:00), `noon`, `fika`, `teatime` of `latest`'s day; sacct's dates `MMDD`,
+    `MM/DD`, `MM/DD/YY` (see `parse_slurm_date`: `1201` is December 1st, not 1201
+    seconds, where it is a date). ValueError with the forms."""
     text = text.strip()
     if text.lower() == "now":
         return latest
@@ -148,6 +182,9 @@ def parse_moment(text: str, latest: float, end: bool = False) -> float:
             f"not a time of day: {text!r}; hours run 00-23, minutes and seconds 00-59 "
             "(a time of day such as 07:13)"
         )
+    slurm_date = parse_slurm_date(text, latest)
+    if slurm_date is not None:
+        return slurm_date
     if not (text.isdigit() and len(text) == 8):  # YYYYMMDD is a date (ISO basic form)
         try:
             return latest - parse_duration(text)
@@ -158,6 +195,6 @@ def parse_moment(text: str, latest: float, end: bool = False) -> float:
     except ValueError:
         raise ValueError(
             f"not a time: {text!r}; use an ISO date such as 2026-01-01 or 2026-01-01T12:00, "
-            "a time of day such as 07:13 (or today, midnight, noon), now-1hour, or a "
+            "sacct's MM/DD[/YY] or MMDD, a time of day such as 07:13 (or today, midnight, noon), now-1hour, or a "
             "duration before the journal's latest record such as 7d or 12h"
         ) from None

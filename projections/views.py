@@ -1390,6 +1390,79 @@ def whole_ids(parts: Template, lines: list[list[str]]) -> Template:
     return out
 
 
+# what `queue -S` compares for a column: its value, not its text (durations, counts and
+# times as numbers, array tasks by index); columns not named here compare by their text
+_SORT_VALUES: dict[str, Callable[[QueueRow], Any]] = {
+    "id": lambda r: id_order(r["id"]),
+    "array_job_id": lambda r: id_order(r["array_job_id"]),
+    "array_task_id": lambda r: r["array_task_id"],
+    "gpus": lambda r: r["gpus"],
+    "tres_per_job": lambda r: r["gpus"],
+    "gres": lambda r: r["gpus_per_node"],
+    "time": lambda r: r["time_s"],
+    "nodes": lambda r: r["nodes"],
+    "position": lambda r: r["position"],
+    "rank": lambda r: r["rank"],
+    "ratio": lambda r: r["ratio"],
+    "priority": lambda r: r["priority"],
+    "submitted": lambda r: r["submit_time"],
+    "min_runtime": lambda r: r["min_runtime"],
+    # None: protected until it ends, squeue's UNLIMITED: the most left
+    "protected_left": lambda r: (
+        math.inf if r["protected_left_s"] is None else r["protected_left_s"]
+    ),
+    # squeue -S t: PD before R, as its job states' order
+    "st": lambda r: r["state"],
+    "state": lambda r: r["state"],
+    # pending work's expected start (a forecast's); N/A and running work: missing
+    "start": lambda r: r.get("expected_start_time") if r["state"] == "PENDING" else None,
+}
+
+
+def parse_sort(spec: str) -> list[tuple[str, bool]]:
+    """squeue -S/--sort: `-t,i`, `u`, `+P,-p`: squeue's format letters (without '%'),
+    -O's field names or allot's column names, comma-separated, each '+' ascending (the
+    default) or '-' descending. [(column, descending)]; ViewError naming the fields."""
+    keys = []
+    for token in (t.strip() for t in spec.split(",")):
+        if not token:
+            continue
+        descending = token.startswith("-")
+        field = token.lstrip("+-").strip()
+        column = _BY_LETTER.get(field) if len(field) == 1 else None
+        if column is None:
+            lowered = field.lower()
+            column = SQUEUE_LONG_NAMES.get(lowered, lowered)
+        if column not in QUEUE_COLUMNS:
+            letters = "".join(sorted(_BY_LETTER))
+            raise ViewError(
+                f"--sort {token!r}: unknown field; use squeue's letters ({letters}), "
+                "-O's field names or allot's column names, e.g. -S -t,i or -S u"
+            )
+        keys.append((column, descending))
+    if not keys:
+        raise ViewError("--sort names no field; e.g. -S -t,i (state descending, then id)")
+    return keys
+
+
+def sort_rows(rows: list[QueueRow], keys: list[tuple[str, bool]]) -> list[QueueRow]:
+    """`rows` sorted by `keys` (`parse_sort`), as squeue -S; rows equal on every key
+    keep their order (the queue's own). Missing values (a pending job's nodes, an
+    unranked allocation) come last either way."""
+    out = list(rows)
+    for column, descending in reversed(keys):  # stable: the first key sorts last
+        value = _SORT_VALUES.get(column) or QUEUE_COLUMNS[column][2]
+
+        def key(
+            r: QueueRow, value: Callable[[QueueRow], Any] = value, down: bool = descending
+        ) -> tuple[bool, Any]:
+            v = value(r)
+            return ((v is None) != down, 0 if v is None else v)
+
+        out.sort(key=key, reverse=descending)
+    return out
+
+
 def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], list[list[str]]]:
     """(headers, cells) of `rows` for `columns` (names of QUEUE_COLUMNS)."""
     headers = [QUEUE_COLUMNS[c][1] for c in columns]
@@ -1550,6 +1623,26 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
 
     visit(tree.roots, 0)
     return rows
+
+
+def user_roles(row: ShareRow, users: Iterable[str]) -> dict[str, list[str]]:
+    """How each of `users` is named on a share row: {"alice": ["member"]}, only those
+    named (a manager named as member too has both)."""
+    roles: dict[str, list[str]] = {}
+    for user in users:
+        named = [role for role in ("manager", "member") if user in row[role + "s"]]
+        if named:
+            roles[user] = named
+    return roles
+
+
+def rows_of_users(rows: list[ShareRow], users: Collection[str]) -> list[ShareRow]:
+    """The share rows that name one of `users` as manager or member, and the allocations
+    above them for context (as sshare -u lists the accounts above a user's associations),
+    in `rows`' order; each with `user_roles` (empty on a row shown for context)."""
+    named = {r["path"] for r in rows if user_roles(r, users)}
+    shown = {above for path in named for above in _ancestors(path)}
+    return [{**r, "user_roles": user_roles(r, users)} for r in rows if r["path"] in shown]
 
 
 def _ancestors(path: str) -> list[str]:

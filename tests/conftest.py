@@ -40,10 +40,19 @@ SHARED_RUN_ENV = "ALLOT_TEST_RUN"
 _OWNED_RUN: str | None = None
 
 
-# Slurm's format variables, which `allot queue` and `allot acct` read as squeue and sacct
-# do: a Slurm user's own would change every default table the tests read
-for _slurm_format in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SACCT_FORMAT"):
-    os.environ.pop(_slurm_format, None)
+# Slurm's variables, which `allot queue` and `allot acct` read as squeue and sacct do
+# (formats, filters, sort): a Slurm user's own would change every table the tests read
+for _slurm_variable in (
+    "SQUEUE_FORMAT",
+    "SQUEUE_FORMAT2",
+    "SACCT_FORMAT",
+    "SQUEUE_USERS",
+    "SQUEUE_STATES",
+    "SQUEUE_ACCOUNT",
+    "SQUEUE_NAMES",
+    "SQUEUE_SORT",
+):
+    os.environ.pop(_slurm_variable, None)
 
 
 def _free_port() -> int:

@@ -57,15 +57,40 @@ def _with_me(user: str | None, me: bool, as_: str | None = None) -> str | None:
     return ",".join(u for u in (user, whoami(as_)) if u)
 
 
-def _allocation_given(value: str | None) -> str | None:
+# what Slurm's bare -a means to each command's user, and why allot needs no flag for it
+_SLURMS_DASH_A = {
+    "queue": "squeue's -a (all partitions) and sacct's -a (all users) need no flag here: "
+    "every user's work is included unless -u or --me narrows it",
+    "acct": "sacct's -a (all users) needs no flag here: every user's work is included "
+    "unless -u or --me narrows it",
+    "shares": "sshare's -a (all users) needs no flag here: every allocation is listed "
+    "unless -u USER (those USER is named on) or -A PATH narrows it",
+    # scancel, scontrol hold/release/requeue have no -a: acting on everyone's work is
+    # never a default, so say what selects work rather than "everything is included"
+    "cancel": "scancel has no -a: give ids, or filters that select the work to cancel "
+    "(-u USER, --me, -t STATE, -n NAME, -w HOSTS; `allot queue` takes the same)",
+}
+_SLURMS_DASH_A["usage"] = (
+    "`allot usage` (sreport) counts every allocation unless -a PATH narrows it; "
+    "`allot history -a PATH` splits one by user"
+)
+for _verb in ("hold", "release", "requeue"):
+    _SLURMS_DASH_A[_verb] = (
+        _SLURMS_DASH_A["cancel"]
+        .replace("scancel has no -a", f"scontrol {_verb} has no -a")
+        .replace("to cancel", f"to {_verb}")
+    )
+
+
+def _allocation_given(ctx: typer.Context, value: str | None) -> str | None:
     """-a's value, refused when it is the next flag: Slurm's `sacct -a -u bob` (all
     users) and `squeue -a` (all partitions) take no value, and read as allot's -a PATH
     they took `-u` for a path and left `bob` an "unexpected extra argument"."""
     if value is not None and value.startswith("-"):
+        meant = _SLURMS_DASH_A.get(ctx.info_name or "", _SLURMS_DASH_A["queue"])
         raise typer.BadParameter(
             f"{value!r} is no allocation path. allot's -a/-A name allocations (Slurm's -A "
-            "ACCOUNT); sacct's -a (all users) and squeue's -a (all partitions) need no "
-            "flag here: every user's work is included unless -u or --me narrows it"
+            f"ACCOUNT); {meant}"
         )
     return value
 
@@ -166,6 +191,60 @@ def format_from_environment(
         if value.strip():
             return (value, None, name) if name == QUEUE_FORMAT_ENV else (None, value, name)
     return None, None, None
+
+
+# squeue's defaults for -u, -t, -A and -n when the flag is not given (--me sets -u aside)
+QUEUE_FILTER_ENV = {
+    "user": "SQUEUE_USERS",
+    "states": "SQUEUE_STATES",
+    "allocation": "SQUEUE_ACCOUNT",
+    "name": "SQUEUE_NAMES",
+}
+
+
+def filters_from_environment(**given: str | None) -> dict[str, tuple[str, str]]:
+    """{filter: (value, variable)} for each of `given`'s filters that is None and has
+    its squeue variable set (QUEUE_FILTER_ENV), as squeue reads them; an empty variable
+    counts as unset."""
+    import os
+
+    taken = {}
+    for flag, value in given.items():
+        variable = QUEUE_FILTER_ENV[flag]
+        text = os.environ.get(variable, "").strip()
+        if value is None and text:
+            taken[flag] = (text, variable)
+    return taken
+
+
+def _naming_variable(why: TargetError, taken: dict[str, tuple[str, str]]) -> TargetError:
+    """A filter's error, with the squeue variable it came from named."""
+    prefixes = {"states": "--states", "allocation": "-a "}
+    for flag, prefix in prefixes.items():
+        if flag in taken and str(why).startswith(prefix):
+            value, variable = taken[flag]
+            return TargetError(f"${variable} ({variable}={value!r}): {why}")
+    return why
+
+
+QUEUE_SORT_ENV = "SQUEUE_SORT"  # squeue's, when -S is not given
+
+
+def _sort_keys(sort: str | None) -> list[tuple[str, bool]] | None:
+    """-S's keys, else $SQUEUE_SORT's (named in its error); None: the queue's order."""
+    import os
+
+    from projections.views import ViewError, parse_sort
+
+    spec = sort if sort is not None else os.environ.get(QUEUE_SORT_ENV, "").strip() or None
+    if spec is None:
+        return None
+    try:
+        return parse_sort(spec)
+    except ViewError as why:
+        if sort is not None:
+            raise
+        raise ViewError(f"${QUEUE_SORT_ENV} ({QUEUE_SORT_ENV}={spec!r}): {why}") from None
 
 
 def _queue_columns(
@@ -311,6 +390,28 @@ def _members(row: dict[str, Any]) -> str:
     """An allocation's MEMBERS cell: marked inactive where they may not submit."""
     names = ",".join(row["members"])
     return names if row["members_active"] or not names else f"{names} (inactive: not a leaf)"
+
+
+def _roles(row: dict[str, Any], several: bool) -> str:
+    """`shares -u`'s ROLE cell: how the users are named here ('' above them, for
+    context); each user's name too when several were asked for."""
+    cells = []
+    for who, roles in row["user_roles"].items():
+        named = "+".join(
+            "member (inactive: not a leaf)"
+            if role == "member" and not row["members_active"]
+            else role
+            for role in roles
+        )
+        cells.append(f"{who}: {named}" if several else named)
+    return ", ".join(cells)
+
+
+def _share_style(row: dict[str, Any], by_user: bool) -> str | None:
+    """Parents bold; with -u, the allocations shown only as context dimmed."""
+    if by_user and not row["user_roles"]:
+        return "dim" if row["leaf"] else "bold dim"
+    return None if row["leaf"] else "bold"
 
 
 def _workload_list(ids: list[str], shown: int = 3) -> str:
@@ -717,6 +818,21 @@ def register(app: typer.Typer) -> None:
                 "scheduler's own core plays the queue forward (see below).",
             ),
         ] = False,
+        sort: Annotated[
+            str | None,
+            typer.Option(
+                "--sort",
+                "-S",
+                metavar="[+|-]FIELD[,...]",
+                help="Order the rows as squeue -S: '-t,i' (state descending, then id), "
+                "'u', '+a,-Q'; -o's letters (without '%'), -O's field names or allot's "
+                "column names, '-' for descending. Times, "
+                "counts and durations compare as numbers, array tasks by index; ties keep "
+                "the queue's own order (the scheduler's, when -S is not given). Without "
+                "-S, $SQUEUE_SORT is read, as squeue does.",
+                show_default=False,
+            ),
+        ] = None,
         horizon: HorizonOpt = "2d",
         iterate: Annotated[
             int | None,
@@ -764,6 +880,10 @@ def register(app: typer.Typer) -> None:
         or a job ending early moves the answer, as with squeue --start. With --start
         (or the %S/%Y fields), --json adds expected_start (and _time, epoch seconds),
         expected_nodes, expected_hosts, expected_preempts and expected_end to each row.
+
+        As squeue, $SQUEUE_USERS, $SQUEUE_STATES, $SQUEUE_ACCOUNT and $SQUEUE_NAMES are
+        read as -u, -t, -A and -n when that flag is not given (--me sets $SQUEUE_USERS
+        aside); a wrong one is named in the error.
         """
 
         from projections.views import (
@@ -777,6 +897,7 @@ def register(app: typer.Typer) -> None:
             render_template,
             resolve_jobs,
             short_name,
+            sort_rows,
             split_names,
             whole_ids,
         )
@@ -794,10 +915,24 @@ def register(app: typer.Typer) -> None:
             columns, template = _queue_columns(
                 *format_from_environment(format_, format_long, long or start)
             )
+            sort_keys = _sort_keys(sort)
             wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
             if horizon != HORIZON_DEFAULT and not wants_forecast:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
             horizon_s = horizon_seconds(horizon)
+            # `user` already holds --me's name: --me sets $SQUEUE_USERS aside, as squeue
+            taken = filters_from_environment(
+                user=user, states=states, allocation=allocation, name=name
+            )
+            users, wanted_states, paths_text, names = (
+                taken[f][0] if f in taken else value
+                for f, value in (
+                    ("user", user),
+                    ("states", states),
+                    ("allocation", allocation),
+                    ("name", name),
+                )
+            )
             read = journal_reader(kafka, data, journal, cluster)
             # the queue is what is live; -j resolves ids against every workload the
             # journal knows (an ended id names nothing in the queue, not another job)
@@ -806,16 +941,19 @@ def register(app: typer.Typer) -> None:
             else:
                 view = fold(read(), live_only=jobs is None)
             ids = resolve_jobs(view, _job_ids(jobs))
-            paths = _allocations(view, allocation)
-            rows = select_rows(
-                view,
-                ids=ids,
-                user=user,
-                allocation=allocation,
-                states=states,
-                nodelist=nodelist,
-                name=name,
-            )
+            paths = _allocations(view, paths_text)
+            try:
+                rows = select_rows(
+                    view,
+                    ids=ids,
+                    user=users,
+                    allocation=paths_text,
+                    states=wanted_states,
+                    nodelist=nodelist,
+                    name=names,
+                )
+            except TargetError as why:
+                raise _naming_variable(why, taken) from None
             fc = None
             if wants_forecast and rows:
                 from projections.forecast import annotate
@@ -829,6 +967,8 @@ def register(app: typer.Typer) -> None:
                     (r for r in rows if r["state"] == "PENDING"),
                     key=lambda r: (r["expected_start_time"] is None, r["expected_start_time"] or 0),
                 )
+            if sort_keys:
+                rows = sort_rows(rows, sort_keys)
             if json_:
                 payload = {
                     "cluster": view.cluster,
@@ -886,11 +1026,11 @@ def register(app: typer.Typer) -> None:
                     ("no workloads pending" if start else "no workloads pending or running")
                     + (
                         " for that filter"
-                        if user or allocation or jobs or states or nodelist or name
+                        if users or paths_text or jobs or wanted_states or nodelist or names
                         else ""
                     )
                     + (
-                        _ended_note(view, ids, jobs, user=split_names(user), allocation=paths)
+                        _ended_note(view, ids, jobs, user=split_names(users), allocation=paths)
                         if ids and jobs
                         else ""
                     )
@@ -987,9 +1127,11 @@ def register(app: typer.Typer) -> None:
                 "-S",
                 "--starttime",
                 help="Workloads alive at or after then (submitted before it and ended after "
-                "it count): an ISO date/time (UTC), e.g. 2026-01-01, or a duration before the "
-                "journal's latest event, e.g. 1d. The totals line then counts only the "
-                "GPU-hours run inside the window.",
+                "it count): an ISO date/time (UTC), e.g. 2026-01-01, sacct's MMDD, MM/DD or "
+                "MM/DD/YY (optionally -HH:MM; without a year the journal's latest event's, "
+                "the year before for a later month, as sacct), a time of day (07:13), today, "
+                "now-1hour, or a duration before the journal's latest event, e.g. 1d. The "
+                "totals line then counts only the GPU-hours run inside the window.",
                 show_default=False,
             ),
         ] = None,
@@ -1177,6 +1319,17 @@ def register(app: typer.Typer) -> None:
         journal: JournalOpt = None,
         cluster: ReadClusterOpt = None,
         allocation: AllocationsOpt = None,
+        user: Annotated[
+            str | None,
+            typer.Option(
+                "--user",
+                "-u",
+                metavar="USER[,USER...]",
+                help="Only the allocations these users are named on, as manager or member, "
+                "and those above them for context (dimmed), as sshare -u; a ROLE column "
+                "says how each is named. A leaf open to anyone names nobody: not listed.",
+            ),
+        ] = None,
     ) -> None:
         """The budget tree with fair-share numbers, like sshare.
 
@@ -1203,13 +1356,24 @@ def register(app: typer.Typer) -> None:
         from rich.text import Text
 
         from domain.durations import format_duration
-        from projections.views import matches_allocation, share_rows, shares_header
+        from projections.views import (
+            matches_allocation,
+            rows_of_users,
+            share_rows,
+            shares_header,
+            split_names,
+        )
 
         def run() -> None:
+            users = None if user is None else split_names(user)
+            if users is not None and not users:
+                raise TargetError("--user names nobody; e.g. -u alice or -u alice,bob")
             view = load_view(kafka, data, journal, cluster, live_only=True)
             paths = _allocations(view, allocation)
             _refuse_unknown_allocation(view, paths)
             rows = [r for r in share_rows(view) if matches_allocation(r["path"], paths)]
+            if users is not None:
+                rows = rows_of_users(rows, users)
             header = shares_header(view)
             if json_:
                 _emit_json({**header, "allocations": rows})
@@ -1233,6 +1397,7 @@ def register(app: typer.Typer) -> None:
                 ("UNALLOC", "right"),
                 ("PEND", "right"),
                 *((("MANAGERS", "left"), ("MEMBERS", "left")) if long else ()),
+                *((("ROLE", "left"),) if users is not None else ()),
             ):
                 _column(table, h, justify)
             base = min((r["depth"] for r in rows), default=0)  # -A: its subtree's top
@@ -1249,10 +1414,17 @@ def register(app: typer.Typer) -> None:
                     str(r["unallocated"]),
                     str(r["pending"]),
                     *((",".join(r["managers"]), _members(r)) if long else ()),
-                    style=None if r["leaf"] else "bold",
+                    *((_roles(r, len(users) > 1),) if users is not None else ()),
+                    style=_share_style(r, users is not None),
                 )
             print_table(title, table)
-            if not rows:
+            if not rows and users is not None:
+                typer.echo(
+                    f"no allocation{' under ' + ', '.join(paths) if paths else ''} names "
+                    f"{' or '.join(users)} as manager or member (`allot shares --long` "
+                    "lists who is named where)"
+                )
+            elif not rows:
                 typer.echo("no allocations yet: `allot budget set PATH WEIGHT` creates them")
 
         _answer(run)

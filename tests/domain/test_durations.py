@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 import pytest
 
@@ -195,3 +196,39 @@ def test_sacct_words_for_a_time_of_day(text: str, moment: float) -> None:
     """`sacct -S today` (or midnight, noon) was "not a time"."""
     assert parse_moment(text, NOON + 60) == moment
     assert parse_moment(text, NOON + 60, end=True) == moment
+
+
+@pytest.mark.parametrize(
+    ("text", "iso"),
+    [
+        pytest.param("0101", "2026-01-01T00:00", id="mmdd"),
+        pytest.param("01/01", "2026-01-01T00:00", id="mm/dd"),
+        pytest.param("1/1", "2026-01-01T00:00", id="m/d"),
+        pytest.param("01.01", "2026-01-01T00:00", id="mm.dd"),
+        pytest.param("1201", "2025-12-01T00:00", id="a-later-month-is-last-years"),
+        pytest.param("12/24/25", "2025-12-24T00:00", id="mm/dd/yy"),
+        pytest.param("122425", "2025-12-24T00:00", id="mmddyy"),
+        pytest.param("12/31-08:30", "2025-12-31T08:30", id="with-a-time"),
+        pytest.param("0101T06:15:30", "2026-01-01T06:15:30", id="mmdd-t-time"),
+    ],
+)
+def test_sacct_month_day_dates(text: str, iso: str) -> None:
+    """`sacct -S 1201`, `-S 12/01`, `-E 12/24/25` were "not a time" (and `1201` was read
+    as 1201 seconds). Without a year, as sacct looking back: the journal's year, the one
+    before for a month after the journal's."""
+    want = datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()
+    assert parse_moment(text, NOON) == want
+    assert parse_moment(text, NOON, end=True) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("1300", 1300.0), ("0000", 0.0), ("0431", 431.0), ("90", 90.0)]
+)
+def test_numbers_that_are_no_month_and_day_stay_seconds(text: str, seconds: float) -> None:
+    assert parse_moment(text, NOON) == NOON - seconds
+
+
+@pytest.mark.parametrize("text", ["13/01", "02/30", "12/01-25:00", "1/1/2026"])
+def test_an_impossible_month_day_date_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="MM/DD"):
+        parse_moment(text, NOON)

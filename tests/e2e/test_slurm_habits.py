@@ -398,12 +398,46 @@ def test_sacct_flags_by_habit(lab: dict[str, str]) -> None:
     assert allot(*d, "-p", "-S", "midnight").stdout == want
 
 
+def test_sacct_month_day_dates_on_the_command_line(lab: dict[str, str]) -> None:
+    """`sacct -S 12/01` and `-S 1201` were "not a time" (1201 was 1201 seconds)."""
+    from datetime import UTC, datetime
+
+    now = orjson.loads(_ok("acct", "--data", lab["data"], "--json"))["time"]
+    day = datetime.fromtimestamp(now, UTC)
+    d = ("acct", "--data", lab["data"], "-P", "-n", "-j", lab["named"], "-o", "jobid")
+    for since in (f"{day:%m%d}", f"{day:%m/%d}", f"{day:%m/%d/%y}", f"{day:%m/%d}-00:00"):
+        assert _ok(*d, "-S", since, "-E", "now").split() == [lab["named"]], since
+    result = allot(*d, "-S", "13/01")
+    one_line_error(result, "not a time: '13/01'", "MM/DD")
+
+
 @pytest.mark.parametrize("command", ["queue", "acct"])
 def test_slurms_bare_dash_a_says_what_allots_means(lab: dict[str, str], command: str) -> None:
     """`sacct -a -u bob` (all users) read -u as allot's allocation path, then failed on
     "unexpected extra argument (bob)"."""
     result = allot(command, "--data", lab["data"], "-a", "-u", "alice")
     one_line_error(result, "'-u' is no allocation path", "every user's work is included")
+
+
+@pytest.mark.parametrize(
+    ("command", "slurms"),
+    [("cancel", "scancel"), ("hold", "scontrol hold"), ("requeue", "scontrol requeue")],
+)
+def test_a_bare_dash_a_on_cancel_never_says_everything_is_included(
+    lab: dict[str, str], command: str, slurms: str
+) -> None:
+    """`allot cancel -a -u bob` said "every user's work is included unless -u or --me
+    narrows it", as if cancel acted on everyone's work; scancel has no -a, and cancel
+    acts only on the ids or filters given. Nothing is sent."""
+    result = allot(command, "--data", lab["data"], "-a", "-u", "alice", "--as", "alice")
+    one_line_error(result, "'-u' is no allocation path", f"{slurms} has no -a", "-u USER")
+    assert "included" not in result.stderr
+    assert len(_queue(lab, "-h", "-u", "alice")) == 6
+
+
+def test_a_bare_dash_a_on_shares_names_sshares_meaning(lab: dict[str, str]) -> None:
+    result = allot("shares", "--data", lab["data"], "-a", "-u", "alice")
+    one_line_error(result, "'-u' is no allocation path", "sshare's -a (all users)")
 
 
 def test_sinfo_noheader_and_node_flags(lab: dict[str, str]) -> None:
@@ -414,3 +448,113 @@ def test_sinfo_noheader_and_node_flags(lab: dict[str, str]) -> None:
     assert [line.split()[:2] for line in lines] == [[h["host"], h["state"]] for h in hosts]
     assert len(lines) == 2
     assert _ok("host", "list", "-R", "--noheader", "--data", lab["data"]) == ""
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """lab (managed by pm) over olmo (alice, bob) and tulu (bob); ops (carol)."""
+    d = ["--data", str(tmp_path_factory.mktemp("slurm-shares") / "lab")]
+    _ok("host", "register", "h0", "8", *d)
+    _ok("budget", "set", "lab", "1", "--manager", "pm", *d)
+    _ok("budget", "set", "lab/olmo", "3", "--member", "alice,bob", "--as", "pm", *d)
+    _ok("budget", "set", "lab/tulu", "1", "--member", "bob", "--as", "pm", *d)
+    _ok("budget", "set", "ops", "1", "--member", "carol", *d)
+    _ok("serve", "--once", "--tick", "0", *d)
+    return d
+
+
+def _shares(tree: list[str], *args: str) -> list[list[str]]:
+    """`allot shares ARGS`'s rows: (allocation, ROLE cell) of each."""
+    lines = _ok("shares", *tree, *args).splitlines()
+    role_at = lines[1].index("ROLE")
+    return [[line.split()[0], line[role_at:].strip()] for line in lines[2:]]
+
+
+def test_sshare_u_lists_the_allocations_a_user_is_named_on(tree: list[str]) -> None:
+    """`allot shares -u alice` (sshare -u: the user's associations) was "No such
+    option". It lists where alice is named, and the allocations above for context."""
+    assert _shares(tree, "-u", "alice") == [["lab", ""], ["olmo", "member"]]
+    assert _shares(tree, "-u", "bob,pm") == [
+        ["lab", "pm: manager"],
+        ["olmo", "bob: member"],
+        ["tulu", "bob: member"],
+    ]
+    assert "no allocation under lab names carol" in _ok("shares", *tree, "-u", "carol", "-A", "lab")
+    rows = orjson.loads(_ok("shares", *tree, "-u", "carol", "--json"))["allocations"]
+    assert [(r["path"], r["user_roles"]) for r in rows] == [("ops", {"carol": ["member"]})]
+    nobody = _ok("shares", *tree, "-u", "dave")
+    assert "no allocation names dave as manager or member" in nobody
+    without = _ok("shares", *tree).splitlines()
+    assert "ROLE" not in without[1] and len(without) == 2 + 4  # title, header, 4 rows
+
+
+def test_squeue_filter_variables_are_read_when_no_flag_is_given(lab: dict[str, str]) -> None:
+    """$SQUEUE_USERS, $SQUEUE_STATES, $SQUEUE_ACCOUNT and $SQUEUE_NAMES in a Slurm
+    user's profile were ignored. As squeue: each is the default of its flag (-u, -t, -A,
+    -n); the flag, and --me for -u, set it aside."""
+    d = ("queue", "--data", lab["data"], "-h", "-o", "%i")
+    everything = allot(*d).stdout.split()
+    assert len(everything) == 6
+
+    def shown(*args: str, **env: str) -> list[str]:
+        result = allot(*d, *args, env={"USER": "ops", **env})
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    assert shown(SQUEUE_USERS="bob") == []
+    assert shown("-u", "alice", SQUEUE_USERS="bob") == everything
+    assert shown("--me", SQUEUE_USERS="bob", USER="alice") == everything
+    running = [lab["named"], lab["filler"], f"{lab['base']}_0"]
+    assert sorted(shown(SQUEUE_STATES="r")) == sorted(running)
+    assert len(shown("-t", "pd", SQUEUE_STATES="r")) == 3
+    assert shown(SQUEUE_ACCOUNT="lab/olmo") == everything
+    assert shown(SQUEUE_NAMES=LONG_NAME) == [lab["named"]]
+    assert shown("-n", "other", SQUEUE_NAMES=LONG_NAME) == []
+    assert shown(SQUEUE_USERS="") == everything  # empty: unset, as squeue
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("SQUEUE_STATES", "cd", "--states 'cd'"),
+        ("SQUEUE_ACCOUNT", "lab/nope", "-a lab/nope: no such allocation"),
+    ],
+)
+def test_a_wrong_squeue_filter_variable_is_named(
+    lab: dict[str, str], variable: str, value: str, needle: str
+) -> None:
+    result = allot("queue", "--data", lab["data"], env={variable: value})
+    one_line_error(result, f"${variable} ({variable}={value!r})", needle)
+
+
+def test_squeue_sort(lab: dict[str, str]) -> None:
+    """`allot queue -S -t,i` (squeue -S) was "No such option". As squeue: -o's letters
+    or field names, '-' descending; counts, durations and array indexes compare as
+    numbers, and what has no value (a job that is no array task) comes last."""
+    tasks = [f"{lab['base']}_{i}" for i in range(4)]
+    lines = _queue(lab, "-h", "-S", "-t,i", "-o", "%t|%i")
+    running = sorted([lab["named"], lab["filler"], tasks[0]], key=lambda i: (i.split("_")[0], i))
+    assert lines == [f"R|{i}" for i in running] + [f"PD|{i}" for i in tasks[1:]]
+    assert _queue(lab, "-h", "--sort=-K", "-o", "%K") == ["3", "2", "1", "0", "N/A", "N/A"]
+    assert _queue(lab, "-h", "-S", "K", "-o", "%K") == ["0", "1", "2", "3", "N/A", "N/A"]
+    by_gpus = _queue(lab, "-h", "-S", "gpus,jobid", "-o", "%i|%b")
+    assert [line.split("|")[1] for line in by_gpus] == ["gres/gpu:2", "gres/gpu:4"] + [
+        "gres/gpu:8"
+    ] * 4
+    rows = orjson.loads(_ok("queue", "--data", lab["data"], "--json", "-S", "-gpus,-K"))
+    assert [r["id"] for r in rows["workloads"]] == [*reversed(tasks), lab["named"], lab["filler"]]
+
+
+def test_squeue_sort_variable_is_read_without_dash_s(lab: dict[str, str]) -> None:
+    d = ("queue", "--data", lab["data"], "-h", "-o", "%K")
+    assert allot(*d, env={"SQUEUE_SORT": "-K"}).stdout.split()[:4] == ["3", "2", "1", "0"]
+    assert allot(*d, "-S", "K", env={"SQUEUE_SORT": "-K"}).stdout.split()[:4] == [
+        "0",
+        "1",
+        "2",
+        "3",
+    ]
+    one_line_error(allot(*d, "-S", "-Z"), "--sort '-Z': unknown field")
+    one_line_error(
+        allot(*d, env={"SQUEUE_SORT": "%i"}), "$SQUEUE_SORT (SQUEUE_SORT='%i')", "unknown field"
+    )
