@@ -66,7 +66,12 @@ def test_a_kafka_journal_exported_to_a_file_replays_and_restores_an_embedded_sch
     folder = tmp_path / "restored"
     folder.mkdir()
     shutil.copy(backup, folder / "journal.jsonl")
-    _ok("serve", "--data", str(folder), "--cluster", "c", "--once", env={})
+    restored = allot("serve", "--data", str(folder), "--cluster", "c", "--once")
+    assert restored.returncode == 0, restored.stderr
+    # one warning, saying what happened (it said the inbox was "cut, replaced or edited")
+    warnings = [line for line in restored.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "there is no " in warnings[0], restored.stderr
+    assert "journal.jsonl copied in from elsewhere" in warnings[0]
     assert _queue("--data", str(folder), env={}) == live
     _ok("submit", "-A", "lab/a", "-G", "1", "--min-runtime", "1h", "--as", "alice",
         "--data", str(folder), "--cluster", "c", env={})  # fmt: skip
