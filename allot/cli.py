@@ -12,6 +12,7 @@ from allot.commands import (
     audit,
     dashboard,
     executor,
+    journal,
     metrics,
     ops,
     requests,
@@ -45,7 +46,7 @@ app = typer.Typer(
     name="allot",
     help=(
         "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
-        "Run it live (serve, topics; submit, cancel, hold, release, requeue, budget, host; queue, "
+        "Run it live (serve, topics, journal export; submit, cancel, hold, release, requeue, budget, host; queue, "
         "acct, shares, why; executor), watch it (metrics, dashboard, usage, rollup, audit, "
         "history, preemptions), and simulate policies before rollout (simulate, replay, "
         "compare, demo, trace import). Every command has --help."
@@ -57,7 +58,19 @@ app = typer.Typer(
 )
 app.add_typer(trace.app, name="trace", help="Import cluster traces into allot's submissions JSONL.")
 
-for _module in (requests, serve, views, ops, executor, metrics, dashboard, audit, usage, rollup):
+for _module in (
+    requests,
+    serve,
+    views,
+    ops,
+    journal,
+    executor,
+    metrics,
+    dashboard,
+    audit,
+    usage,
+    rollup,
+):
     _module.register(app)
 
 

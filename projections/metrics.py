@@ -408,7 +408,13 @@ class MetricsCollector(Collector):
 
     def _journal_families(self) -> list[Metric]:
         c = ["cluster"]
-        gpus = GaugeMetricFamily("allot_gpus", "GPUs by state.", labels=[*c, "state"])
+        gpus = GaugeMetricFamily(
+            "allot_gpus",
+            "GPUs by state: allocated / unallocated (held by charged / free work), idle "
+            "(free on healthy hosts), cordoned (free on unhealthy hosts); they sum to the "
+            "registered GPUs.",
+            labels=[*c, "state"],
+        )
         workloads = GaugeMetricFamily(
             "allot_workloads", "Live workloads by state.", labels=[*c, "state"]
         )
@@ -476,7 +482,8 @@ class MetricsCollector(Collector):
         )
         lag = GaugeMetricFamily(
             "allot_journal_lag_seconds",
-            "Wall clock minus the last journal record's time.",
+            "Wall clock minus the last journal record's time (allot serve ticks every 10 s "
+            "by default: more means the scheduler is stopped, behind, or cut off from Kafka).",
             labels=c,
         )
         now = self.clock()

@@ -1475,6 +1475,18 @@ def queue_cells(rows: list[QueueRow], columns: list[str]) -> tuple[list[str], li
 HostRow = dict[str, Any]
 
 
+def drains_by(state: Any, host: Any) -> float | None:
+    """When a draining host should be empty: its work leaves as its protection ends
+    (at once when past it). None when healthy, empty, or holding work protected until it
+    ends (legacy-priority's non-preemptible work)."""
+    if host.healthy or not host.workloads:
+        return None
+    ends = [state.workloads[w].protected_until for w in host.workloads if w in state.workloads]
+    if not ends or not math.isfinite(max(ends)):
+        return None
+    return max(max(ends), state.now)
+
+
 def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
     """Every registered host in registration order, as `sinfo -N` lists nodes: state
     (idle, mixed, allocated; draining = unhealthy with work still on it, drained =
@@ -1508,6 +1520,7 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
                 "since": iso(since),
                 "since_s": None if since is None else round(now - since, 3),
                 "drained_at": iso(view.host_drained.get(host.name)),
+                "drains_by": iso(drains_by(state, host)),
                 "reason": reason,
             }
         )
@@ -1538,6 +1551,7 @@ def host_reason_rows(
                 "by": who,
                 "since": iso(when),
                 "drained_at": iso(view.host_drained.get(host.name)),
+                "drains_by": iso(drains_by(state, host)),
             }
         )
     for name, (when, who, why_, gpus) in sorted(
@@ -1552,6 +1566,7 @@ def host_reason_rows(
                 "by": who,
                 "since": iso(when),
                 "drained_at": None,
+                "drains_by": None,
             }
         )
     return rows

@@ -1260,6 +1260,13 @@ class EmbeddedScheduler:
         (self.folder / SNAPSHOT_FILE).unlink(missing_ok=True)
         self.core.positions[PARTITION] = base - 1
         self.reader = InboxReader(self.folder)
+        if not head["replaces"] and not records:
+            self._warn(
+                f"there is no {inbox}: removed by hand, or {JOURNAL_FILE} copied in from "
+                "elsewhere (a restore of `allot journal export`'s copy); the inbox starts at "
+                f"offset {base}, after the last one the journal records"
+            )
+            return
         kept = f"kept it as {aside.name}" if head["replaces"] else "it is gone"
         self._warn(
             f"{inbox} is not the inbox {JOURNAL_FILE} was folded from ({why}): cut, replaced "

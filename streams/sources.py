@@ -86,18 +86,21 @@ def journal_lines(
     journal: Path | None = None,
     cluster: str | None = None,
     follow: bool = False,
+    whole: bool = False,
 ) -> Iterator[bytes]:
     """The journal's records as JSON bytes (one record each, no newline), oldest first.
 
     Exactly one of ``journal`` (a file), ``data`` (the embedded folder) and ``kafka``
-    (a bootstrap ``HOST:PORT``) is read, in that order of preference.
+    (a bootstrap ``HOST:PORT``) is read, in that order of preference. With ``whole``, a
+    Kafka read that stops before the end it saw at its start raises `SourceError` (a
+    backup must not pass for complete) instead of warning.
     """
     if journal is not None:
         return _file_lines(Path(journal), cluster, follow, what="journal file")
     if data is not None:
         return _file_lines(_embedded_journal(data), cluster, follow, what="embedded journal")
     if kafka:
-        return _kafka_lines(kafka, cluster, follow)
+        return _kafka_lines(kafka, cluster, follow, whole=whole)
     raise SourceError(NO_JOURNAL_GIVEN)
 
 
@@ -481,7 +484,12 @@ def _on_own_thread(
 
 
 def _kafka_lines(
-    bootstrap: str, cluster: str | None, follow: bool, since_ms: int | None = None
+    bootstrap: str,
+    cluster: str | None,
+    follow: bool,
+    since_ms: int | None = None,
+    *,
+    whole: bool = False,
 ) -> Iterator[bytes]:
     """The journal topic's lines of `cluster` (all when None), read on a thread of
     their own; with `follow`, forever; with `since_ms`, only from each partition's
@@ -498,6 +506,8 @@ def _kafka_lines(
             others = batch
             continue
         if isinstance(batch, _StoppedShort):
+            if whole:
+                raise SourceError(batch.removeprefix("warning: "))
             log.warning("%s", batch)
             continue
         for line in batch:

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import socket
+from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 
@@ -25,13 +26,25 @@ def _died_here(client_id: str) -> bool:
     prefix = f"allot-worker/{socket.gethostname()}/pid-"
     if not client_id.startswith(prefix) or not client_id[len(prefix) :].isdigit():
         return False
+    pid = int(client_id[len(prefix) :])
     try:
-        os.kill(int(client_id[len(prefix) :]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:  # alive, as another user
         return False
-    return False
+    return _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Dead but not yet reaped by its parent (a supervisor, or a container's init that
+    is slow to reap): signal 0 still reaches it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # the state follows the command name, which is in parentheses and may hold any
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X")
 
 
 class Presence:

@@ -130,6 +130,11 @@ class Rebalancing:
     def _seek(self, tp: TopicPartition) -> None:
         """Resume one past the last offset the journal or the DLQ records for `tp`."""
         assert self._consumer is not None
+        self._consumer.seek(tp, self._resume_offset(tp))
+
+    def _resume_offset(self, tp: TopicPartition) -> int:
+        """One past the last offset the journal or the DLQ records for `tp` (0: none;
+        the consumer then starts at the earliest retained one)."""
         part = self.owned[tp.partition]
         folded = max(
             [
@@ -139,7 +144,4 @@ class Rebalancing:
             ]
             + [part.dead, part.scanned]
         )
-        if folded >= 0:
-            self._consumer.seek(tp, folded + 1)
-        else:  # offset 0, or the earliest retained one (auto_offset_reset)
-            self._consumer.seek(tp, 0)
+        return folded + 1

@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaError
 
 from streams.core import old_bucket_note
 from streams.topic_admin import MAX_SNAPSHOT_BYTES
-from streams.worker_errors import REFUSALS, refused
+from streams.worker_errors import REFUSALS, WorkerError, refused
 from streams.worker_helpers import _header, _Partition, _quiet_stop
 
 log = logging.getLogger("allot.worker")
@@ -49,11 +49,12 @@ class Recovery:
                 return
             assert self._consumer is not None
             assigned = self._consumer.assignment()
-            for p in parts:
-                tp = TopicPartition(self.topics.inbox, p)
-                if tp in assigned:
-                    self._seek(tp)
-                    self._consumer.resume(tp)
+            resumed = [TopicPartition(self.topics.inbox, p) for p in parts]
+            resumed = [tp for tp in resumed if tp in assigned]
+            waiting = await self._inbox_backlog(resumed)
+            for tp in resumed:
+                self._seek(tp)
+                self._consumer.resume(tp)
             since = min(self._pending[p] for p in parts)
             for p in parts:
                 self._pending.pop(p, None)
@@ -61,12 +62,43 @@ class Recovery:
             self.stats.recovery_s = time.monotonic() - started
             self.stats.takeovers.append((tuple(parts), took))
             log.info(
-                "took over inbox partitions %s in %.2fs (%d clusters, %d journal records)",
+                "took over inbox partitions %s in %.2fs (%d clusters, %d journal records%s)",
                 parts,
                 took,
                 sum(1 for c in self.cores if self.home(c) in parts),
                 self.stats.recovered_records,
+                waiting,
             )
+
+    async def _inbox_backlog(self, tps: list[TopicPartition]) -> str:
+        """Where the inbox resumes and how many requests wait there (for the take-over's
+        line: how far behind a restarted worker starts). An inbox that ends before the
+        offset its journal has read (the topic deleted and created again, or a journal
+        from elsewhere) stops the worker: it would skip that many new requests as read."""
+        assert self._consumer is not None
+        if not tps:
+            return ""
+        try:
+            ends = await self._consumer.end_offsets(tps)
+        except (KafkaError, OSError, TimeoutError):
+            return ""  # only the log line goes without it
+        resume = {tp.partition: self._resume_offset(tp) for tp in tps}
+        for tp in tps:
+            if ends[tp] < resume[tp.partition]:
+                raise WorkerError(
+                    f"{self.topics.inbox} partition {tp.partition} ends at offset {ends[tp]}, "
+                    f"but {self.topics.journal} has read it up to offset "
+                    f"{resume[tp.partition] - 1}: the inbox topic was deleted and created "
+                    "again, or the journal comes from another deployment. Its next "
+                    f"{resume[tp.partition] - ends[tp]} requests would be skipped as read; "
+                    "stopping instead. Start a new deployment on new topics (another "
+                    "ALLOT_TOPIC_SUFFIX), or keep this journal's state on an embedded "
+                    "scheduler (`allot journal export`; README, 'Backing up the journal')"
+                )
+        waiting = sum(max(0, ends[tp] - resume[tp.partition]) for tp in tps)
+        where = ", ".join(f"{p}:{offset}" for p, offset in sorted(resume.items()))
+        offsets = f"offset {resume[tps[0].partition]}" if len(tps) == 1 else f"offsets {where}"
+        return f"; inbox resumes at {offsets}, {waiting:,} request{'s' if waiting != 1 else ''} waiting"
 
     async def _take(self, parts: list[int]) -> None:
         for p in parts:

@@ -1480,10 +1480,12 @@ def register(app: typer.Typer) -> None:
         unhealthy, work still on it: it takes nothing new and its work leaves as its
         protection ends) or drained (unhealthy and empty). GPUS, HELD, FREE (an
         unhealthy host's free GPUs are cordoned: 0); WORKLOADS on it; SINCE and REASON
-        for an unhealthy host (who reported it, why). A healthy host kept free for
-        short jobs says so. With -R, the hosts taking no work: REASON, USER (who
-        reported it), TIMESTAMP (since when, UTC), HOST, STATE (draining, drained),
-        DRAINED (when it emptied). --removed adds the hosts removed from the cluster
+        for an unhealthy host (who reported it, why; a draining host's ends `empty by
+        TIME`, UTC: when the protection of its last work ends, so when it should be
+        drained; --json: drains_by). A healthy host kept free for short jobs says so.
+        With -R, the hosts taking no work: REASON, USER (who reported it), TIMESTAMP
+        (since when, UTC), HOST, STATE (draining, drained), DRAINED (when it emptied;
+        `by TIME?` while draining). --removed adds the hosts removed from the cluster
         (STATE removed; USER who removed it), which sinfo -R, like -R, leaves out."""
         from domain.durations import format_duration
         from projections.views import host_rows, shares_header
@@ -1517,7 +1519,7 @@ def register(app: typer.Typer) -> None:
                     str(r["free"]),
                     _workload_list(r["workloads"]),
                     "" if r["since_s"] is None else f"{format_duration(r['since_s'])} ago",
-                    r["reason"],
+                    r["reason"] + (f"; empty by {r['drains_by']}" if r["drains_by"] else ""),
                 ]
                 for r in rows
             ]
@@ -1556,7 +1558,7 @@ def register(app: typer.Typer) -> None:
                     r["host"],
                     r["state"],
                     str(r["gpus"]),
-                    r["drained_at"] or "",
+                    r["drained_at"] or (f"by {r['drains_by']}?" if r["drains_by"] else ""),
                 ]
                 for r in rows
             ],

@@ -4,6 +4,7 @@ and `host list -R` (sinfo -R) saying which hosts take no work, why, by whom, sin
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
@@ -130,3 +131,27 @@ def test_removal_of_an_unknown_host_is_one_clear_rejection(lab: dict[str, str]) 
 def test_the_journal_replays_byte_for_byte(lab: dict[str, str]) -> None:
     out = _ok("replay", str(Path(lab["data"]) / "journal.jsonl"), "--verify")
     assert "reproduced byte for byte" in out
+
+
+def test_a_draining_host_says_when_it_should_be_empty(tmp_path: Path) -> None:
+    """An operator taking a host out for maintenance saw `draining` and nothing about
+    how long: its work leaves as its protection ends, which the journal knows."""
+    data = tmp_path / "lab"
+    d = ["--data", str(data)]
+    _ok("host", "register", "h0", "8", *d)
+    _ok("budget", "set", "lab", "1", *d)
+    _ok("budget", "set", "lab/a", "1", *d)
+    for protection in ("1h", "2h"):
+        _ok("submit", "-A", "lab/a", "-G", "2", "--min-runtime", protection, *d)
+    _ok("serve", "--once", "--tick", "0", *d)
+    _ok("host", "health", "h0", "--unhealthy", "--reason", "bios", *d)
+    _ok("serve", "--once", "--tick", "0", *d)
+    last = max(r["protected_until"] for r in _journal(data) if r["type"] == "workload.placed")
+    expected = datetime.fromtimestamp(last, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+    listed = orjson.loads(_ok("host", "list", "--json", *d))["hosts"]
+    assert [(h["state"], h["drains_by"]) for h in listed] == [("draining", expected)]
+    assert f"bios (by ops); empty by {expected}" in _ok("host", "list", *d)
+    reasons = orjson.loads(_ok("host", "list", "-R", "--json", *d))["hosts"]
+    assert [(h["drained_at"], h["drains_by"]) for h in reasons] == [(None, expected)]
+    assert f"by {expected}?" in _ok("host", "list", "-R", *d)

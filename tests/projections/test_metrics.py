@@ -288,6 +288,15 @@ def test_exposition_names_every_metric_with_its_type() -> None:
     assert {m for m in re.findall(r"^(allot_\w+)", text, re.M)} <= exposed_series_names()
 
 
+def test_help_texts_say_what_an_operator_reads_off_them() -> None:
+    """`GPUs by state.` left on call guessing what `cordoned` is; the lag's help did
+    not say what value is normal."""
+    text = exposition(collect(big_journal(3)).registry())
+    helps = dict(re.findall(r"^# HELP (allot_\w+) (.*)$", text, re.M))
+    assert "cordoned (free on unhealthy hosts)" in helps["allot_gpus"]
+    assert "ticks every 10 s" in helps["allot_journal_lag_seconds"]
+
+
 def test_labels_are_bounded() -> None:
     small, big = big_journal(10), big_journal(200)
     small_series, big_series = samples(collect(small)), samples(collect(big))
