@@ -126,12 +126,15 @@ class InboxWriter(Protocol):
     # whether this sender may read the journal, so a wait for the verdict can see it
     def can_watch(self) -> bool: ...
 
+    # `live_cluster` (a request sent without --wait): wait only if that cluster's
+    # scheduler will answer soon, else send and return None at once
     def send_and_wait(
         self,
         requests: list[dict[str, Any]],
         match: Match,
         timeout: float,
         on_sent: Callable[[], None] | None = None,
+        live_cluster: str | None = None,
     ) -> dict[str, Any] | None: ...
 
     def close(self) -> None: ...
@@ -197,7 +200,9 @@ class EmbeddedInbox:
         match: Match,
         timeout: float,
         on_sent: Callable[[], None] | None = None,
+        live_cluster: str | None = None,
     ) -> dict[str, Any] | None:
+        # `live_cluster` asks nothing of a folder: the caller checked its serve lock
         path = self.folder / JOURNAL_FILE
         reader = LineReader(path)
         try:

@@ -252,23 +252,29 @@ def _open_inbox(target: Target) -> tuple[Any, bool]:
     return open_inbox(target), False
 
 
-def _verdict_may_come_now(target: Target, noted: bool) -> bool:
-    """A `--data` folder that a scheduler serves now, or Kafka: the verdict may come at
-    once, so a request sent without --wait still waits for it (ADMISSION_WAIT_S) to
-    say a rejection. On Kafka only when the writer finds it will come (`_live_cluster`):
-    the principal that submits may not read the journal, or no scheduler runs."""
-    return target.data is None or not noted
+@dataclass(frozen=True)
+class _Wait:
+    """How a request waits for its verdict: up to `timeout` seconds, and, with
+    `live_cluster`, only if the Kafka writer finds that cluster's scheduler live
+    (`streams.inbox.KafkaInbox.send_and_wait`)."""
+
+    timeout: float
+    live_cluster: str | None = None
 
 
-def _live_cluster(target: Target, cluster: str) -> str | None:
-    """The cluster a Kafka writer checks for a live scheduler before a wait without
-    --wait (`streams.inbox.KafkaInbox.send_and_wait`); None for a folder (checked by
-    `_verdict_may_come_now`)."""
-    return cluster if target.data is None else None
-
-
-def _wait_or_admission(wait: float | None) -> float:
-    return ADMISSION_WAIT_S if wait is None else wait
+def _wait_for_verdict(
+    target: Target, noted: bool, wait: float | None, cluster: str, admission: bool = True
+) -> _Wait | None:
+    """--wait's wait; without it (and with `admission`) ADMISSION_WAIT_S where the
+    verdict may come at once, so that a rejection is said at once: a `--data` folder
+    that a scheduler serves now (`noted`: a note said none does), or Kafka, where the
+    writer checks the cluster's scheduler is live (the principal that submits may not
+    read the journal, or no scheduler runs). None: only send."""
+    if wait is not None:
+        return _Wait(wait)
+    if not admission or (target.data is not None and noted):
+        return None
+    return _Wait(ADMISSION_WAIT_S, cluster if target.data is None else None)
 
 
 def _rejected(verdict: dict[str, Any] | None) -> bool:
@@ -306,15 +312,13 @@ def _wait_stoppable(
     writer: Any,
     requests: list[dict[str, Any]],
     match: Any,
-    wait: float,
+    wait: _Wait,
     on_sent: Any,
     check: str,
-    live_cluster: str | None = None,
 ) -> Any:
     """`writer.send_and_wait`, where Ctrl-C after the requests are out stops the wait, not
     the requests (as sbatch --wait): one line says they stand and how to follow them,
-    exit 130. Ctrl-C before they are out is an ordinary interruption. `live_cluster`
-    (Kafka, without --wait): wait only if that cluster's scheduler will answer soon."""
+    exit 130. Ctrl-C before they are out is an ordinary interruption."""
     out = False
 
     def said() -> None:
@@ -323,9 +327,9 @@ def _wait_stoppable(
         on_sent()
 
     try:
-        if live_cluster is not None:
-            return writer.send_and_wait(requests, match, wait, said, live_cluster=live_cluster)
-        return writer.send_and_wait(requests, match, wait, said)
+        return writer.send_and_wait(
+            requests, match, wait.timeout, said, live_cluster=wait.live_cluster
+        )
     except KeyboardInterrupt:
         if not out:
             raise
@@ -348,9 +352,9 @@ def _send_all(
     that may not come. With `wait`, also the journal's verdict on the first request.
     Without it, `default_wait` is waited instead where a verdict can come: a folder
     that a scheduler serves, or a broker whose journal this sender may read. Without
-    both, a verdict that may come at once (`_verdict_may_come_now`) is still waited for
-    (`admission`, ADMISSION_WAIT_S) so that a rejection is said at once;
-    `admission=False` (--no-wait) only sends."""
+    both, a verdict that may come at once is still waited for (`admission`,
+    `_wait_for_verdict`) so that a rejection is said at once; `admission=False`
+    (--no-wait) only sends."""
     from streams.inbox import verdict_on
 
     writer, noted = _open_inbox(target)
@@ -358,7 +362,8 @@ def _send_all(
         by_default = wait is None and default_wait is not None and _may_watch(writer, noted)
         if by_default:
             wait = default_wait
-        if wait is None and not (admission and _verdict_may_come_now(target, noted)):
+        how = _wait_for_verdict(target, noted, wait, requests[0]["cluster"], admission)
+        if how is None:
             writer.send(requests)
             on_sent()
             return _Sent(target, requests[0], noted_unserved=noted)
@@ -371,8 +376,7 @@ def _send_all(
                     verdicts[ref] = record
             return len(verdicts) == len(matches)
 
-        live = _live_cluster(target, requests[0]["cluster"]) if wait is None else None
-        _wait_stoppable(writer, requests, every, _wait_or_admission(wait), on_sent, check, live)
+        _wait_stoppable(writer, requests, every, how, on_sent, check)
         first = verdicts.get(requests[0]["id"])
         return _Sent(target, requests[0], first, writer.trouble, noted, verdicts, wait, by_default)
     finally:
@@ -699,19 +703,17 @@ def submit(
             f"`allot why {ids[0]}` says what the scheduler decided, "
             f"`allot cancel {workload}` withdraws it"
         )
+        how = _wait_for_verdict(target, noted, wait, cluster)
+        # without --wait the first verdict, admitted or refused, ends the wait: a refusal
+        # is said now
+        match = verdict if wait is not None else verdict_on(requests[0]["id"])
         try:
-            if wait is not None:
-                outcome = _wait_stoppable(writer, requests, verdict, wait, submitted, check)
-            elif _verdict_may_come_now(target, noted):  # admitted or refused: refused is said now
-                admission = verdict_on(requests[0]["id"])
-                live = _live_cluster(target, cluster)
-                outcome = _wait_stoppable(
-                    writer, requests, admission, ADMISSION_WAIT_S, submitted, check, live
-                )
-            else:
+            if how is None:
                 writer.send(requests)
                 submitted()
                 outcome = None
+            else:
+                outcome = _wait_stoppable(writer, requests, match, how, submitted, check)
         finally:
             writer.close()
     if wait is None and not _rejected(outcome):
@@ -743,7 +745,7 @@ def submit(
         raise typer.Exit(1)
     typer.echo(describe_outcome(outcome), err=parsable or tasks is not None)
     if tasks is not None and len(ids) > 1:
-        if str(outcome.get("type", "")).endswith(".rejected"):
+        if _rejected(outcome):
             note = "the array's first task: every task is refused the same way"
         else:
             note = f"the array's first task; `allot queue -j {workload}` follows the others"
