@@ -176,19 +176,31 @@ QUEUE_LONG_FORMAT_ENV = "SQUEUE_FORMAT2"
 ACCT_FORMAT_ENV = "SACCT_FORMAT"  # sacct's, when --format is not given
 
 
+def _slurm_variable(name: str) -> str | None:
+    """$NAME as Slurm's commands read their defaults: None when unset or blank."""
+    import os
+
+    value = os.environ.get(name, "")
+    return value if value.strip() else None
+
+
+def _from_variable(variable: str, value: object) -> str:
+    """The start of an error in a value read from $VARIABLE, naming where it came from
+    (the user typed no flag)."""
+    return f"${variable} ({variable}={value!r}): "
+
+
 def format_from_environment(
     format_: str | None, format_long: str | None, overridden: bool
 ) -> tuple[str | None, str | None, str | None]:
     """(-o, -O, the variable they came from) as squeue settles them: the flags when given;
     with none of -o, -O, --long, --start (`overridden`), $SQUEUE_FORMAT as -o, else
     $SQUEUE_FORMAT2 as -O. An empty variable counts as unset."""
-    import os
-
     if format_ or format_long or overridden:
         return format_, format_long, None
     for name in (QUEUE_FORMAT_ENV, QUEUE_LONG_FORMAT_ENV):
-        value = os.environ.get(name, "")
-        if value.strip():
+        value = _slurm_variable(name)
+        if value is not None:
             return (value, None, name) if name == QUEUE_FORMAT_ENV else (None, value, name)
     return None, None, None
 
@@ -206,14 +218,12 @@ def filters_from_environment(**given: str | None) -> dict[str, tuple[str, str]]:
     """{filter: (value, variable)} for each of `given`'s filters that is None and has
     its squeue variable set (QUEUE_FILTER_ENV), as squeue reads them; an empty variable
     counts as unset."""
-    import os
-
     taken = {}
     for flag, value in given.items():
         variable = QUEUE_FILTER_ENV[flag]
-        text = os.environ.get(variable, "").strip()
-        if value is None and text:
-            taken[flag] = (text, variable)
+        text = _slurm_variable(variable)
+        if value is None and text is not None:
+            taken[flag] = (text.strip(), variable)
     return taken
 
 
@@ -223,7 +233,7 @@ def _naming_variable(why: TargetError, taken: dict[str, tuple[str, str]]) -> Tar
     for flag, prefix in prefixes.items():
         if flag in taken and str(why).startswith(prefix):
             value, variable = taken[flag]
-            return TargetError(f"${variable} ({variable}={value!r}): {why}")
+            return TargetError(f"{_from_variable(variable, value)}{why}")
     return why
 
 
@@ -232,11 +242,9 @@ QUEUE_SORT_ENV = "SQUEUE_SORT"  # squeue's, when -S is not given
 
 def _sort_keys(sort: str | None) -> list[tuple[str, bool]] | None:
     """-S's keys, else $SQUEUE_SORT's (named in its error); None: the queue's order."""
-    import os
-
     from projections.views import ViewError, parse_sort
 
-    spec = sort if sort is not None else os.environ.get(QUEUE_SORT_ENV, "").strip() or None
+    spec = sort if sort is not None else (_slurm_variable(QUEUE_SORT_ENV) or "").strip() or None
     if spec is None:
         return None
     try:
@@ -244,7 +252,7 @@ def _sort_keys(sort: str | None) -> list[tuple[str, bool]] | None:
     except ViewError as why:
         if sort is not None:
             raise
-        raise ViewError(f"${QUEUE_SORT_ENV} ({QUEUE_SORT_ENV}={spec!r}): {why}") from None
+        raise ViewError(f"{_from_variable(QUEUE_SORT_ENV, spec)}{why}") from None
 
 
 def _queue_columns(
@@ -262,7 +270,7 @@ def _queue_columns(
     except ViewError as why:
         if variable is None:
             raise
-        raise ViewError(f"${variable} ({variable}={format_ or format_long!r}): {why}") from None
+        raise ViewError(f"{_from_variable(variable, format_ or format_long)}{why}") from None
     return None, None
 
 
@@ -1165,8 +1173,6 @@ def register(app: typer.Typer) -> None:
         no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
         per workload.
         """
-        import os
-
         from projections.acct import (
             RIGHT_ALIGNED,
             STATE_CODES,
@@ -1200,13 +1206,12 @@ def register(app: typer.Typer) -> None:
                         f"--state {', '.join(unknown).lower()}: unknown; use "
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
-            spec, variable = format_, None
-            if spec is None and os.environ.get(ACCT_FORMAT_ENV, "").strip():
-                spec, variable = os.environ[ACCT_FORMAT_ENV], ACCT_FORMAT_ENV
+            spec = format_ if format_ is not None else _slurm_variable(ACCT_FORMAT_ENV)
+            variable = ACCT_FORMAT_ENV if format_ is None and spec is not None else None
             try:
                 fields = parse_acct_fields(spec) if spec is not None else None
             except ValueError as why:
-                where = f"${variable} ({variable}={spec!r}): " if variable else ""
+                where = _from_variable(variable, spec) if variable and spec else ""
                 raise TargetError(f"{where}{why}") from None
             view = load_view(kafka, data, journal, cluster)
             lo = parse_time(since, view.now) if since is not None else None
