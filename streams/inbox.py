@@ -337,13 +337,17 @@ class KafkaInbox:
         return bool(self._run(self._journal_visible()))
 
     async def _journal_visible(self) -> bool:
+        return topics.JOURNAL in await self._topics_shown()
+
+    async def _topics_shown(self) -> set[str]:
+        """The topics the broker lists to this principal (those it may describe)."""
         producer = await self._open_producer()
         try:
             metadata = await producer.client.fetch_all_metadata()
         except Exception as why:
             await self._drop_producer()
             raise self._unreachable(kafka_auth.describe_error(why)) from None
-        return topics.JOURNAL in metadata.topics()
+        return set(metadata.topics())
 
     def close(self) -> None:
         loop, self._loop = self._loop, None
@@ -390,13 +394,7 @@ class KafkaInbox:
         scheduler reads (the request silently lost), with the broker's retention."""
         if self._topics_seen:
             return
-        producer = await self._open_producer()
-        try:
-            metadata = await producer.client.fetch_all_metadata()
-        except Exception as why:
-            await self._drop_producer()
-            raise self._unreachable(kafka_auth.describe_error(why)) from None
-        present = metadata.topics()
+        present = await self._topics_shown()
         self._journal_listed = topics.JOURNAL in present
         wanted = [topics.INBOX, topics.JOURNAL] if journal else [topics.INBOX]
         missing = [name for name in wanted if name not in present]
