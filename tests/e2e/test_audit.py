@@ -108,7 +108,7 @@ def test_budget_log(db: Path, records: list[dict[str, Any]]) -> None:
 def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) -> None:
     """The table showed `3` for a change from 1 to 3, and a blank MEMBERS both where a
     change kept the members and where it removed them all."""
-    from tests.projections.test_audit import reweighted_history, write
+    from tests.projections.audit_histories import reweighted_history, write
 
     journal = write(tmp_path / "journal.jsonl", reweighted_history())
     db = tmp_path / "audit.duckdb"
@@ -127,7 +127,7 @@ def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) 
 
 
 def test_budget_log_marks_refused_changes_and_says_why(tmp_path: Path) -> None:
-    from tests.projections.test_audit import refused_history, write
+    from tests.projections.audit_histories import refused_history, write
 
     journal = write(tmp_path / "journal.jsonl", refused_history())
     db = tmp_path / "audit.duckdb"
@@ -428,7 +428,7 @@ def test_audit_presets_start_without_the_scheduler(db: Path) -> None:
 
 def test_why_a_rejected_request_from_both_sources(tmp_path: Path) -> None:
     from streams.codec import encode
-    from tests.projections.test_audit import small_history
+    from tests.projections.audit_histories import small_history
 
     journal = tmp_path / "journal.jsonl"
     journal.write_bytes(b"".join(encode(r) + b"\n" for r in small_history()))
@@ -451,7 +451,7 @@ def test_why_a_rejected_request_from_both_sources(tmp_path: Path) -> None:
 
 
 def test_budget_log_shows_changes_by_name_and_the_lists_they_left(tmp_path: Path) -> None:
-    from tests.projections.test_audit import named_changes_history, write
+    from tests.projections.audit_histories import named_changes_history, write
 
     journal = write(tmp_path / "journal.jsonl", named_changes_history())
     db = tmp_path / "audit.duckdb"

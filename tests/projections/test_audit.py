@@ -18,11 +18,17 @@ from typing import Any
 import orjson
 import pytest
 
-from domain import events as ev
 from projections import audit
-from streams.codec import encode
 from streams.sources import journal_lines
 from tests.domain.builders import START, cluster
+from tests.projections.audit_histories import (
+    loaded,
+    named_changes_history,
+    refused_history,
+    reweighted_history,
+    small_history,
+    write,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "e2e" / "fixtures" / "tiny.yaml"
@@ -30,33 +36,9 @@ SIMULATE = (sys.executable, "-m", "allot.cli", "simulate")
 HOUR = 3600.0
 
 
-def write(path: Path, records: list[Any]) -> Path:
-    path.write_bytes(b"".join(encode(r) + b"\n" for r in records))
-    return path
-
-
-def small_history() -> list[Any]:
-    """8 GPUs; alice runs 4 GPUs charged for 1h in lab/a; bob runs 4 GPUs unallocated
-    in lab/b from 0 to the end (3h); pm halves lab/a's weight at 30m; a submission to
-    an unknown allocation is rejected."""
-    c = cluster(hosts=1, headroom_hosts=0)
-    c.budget("lab", 1, managers=("pm",))
-    c.budget("lab/a", 1, members=("alice",), actor="pm")
-    c.budget("lab/b", 1, members=("bob",), actor="pm")
-    c.submit("a1", "lab/a", gpus=4, min_runtime="1h", actor="alice")
-    c.submit("b1", "lab/b", gpus=4, min_runtime=0, actor="bob")
-    c.at("30m").input(ev.BudgetSet, allocation="lab/a", weight=0.5, actor="pm")
-    c.submit("x1", "lab/zzz", gpus=1, actor="alice")
-    c.at("1h").finish("a1")
-    c.at("3h").tick()
-    return c.journal
-
-
 @pytest.fixture
 def small(tmp_path: Path) -> tuple[Path, Path, list[dict[str, Any]]]:
-    journal = write(tmp_path / "journal.jsonl", small_history())
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    journal, db = loaded(tmp_path, small_history())
     records = [orjson.loads(line) for line in journal.read_bytes().splitlines()]
     return journal, db, records
 
@@ -350,9 +332,7 @@ def both_histories(journal: Path, db: Path, wid: str) -> tuple[list[Any], list[A
 
 
 def test_why_history_has_every_attempt_from_both_sources(tmp_path: Path) -> None:
-    journal = write(tmp_path / "journal.jsonl", lifecycle_history())
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    journal, db = loaded(tmp_path, lifecycle_history())
 
     from_journal, from_db = both_histories(journal, db, "u1")
     assert from_journal == from_db
@@ -430,25 +410,10 @@ def test_budget_log_json_is_the_budget_log(small: Any, sim: Any) -> None:
             con.close()
 
 
-def reweighted_history() -> list[Any]:
-    """pm gives lab/a weight 1, then 3, clears its members (weight kept), removes it
-    and creates it again with weight 2."""
-    c = cluster(hosts=1, headroom_hosts=0)
-    c.budget("lab", 1, managers=("pm",))
-    c.budget("lab/a", 1, members=("alice",), actor="pm")
-    c.at("1h").input(ev.BudgetSet, allocation="lab/a", weight=3, actor="pm")
-    c.at("2h").input(ev.BudgetSet, allocation="lab/a", members=(), actor="pm")
-    c.at("3h").input(ev.BudgetRemoved, allocation="lab/a", actor="pm")
-    c.at("4h").input(ev.BudgetSet, allocation="lab/a", weight=2, actor="pm")
-    return c.journal
-
-
 def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -> None:
     """An audit of a budget showed the new weight only ("who set 3, and from what?"),
     and a cleared member list as a missing one."""
-    journal = write(tmp_path / "journal.jsonl", reweighted_history())
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    db = loaded(tmp_path, reweighted_history())[1]
     con = audit.connect(db, read_only=True)
     try:
         log = audit.budget_log(con, "lab/a")
@@ -464,25 +429,11 @@ def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -
         con.close()
 
 
-def refused_history() -> list[Any]:
-    """lab/a at weight 1; mallory's change to 9 and pm's removal of an unknown
-    allocation are refused; pm sets lab/a to 3."""
-    c = cluster(hosts=1, headroom_hosts=0)
-    c.budget("lab", 1, managers=("pm",))
-    c.budget("lab/a", 1, actor="pm")
-    c.at("1h").input(ev.BudgetSet, allocation="lab/a", weight=9, actor="mallory")
-    c.at("2h").input(ev.BudgetRemoved, allocation="lab/gone", actor="pm")
-    c.at("3h").input(ev.BudgetSet, allocation="lab/a", weight=3, actor="pm")
-    return c.journal
-
-
 def test_the_budget_log_lists_refused_changes_with_why(tmp_path: Path) -> None:
     """A refused change (not a manager, an unknown allocation) was only in the
     `rejections` view: `budget log`, where a manager looks for what became of a change,
     did not show it. It must not count as the weight a later change replaced."""
-    journal = write(tmp_path / "journal.jsonl", refused_history())
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    db = loaded(tmp_path, refused_history())[1]
     con = audit.connect(db, read_only=True)
     try:
         log = audit.budget_log(con, "lab")
@@ -546,9 +497,7 @@ def test_a_gang_is_charged_its_whole_hosts_and_every_report_says_so(tmp_path: Pa
     charged = sum(r["charged_gpu_s"] for r in fold_usage(c.journal).hourly_rows()) / HOUR
     assert charged == pytest.approx(32.0)
 
-    journal = write(tmp_path / "journal.jsonl", c.journal)
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    journal, db = loaded(tmp_path, c.journal)
     con = audit.connect(db, read_only=True)
     assert preset_history(audit.history(con, "lab")) == {"alice": (32.0, 0.0)}
     assert con.sql("SELECT gpus, held FROM placements").fetchall() == [(12, 16)]
@@ -565,24 +514,8 @@ def test_a_gang_is_charged_its_whole_hosts_and_every_report_says_so(tmp_path: Pa
     con.close()
 
 
-def named_changes_history() -> list[Any]:
-    """lab/a starts with members alice and bob; pm adds erin (and bob, already there),
-    removes alice and zed (not there), then adds a manager."""
-    c = cluster(hosts=1, headroom_hosts=0)
-    c.budget("lab", 1, managers=("pm",))
-    c.budget("lab/a", 1, members=("alice", "bob"), actor="pm")
-    c.at("1h").input(ev.BudgetSet, allocation="lab/a", add_members=("erin", "bob"), actor="pm")
-    c.at("2h").input(
-        ev.BudgetSet, allocation="lab/a", remove_members=("alice", "zed"), weight=2, actor="pm"
-    )
-    c.at("3h").input(ev.BudgetSet, allocation="lab/a", add_managers=("tl",), actor="pm")
-    return c.journal
-
-
 def test_the_budget_log_shows_changes_by_name_and_the_lists_they_left(tmp_path: Path) -> None:
-    journal = write(tmp_path / "journal.jsonl", named_changes_history())
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    db = loaded(tmp_path, named_changes_history())[1]
     con = audit.connect(db, read_only=True)
     try:
         log = audit.budget_log(con, "lab/a")
@@ -608,9 +541,7 @@ def test_a_database_without_the_named_change_columns_reads_and_is_filled(
     the log says nothing of them; the next load adds and fills them."""
     import duckdb
 
-    journal = write(tmp_path / "journal.jsonl", named_changes_history())
-    db = tmp_path / "audit.duckdb"
-    audit.load(db, journal_lines(journal=journal), source=str(journal))
+    journal, db = loaded(tmp_path, named_changes_history())
     con = audit.connect(db, read_only=True)
     expected = audit.budget_log(con)
     con.close()
