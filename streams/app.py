@@ -104,6 +104,9 @@ def live_metrics() -> Any:
         return None
     if not raw.isdigit() or not 0 < int(raw) < 65536:
         raise SystemExit(f"allot: $ALLOT_METRICS_PORT {raw!r}: use a TCP port between 1 and 65535")
+    # the one import of projections in streams: this module is the faust process's entry
+    # point and wires the read model in, as `allot serve` does; the scheduler itself
+    # (streams.worker) knows only its `on_journal` hook
     from projections.metrics import LiveMetrics
 
     bind = os.environ.get("ALLOT_METRICS_BIND", "").strip() or "127.0.0.1"
