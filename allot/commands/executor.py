@@ -54,7 +54,8 @@ reads either journal. `examples/launcher/local_launcher.py` is a real launcher b
 them (local processes), tested by `tests/e2e/test_local_launcher.py`.
 
 Requests are v1 inbox records (DESIGN §4): `type`, `v: 1`, a unique `id`, `time`
-(now; the scheduler stamps its own), `cluster`, `actor` (this launcher's principal),
+(now; the scheduler stamps its own), `cluster`, `actor` (this launcher's principal:
+`executor` for the simulated one, or its `--as`),
 `workload`, `outcome`, `attempt`, and optionally `exit_code` and `reason` (one line),
 which `allot acct` and `allot why` show. (`requeued` is the scheduler's to set: a
 report's own is not taken.)
@@ -88,7 +89,14 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from allot.commands.common import ClusterOpt, DataOpt, KafkaOpt, TargetError, resolve_target
+from allot.commands.common import (
+    ClusterOpt,
+    DataOpt,
+    KafkaOpt,
+    TargetError,
+    resolve_target,
+    whoami,
+)
 
 ACTOR = "executor"
 
@@ -264,6 +272,7 @@ def run_executor(
     banner: str | None = None,
     clock: Any = time.time,
     stop: threading.Event | None = None,
+    actor: str = ACTOR,
 ) -> int:
     """Play the launcher against `target` (`.kafka` / `.data`); returns reports sent.
     `banner` is logged once the journal answers (so a bad source is one error line)."""
@@ -272,7 +281,7 @@ def run_executor(
     from streams.inbox import open_inbox
     from streams.sources import EmptyJournal, journal_lines
 
-    launcher = SimulatedLauncher(cluster, speed)
+    launcher = SimulatedLauncher(cluster, speed, actor)
     stop = stop or threading.Event()
     # the journal as it is now, first and whole: a report is due only once every record
     # about its attempt is known (a restarted executor must not report work whose end,
@@ -375,6 +384,15 @@ def register(app: typer.Typer) -> None:
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         cluster: ClusterOpt = "default",
+        as_: Annotated[
+            str | None,
+            typer.Option(
+                "--as",
+                help=f"Report as this principal (default {ACTOR}): the actor of its "
+                "workload.finished reports, as a real launcher's (a gateway may insist on it).",
+                show_default=False,
+            ),
+        ] = None,
     ) -> None:
         from streams.embedded import EmbeddedError
         from streams.inbox import InboxError
@@ -390,6 +408,7 @@ def register(app: typer.Typer) -> None:
             if not (speed > 0 and math.isfinite(speed)):
                 raise TargetError(f"--speed must be a number > 0, got {speed:g}")
             target = resolve_target(kafka, data)
+            actor = ACTOR if as_ is None else whoami(as_)
 
             def log(message: str) -> None:
                 if not quiet:
@@ -397,7 +416,7 @@ def register(app: typer.Typer) -> None:
 
             banner = (
                 f"simulating the launcher of cluster {cluster} on {target.label}, "
-                f"speed x{speed:g}" + (", once" if once else "")
+                f"speed x{speed:g}, reporting as {actor}" + (", once" if once else "")
             )
             stop = threading.Event()  # SIGTERM stops it like Ctrl-C, with its last line
             with contextlib.suppress(ValueError):  # not the main thread (tests)
@@ -408,7 +427,14 @@ def register(app: typer.Typer) -> None:
                     lambda *_: threading.Thread(target=stop.set, daemon=True).start(),
                 )
             sent = run_executor(
-                target, cluster, speed=speed, once=once, log=log, banner=banner, stop=stop
+                target,
+                cluster,
+                speed=speed,
+                once=once,
+                log=log,
+                banner=banner,
+                stop=stop,
+                actor=actor,
             )
             if not quiet:
                 typer.echo(f"allot executor: {sent} reports sent", err=True)

@@ -41,7 +41,8 @@ def export(
         str | None,
         typer.Option(
             "--cluster",
-            help="Only this cluster's records (default: every cluster in the journal).",
+            help="Only this cluster's records (default $ALLOT_CLUSTER, as every command's; "
+            "unset or empty: every cluster in the journal).",
             show_default=False,
         ),
     ] = None,
@@ -60,6 +61,11 @@ def export(
     from streams import topics
     from streams.sources import SourceError, journal_lines
 
+    # $ALLOT_CLUSTER as every command reads it (README), said on the last line when it
+    # narrowed the copy: a backup meant to hold every cluster should not shrink unseen
+    from_env = cluster is None and bool(os.environ.get("ALLOT_CLUSTER"))
+    if cluster is None:
+        cluster = os.environ.get("ALLOT_CLUSTER") or None
     try:
         target = read_target(kafka, data, None)
         lines = journal_lines(kafka=target.kafka, data=target.data, cluster=cluster, whole=True)
@@ -77,6 +83,8 @@ def export(
         f"{topics.JOURNAL} at {target.kafka}" if target.kafka else f"{target.data}/journal.jsonl"
     )
     which = f" of cluster {cluster}" if cluster else ""
+    if from_env:
+        which += " ($ALLOT_CLUSTER; unset it for every cluster)"
     where = "stdout" if str(out) == "-" else str(out)
     print(f"exported {plural(count, 'record')}{which} from {source} to {where}", file=sys.stderr)
 

@@ -716,6 +716,8 @@ def submit(
                 outcome = _wait_stoppable(writer, requests, match, how, submitted, check)
         finally:
             writer.close()
+    if min_s > 0 and _accepted(outcome, verdict):
+        _say_if_unshared(target, cluster, allocation)
     if wait is None and not _rejected(outcome):
         return
     first = ids[0]
@@ -752,6 +754,59 @@ def submit(
         typer.echo(f"({note})", err=True)
     if outcome.get("type") != "workload.placed":
         raise typer.Exit(1)
+
+
+def _accepted(outcome: dict[str, Any] | None, verdict: Any) -> bool:
+    """The scheduler took the submission: its verdict came (placed, or the accepted
+    input itself without --wait) and is no rejection, or --wait saw it queued."""
+    if outcome is not None:
+        return not _rejected(outcome)
+    return verdict.accepted is not None
+
+
+def _say_if_unshared(target: Target, cluster: str, allocation: str) -> None:
+    """Accepted work asking for protection under a zero share runs unallocated
+    (`State.allocated`): say so where the submitter looks, not only in `allot why`."""
+    unshared = _unshared_node(target, cluster, allocation)
+    if unshared is None:
+        return
+    where = "" if unshared == allocation else f" at {unshared}"
+    typer.echo(
+        f"note: {allocation} has no share (weight 0{where}): this work runs unallocated "
+        "(not charged, not protected by --min-runtime, preempted by any allocated request)",
+        err=True,
+    )
+
+
+def _unshared_node(target: Target, cluster: str, allocation: str) -> str | None:
+    """The topmost node of `allocation`'s path whose share is zero at the journal's end
+    (the budget tree rebuilt from its records alone, as `_allocation_paths` reads
+    them); None when the share is not zero or the journal cannot be read."""
+    from domain.tree import AllocationTree, ancestors
+    from streams.sources import SourceError, records_of_type
+
+    try:
+        records = records_of_type(
+            ("budget.set", "budget.removed"),
+            kafka=target.kafka,
+            data=target.data,
+            cluster=cluster,
+        )
+    except (SourceError, OSError):
+        return None
+    tree = AllocationTree()
+    for record in records:
+        path, weight = record.get("allocation"), record.get("weight")
+        try:
+            if record["type"] == "budget.removed":
+                tree.remove(path)
+            else:
+                tree.set(path, None if weight is None else float(weight))
+        except (KeyError, ValueError, TypeError):
+            continue  # not a record the scheduler accepted as such: skip, as a hint
+    if allocation not in tree:
+        return None
+    return next((p for p in ancestors(allocation) if tree.share(p) <= 0), None)
 
 
 def _cannot_start_on_the_cluster(

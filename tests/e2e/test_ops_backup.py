@@ -54,7 +54,9 @@ def test_a_kafka_journal_exported_to_a_file_replays_and_restores_an_embedded_sch
     result = allot("journal", "export", "--out", str(backup), env=env)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in backup.read_bytes().splitlines()]
-    assert f"exported {len(records)} records from allot.journal{suffix} at " in result.stderr
+    # $ALLOT_CLUSTER (c) narrows the copy, and says so
+    assert f"exported {len(records)} records of cluster c ($ALLOT_CLUSTER; " in result.stderr
+    assert f" from allot.journal{suffix} at " in result.stderr
     assert not (tmp_path / "backup.jsonl.partial").exists()
     assert {r["type"] for r in records} >= {"host.registered", "budget.set", "workload.placed"}
 
@@ -85,4 +87,34 @@ def test_an_export_of_an_unreachable_broker_writes_nothing(tmp_path: Path) -> No
     result = allot("journal", "export", "--kafka", "127.0.0.1:1", "--out", str(out))
     assert result.returncode == 2
     assert "nothing exported" in result.stderr
+    assert out.read_text() == "yesterday's backup\n"
+
+
+def test_an_export_reads_allot_cluster_as_every_command_does(
+    tiny_journal: Path, tmp_path: Path
+) -> None:
+    """export ignored $ALLOT_CLUSTER (README: every `--cluster` defaults to it) while its
+    error on Kafka said to pick a cluster with it. Unset, it copies every cluster."""
+    folder = tmp_path / "two-clusters"
+    folder.mkdir()
+    tiny = tiny_journal.read_bytes().splitlines()
+    west = json.loads(tiny[0]) | {"cluster": "west", "id": "west/0"}
+    (folder / "journal.jsonl").write_bytes(b"\n".join([*tiny, json.dumps(west).encode()]) + b"\n")
+    out = tmp_path / "backup.jsonl"
+
+    def export(*flags: str, env: dict[str, str]) -> list[dict]:
+        _ok("journal", "export", "--data", str(folder), "--out", str(out), *flags, env=env)
+        return [json.loads(line) for line in out.read_bytes().splitlines()]
+
+    assert len(export(env={})) == len(tiny) + 1
+    assert len(export(env={"ALLOT_CLUSTER": ""})) == len(tiny) + 1
+    assert export(env={"ALLOT_CLUSTER": "west"}) == [west]
+    said = allot("journal", "export", "--data", str(folder), "--out", str(out),
+                 env={"ALLOT_CLUSTER": "west"}).stderr  # fmt: skip
+    assert "exported 1 record of cluster west ($ALLOT_CLUSTER; unset it for every cluster)" in said
+    assert len(export("--cluster", "tiny", env={"ALLOT_CLUSTER": "west"})) == len(tiny)
+    out.write_text("yesterday's backup\n")
+    nope = allot("journal", "export", "--data", str(folder), "--out", str(out),
+                 env={"ALLOT_CLUSTER": "nope"})  # fmt: skip
+    assert nope.returncode == 2 and "no records of cluster 'nope'" in nope.stderr, nope.stderr
     assert out.read_text() == "yesterday's backup\n"

@@ -285,6 +285,60 @@ def test_a_zero_weight_says_what_it_means(cluster: Path) -> None:
     )
 
 
+def test_work_accepted_under_a_zero_share_is_said_to_run_unallocated(tmp_path: Path) -> None:
+    """`submit --min-runtime 30m` to an allocation without share (weight 0 on its path)
+    said only "Submitted workload": that the work is not charged, not protected and
+    preempted by anyone was for `allot why` to tell."""
+    data = tmp_path / "data"
+    server = serve(data)
+    try:
+        for args in [
+            ("host", "register", "h1", "8", "--as", ADMIN),
+            ("budget", "set", "lab", "1", "--as", ADMIN),
+            ("budget", "set", "lab/olmo", "1", "--member", "alice", "--as", ADMIN),
+            ("budget", "set", "lab/vision", "0", "--member", "alice", "--as", ADMIN),
+            ("budget", "set", "idle", "0", "--as", ADMIN),
+            ("budget", "set", "idle/x", "1", "--member", "alice", "--as", ADMIN),
+        ]:
+            result = allot(*args, "--data", str(data))
+            assert result.returncode == 0, result.stdout + result.stderr
+
+        def submit(allocation: str, *flags: str) -> subprocess.CompletedProcess[str]:
+            return allot(
+                "submit", "-A", allocation, "-G", "1", "--data", str(data), "--as", "alice",
+                *flags,
+            )  # fmt: skip
+
+        unshared = (
+            "note: lab/vision has no share (weight 0): this work runs unallocated (not "
+            "charged, not protected by --min-runtime, preempted by any allocated request)"
+        )
+        quick = submit("lab/vision", "--min-runtime", "30m")
+        assert quick.returncode == 0 and quick.stderr.splitlines() == [unshared], quick.stderr
+        parsable = submit("lab/vision", "--min-runtime", "30m", "--parsable")
+        assert parsable.returncode == 0 and ULID.match(parsable.stdout.strip()), parsable.stdout
+        assert parsable.stderr.splitlines() == [unshared]
+        waited = submit("lab/vision", "--min-runtime", "30m", "--wait", "20")
+        assert waited.returncode == 0 and "(unallocated, preemptible" in waited.stdout
+        assert waited.stderr.splitlines() == [unshared]
+        above = submit("idle/x", "--min-runtime", "30m")
+        assert above.stderr.splitlines() == [
+            unshared.replace("lab/vision", "idle/x").replace("(weight 0)", "(weight 0 at idle)")
+        ]
+        # asked for unallocated, or with a share: nothing to point out
+        free = submit("lab/vision", "--min-runtime", "0", "--wait", "20")
+        shared = submit("lab/olmo", "--min-runtime", "30m", "--wait", "20")
+        assert free.returncode == 0 and shared.returncode == 0, free.stderr + shared.stderr
+        assert free.stderr == "" and shared.stderr == "", free.stderr + shared.stderr
+        assert "(charged, protected until" in shared.stdout, shared.stdout
+        refused = submit("lab/vision", "--min-runtime", "30m", "--as", "eve")
+        assert refused.returncode == 1 and "not a member" in refused.stdout, refused.stdout
+        assert refused.stderr == "", refused.stderr
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=30)
+
+
 def test_members_given_to_an_allocation_with_children_are_said_to_be_inactive(
     cluster: Path,
 ) -> None:

@@ -1076,6 +1076,28 @@ def test_executor_once_on_the_embedded_journal(tmp_path: Path) -> None:
     assert "finished (completed)" in why.stdout
 
 
+def test_the_executor_reports_as_the_principal_given_by_as(tmp_path: Path) -> None:
+    """Every other command that sends requests takes --as; the executor reported as
+    `executor` whatever the deployment's launcher principal was."""
+    data = tmp_path / "data"
+    short, _ = _setup_embedded(data)
+    assert allot("serve", "--data", str(data), "--once", "--tick", "0").returncode == 0
+    empty = allot("executor", "--simulate", "--data", str(data), "--once", "--as", "")
+    assert empty.returncode == 2 and empty.stderr.startswith("error: --as: empty"), empty.stderr
+    result = allot(
+        "executor", "--simulate", "--data", str(data), "--once", "--speed", "10",
+        "--as", "launcher-bot",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "reporting as launcher-bot" in result.stderr.splitlines()[0]
+    assert allot("serve", "--data", str(data), "--once", "--tick", "0").returncode == 0
+    finished = [r for r in _journal_types(data) if r["type"] == "workload.finished"]
+    assert [(r["workload"], r["actor"]) for r in finished] == [(short, "launcher-bot")]
+    help_lines = allot("executor", "--help").stdout.splitlines()
+    help_text = " ".join(line.strip(" │") for line in help_lines)
+    assert "--as" in help_text and "Report as this principal (default executor)" in help_text
+
+
 def test_a_restarted_executor_reports_nothing_that_already_ended(tmp_path: Path) -> None:
     """A journal where 3,000 attempts were placed long ago and have since finished, one
     preempted: the executor reads all of it before any report falls due (it used to
