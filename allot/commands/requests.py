@@ -608,8 +608,10 @@ def submit(
     as_: AsOpt = None,
 ) -> None:
     """Submit a workload (or a job array). Prints `Submitted workload <id>`; the
-    scheduler decides later. To a --data folder served now, a refusal (not a member,
-    an unknown allocation, more GPUs than the cluster has) is said at once, exit 1.
+    scheduler decides later. Where the verdict can come at once (a --data folder served
+    now; Kafka, for a login that may read the journal, with the cluster's scheduler
+    running) it waits up to 10 s for it: a refusal (not a member, an unknown allocation,
+    more GPUs than the cluster has) is said then, exit 1.
 
     With --test-only nothing is sent: the journal is read (--data or
     --kafka) and the scheduler's own core plays the queue forward with this
