@@ -98,6 +98,13 @@ MAX_ARRAY_TASKS = 10_000
 # so that a rejection is said at once, as sbatch's and scancel's errors are, instead of
 # only in `allot why`; an accepted request, or no verdict in time, returns as before.
 ADMISSION_WAIT_S = 10.0
+# what --help says of that wait, for every command that takes it but submit (its own text)
+ADMISSION_WAIT_HELP = (
+    f"Without --wait it still waits up to {ADMISSION_WAIT_S:g} s where a verdict can come at "
+    "once (a --data folder a scheduler serves now; Kafka, for a login that may read the "
+    "journal, with the cluster's scheduler running): a refusal is said then, exit 1; "
+    "accepted, or no verdict in time: exit 0."
+)
 _TASKS = re.compile(r"^(?P<base>.+)_\[(?P<spec>[^\]]+)\]$")
 
 
@@ -182,8 +189,7 @@ WaitOpt = Annotated[
         parser=_wait_seconds,
         help="Wait up to TIME (seconds, or 30s, 2m) for the scheduler's verdict; exit 1 if "
         "it rejected the request (the reason is printed) or none came. Cancel, hold, "
-        "release and requeue of several workloads wait for each one's; submit --array "
-        "waits for its first task's.",
+        "release and requeue of several workloads wait for each one's. " + ADMISSION_WAIT_HELP,
     ),
 ]
 

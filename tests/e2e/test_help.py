@@ -225,3 +225,27 @@ def test_trace_import_help_names_the_columns_each_format_needs() -> None:
         for column in module.REQUIRED:
             assert column in paragraph, (fmt, column)
     assert f"default {DEFAULT_MIN_RUNTIME / 60:g}m" in text
+
+
+REQUEST_COMMANDS = ["cancel", "hold", "release", "requeue"]
+REQUEST_COMMANDS += ["host register", "host health", "host remove"]
+
+
+def test_every_request_command_says_it_waits_for_a_refusal_without_wait() -> None:
+    """Without --wait, cancel, hold, release, requeue and host register/health/remove
+    wait up to 10 s for a refusal where one can come at once (README, "Requests and their
+    verdicts"); only `allot submit --help` said so."""
+    from allot.cli import app
+    from allot.commands.requests import ADMISSION_WAIT_HELP
+
+    commands = dict(_commands(typer.main.get_command(app), []))
+    silent = [
+        where
+        for where in REQUEST_COMMANDS
+        if not any(
+            ADMISSION_WAIT_HELP in (getattr(param, "help", "") or "")
+            for param in commands[where].params
+        )
+    ]
+    assert not silent, silent
+    assert "Without --wait it still waits up to 10 s" in ADMISSION_WAIT_HELP
