@@ -349,8 +349,8 @@ def test_acct_totals_split_charged_from_unallocated_gpu_hours(
     tmp_path: Path, args: list[str], last_line: str, json_totals: dict[str, float]
 ) -> None:
     """The charged part is what `allot shares` counts; sums by hand in
-    tests/projections/test_acct.py's `charged_and_free`."""
-    from tests.projections.test_acct import charged_and_free
+    tests/projections/acct_histories.py's `charged_and_free`."""
+    from tests.projections.acct_histories import charged_and_free
 
     path = charged_and_free().write(tmp_path / "journal.jsonl")
     table = allot("acct", "--journal", str(path), *args)
@@ -587,9 +587,9 @@ def zero_share_journal(folder: Path) -> Path:
     (protection over) olmo's alice preempts her (ratios compared: tulu's infinite);
     alice ends at 2h and carol runs again, unallocated, ranked last with an infinite
     ratio."""
-    from tests.projections.test_views import make
+    from tests.domain.builders import cluster
 
-    c = make(hosts=1, headroom_hosts=0, window="1d")
+    c = cluster(hosts=1, headroom_hosts=0, window="1d")
     c.tree({"lab/olmo": 1, "lab/tulu": 1})
     c.submit("carol", "lab/tulu", gpus=8, min_runtime="1h")
     c.at("10m").budget("lab/tulu", 0)

@@ -39,7 +39,6 @@ with regression tests for what fuzzing found (see the issue #6 report).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
@@ -60,6 +59,7 @@ from domain.rederive import is_cause
 from streams.codec import Undecodable, decode_event, load_object
 from streams.core import BatchResult, InboxRecord, SchedulerCore
 from tests.domain.builders import fingerprint
+from tests.streams.hostile_json import Deep, to_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "c"
@@ -151,18 +151,6 @@ json_value = st.recursive(
     max_leaves=8,
 )
 field_value = st.one_of(weird_text, huge_numbers, json_value)
-
-
-class Deep:
-    """A JSON value nested `depth` levels deep (written as raw text: `json` would recurse)."""
-
-    def __init__(self, depth: int, kind: str) -> None:
-        self.depth, self.kind = depth, kind
-
-    def text(self) -> str:
-        if self.kind == "list":
-            return "[" * self.depth + "]" * self.depth
-        return '{"k":' * self.depth + "1" + "}" * self.depth
 
 
 # orjson refuses depth > 1024 (a dead letter); 1000..1023 parse, and then exceed
@@ -273,23 +261,6 @@ def events(draw: st.DrawFn, hostile: bool) -> dict[str, Any]:
             body.update({"v": 0, "gpu_count": draw(field_value)})
             body["min_runtime_minutes"] = draw(st.one_of(huge_numbers, st.just(1e306)))
     return body
-
-
-def _encode(value: Any, ensure_ascii: bool) -> str:
-    if isinstance(value, Deep):
-        return value.text()
-    if isinstance(value, dict):
-        items = (f"{_encode(k, ensure_ascii)}:{_encode(v, ensure_ascii)}" for k, v in value.items())
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_encode(v, ensure_ascii) for v in value) + "]"
-    # `json` writes unbounded ints and (invalid JSON) NaN/Infinity; lone surrogates as
-    # "\ud800" escapes (ensure_ascii) or as unencodable text (then surrogatepass bytes)
-    return json.dumps(value, ensure_ascii=ensure_ascii)
-
-
-def to_bytes(value: Any, ensure_ascii: bool = False) -> bytes:
-    return _encode(value, ensure_ascii).encode("utf-8", "surrogatepass")
 
 
 @st.composite

@@ -33,8 +33,8 @@ from streams.codec import decode_event
 from streams.core import SchedulerCore
 from streams.topic_admin import Topics, create_topics
 from streams.worker import serve
+from tests.streams.hostile_json import Deep, to_bytes
 from tests.streams.rig import ADMIN, Inbox, JournalReader, first, read_all
-from tests.streams.test_fuzz_core import Deep, to_bytes
 
 pytestmark = pytest.mark.kafka
 
