@@ -24,8 +24,8 @@ def style_ticks(ax: Any) -> None:
 
 # A chart is never shown narrower than this share of its drawn width: its figure
 # scrolls sideways instead. Shrunk into an 800 px window `MIN_PT` text was 7-8 px, too
-# small to read; at 70 % it is about 10 px, and the report's 1300 px charts still fit a
-# 1024 px window without scrolling (the 1400 px GPU timeline scrolls a little there).
+# small to read; at 70 % it is about 10 px, and the report's 1300 px charts (the GPU
+# timeline too) still fit a 1024 px window without scrolling.
 MIN_SHOWN_SCALE = 0.7
 
 

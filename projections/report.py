@@ -35,6 +35,10 @@ from projections.usage import HOUR
 
 _CONTENDED_ALPHA = 0.12  # the cluster chart's grey band where work waited
 _UNALLOC_LINE = "#3d3d3d"  # the per-allocation "unallocated" line: no allocation's hue
+_CLIPPED = "#b00020"  # a panel's clipped peaks: their ▲ marks and the note naming them
+_CLIPPED_MARK_PT = 6.0
+# matplotlib's 6 pt above a panel, plus the half of a ▲ mark that stands above its top
+_TITLE_PAD_PT = 6.0 + _CLIPPED_MARK_PT / 2 + 1
 
 _REASON_COLORS = {
     "fair_share": "#1f77b4",
@@ -353,6 +357,7 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
             ax.plot(x, s["unalloc"], color=_UNALLOC_LINE, lw=1.0, ls="-.", label="unallocated")
         # demand is often many times the share: keep the interesting part readable; a
         # short spike does not set the axis either (it is clipped, marked and named)
+        note = ""
         top, clipped = _robust_top(
             {key: series[leaf][key] / covered for key in _TOP_KEYS}, covered > 0
         )
@@ -360,35 +365,26 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
             ax.set_ylim(0, top)
         if clipped is not None:
             peak = max(float(s[key].max()) for key in _TOP_KEYS)
-            # inside the panel's top right: beside the title it would run into long names
-            ax.text(
-                0.995,
-                0.97,
-                f"peak {fmt_num(peak)} clipped ▲",
-                transform=ax.transAxes,
-                ha="right",
-                va="top",
-                fontsize=MIN_PT,
-                color="#b00020",
-                zorder=6,
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.0},
-            )
+            # a second title line: inside the panel it hid the ▲ marks it explains, and
+            # beside the title it leaves no room for a long name
+            note = f"\npeak {fmt_num(peak)} clipped ▲"
             ax.plot(
                 ((tb.xedges()[:-1] + tb.xedges()[1:]) / 2)[clipped],
                 np.full(int(clipped.sum()), top),
                 ls="none",
                 marker="^",
-                ms=6,
-                color="#b00020",
+                ms=_CLIPPED_MARK_PT,
+                color=_CLIPPED,
                 clip_on=False,
                 label="_clipped",
                 zorder=5,
             )
         ratio = by_alloc.get(leaf)
         ax.set_title(
-            f"{leaf}  —  delivered {fmt_pct(ratio)}",
+            f"{leaf}  —  delivered {fmt_pct(ratio)}{note}",
             fontsize=LABEL_PT,
             loc="left",
+            pad=_TITLE_PAD_PT,
             color="#b00020" if ratio is not None and ratio < 0.9 else "#222222",
         )
         ax.set_xlim(edges[0], edges[-1])

@@ -25,3 +25,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("width", [1400, 1024, 800], ids=["desktop", "small-laptop", "narrow"])
 def test_report_charts_stay_readable_at_any_window_width(report: Path, width: int) -> None:
     check_charts_readable(charts_as_shown(report.as_uri(), width=width), width=width)
+
+
+def test_every_report_chart_fits_a_small_laptop_window_whole(report: Path) -> None:
+    """The GPU timeline was drawn 1400 px wide: in a 1024 px window it scrolled
+    sideways and its legend's end started off-screen. No chart scrolls there."""
+    shown = charts_as_shown(report.as_uri(), width=1024)
+    cut = [c for c in shown["charts"] if c["overflows"] or c["rightOfWindow"]]
+    assert not cut, cut
+    assert any(c["alt"] == "GPU timeline" for c in shown["charts"]), shown["charts"]

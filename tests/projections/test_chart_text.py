@@ -208,3 +208,52 @@ def test_the_contended_band_has_a_key_one_can_see(drawn):
     labels = [t.get_text() for t in legend.get_texts()]
     key = legend.legend_handles[labels.index("work waiting (contended)")]
     assert key.get_edgecolor()[3] > 0.5 or key.get_facecolor()[3] >= 0.2
+
+
+def spiky_usage() -> tuple[_Timebase, list[dict]]:
+    """Two days of hourly rows for a short and a long-named allocation, each owed 10
+    GPUs and receiving them, but for three hours spiking far above the rest (the
+    spikes are clipped); the long one's spikes fall at the panel's right edge, where
+    the peak's note used to be drawn."""
+    t0 = 1_800_000_000.0
+    tb = _Timebase(t0, t0 + 48 * HOUR, min_width=HOUR)
+    rows = []
+    for leaf, spikes in (("lab/a", (3, 20, 40)), ("lab/a-rather-long-team-name", (45, 46, 47))):
+        for h in range(48):
+            received = 400 if h in spikes else 10
+            rows.append(
+                {
+                    "allocation": leaf,
+                    "hour": t0 + h * HOUR,
+                    "received_gpu_s": received * HOUR,
+                    "owed_gpu_s": 10 * HOUR,
+                    "demand_gpu_s": received * HOUR,
+                    "entitled_gpu_s": 10 * HOUR,
+                    "unallocated_gpu_s": 0.0,
+                }
+            )
+    return tb, rows
+
+
+def test_a_clipped_peak_is_named_outside_the_data():
+    """The 'peak N clipped ▲' note sat inside the panel's top right corner and hid the
+    ▲ marks it explains; it is named where no data or mark is drawn."""
+    tb, rows = spiky_usage()
+    fig = allocation_figure(tb, rows, {})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    try:
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert len(panels) == 2
+        for ax in panels:
+            notes = [t for t in texts(fig) if "clipped" in t.get_text() and t.axes is ax]
+            marks = [line for line in ax.get_lines() if line.get_marker() == "^"]
+            assert len(notes) == 1 and len(marks) == 1, [t.get_text() for t in notes]
+            note = notes[0].get_window_extent(renderer)
+            assert not note.overlaps(ax.get_window_extent(renderer)), ax.get_title(loc="left")
+            assert not note.overlaps(marks[0].get_window_extent(renderer))
+            assert f"peak {400}" in notes[0].get_text()
+        for t in texts(fig):
+            assert t.get_fontsize() >= MIN_PT, t.get_text()
+    finally:
+        plt.close(fig)
