@@ -34,20 +34,23 @@ def test_the_dashboard_folds_only_the_new_records_of_the_topic(
         ttl=0.0,
         tail=lambda: journal_tail(kafka=kafka_bootstrap, cluster=cluster),
     )
-    produce_journal(kafka_bootstrap, [{**records[0], "cluster": f"other-{cluster}"}])
-    snap = board.snapshot()
-    assert not snap.ok and "has no records of cluster" in snap.empty  # nothing yet
-    # the topic holds another cluster's: the message names what it holds, as the CLI's
-    assert "(it holds: " in snap.empty and "pick one with --cluster" in snap.empty
-
-    for done, upto in ((0, half), (half, len(records))):
-        produce_journal(kafka_bootstrap, records[done:upto])
+    try:
+        produce_journal(kafka_bootstrap, [{**records[0], "cluster": f"other-{cluster}"}])
         snap = board.snapshot()
-        full = build_snapshot([orjson.dumps(r) for r in records[:upto]])
-        assert snap.ok and snap.view.records == upto
-        assert v.queue_rows(snap.view) == v.queue_rows(full.view)
-        assert snap.usage.hourly_rows() == full.usage.hourly_rows()
-        assert snap.delivered == full.delivered
-    # the first fold found nothing; the records were folded once, in two refreshes
-    assert board.refolds == 2
-    assert board.snapshot() is snap  # nothing new: the same snapshot, charts kept
+        assert not snap.ok and "has no records of cluster" in snap.empty  # nothing yet
+        # the topic holds another cluster's: the message names what it holds, as the CLI's
+        assert "(it holds: " in snap.empty and "pick one with --cluster" in snap.empty
+
+        for done, upto in ((0, half), (half, len(records))):
+            produce_journal(kafka_bootstrap, records[done:upto])
+            snap = board.snapshot()
+            full = build_snapshot([orjson.dumps(r) for r in records[:upto]])
+            assert snap.ok and snap.view.records == upto
+            assert v.queue_rows(snap.view) == v.queue_rows(full.view)
+            assert snap.usage.hourly_rows() == full.usage.hourly_rows()
+            assert snap.delivered == full.delivered
+        # the first fold found nothing; the records were folded once, in two refreshes
+        assert board.refolds == 2
+        assert board.snapshot() is snap  # nothing new: the same snapshot, charts kept
+    finally:
+        board.close()  # its Kafka tail keeps a consumer on a thread
