@@ -527,7 +527,11 @@ def _steady_rows(tb, received, owed):
 
 
 def _clip_note(ax):
-    return [t.get_text() for t in ax.texts if "clipped" in t.get_text()]
+    """The panel's note naming a clipped peak: its title's second line (or any text)."""
+    titles = (ax.get_title(loc=where) for where in ("left", "center", "right"))
+    lines = [line for title in titles for line in title.splitlines()]
+    lines += [t.get_text() for t in ax.texts]
+    return [line for line in lines if "clipped" in line]
 
 
 @pytest.mark.parametrize("spike_at", [1, 40], ids=["early-spike", "mid-run-spike"])
