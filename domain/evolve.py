@@ -246,21 +246,22 @@ def _host_registered(state: State, e: ev.HostRegistered) -> None:
     if e.host in state.hosts:
         _host_resized(state, state.hosts[e.host], e.gpus)
         return
-    state.hosts[e.host] = Host(e.host, state.next_host_index, e.gpus, list(range(e.gpus)))
+    host = state.hosts[e.host] = Host(e.host, state.next_host_index, e.gpus, list(range(e.gpus)))
     state.next_host_index += 1
     state.with_free[e.host] = None
     state.capacity += e.gpus
-    state.largest_host = max(state.largest_host, e.gpus)
-    state.smallest_host = min(state.smallest_host, e.gpus) if state.smallest_host else e.gpus
     state.healthy_capacity += e.gpus
-    state.recompute_headroom()
+    state.count_host(host, 1)
+    state.sizes_changed()
 
 
 def _host_resized(state: State, host: Host, gpus: int) -> None:
     """A registered host's new GPU count: capacity follows; work holding an index the
     host no longer has is marked for the cycle to stop, as on a lost node."""
     change = gpus - host.gpus
+    state.count_host(host, -1)
     host.gpus = gpus
+    state.count_host(host, 1)
     host.free = [*(g for g in host.free if g < gpus), *range(gpus - change, gpus)]
     _mark_removed_gpus(state, host, lambda g: g >= gpus, gpus)
     if host.free:
@@ -277,6 +278,7 @@ def _host_removed(state: State, e: ev.HostRemoved) -> None:
     _mark_removed_gpus(state, host, lambda g: True, 0)
     for where in (state.with_free, state.cordoned, state.changed_hosts):
         where.pop(e.host, None)
+    state.count_host(host, -1)
     _host_capacity_changed(state, host, -host.gpus)
 
 
@@ -294,17 +296,16 @@ def _host_capacity_changed(state: State, host: Host, change: int) -> None:
     state.capacity += change
     if host.healthy:
         state.healthy_capacity += change
-    sizes = [h.gpus for h in state.hosts.values()]
-    state.largest_host = max(sizes, default=0)
-    state.smallest_host = min(sizes, default=0)
-    state.recompute_headroom()
+    state.sizes_changed()
 
 
 def _host_health(state: State, e: ev.HostHealth) -> None:
     host = state.hosts.get(e.host)
     if host is None or host.healthy == e.healthy:
         return
+    state.count_host(host, -1)
     host.healthy = e.healthy
+    state.count_host(host, 1)
     if e.healthy:
         host.drained = False
         state.cordoned.pop(e.host, None)
@@ -312,7 +313,7 @@ def _host_health(state: State, e: ev.HostHealth) -> None:
     else:
         state.cordoned[e.host] = None
         state.healthy_capacity -= host.gpus
-    state.recompute_headroom()
+    state.sizes_changed()  # the biggest healthy host decides what is a gang
 
 
 def _host_drained(state: State, e: ev.HostDrained) -> None:

@@ -39,9 +39,11 @@ class Reservations:
     def could_hold(self, w: Workload, short: bool) -> bool:
         """Could the healthy hosts hold `w` if they were empty? Not when it needs more
         GPUs than they have together (hosts removed, shrunk or unhealthy since it was
-        submitted), or, single-host work, more than any healthy host it may use has.
-        Such work reserves nothing, so it must not take a reservation's place: it took
-        the only one and large work behind it starved (rule 10)."""
+        submitted). (Work bigger than every healthy host is a gang, and the headroom
+        leaves a host of the biggest size to other work: single-host work always has
+        one; checked all the same.) Such work reserves nothing, so it must not take a
+        reservation's place: it took the only one and large work behind it starved
+        (rule 10)."""
         s = self.state
         need = w.gpus
         if need > s.healthy_capacity:

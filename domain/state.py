@@ -105,7 +105,13 @@ class State:
         self.next_host_index = 0  # a new host's index (hosts removed keep theirs unused)
         self.with_free: dict[str, None] = {}  # hosts with a free GPU: where placement looks
         self.capacity = 0  # registered GPUs (healthy or not)
-        self.largest_host = 0  # GPUs of the biggest host: larger work is a gang
+        # host GPUs -> how many hosts have that many: registered, and of those healthy
+        self.host_sizes: dict[int, int] = {}
+        self.healthy_sizes: dict[int, int] = {}
+        # GPUs of the biggest healthy host: larger work is a gang (an unhealthy host takes
+        # nothing, so it does not make work wait for one host that big); of the
+        # registered ones while none is healthy
+        self.largest_host = 0
         self.smallest_host = 0  # ... and of the smallest (0: no host yet)
         self.healthy_capacity = 0
         self.workloads: dict[str, Workload] = {}  # live: pending or running
@@ -162,8 +168,11 @@ class State:
 
     def __setstate__(self, saved: dict[str, Any]) -> None:
         self.__dict__.update(saved)
-        if "smallest_host" not in saved:  # pickled before it was kept
-            self.smallest_host = min((h.gpus for h in self.hosts.values()), default=0)
+        if "healthy_sizes" not in saved:  # pickled before sizes were counted by health
+            self.host_sizes, self.healthy_sizes = {}, {}
+            for host in self.hosts.values():
+                self.count_host(host, 1)
+            self.sizes_changed()
         if "next_host_index" not in saved:  # pickled before hosts could be removed
             self.next_host_index = len(self.hosts)
             self.gpus_removed = {}
@@ -187,6 +196,26 @@ class State:
 
     def max_host_gpus(self) -> int:
         return self.largest_host
+
+    def count_host(self, host: Host, sign: int) -> None:
+        """Count `host` (sign 1) in `host_sizes`/`healthy_sizes` at its size and health,
+        or take it out (-1) before either changes; `sizes_changed` then."""
+        for sizes, counted in ((self.host_sizes, True), (self.healthy_sizes, host.healthy)):
+            if not counted:
+                continue
+            left = sizes.get(host.gpus, 0) + sign
+            if left:
+                sizes[host.gpus] = left
+            else:
+                del sizes[host.gpus]
+
+    def sizes_changed(self) -> None:
+        """The biggest and smallest host, among the healthy ones (see `largest_host`),
+        and the headroom hosts, which depend on them."""
+        sizes = self.healthy_sizes or self.host_sizes
+        self.largest_host = max(sizes, default=0)
+        self.smallest_host = min(sizes, default=0)
+        self.recompute_headroom()
 
     def fit_kind(self, gpus: int) -> bool:
         """True for a gang on a cluster of mixed host sizes: the one case where work
@@ -244,9 +273,18 @@ class State:
     def recompute_headroom(self) -> None:
         """The hosts kept for short, small jobs (`domain.headroom.pick_headroom`)."""
         hosts = self.hosts
-        newest_first = (name for name in reversed(hosts) if hosts[name].healthy)
+        newest_first = ((name, h.gpus) for name in reversed(hosts) if (h := hosts[name]).healthy)
         healthy = len(hosts) - len(self.cordoned)  # cordoned: the unhealthy hosts
-        self.headroom = frozenset(pick_headroom(newest_first, healthy, self.config.headroom_hosts))
+        largest = self.largest_host
+        self.headroom = frozenset(
+            pick_headroom(
+                newest_first,
+                healthy,
+                self.config.headroom_hosts,
+                largest,
+                self.healthy_sizes.get(largest, 0),
+            )
+        )
 
     def remember(self, order: deque[str], seen: dict[str, float], key: str) -> None:
         seen[key] = self.now

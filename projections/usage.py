@@ -19,8 +19,8 @@ Definitions (DESIGN §2):
   `min_runtime > 0` (pending work on hold, `allot hold`, is not demand: it does not
   ask to run, so no GPUs are owed for it and it makes no time contended). Pending work
   that the healthy hosts could not hold even if they were empty (more GPUs than they
-  have together; single-host work bigger than every healthy host: hosts were removed,
-  shrunk or went unhealthy after it was accepted) is not demand either but *unrunnable*
+  have together: hosts were removed, shrunk or went unhealthy after it was accepted;
+  work bigger than every healthy host is a gang of them) is not demand either but *unrunnable*
   demand, kept apart (`unrunnable_gpu_s`): no policy could have given it GPUs, so
   owing them would charge the scheduler for the cluster's shape. It still waits, so it
   still makes time contended;
@@ -390,9 +390,11 @@ class UsageProjection:
     def _headroom_hosts(self) -> list[str]:
         """The hosts the scheduler keeps for short, small jobs now, by its own rule."""
         want = self.config.get("headroom_hosts", DEFAULT_HEADROOM_HOSTS)
-        healthy = [h for h in self.hosts if self.healthy.get(h, True)]
+        healthy = [(h, n) for h, n in self.hosts.items() if self.healthy.get(h, True)]
         wanted = want if isinstance(want, int) else 0
-        return pick_headroom(reversed(healthy), len(healthy), wanted)
+        largest = max((n for _, n in healthy), default=0)
+        biggest = sum(1 for _, n in healthy if n == largest)
+        return pick_headroom(reversed(healthy), len(healthy), wanted, largest, biggest)
 
     def _wait(self, w: _Workload) -> None:
         self._waiting_allocated += 1
@@ -500,15 +502,11 @@ class UsageProjection:
 
     def could_hold(self, gpus: int) -> bool:
         """Could the healthy hosts, emptied, hold work of `gpus` GPUs? As rule 10's
-        `could_hold`: work bigger than every registered host is a gang of whole hosts;
-        smaller work needs one healthy host that big. Headroom is left out: it yields
-        to work nothing else can hold."""
-        if gpus > self.capacity:
-            return False
-        if gpus > max(self.hosts.values(), default=0):
-            return True
-        healthy = self.healthy
-        return any(n >= gpus and healthy.get(h, True) for h, n in self.hosts.items())
+        `could_hold`: work bigger than every healthy host is a gang of whole healthy
+        hosts, and smaller work fits on the biggest, so whenever they have that many
+        GPUs together. Headroom is left out: it is never every host of the biggest size,
+        and gangs the others cannot hold may use it."""
+        return gpus <= self.capacity  # the healthy GPUs
 
     def _hosts_changed(self) -> None:
         """Hosts came, went, changed size or health: move waiting work between demand

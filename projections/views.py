@@ -735,22 +735,15 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
             "(hosts removed or shrunk since it was accepted): it cannot start until hosts "
             "are registered or grow; cancel it or submit it again with fewer GPUs",
         )
-    if could_hold:
+    if could_hold or w.gpus <= s.healthy_capacity:
+        # work bigger than every healthy host is a gang of them, and the headroom is never
+        # every host of the biggest size: what the healthy hosts hold together, they hold
         return None
     down = [h.name for h in sorted(s.hosts.values(), key=lambda h: h.index) if not h.healthy]
-    if w.gpus > s.healthy_capacity:
-        return (
-            "Resources",
-            f"needs {w.gpus} GPUs; {s.healthy_capacity} of the cluster's {s.capacity} are "
-            f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired",
-        )
-    big = [name for name in down if s.hosts[name].gpus >= w.gpus]
-    if not big:  # kept off the one healthy host that big: the headroom reason says so
-        return None
     return (
         "Resources",
-        f"needs {w.gpus} GPUs on one host; the hosts that have that many "
-        f"({_some_hosts(big)}) are unhealthy: it waits for their repair",
+        f"needs {w.gpus} GPUs; {s.healthy_capacity} of the cluster's {s.capacity} are "
+        f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired",
     )
 
 

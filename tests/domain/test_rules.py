@@ -311,6 +311,52 @@ def test_a_gang_that_fits_on_small_hosts_is_not_skipped_for_a_smaller_failure(
     assert set(c.placed("gang12").hosts) == {"h1", "h2", "h3"}
 
 
+GANG_OF_HEALTHY_CASES = [
+    # (host sizes h0.., unhealthy hosts, GPUs asked, expected hosts)
+    ([8, 4, 4], (), 8, {"h0"}),  # the 8-GPU host is healthy: one host's work
+    ([8, 4, 4], ("h0",), 8, {"h1", "h2"}),  # it is down: a gang of the healthy 4s
+    ([8, 8, 4, 4], ("h0",), 8, {"h1"}),  # another 8-GPU host is healthy: one host
+    ([12, 8, 8], ("h0",), 10, {"h1", "h2"}),
+    ([8, 4, 4, 4], ("h0",), 12, {"h1", "h2", "h3"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "down", "gpus", "expected"),
+    GANG_OF_HEALTHY_CASES,
+    ids=["big-host-healthy", "big-host-down", "another-big-host", "12-down-10", "8-down-12"],
+)
+def test_work_bigger_than_every_healthy_host_is_a_gang_of_them(
+    sizes: list[int], down: tuple[str, ...], gpus: int, expected: set[str]
+) -> None:
+    """Rule 5 ("larger ones take whole hosts") counts the hosts that may take work: an
+    8-GPU job waited, as one host's work, for the repair of the only 8-GPU host while
+    two healthy 4-GPU hosts stood free."""
+    c = cluster(hosts=0, headroom_hosts=0).tree({"lab/a": 1})
+    for i, size in enumerate(sizes):
+        c.host(f"h{i}", size)
+    for name in down:
+        c.health(name, False, "xid-79")
+    c.submit("w", "lab/a", gpus=gpus, min_runtime="1h")
+    placed = c.placed("w")
+    assert placed is not None and set(placed.hosts) == expected
+
+
+def test_a_gang_of_small_hosts_runs_on_while_the_big_host_is_repaired() -> None:
+    """The big host's repair makes waiting 8-GPU work one host's work again; the gang
+    already running keeps its hosts."""
+    c = cluster(hosts=0, headroom_hosts=0).tree({"lab/a": 1})
+    for name, size in (("h0", 8), ("h1", 4), ("h2", 4)):
+        c.host(name, size)
+    c.health("h0", False, "xid-79")
+    c.submit("gang", "lab/a", gpus=8, min_runtime="1h")
+    c.after(60).submit("next", "lab/a", gpus=8, min_runtime="1h")
+    assert c.hosts_of("gang") == {"h1", "h2"} and c.pending() == {"next"}
+    c.after(60).health("h0", True)
+    assert c.hosts_of("next") == {"h0"} and c.hosts_of("gang") == {"h1", "h2"}
+    assert not c.preemptions()
+
+
 # --------------------------------------------------------------------------------------
 # Rule 6: preemption
 
@@ -1153,6 +1199,48 @@ def test_work_too_big_for_the_other_hosts_may_use_headroom(gpus: int, uses_headr
     c.submit("big", "lab/a", gpus=gpus, min_runtime="1h")
     assert c.running() == {"big"}
     assert ("h7" in c.placed("big").hosts) is uses_headroom
+
+
+BIG_HOST_HEADROOM_CASES = [
+    # (host sizes h0.., unhealthy, headroom_hosts, headroom picked, where 8-GPU work goes)
+    ([4] * 7 + [8], (), 1, {"h6"}, "h7"),  # the only 8-GPU host is not kept
+    ([8] + [4] * 7, (), 1, {"h7"}, "h0"),
+    ([8] * 8, (), 1, {"h7"}, "h0"),  # one size: as before
+    ([4] * 7 + [8, 8], (), 1, {"h8"}, "h7"),  # another 8-GPU host is left for big work
+    ([4] * 8 + [8, 8], ("h9",), 1, {"h7"}, "h8"),  # ... unless it is down
+    ([4] * 14 + [8, 8], (), 2, {"h15", "h13"}, "h14"),
+]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "down", "wanted", "headroom", "big_host"),
+    BIG_HOST_HEADROOM_CASES,
+    ids=[
+        "only-big-host-last",
+        "only-big-host-first",
+        "one-size",
+        "two-big-hosts",
+        "other-big-host-down",
+        "two-of-two-big-hosts",
+    ],
+)
+def test_headroom_never_takes_every_host_of_the_biggest_size(
+    sizes: list[int], down: tuple[str, ...], wanted: int, headroom: set[str], big_host: str
+) -> None:
+    """Rule 11 kept the last registered host as headroom even when it was the only one
+    big enough for some single-host work (an 8-GPU host among 4-GPU ones): 8-GPU work
+    was accepted and never ran, with no reservation (the "Headroom" reason, forever).
+    The headroom now passes over the last healthy host of the biggest size."""
+    c = cluster(hosts=0, headroom_hosts=wanted).tree({"lab/a": 1})
+    for i, size in enumerate(sizes):
+        c.host(f"h{i}", size)
+    for name in down:
+        c.health(name, False, "xid-79")
+    assert c.state.headroom == frozenset(headroom)
+    c.submit("big", "lab/a", gpus=8, min_runtime="1h")
+    c.submit("debug", "lab/a", gpus=1, min_runtime="5m")
+    assert c.hosts_of("big") == {big_host}
+    assert c.hosts_of("debug") <= headroom  # short work still goes to the headroom first
 
 
 def test_headroom_is_configurable() -> None:

@@ -961,8 +961,9 @@ def test_submit_wait_on_queued_work_says_it_was_accepted(tmp_path: Path) -> None
 
 
 def test_submit_wait_warns_of_work_the_healthy_hosts_cannot_hold(tmp_path: Path) -> None:
-    """8 GPUs asked of a cluster whose only 8-GPU host is unhealthy (two 4-GPU hosts
-    healthy): accepted, one host's work, and it waits for the repair. `--wait` said only "still waiting"; it now says what for."""
+    """12 GPUs asked of a cluster whose 8-GPU host is unhealthy (two 4-GPU hosts
+    healthy): accepted, and it waits for the repair. `--wait` said only "still waiting";
+    it now says what for."""
     data = tmp_path / "data"
     server = serve(data)
     try:
@@ -979,11 +980,11 @@ def test_submit_wait_warns_of_work_the_healthy_hosts_cannot_hold(tmp_path: Path)
         common = ["submit", "--data", str(data), "-A", "lab", "--min-runtime", "1h"]
         fits = allot(*common, "-G", "4", "--as", ADMIN, "--wait", "20")
         assert fits.returncode == 0 and "warning" not in fits.stderr, fits.stderr
-        waits = allot(*common, "-G", "8", "--as", ADMIN, "--wait", "8", "--parsable")
+        waits = allot(*common, "-G", "12", "--as", ADMIN, "--wait", "8", "--parsable")
         assert waits.returncode == 1
         assert waits.stderr.splitlines()[1:] == [
-            "warning: Resources: needs 8 GPUs on one host; the hosts that have that many "
-            "(h2) are unhealthy: it waits for their repair"
+            "warning: Resources: needs 12 GPUs; 8 of the cluster's 16 are healthy: it waits "
+            "for unhealthy h2 to be repaired"
         ]
     finally:
         server.send_signal(signal.SIGINT)

@@ -410,9 +410,24 @@ def _bigger_than_what_is_left() -> JournalBuilder:
     return j
 
 
-def _only_an_unhealthy_host_is_big_enough() -> JournalBuilder:
-    """h0, h1 of 4 GPUs, h2 of 8 unhealthy for the first hour; an 8-GPU (single-host)
-    job waits from 0, may run from 1 h (repaired) but waits till 2 h, runs an hour."""
+def _more_than_the_healthy_hosts_hold() -> JournalBuilder:
+    """h0, h1 of 4 GPUs, h2 of 8 unhealthy for the first hour; a 12-GPU job (a gang:
+    more than the 8 healthy GPUs) waits from 0, may run from 1 h (repaired) but waits
+    till 2 h, runs an hour. (An 8-GPU job would be a gang of h0 and h1 meanwhile: work
+    bigger than every healthy host is owed as soon as they hold it together.)"""
+    j = JournalBuilder().host("h0", 4).host("h1", 4).host("h2", 8)
+    j.budget("lab", 1).budget("lab/a", 1)
+    j.health("h2", False, "xid-79").submit("b1", "lab/a", 12)
+    j.at(HOUR).health("h2", True, "repaired")
+    j.at(2 * HOUR).place("b1", {"h2": H8, "h0": H8[:4]})
+    j.at(3 * HOUR).finish("b1")
+    return j
+
+
+def _bigger_than_every_healthy_host() -> JournalBuilder:
+    """As `_more_than_the_healthy_hosts_hold`, with an 8-GPU job: a gang of h0 and h1
+    while h2 is down, so owed from the start (it was unrunnable demand for the first
+    hour while single-host work waited for h2's repair)."""
     j = JournalBuilder().host("h0", 4).host("h1", 4).host("h2", 8)
     j.budget("lab", 1).budget("lab/a", 1)
     j.health("h2", False, "xid-79").submit("b1", "lab/a", 8)
@@ -444,11 +459,18 @@ def _requeued_after_its_host_was_removed() -> JournalBuilder:
             id="host-removed-under-waiting-work",
         ),
         pytest.param(
-            _only_an_unhealthy_host_is_big_enough,
-            {"lab/a": 0.5},  # owed 8 GPU-h in each of hours 1 and 2, received in hour 2
-            {"lab/a": 16.0},
-            {"lab/a": 8.0},  # the first hour, while h2 was down
-            id="single-host-work-beside-an-unhealthy-host",
+            _more_than_the_healthy_hosts_hold,
+            {"lab/a": 0.5},  # owed 12 GPU-h in each of hours 1 and 2, received in hour 2
+            {"lab/a": 24.0},
+            {"lab/a": 12.0},  # the first hour, while h2 was down
+            id="more-than-the-healthy-hosts-hold",
+        ),
+        pytest.param(
+            _bigger_than_every_healthy_host,
+            {"lab/a": 1 / 3},  # owed 8 GPU-h in each of hours 0-2, received in hour 2
+            {"lab/a": 24.0},
+            {},
+            id="bigger-than-every-healthy-host",
         ),
         pytest.param(
             _requeued_after_its_host_was_removed,

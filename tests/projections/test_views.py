@@ -176,18 +176,39 @@ def test_a_resources_reason_counts_the_free_gpus(running: list, asks: int, detai
     assert row["detail"].startswith(detail), row["detail"]
 
 
+def test_big_work_waits_for_the_big_host_not_for_the_headroom() -> None:
+    """Seven 4-GPU hosts and one 8-GPU host registered last: the headroom was the 8-GPU
+    host, and 8-GPU work read "Headroom: only the headroom hosts h7 have room" for good.
+    The headroom is a 4-GPU host now; 8-GPU work runs on h7, or waits for it."""
+    c = make(hosts=0, headroom_hosts=1)
+    for i in range(7):
+        c.host(f"h{i}", 4)
+    c.host("h7", 8)
+    c.tree({"lab/a": 1})
+    c.submit("first", "lab/a", gpus=8, min_runtime="1h")
+    c.after(60).submit("second", "lab/a", gpus=8, min_runtime="1h")
+    rows = {r["id"]: r for r in v.queue_rows(view_of(c))}
+    assert (rows["first"]["state"], rows["first"]["nodelist"]) == ("RUNNING", "h7")
+    assert (rows["second"]["reason"], rows["second"]["detail"]) == (
+        "Resources",
+        "28 GPUs free, but no host has 8 of them and nothing it may preempt",
+    )
+
+
 def _lost_capacity(how: str) -> Cluster:
     """h0, h1 (8 GPUs each), h2, h3 (4 each). `huge` (lab/b, 24 GPUs, resumable) ran on
     them all until h1 was removed (`removed`) or reported unhealthy (`unhealthy`: it is
-    stopped when its protection ends). `one-host`: h0 and h1 are unhealthy and `wide`
-    (8 GPUs, so one host) waits."""
+    stopped when its protection ends). `gang-of-healthy-hosts`: h0 and h1 are unhealthy,
+    `small` (4 GPUs, protected) runs on a 4-GPU host and `wide` (8 GPUs: bigger than
+    every healthy host, so a gang of them) waits."""
     c = make(hosts=2, headroom_hosts=0)
     c.host("h2", 4)
     c.host("h3", 4)
     c.tree({"lab/a": 1, "lab/b": 1})
-    if how == "one-host":
+    if how == "gang-of-healthy-hosts":
         c.health("h0", False, "xid-79")
         c.health("h1", False, "xid-79")
+        c.submit("small", "lab/b", gpus=4, min_runtime="1h")
         c.after(60).submit("wide", "lab/b", gpus=8, min_runtime="1h")
         return c
     c.submit("huge", "lab/b", gpus=24, min_runtime="1h")
@@ -219,13 +240,11 @@ def _lost_capacity(how: str) -> Cluster:
             id="unhealthy",
         ),
         pytest.param(
-            "one-host",
+            "gang-of-healthy-hosts",
             "wide",
             "Resources",
-            "needs 8 GPUs on one host; the hosts that have that many (h[0-1]) are unhealthy: "
-            "it "
-            "waits for their repair",
-            id="one-host",
+            "4 GPUs free, but not 8 on whole hosts and nothing it may preempt",
+            id="gang-of-healthy-hosts",
         ),
     ],
 )
@@ -233,9 +252,9 @@ def test_work_the_cluster_cannot_hold_now_says_what_it_waits_for(
     how: str, wid: str, reason: str, detail: str
 ) -> None:
     """It said Resources, "the cluster has 16 healthy GPUs", alike for work that waits
-    for a repair and for work that no registered host can run (Slurm: PartitionConfig);
-    single-host work whose only big enough hosts were unhealthy read "8 GPUs free, but
-    no host has 8 of them"."""
+    for a repair and for work that no registered host can run (Slurm: PartitionConfig).
+    Work bigger than every healthy host is a gang of them (it waited for the repair of
+    a big host while small ones stood free): it waits for whole healthy hosts."""
     c = _lost_capacity(how)
     assert wid in c.pending()
     view = view_of(c)
