@@ -960,6 +960,47 @@ def _unknown_option(why: Exception, argv: list[str]) -> str | None:
     return None
 
 
+_GPUS_ONLY = "allot schedules GPUs only: there are no CPUs or memory to ask for"
+# sbatch flags a Slurm user types to `allot submit` by habit, and what allot has instead
+_SBATCH_FLAGS = {
+    "--gres": "sbatch's --gres=gpu:N is -G N here",
+    "--gpus-per-node": "give the job's GPUs in all with -G N; a gang larger than a host "
+    "gets whole hosts",
+    "--time": "allot has no time limit: --min-runtime is the protection the job buys, "
+    "after which it runs on, preemptible; --runtime or --expected-runtime say how long it needs",
+    "--partition": "a partition is a cluster here: --cluster NAME",
+    "--account": "sbatch's --account is -A PATH here",
+    "--qos": "--priority orders work inside its allocation; allot has no QOS",
+    "--requeue": "sbatch's --requeue is --resumable",
+    "--nodes": "allot picks the hosts: -G N more than a host holds gets whole hosts",
+    "--mem": _GPUS_ONLY,
+    "--mem-per-gpu": _GPUS_ONLY,
+    "--cpus-per-task": _GPUS_ONLY,
+    "--cpus-per-gpu": _GPUS_ONLY,
+}
+_SBATCH_FLAGS.update(
+    {
+        "-t": _SBATCH_FLAGS["--time"],
+        "-p": _SBATCH_FLAGS["--partition"],
+        "-q": _SBATCH_FLAGS["--qos"],
+        "-N": _SBATCH_FLAGS["--nodes"],
+        "-c": _GPUS_ONLY,
+    }
+)
+
+
+def _sbatch_hint(why: Exception) -> str | None:
+    """What `allot submit` has instead of an sbatch flag it was given (`--gres=gpu:8`,
+    `-t 1h`, `--mem 10G`): click's guess at a close option (`--as, --gpus` for --gres,
+    `--name` for --mem) sends a Slurm user the wrong way."""
+    ctx = getattr(why, "ctx", None)
+    flag = getattr(why, "option_name", None)
+    if ctx is None or ctx.command.name != "submit" or not isinstance(flag, str):
+        return None
+    hint = _SBATCH_FLAGS.get(flag)
+    return f"No such option: {flag}; {hint}" if hint else None
+
+
 def _is_number(word: str) -> bool:
     try:
         float(word)
@@ -1032,7 +1073,8 @@ def main() -> None:
 
         where = why.ctx.command_path if why.ctx is not None else "allot"
         message = (
-            f"{_unknown_option(why, sys.argv[1:]) or why.format_message()} (see `{where} --help`)"
+            f"{_unknown_option(why, sys.argv[1:]) or _sbatch_hint(why) or why.format_message()} "
+            f"(see `{where} --help`)"
         )
         err.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         sys.exit(why.exit_code)

@@ -138,8 +138,13 @@ CREATE OR REPLACE VIEW placements AS
 CREATE OR REPLACE VIEW preemptions AS
     SELECT q.seq, q.time, q.t, q.cluster, q.workload, q.attempt,
            coalesce(q.victim_allocation, w.allocation) AS allocation, w."user", w.gpus,
-           q.reason, q.beneficiary, q.requeued, q.ran_s, q.actor, q.record->'explain' AS explain
+           q.reason, q.beneficiary, q.requeued,
+           -- a `gpus_removed` preemption's explain has no ran_s: its attempt's placement says
+           coalesce(q.ran_s, q.t - p.t) AS ran_s,
+           q.actor, q.record->'explain' AS explain
     FROM records q LEFT JOIN workloads w USING (workload)
+    LEFT JOIN records p ON p.type = 'workload.placed' AND p.workload = q.workload
+                       AND p.attempt = q.attempt AND p.cluster = q.cluster
     WHERE q.type = 'workload.preempted';
 CREATE TABLE IF NOT EXISTS budget_rows (
     seq BIGINT, time TIMESTAMP, t DOUBLE, cluster VARCHAR, actor VARCHAR,

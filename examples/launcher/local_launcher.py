@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from allot.commands.common import resolve_target
+from allot.commands.common import TargetError, resolve_target
 from allot.commands.executor import send_retrying
 from streams.inbox import InboxRefused, make_request, open_inbox
 from streams.sources import SourceError, journal_tail
@@ -247,8 +247,11 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = _parser().parse_args()
     data = args.data or (None if args.kafka else os.environ.get("ALLOT_DATA"))
-    target = resolve_target(args.kafka, data and Path(data))
-    launcher = Launcher(target, args.cluster, args.actor, args.state)
+    try:
+        target = resolve_target(args.kafka, data and Path(data))
+        launcher = Launcher(target, args.cluster, args.actor, args.state)
+    except (TargetError, SourceError) as why:  # no --data or --kafka, a wrong folder
+        raise SystemExit(f"local_launcher: error: {why}") from None
     signal.signal(signal.SIGTERM, lambda *_: launcher.stop.set())
     log(f"cluster {args.cluster} on {target.label}, state in {args.state}")
     with contextlib.suppress(KeyboardInterrupt):

@@ -259,7 +259,8 @@ def load_zone(name: str, names: OptionNames = CLI_OPTIONS) -> Any:
 
     try:
         return ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a region such as `Pacific` is a folder of the zone database, not a zone
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise TraceError(
             f"{names.timezone} {name!r}: no such time zone; give an IANA name such as "
             "America/Los_Angeles or UTC (without a time zone database here, install tzdata)"

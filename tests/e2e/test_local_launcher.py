@@ -191,3 +191,24 @@ def test_the_local_launcher_reports_each_attempt_once_across_a_kill_and_a_lost_h
     # launcher's marker) is rejected as a duplicate id, never applied
     rejected = [r for r in journal if str(r.get("ref", "")).startswith("launcher/")]
     assert all("duplicate" in str(r.get("error", "")) for r in rejected), rejected
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        (["--data", "no-such-lab"], "no-such-lab: no such folder"),
+        ([], "say where the scheduler is: --kafka HOST:PORT"),
+    ],
+)
+def test_the_local_launcher_pointed_nowhere_says_so_in_one_line(
+    tmp_path: Path, where: list[str], says: str
+) -> None:
+    """A mistyped --data (or none at all) ended the launcher in a traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
+    result = subprocess.run(
+        [sys.executable, str(LAUNCHER), *where, "--state", str(tmp_path / "state")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=WAIT_S,
+    )  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"local_launcher: error: {says}"), line

@@ -558,3 +558,26 @@ def test_squeue_sort_variable_is_read_without_dash_s(lab: dict[str, str]) -> Non
     one_line_error(
         allot(*d, env={"SQUEUE_SORT": "%i"}), "$SQUEUE_SORT (SQUEUE_SORT='%i')", "unknown field"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--gres=gpu:8"], "-G N here"),
+        (["-t", "1h"], "--min-runtime is the protection"),
+        (["--mem", "10G"], "allot schedules GPUs only"),
+        (["-p", "gpu"], "--cluster NAME"),
+        (["--account", "lab/olmo"], "-A PATH here"),
+    ],
+)
+def test_sbatch_flags_given_to_submit_say_what_allot_has(
+    lab: dict[str, str], flags: list[str], says: str
+) -> None:
+    """`allot submit --gres=gpu:8` offered "Possible options: --as, --gpus", `--mem 10G`
+    offered --name and `-t 1h` nothing: each now says what allot has instead. Nothing is
+    sent."""
+    submit = ("submit", "-A", "lab/olmo", "-G", "1", "--min-runtime", "1h", "--as", "alice")
+    result = allot(*submit, *flags, "--data", lab["data"])
+    one_line_error(result, f"No such option: {flags[0].partition('=')[0]}; ", says)
+    assert "Possible options" not in result.stderr
+    assert len(_queue(lab, "-h", "-u", "alice")) == 6

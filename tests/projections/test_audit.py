@@ -568,3 +568,20 @@ def test_a_database_without_the_named_change_columns_reads_and_is_filled(
         assert audit.budget_log(con) == expected
     finally:
         con.close()
+
+
+def test_a_preemption_by_a_removed_host_says_how_long_it_ran(tmp_path: Path) -> None:
+    """`allot preemptions` left RAN blank for `gpus_removed` (its explain has no ran_s):
+    it is read from the attempt's placement, as every other reason's is from its explain."""
+    from domain import events as ev
+
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1)
+    c.budget("lab/a", 1, members=("alice",))
+    c.submit("w1", "lab/a", gpus=8, min_runtime="1h", actor="alice")
+    c.at("20m").input(ev.HostRemoved, host="h0", reason="decommissioned")
+    _, db = loaded(tmp_path, c.journal)
+    con = audit.connect(db, read_only=True)
+    (row,) = audit.preemptions(con)
+    con.close()
+    assert (row["reason"], row["ran_s"]) == ("gpus_removed", 20 * 60.0)

@@ -1511,6 +1511,12 @@ def test_trace_import_timezone_option(tmp_path: Path) -> None:
     unknown = run(path, "--format", "philly", "--timezone", "Pacific/Nowhere", "--out", out)
     assert unknown.exit_code == 2
     assert "--timezone 'Pacific/Nowhere': no such time zone" in unknown.stderr
+    region = run(path, "--format", "philly", "--timezone", "Pacific", "--out", out)
+    assert region.exit_code == 2
+    assert region.stderr.splitlines() == [
+        "error: --timezone 'Pacific': no such time zone; give an IANA name such as "
+        "America/Los_Angeles or UTC (without a time zone database here, install tzdata)"
+    ]
     csv = run(
         FIXTURES / "submissions.csv", "--format", "allot-csv", "--timezone", "UTC", "--out", out
     )
