@@ -370,6 +370,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
         self._group_told_at = self._started_at  # the first line after GROUP_WAIT_LOG_S
         if self.group is None:  # this worker owns every partition
             live = await self._live_workers()  # asked before fencing them
+            # listed from now on, while it recovers too: a request sent meanwhile waits
+            await self._join_presence()
             tps = [TopicPartition(self.topics.inbox, p) for p in self._inbox_parts]
             self._consumer.assign(tps)
             for tp in tps:
@@ -391,7 +393,6 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                     ", ".join(live),
                     self.session_timeout_ms / 1000,
                 )
-            await self._join_presence()
             if not self._pending:  # else the loop does once the retry took them
                 self._announce_ready()
         else:  # partitions come and go with the group's rebalances
