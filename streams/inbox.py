@@ -304,9 +304,10 @@ class KafkaInbox:
         so.
 
         With `live_cluster` (a request sent without --wait) it waits only when a verdict
-        will come soon: this login may read the journal (a submitter's may not) and the
-        cluster's scheduler wrote to it in the last LIVE_WITHIN_S. Otherwise it sends
-        and returns None at once, with no error and no delay, as `send` does."""
+        will come soon: this login may read the journal (a submitter's may not) and a
+        running worker serves the cluster (`_watch_if_live`). Otherwise it sends and
+        returns None at once, with no error and no delay, as `send` does; `unserved`
+        names the cluster when the broker said no worker serves it."""
         self.trouble = self.unserved = None
         consumer = self._run(self._send(requests, watch=True, live_cluster=live_cluster))
         assert self._loop is not None
