@@ -35,7 +35,7 @@ from streams.embedded import (
     append_requests,
     folder_lock,
 )
-from streams.kafka_clients import cancel_leftovers, quiet_stop, unreachable
+from streams.kafka_clients import aiokafka_quiet, cancel_leftovers, quiet_stop, unreachable
 
 # aiokafka logs connection failures itself; the CLI reports them as one line
 logging.getLogger("aiokafka").addHandler(logging.NullHandler())
@@ -43,9 +43,13 @@ log = logging.getLogger("allot.inbox")
 
 CONNECT_TIMEOUT_S = float(os.environ.get("ALLOT_KAFKA_CONNECT_TIMEOUT", "5"))
 SEND_TIMEOUT_S = float(os.environ.get("ALLOT_KAFKA_SEND_TIMEOUT", "15"))
-# a cluster whose journal partition had a record this recently has a live scheduler (its
-# ticker journals a clock.tick every 10 s by default): a request sent without --wait
-# waits for the verdict then (streams.inbox.KafkaInbox.send_and_wait, live_cluster)
+# a request sent without --wait waits for the verdict when a running worker serves its
+# cluster (streams.presence: its presence group's card; KafkaInbox.send_and_wait,
+# live_cluster), and the broker answers that within PRESENCE_ASK_S. When it cannot tell
+# (this login may not see the groups, a worker of an earlier release), a cluster whose
+# journal partition had a record this recently has a live scheduler (its ticker
+# journals a clock.tick every 10 s by default)
+PRESENCE_ASK_S = 3.0
 LIVE_WITHIN_S = 30.0
 LIVE_SCAN_RECORDS = 20_000  # ... looking back at most this far for the cluster's records
 LIVE_SCAN_S = 3.0  # ... and for at most this long (else: sent without a wait)
@@ -267,6 +271,8 @@ class KafkaInbox:
         self._topics_seen = False  # the inbox (and journal) were found on the broker
         self._journal_listed = False  # ... the journal among them (ACLs may hide it)
         self.trouble: str | None = None
+        # the cluster no running worker serves, found by a send_and_wait with live_cluster
+        self.unserved: str | None = None
 
     def _failure(self, why: BaseException) -> InboxError:
         """A login or ACL problem in one line, else "cannot reach Kafka"."""
@@ -298,10 +304,11 @@ class KafkaInbox:
         so.
 
         With `live_cluster` (a request sent without --wait) it waits only when a verdict
-        will come soon: this login may read the journal (a submitter's may not) and the
-        cluster's scheduler wrote to it in the last LIVE_WITHIN_S. Otherwise it sends
-        and returns None at once, with no error and no delay, as `send` does."""
-        self.trouble = None
+        will come soon: this login may read the journal (a submitter's may not) and a
+        running worker serves the cluster (`_watch_if_live`). Otherwise it sends and
+        returns None at once, with no error and no delay, as `send` does; `unserved`
+        names the cluster when the broker said no worker serves it."""
+        self.trouble = self.unserved = None
         consumer = self._run(self._send(requests, watch=True, live_cluster=live_cluster))
         assert self._loop is not None
         waiting = None
@@ -521,15 +528,20 @@ class KafkaInbox:
     async def _watch_if_live(self, cluster: str) -> Any:
         """`_watch`'s consumer when a verdict on `cluster` will come soon, else None
         (never an error: the request is then sent without a wait). Soon: this login may
-        read the journal, and the journal partition the scheduler writes `cluster` to
-        has a record from the last LIVE_WITHIN_S."""
+        read the journal, and a running worker serves `cluster` (`_served`)."""
         if not self._journal_listed:  # the ACLs hide it from this login (or it is missing)
+            return None
+        served = await self._served(cluster)
+        if served is False:
+            self.unserved = cluster
             return None
         try:
             consumer = await self._watch()
         except InboxError:  # not authorized to read it: no verdict to wait for
             return None
-        try:
+        if served:
+            return consumer
+        try:  # the broker would not say: the cluster's journal partition was written lately
             live = await _written_lately(consumer, cluster)
         except Exception as why:  # e.g. no Describe on the journal: as if nobody wrote
             log.debug("cannot tell whether %s has a live scheduler: %s", cluster, why)
@@ -538,6 +550,21 @@ class KafkaInbox:
             await quiet_stop(consumer)
             return None
         return consumer
+
+    async def _served(self, cluster: str) -> bool | None:
+        """Whether a running worker serves `cluster` (streams.presence.serves): the
+        presence groups' cards, so a worker stopped a moment ago is not, and one that
+        journals no clock ticks is; None when the broker will not say in PRESENCE_ASK_S."""
+        from streams.presence import serves
+
+        try:
+            client = (await self._open_producer()).client
+            with aiokafka_quiet():
+                asked = serves(client, topics.INBOX, topics.JOURNAL, cluster)
+                return await asyncio.wait_for(asked, PRESENCE_ASK_S)
+        except Exception as why:  # e.g. no Describe on the groups under ACLs
+            log.debug("cannot see the scheduler workers of %s: %s", cluster, why)
+            return None
 
     async def _wait(self, consumer: Any, match: Match, timeout: float) -> dict[str, Any] | None:
         deadline = time.monotonic() + timeout

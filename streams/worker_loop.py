@@ -132,8 +132,9 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
         self._joined = False
         self._closing: list[asyncio.Task] = []
         self._snapshotting: asyncio.Task | None = None
-        # without a group: this worker's membership of its identity's presence group, so
-        # a second worker with the same identity can tell it takes over from a live one
+        # this worker's membership of its identity's presence group, so a second worker
+        # with the same identity can tell it takes over from a live one, and a request
+        # tool that this worker will answer
         self._presence: AIOKafkaConsumer | None = None
         self._presence_task: asyncio.Task | None = None
         # says in this log when the broker goes away and comes back (aiokafka retries)
@@ -369,6 +370,8 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
         self._group_told_at = self._started_at  # the first line after GROUP_WAIT_LOG_S
         if self.group is None:  # this worker owns every partition
             live = await self._live_workers()  # asked before fencing them
+            # listed from now on, while it recovers too: a request sent meanwhile waits
+            await self._join_presence()
             tps = [TopicPartition(self.topics.inbox, p) for p in self._inbox_parts]
             self._consumer.assign(tps)
             for tp in tps:
@@ -390,11 +393,11 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                     ", ".join(live),
                     self.session_timeout_ms / 1000,
                 )
-            await self._join_presence()
             if not self._pending:  # else the loop does once the retry took them
                 self._announce_ready()
         else:  # partitions come and go with the group's rebalances
             self._consumer.subscribe([self.topics.inbox], listener=_Rebalance(self))
+            await self._join_presence()  # request tools see the group's workers live
 
     async def _partitions(self, topic: str) -> list[int]:
         """The topic's partitions (the producer's metadata wait; raises if it is missing)."""

@@ -1,6 +1,6 @@
-"""Which other workers of this worker's identity run now (without --group): a consumer
-group per identity that reads nothing, so a newcomer can say it took over from a live
-worker."""
+"""Which workers of this worker's identity run now: a consumer group per identity that
+reads nothing, so a newcomer (without --group) can say it took over from a live worker,
+and a request tool can tell whether a scheduler serves its cluster (streams.presence)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,15 @@ import asyncio
 import logging
 import os
 import socket
-from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer
 
 from streams.kafka_clients import aiokafka_quiet
+from streams.presence import CardAssignor, card, died_here
 from streams.topic_admin import _admin
 from streams.worker_helpers import _quiet_stop
 
 log = logging.getLogger("allot.worker")
-
-
-def _died_here(client_id: str) -> bool:
-    """A presence member that was a worker on this machine whose process is gone: the
-    broker keeps it until its session times out, so a worker restarted at once after a
-    crash would otherwise warn that it took over from a live one."""
-    prefix = f"allot-worker/{socket.gethostname()}/pid-"
-    if not client_id.startswith(prefix) or not client_id[len(prefix) :].isdigit():
-        return False
-    pid = int(client_id[len(prefix) :])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # alive, as another user
-        return False
-    return _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    """Dead but not yet reaped by its parent (a supervisor, or a container's init that
-    is slow to reap): signal 0 still reaches it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    # the state follows the command name, which is in parentheses and may hold any
-    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] in ("Z", "X")
 
 
 class Presence:
@@ -53,9 +25,10 @@ class Presence:
     # ---------------------------------------------------------------- presence
     def _presence_group(self) -> str:
         """A consumer group per identity (topics and cluster set) whose members are the
-        running workers of that identity without --group. It reads nothing: it only
+        running workers of that identity, with --group or not. It reads nothing: it only
         makes them visible to the broker's DescribeGroups, which is how a newcomer
-        knows it takes over from a live worker (transactions do not tell)."""
+        knows it takes over from a live worker (transactions do not tell), and a request
+        tool that a verdict will come (each member's card, streams.presence)."""
         return f"{self.identity}/live"
 
     async def _live_workers(self) -> list[str]:
@@ -79,7 +52,7 @@ class Presence:
             for group in response.groups
             if group[0] == 0
             for member in group[5]
-            if not _died_here(member[1])
+            if not died_here(member[1])
         ]
 
     async def _join_presence(self) -> None:
@@ -93,6 +66,8 @@ class Presence:
             auto_offset_reset="latest",
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=max(500, self.session_timeout_ms // 4),
+            # what request tools read to tell at once whether a verdict will come
+            partition_assignment_strategy=(CardAssignor(card(self.topics.inbox, self.clusters)),),
             **self.kafka_options,
         )
         try:

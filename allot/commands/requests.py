@@ -333,7 +333,7 @@ def _wait_stoppable(
         on_sent()
 
     try:
-        return writer.send_and_wait(
+        found = writer.send_and_wait(
             requests, match, wait.timeout, said, live_cluster=wait.live_cluster
         )
     except KeyboardInterrupt:
@@ -342,6 +342,17 @@ def _wait_stoppable(
         raise InterruptedWithNote(
             f"Stopped waiting (Ctrl-C); the request was sent and stands: {check}"
         ) from None
+    unserved = getattr(writer, "unserved", None)
+    if unserved is not None:  # the broker lists no worker serving it: said, not waited for
+        from streams import topics
+
+        typer.echo(
+            f"note: no scheduler serves cluster {unserved!r} at {writer.label} now; the "
+            f"request waits in {topics.INBOX} until one runs (`allot serve --kafka "
+            f"{writer.bootstrap}`)",
+            err=True,
+        )
+    return found
 
 
 def _send_all(

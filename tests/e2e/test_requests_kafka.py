@@ -49,11 +49,17 @@ def test_a_refusal_on_kafka_is_said_without_wait_when_a_scheduler_serves(
             "'01M8QRQ1Z9JVJGQCTGH70KCGA5'; `allot queue` lists live ones"
         )
 
-        # a cluster no scheduler serves (this one serves c only): sent, no verdict awaited
+        # a cluster no scheduler serves (this one serves c only): sent, no verdict
+        # awaited, and a note says so, as for a --data folder nobody serves
         unserved = allot(*submit, "--cluster", "elsewhere", env=environ)
         assert unserved.returncode == 0, (unserved.stdout, unserved.stderr)
-        assert unserved.stdout.startswith("Submitted workload ") and unserved.stderr == ""
+        assert unserved.stdout.startswith("Submitted workload ")
         assert len(unserved.stdout.splitlines()) == 1
+        assert unserved.stderr == (
+            f"note: no scheduler serves cluster 'elsewhere' at kafka {kafka_bootstrap} now; "
+            f"the request waits in allot.inbox{suffix} until one runs (`allot serve --kafka "
+            f"{kafka_bootstrap}`)\n"
+        )
         assert serve.stop() == 0, serve.text
     finally:
         if serve.proc.poll() is None:
