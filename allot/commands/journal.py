@@ -128,6 +128,8 @@ def restore(
     holds records, or a scheduler runs on the topics. One transaction: a restore that
     fails half way leaves the journal empty, to be run again.
     """
+    from aiokafka.errors import KafkaError
+
     from projections.journal import JournalError, decode_record, iter_lines, journal_file
     from streams import kafka_auth, topics
     from streams.codec import load_object
@@ -168,6 +170,14 @@ def restore(
         raise typer.Exit(2) from None
     except kafka_auth.KafkaAuthError as why:
         print(f"error: {why}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except KafkaError as why:  # e.g. an ACL refusal, or the broker gone mid-way
+        reason = kafka_auth.describe_error(why) or str(why) or type(why).__name__
+        print(
+            f"error: Kafka at {target.kafka}: {reason}; nothing was restored (the "
+            "transaction was not committed: run it again)",
+            file=sys.stderr,
+        )
         raise typer.Exit(2) from None
     which = ", ".join(done.clusters)
     waiting = (
