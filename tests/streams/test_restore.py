@@ -342,7 +342,9 @@ async def test_kill_9_after_a_restore_loses_and_duplicates_nothing(
 
 
 @pytest.mark.kafka
-async def test_a_restore_refuses_topics_a_scheduler_runs_on(kafka_bootstrap: str) -> None:
+async def test_a_restore_refuses_topics_a_scheduler_runs_on(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
     """A scheduler started on the new topics before the restore read their empty
     journal and would never see the restored one: the restore is refused, naming it."""
     name = suffix()
@@ -360,7 +362,7 @@ async def test_a_restore_refuses_topics_a_scheduler_runs_on(kafka_bootstrap: str
         while not started or not await started[0]._live_workers():
             assert time.monotonic() < deadline and not task.done()
             await asyncio.sleep(0.2)
-        backup = Path(f"/tmp/{name}.jsonl")
+        backup = tmp_path / "backup.jsonl"
         core = SchedulerCore("c", SchedulerConfig(admins=(ADMIN,)))
         _write(backup, core.process(_records(_setup("c"), 0, time.time())).journal)
         out = _allot(name, "journal", "restore", str(backup), "--kafka", kafka_bootstrap)
@@ -370,4 +372,3 @@ async def test_a_restore_refuses_topics_a_scheduler_runs_on(kafka_bootstrap: str
     finally:
         stop.set()
         await asyncio.wait_for(task, WAIT_S)
-        Path(f"/tmp/{name}.jsonl").unlink(missing_ok=True)
