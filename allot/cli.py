@@ -46,7 +46,7 @@ app = typer.Typer(
     name="allot",
     help=(
         "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
-        "Run it live (serve, topics, journal export; submit, cancel, hold, release, requeue, budget, host; queue, "
+        "Run it live (serve, topics, journal export/restore; submit, cancel, hold, release, requeue, budget, host; queue, "
         "acct, shares, why; executor), watch it (metrics, dashboard, usage, rollup, audit, "
         "history, preemptions), and simulate policies before rollout (simulate, replay, "
         "compare, demo, trace import). Every command has --help."

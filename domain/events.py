@@ -273,6 +273,29 @@ class HostDrained(Envelope):
     host: str
 
 
+# ------------------------------------------------------------ bookkeeping
+
+
+class JournalRestored(Envelope):
+    """`allot journal restore` copied this cluster's journal into a new topic set.
+
+    Written after the cluster's copied records (never by the scheduler, never taken
+    from the inbox). The `inbox` positions of the records before it belong to the old
+    deployment's inbox; the scheduler resumes the new inbox from its start, as if it had
+    read none of it. Nothing else changes: folding it leaves the state as it was (no
+    event time, no decision number), so the decisions that follow are the ones the old
+    journal would have given. `time` is the cluster's last journal time; `restored_at`
+    the wall clock of the restore."""
+
+    type: Literal["journal.restored"] = "journal.restored"
+    records: int  # this cluster's records copied before it
+    # [partition, last offset] of the old inbox the copied records had read (an audit
+    # of what the restore left behind; never read to resume)
+    old_inbox: tuple[tuple[int, int], ...] = ()
+    restored_at: float
+    source: str | None = None  # the file restored (its name)
+
+
 class _Rejected(Envelope):
     ref: str
     error: str
@@ -332,12 +355,17 @@ Rejection = (
     | ConfigRejected
     | InputRejected
 )
-Event = Annotated[Input | Decision | Rejection, Field(discriminator="type")]
+# records that are neither inputs nor decisions: folded as nothing, re-derived past
+Bookkeeping = JournalRestored
+Event = Annotated[Input | Decision | Rejection | Bookkeeping, Field(discriminator="type")]
 
 INPUT_TYPES: frozenset[str] = frozenset(
     m.model_fields["type"].default
     for m in Input.__args__  # type: ignore[attr-defined]
 )
+# the records after one of these read a new inbox (SchedulerCore.fold_journal)
+INBOX_RESETS: frozenset[str] = frozenset({JournalRestored.model_fields["type"].default})
+BOOKKEEPING_TYPES: frozenset[str] = INBOX_RESETS
 REJECTION_BY_NOUN: dict[str, type[_Rejected]] = {
     "workload": WorkloadRejected,
     "budget": BudgetRejected,

@@ -19,6 +19,8 @@ from domain.tree import resolve_names
 
 
 def evolve(state: State, event: Any) -> State:
+    if event.type in ev.BOOKKEEPING_TYPES:  # about the transport, not the cluster
+        return state
     if event.time > state.now:
         state.now = event.time
         state.expose_due()

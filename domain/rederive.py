@@ -23,6 +23,12 @@ def is_cause(record: Any) -> bool:
     return record.type in ev.INPUT_TYPES or isinstance(record, ev._Rejected)
 
 
+def is_decision(record: Any) -> bool:
+    """Journal records a cycle made (what a re-derivation re-makes): neither causes nor
+    bookkeeping (`journal.restored`)."""
+    return not is_cause(record) and record.type not in ev.BOOKKEEPING_TYPES
+
+
 def rederive(state: State, records: Iterable[Any]) -> Iterator[tuple[Any, list[Any]]]:
     """For each cause in `records` (decisions in between are skipped): fold it and run
     the cycle it triggered; yields (cause, decisions re-made). The caller compares those

@@ -22,7 +22,7 @@ from typing import Any
 from domain import State, evolve
 from domain.durations import format_duration
 from domain.events import event_to_dict
-from domain.rederive import is_cause, rederive
+from domain.rederive import is_decision, rederive
 from domain.state import RUNNING, id_order
 from projections.engine import Engine, EngineOptions
 from projections.views import iso, nodelist
@@ -120,7 +120,7 @@ def scheduler_state(view: Any, journal: Iterable[Any] | None) -> State:
                     evolve(warm, record)
             tail = list(records)
         made = [event_to_dict(d) for _, decisions in rederive(warm, tail) for d in decisions]
-        if warm.now == state.now and made == [event_to_dict(r) for r in tail if not is_cause(r)]:
+        if warm.now == state.now and made == [event_to_dict(r) for r in tail if is_decision(r)]:
             return warm
     # (no input since the last bucket edge: the next cycle is a full one anyway)
     return pickle.loads(pickle.dumps(state, pickle.HIGHEST_PROTOCOL))

@@ -26,7 +26,7 @@ from domain import State, decide, evolve, handle
 from domain import events as ev
 from domain.admission import MAX_TIME, reject_old_claim
 from domain.config import SchedulerConfig
-from domain.rederive import is_cause, rederive
+from domain.rederive import is_decision, rederive
 from streams.codec import Undecodable, decode_event, encode_body, load_object
 
 # Pickled snapshots of a SchedulerCore (worker and embedded) carry this; bump it when the
@@ -135,12 +135,16 @@ class SchedulerCore:
                 else None
             )
             records.append((decode_event(line), position))
-        for _, position in records:
-            if position is not None:
+        for record, position in records:
+            if record.type in ev.INBOX_RESETS:
+                # the records before it read another deployment's inbox: this one is
+                # read from its start (`allot journal restore`)
+                self.positions.clear()
+            elif position is not None:
                 partition, offset = position
                 self.positions[partition] = max(self.positions.get(partition, -1), offset)
         base = copy.deepcopy(self.state)  # where a divergent journal is folded from
-        expected = iter(r for r, _ in records if not is_cause(r))
+        expected = iter(r for r, _ in records if is_decision(r))
         try:
             for _, made in rederive(self.state, (r for r, _ in records)):
                 for decision in made:

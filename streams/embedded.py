@@ -703,6 +703,15 @@ def _inbox_offset(raw: dict[str, Any]) -> int | None:
     return None
 
 
+def _bookkeeping(group: tuple[int | None, list[bytes]]) -> bool:
+    """A group of journal lines without an inbox offset that are all bookkeeping
+    (`journal.restored`, written by `allot journal restore`): caused by no request."""
+    offset, lines = group
+    return offset is None and all(
+        load_object(line).get("type") in ev.BOOKKEEPING_TYPES for line in lines
+    )
+
+
 def _recorded_request(raw: dict[str, Any]) -> str | None:
     """The request id a journal record keeps: an input's `id`, a rejection's `ref` (None
     for decisions and the scheduler's own config.set)."""
@@ -1003,7 +1012,9 @@ class EmbeddedScheduler:
             # the inbox was started again at its base (see `_rebase`): the requests before
             # it are in no inbox, so their records are folded as recorded
             prefix: list[bytes] = []
-            while pending is not None and pending[0] is not None and pending[0] < reader.base:
+            while pending is not None and (
+                (pending[0] is not None and pending[0] < reader.base) or _bookkeeping(pending)
+            ):
                 prefix.extend(pending[1])
                 pending = next(groups, None)
                 if len(prefix) >= FOLD_BATCH:
@@ -1036,6 +1047,9 @@ class EmbeddedScheduler:
         while pending is not None:
             offset, lines = pending
             pending = next(groups, None)
+            if _bookkeeping((offset, lines)):  # a restore's mark: no input, no state
+                folded += len(lines)
+                continue
             if offset is None:
                 mismatch = "a journal record carries no inbox offset"
                 break

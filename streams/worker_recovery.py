@@ -91,9 +91,10 @@ class Recovery:
                     f"{resume[tp.partition] - 1}: the inbox topic was deleted and created "
                     "again, or the journal comes from another deployment. Its next "
                     f"{resume[tp.partition] - ends[tp]} requests would be skipped as read; "
-                    "stopping instead. Start a new deployment on new topics (another "
-                    "ALLOT_TOPIC_SUFFIX), or keep this journal's state on an embedded "
-                    "scheduler (`allot journal export`; README, 'Backing up the journal')"
+                    "stopping instead. To go on from this journal on a new inbox, copy it "
+                    "(`allot journal export --out FILE`) into new topics (`allot journal "
+                    "restore FILE`), which marks where the inbox changed (README, "
+                    "'Backing up the journal')"
                 )
         waiting = sum(max(0, ends[tp] - resume[tp.partition]) for tp in tps)
         where = ", ".join(f"{p}:{offset}" for p, offset in sorted(resume.items()))

@@ -1,26 +1,40 @@
-"""allot journal commands: `allot journal export`, the journal copied to a file (a backup).
+"""allot journal commands: `allot journal export`, the journal copied to a file (a backup),
+and `allot journal restore`, such a file written into a new Kafka topic set.
 
 The file has the format of a simulation's `journal.jsonl` and of the embedded
 `DIR/journal.jsonl`: one record a line, each record's bytes as the journal holds them.
 So every reader takes it (`--journal FILE`, `allot replay FILE --verify`), and an
-embedded folder can be restored from it (README, "Backing up the journal").
+embedded folder or a new Kafka deployment can be restored from it (README, "Backing up
+the journal").
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
 import typer
 
-from allot.commands.common import DataOpt, KafkaOpt, TargetError, plural
+from allot.commands.common import (
+    AsOpt,
+    DataOpt,
+    KafkaOpt,
+    TargetError,
+    ends_mid_line,
+    plural,
+    resolve_target,
+    whoami,
+)
 
 journal_app = typer.Typer(
     name="journal",
-    help="Copy the journal out of Kafka or a --data folder (a backup you can replay).",
+    help="Copy the journal out of Kafka or a --data folder (a backup you can replay), "
+    "or restore such a copy into new Kafka topics.",
     no_args_is_help=True,
 )
 
@@ -52,7 +66,8 @@ def export(
     Every committed record up to the journal's end as of the start of the copy, oldest
     first, one a line, byte for byte (the format of `allot simulate`'s journal.jsonl and
     of a --data folder's journal.jsonl). Read it back with any read command's --journal
-    FILE, check it with `allot replay FILE --verify`, or restore an embedded scheduler
+    FILE, check it with `allot replay FILE --verify`, restore it into new Kafka topics
+    with `allot journal restore FILE --kafka HOST:PORT`, or restore an embedded scheduler
     from it: copy it to DIR/journal.jsonl and `allot serve --data DIR`. A copy that
     cannot reach the end (the broker stopped answering) is an error, and FILE is left as
     it was.
@@ -87,6 +102,96 @@ def export(
         which += " ($ALLOT_CLUSTER; unset it for every cluster)"
     where = "stdout" if str(out) == "-" else str(out)
     print(f"exported {plural(count, 'record')}{which} from {source} to {where}", file=sys.stderr)
+
+
+@journal_app.command("restore")
+def restore(
+    file: Annotated[
+        Path,
+        typer.Argument(help="A journal file (`allot journal export`'s copy).", show_default=False),
+    ],
+    kafka: KafkaOpt = None,
+    actor: AsOpt = None,
+) -> None:
+    """Write an exported journal into a new Kafka topic set, for `allot serve --kafka` to
+    go on from (after the broker's data was lost, or to move to another broker).
+
+    Run it on new topics (`allot topics create`, with the new deployment's
+    ALLOT_TOPIC_SUFFIX) with no scheduler running on them; then start `allot serve
+    --kafka` (or `faust -A streams.app worker`) there. The records are copied byte for
+    byte, each cluster's followed by a `journal.restored` record: the scheduler reads
+    the new inbox from its start, so requests sent there (even before the restore) are
+    decided once each, after the copy, as the old scheduler would have. Requests sent to
+    the old deployment after the export are not in the copy: send them again.
+
+    Refused, writing nothing, when the journal, snapshot or dead-letter topic already
+    holds records, or a scheduler runs on the topics. One transaction: a restore that
+    fails half way leaves the journal empty, to be run again.
+    """
+    from aiokafka.errors import KafkaError
+
+    from projections.journal import JournalError, decode_record, iter_lines, journal_file
+    from streams import kafka_auth, topics
+    from streams.codec import load_object
+    from streams.restore import RestoreError, group_by_cluster, restore_to_kafka
+    from streams.topic_admin import Topics
+    from streams.worker_errors import BrokerUnavailable
+
+    try:
+        if not kafka:
+            raise TargetError(
+                "say where the new topics are: --kafka HOST:PORT (or $ALLOT_KAFKA); a --data "
+                "folder is restored by copying FILE to DIR/journal.jsonl"
+            )
+        target = resolve_target(kafka, None)
+        path = journal_file(file)
+        if ends_mid_line(path):
+            raise JournalError(
+                f"{path} ends in the middle of a line: not a complete export; export again"
+            )
+        copies = group_by_cluster(
+            (line, decode_record(path, number, line), load_object(line).get("inbox"))
+            for number, line in iter_lines(path)
+        )
+        assert target.kafka is not None
+        done = asyncio.run(
+            restore_to_kafka(
+                target.kafka,
+                copies,
+                topics=Topics(),
+                restored_at=time.time(),
+                actor=whoami(actor),
+                source=path.name,
+                kafka_options=kafka_auth.client_options(),
+            )
+        )
+    except (TargetError, JournalError, RestoreError, BrokerUnavailable) as why:
+        print(f"error: {why}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except kafka_auth.KafkaAuthError as why:
+        print(f"error: {why}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except KafkaError as why:  # e.g. an ACL refusal, or the broker gone mid-way
+        reason = kafka_auth.describe_error(why) or str(why) or type(why).__name__
+        print(
+            f"error: Kafka at {target.kafka}: {reason}; nothing was restored (the "
+            "transaction was not committed: run it again)",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2) from None
+    which = ", ".join(done.clusters)
+    waiting = (
+        f"; {plural(done.waiting, 'request')} already in {topics.INBOX} will be decided after it"
+        if done.waiting
+        else ""
+    )
+    print(
+        f"restored {plural(done.records, 'record')} of {plural(len(done.clusters), 'cluster')} "
+        f"({which}) from {path} into {topics.JOURNAL} at {target.kafka}{waiting}; start the "
+        f"scheduler there (`allot serve --kafka {target.kafka}`): it reads {topics.INBOX} "
+        "from its start",
+        file=sys.stderr,
+    )
 
 
 def _write(lines: Iterable[bytes], stream: BinaryIO) -> int:

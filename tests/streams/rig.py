@@ -425,7 +425,11 @@ def assert_cluster_replays(raw_journal: list[Any], cluster: str, folder: Path) -
 
     lines = [r.value for r in raw_journal if r.key == cluster.encode()]
     mine = [orjson.loads(line) for line in lines]
-    own = [r["id"] for r in mine if r["type"] not in ev.INPUT_TYPES]
+    own = [
+        r["id"]
+        for r in mine
+        if r["type"] not in ev.INPUT_TYPES and r["type"] not in ev.BOOKKEEPING_TYPES
+    ]
     assert own == [f"{cluster}/{n}" for n in range(len(own))]
     placements = Counter(
         (r["workload"], r["attempt"]) for r in mine if r["type"] == "workload.placed"
