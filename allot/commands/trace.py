@@ -101,12 +101,15 @@ def import_trace(
     allot-csv: submit_time, runtime, gpus, allocation; optional workload, user,
     min_runtime, resumable, priority, tags (split by ;), name. Seconds or 15m/8h/7d.
 
-    philly: timestamp (YYYY-MM-DD HH:MM:SS, or epoch seconds), duration (seconds;
-    empty: never ended), num_gpus, cluster (the tenant); gpu_time is ignored.
+    philly: timestamp (YYYY-MM-DD HH:MM:SS, or epoch seconds; a trailing PST, PDT,
+    UTC or GMT, as the Philly trace writes, is honoured), duration (seconds; empty:
+    never ended), num_gpus, cluster (the tenant); gpu_time is ignored.
 
     alibaba-openb: name, num_gpu, qos (the tenant, also a tag), creation_time,
-    deletion_time (seconds; 0 or empty: never ended); optional scheduled_time (empty:
-    never scheduled), pod_phase, gpu_milli.
+    deletion_time (seconds; 0 or empty: never ended; the published files give pods
+    still running the cut, 12902960, so they end then); optional scheduled_time
+    (empty: never scheduled), pod_phase, gpu_milli. The multigpu*.csv siblings have
+    no times and are refused.
 
     allot-jsonl: the file this command writes, one submission per line.
     """

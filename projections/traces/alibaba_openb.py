@@ -21,6 +21,16 @@ files start near 0). Semantics, as documented with the trace:
   did) made up work, which a policy comparison then charged and waited for. Without
   a `scheduled_time` column, `pod_phase` `Pending` marks them. A pod deleted before it
   was created is a malformed row.
+- Pods still running when the trace was cut carry the cut as their `deletion_time`
+  (12902960 s, about 149 days, in the published files), not an empty cell: they are
+  imported as ending then, the run the trace saw (a lower bound).
+- Times are rebased: the earliest imported pod is submitted at 0. The published
+  files share one origin (`openb_pod_list_default.csv` starts at 0); the sampled
+  siblings (`gpushare*`, `cpu*`, `gpuspec*`) start later and are not sorted by
+  `creation_time` (submissions are).
+- The `multigpu*` siblings have only `name,cpu_milli,memory_mib,num_gpu,gpu_milli`:
+  no times nor qos, so nothing to replay. They are refused, saying so, not
+  imported as pods all submitted at once that never end.
 - `qos` (LS, BE, Burstable, Guaranteed, ...) becomes a tag and is the tenant mapped
   to an allocation; `name` becomes the submission's name. Other columns are ignored
   (`pod_phase` but for the case above).
@@ -38,10 +48,13 @@ from projections.traces.common import (
     NeverRan,
     Row,
     Submission,
+    TraceError,
     TraceResult,
     checked_name,
     checked_tags,
     finish,
+    first_line,
+    header_names,
     is_missing,
     optional_text,
     parse_number,
@@ -54,7 +67,12 @@ REQUIRED = ("name", "num_gpu", "qos", "creation_time", "deletion_time")
 OPTIONAL = ("cpu_milli", "memory_mib", "gpu_milli", "gpu_spec", "pod_phase", "scheduled_time")
 
 
+TIME_COLUMNS = ("creation_time", "deletion_time")
+
+
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
+    _refuse_pod_list_without_times(path)
+
     def parse_row(row: Row) -> Submission | None:
         num_gpu = parse_number(row["num_gpu"], "num_gpu")
         if num_gpu == 0:  # a CPU-only pod: no GPU work, whatever else its row says
@@ -101,3 +119,18 @@ def _start(row: Row, created: float, scheduled: float | None, deleted: float | N
     if scheduled is None or (scheduled == 0 and created > 0) or (deleted and scheduled > deleted):
         raise NeverRan
     return max(created, scheduled)
+
+
+def _refuse_pod_list_without_times(path: Path) -> None:
+    """A pod list with GPU requests but no times (the published `multigpu*` files,
+    made for packing experiments) says nothing about when pods came or how long
+    they ran: refused with that reason, not the bare list of missing columns."""
+    line = first_line(path)
+    names = header_names(line) if line else set()
+    if {"name", "num_gpu"} <= names and not names & set(TIME_COLUMNS):
+        raise TraceError(
+            f"{path}: a pod list without {' or '.join(TIME_COLUMNS)} (like Alibaba's "
+            "openb_pod_list_multigpu*.csv, made for packing experiments): it says neither "
+            "when pods were submitted nor how long they ran, so there is nothing to replay; "
+            "use openb_pod_list_default.csv or a sibling with times"
+        )

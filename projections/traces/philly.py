@@ -2,8 +2,9 @@
 
 Header `timestamp,duration,num_gpus,gpu_time,cluster`: submit time
 `YYYY-MM-DD HH:MM:SS`, read as UTC unless a time zone is given (ISO forms with `T`,
-a zone or fractions, and plain epoch seconds are accepted too), `duration` seconds of run time (empty or NaN: the
-job never ended), `num_gpus`, `gpu_time` (ignored: it is duration x GPUs), and
+an offset or fractions, a trailing PST/PDT/UTC/GMT, and plain epoch seconds are
+accepted too), `duration` seconds of run time (empty, NaN or None: the job never
+ended), `num_gpus`, `gpu_time` (ignored: it is duration x GPUs), and
 `cluster`, the virtual cluster, which becomes the allocation. Rows are not sorted
 in the published files; submissions are, and times become relative to the earliest
 timestamp.
@@ -20,7 +21,8 @@ as its first occurrence (daylight time), as Python's `zoneinfo` does.
 from __future__ import annotations
 
 import math
-from datetime import datetime, tzinfo
+import re
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from pathlib import Path
 
 from domain.admission import MAX_TIME as MAX_EPOCH_S
@@ -43,10 +45,25 @@ REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
 OPTIONAL = ("gpu_time",)
 
 
+# Zone names the Philly trace writes after its times (`2017-10-03 00:08:00 PDT` in its
+# utilization files), each a fixed offset: a derived CSV keeping them was refused row
+# by row. Only unambiguous ones: `CST` is US Central or China Standard Time.
+_NAMED_ZONES = {
+    "PST": timezone(timedelta(hours=-8)),
+    "PDT": timezone(timedelta(hours=-7)),
+    "UTC": UTC,
+    "GMT": UTC,
+}
+_NAMED_ZONE = re.compile(r"(.*\d)\s+(" + "|".join(_NAMED_ZONES) + r")", re.IGNORECASE)
+
+
 def parse_timestamp(text: str, column: str, zone: tzinfo | None = None) -> float:
     """Seconds since the epoch, from 1970 to 9999; naive timestamps are in `zone`
-    (None: UTC)."""
+    (None: UTC), or in the zone a trailing PST, PDT, UTC or GMT names."""
     require(text, column)
+    named = _NAMED_ZONE.fullmatch(text.strip())
+    if named is not None:
+        text, zone = named.group(1), _NAMED_ZONES[named.group(2).upper()]
     try:
         seconds = parse_utc(text) if zone is None else _parse_local(text, zone)
     except ValueError:

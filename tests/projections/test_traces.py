@@ -1542,3 +1542,141 @@ def test_a_scenario_trace_takes_a_timezone(tmp_path: Path) -> None:
     scenario.write_text(head + ", timezone: Mars/Olympus}\n")
     with pytest.raises(ScenarioError, match="timezone 'Mars/Olympus': no such time zone"):
         load_scenario(scenario, {})
+
+
+# ------------------------------------------------------------------ real files' shapes
+# Fixtures written in the shape of the published files (values made up): Alibaba's
+# clusterdata cluster-trace-gpu-v2023/csv/openb_pod_list_*.csv, and a Philly-derived
+# CSV keeping the zone names the Philly trace writes after its times.
+
+OPENB_CUT = 12902960.0  # the published files' deletion_time of pods still running
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fixture", "expected", "counts"),
+    [
+        pytest.param(
+            "alibaba-openb",
+            "openb_pod_list_real_shape.csv",
+            [
+                # created and scheduled at 0, running when the trace was cut
+                sub(0.0, "LS", 1, runtime=OPENB_CUT, tags=["LS"], name="openb-pod-0002"),
+                sub(
+                    431000.0,
+                    "LS",
+                    1,
+                    runtime=OPENB_CUT - 431000,
+                    tags=["LS"],
+                    name="openb-pod-0003",
+                ),
+                sub(10002000.0, "LS", 1, runtime=1496.0, tags=["LS"], name="openb-pod-0000"),
+                sub(10002100.0, "BE", 1, runtime=200.0, tags=["BE"], name="openb-pod-0006"),
+                sub(
+                    10003000.0,
+                    "Burstable",
+                    8,
+                    runtime=8999.0,
+                    tags=["Burstable"],
+                    name="openb-pod-0007",
+                ),
+                sub(10004000.0, "BE", 1, runtime=570.0, tags=["BE"], name="openb-pod-0008"),
+                sub(
+                    10005000.0,
+                    "Guaranteed",
+                    1,
+                    runtime=1000.0,
+                    tags=["Guaranteed"],
+                    name="openb-pod-0009",
+                ),
+            ],
+            # rows, no GPU (a CPU pod and a Pending CPU pod), never scheduled, unfinished
+            (10, 2, 1, 0),
+            id="openb-default-shape",
+        ),
+        pytest.param(
+            "philly",
+            "philly_pacific_suffix.csv",
+            [
+                sub(0.0, "11d7e2", 2),  # 23:00 PDT the evening before: 06:00 UTC
+                sub(9000.0, "7f04d8", 1, runtime=120.0),  # 01:30 PDT, first time round
+                sub(12600.0, "6214e9", 4),  # 01:30 PST, the hour repeated
+                sub(39600.0, "6214e9", 8, runtime=3600.0),
+            ],
+            (5, 1, 0, 2),
+            id="philly-pdt-pst-crlf",
+        ),
+    ],
+)
+def test_reads_files_shaped_like_the_published_ones(
+    fmt: str, fixture: str, expected: list[dict[str, Any]], counts: tuple[int, ...]
+) -> None:
+    result = read_trace(FIXTURES / fixture, fmt)
+    assert result.submissions == expected
+    assert result.skipped_bad == 0
+    assert (
+        result.rows,
+        result.skipped_no_gpu,
+        result.skipped_unscheduled,
+        result.unfinished,
+    ) == counts
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "seconds_after_first"),
+    [
+        pytest.param("2017-10-03 02:00:05 PDT", 5.0, id="pdt"),
+        pytest.param("2017-10-03 01:00:05 PST", 5.0, id="pst"),
+        pytest.param("2017-10-03 09:00:05 UTC", 5.0, id="utc"),
+        pytest.param("2017-10-03 09:00:05 GMT", 5.0, id="gmt"),
+        pytest.param("2017-10-03 02:00:05.5 pdt", 5.5, id="lower-case-fraction"),
+    ],
+)
+def test_philly_timestamps_may_name_their_zone(
+    tmp_path: Path, timestamp: str, seconds_after_first: float
+) -> None:
+    """The Philly trace writes `2017-10-03 00:08:00 PDT`: a derived CSV keeping the
+    zone was refused row by row (`is not a timestamp`), or needed --skip-bad for all."""
+    path = write(
+        tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,1,1,,a", f"{timestamp},1,1,,b"
+    )
+    times = [s["time"] for s in read_trace(path, "philly").submissions]
+    assert times == [0.0, seconds_after_first]
+
+
+def test_a_named_zone_wins_over_the_timezone_option(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "p.csv",
+        PHILLY_HEADER,
+        "2017-10-03 09:00:00 UTC,1,1,,a",
+        "2017-10-03 02:00:00 PDT,1,1,,b",
+    )
+    submissions = read_trace(path, "philly", timezone="Asia/Tokyo").submissions
+    assert [s["time"] for s in submissions] == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    "timestamp",
+    [
+        pytest.param("2017-10-03 09:00:00 CST", id="ambiguous-zone-name"),
+        pytest.param("PDT", id="zone-alone"),
+    ],
+)
+def test_philly_other_zone_names_are_bad_rows(tmp_path: Path, timestamp: str) -> None:
+    path = write(tmp_path, "p.csv", PHILLY_HEADER, f"{timestamp},1,1,,a")
+    with pytest.raises(TraceError, match=r"column timestamp:.*is not a timestamp"):
+        read_trace(path, "philly")
+
+
+def test_openb_pod_list_without_times_is_refused_saying_why(tmp_path: Path) -> None:
+    """The published multigpu*.csv files have no times nor qos: the error listed the
+    missing columns, which read like a malformed file rather than one with nothing to
+    replay."""
+    fixture = FIXTURES / "openb_pod_list_multigpu_shape.csv"
+    with pytest.raises(TraceError, match="without creation_time or deletion_time") as info:
+        read_trace(fixture, "alibaba-openb")
+    assert "nothing to replay" in str(info.value) and not info.value.row_error
+    out = tmp_path / "subs.jsonl"
+    result = run(fixture, "--format", "alibaba-openb", "--skip-bad", "--out", out)
+    assert result.exit_code == 2 and "nothing to replay" in result.stderr
+    assert not out.exists()
