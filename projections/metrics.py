@@ -19,6 +19,13 @@ Per cluster (a journal may hold several; each gets its own fold):
   (free on healthy hosts), cordoned (free on unhealthy hosts); they sum to the
   registered GPUs.
 - ``allot_workloads{state}``: pending / running.
+- ``allot_allocation_workloads{allocation, state}`` and
+  ``allot_allocation_gpus{allocation, state}``: the same per leaf allocation (every
+  leaf, 0 when idle): its pending / running workloads, and the GPUs its running work
+  holds, allocated / unallocated (summed over leaves, ``allot_gpus`` of those states).
+  A Kueue dashboard's per-ClusterQueue panels (``kueue_pending_workloads``,
+  ``kueue_admitted_active_workloads``, ``kueue_cluster_queue_resource_usage``) read
+  these.
 - ``allot_queue_wait_seconds{class}``: histogram of submit → first placement;
   ``class`` is ``short`` for work tagged ``debug`` or within the short-job rule
   (0 < min_runtime ≤ short_job_max_min_runtime and gpus ≤ short_job_max_gpus), else
@@ -149,6 +156,8 @@ CAUSE_MEMORY = 4096  # recent causes whose times are kept for the latency histog
 METRIC_NAMES: dict[str, str] = {
     "allot_gpus": "gauge",
     "allot_workloads": "gauge",
+    "allot_allocation_workloads": "gauge",
+    "allot_allocation_gpus": "gauge",
     "allot_queue_wait_seconds": "histogram",
     "allot_oldest_wait_seconds": "gauge",
     "allot_preemptions_total": "counter",
@@ -310,6 +319,25 @@ class _ClusterFold:
             out[w.state] = out.get(w.state, 0) + 1
         return out
 
+    def by_allocation(self) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+        """Per leaf allocation: workloads by state, and GPUs held by running work by
+        whether it is charged. Every leaf has its series (zeros), so a panel per
+        allocation does not vanish while it is idle."""
+        workloads = {leaf: dict.fromkeys(WORKLOAD_STATES, 0) for leaf in self.state.tree.leaves()}
+        gpus = {leaf: {"allocated": 0, "unallocated": 0} for leaf in workloads}
+        empty = dict.fromkeys(WORKLOAD_STATES, 0)
+        for w in self.state.workloads.values():
+            counts = workloads.setdefault(w.allocation, dict(empty))
+            counts[w.state] = counts.get(w.state, 0) + 1
+        for host in self.state.hosts.values():
+            for wid, n in host.workloads.items():
+                w = self.state.workloads.get(wid)
+                if w is None:
+                    continue
+                held = gpus.setdefault(w.allocation, {"allocated": 0, "unallocated": 0})
+                held["allocated" if w.charged else "unallocated"] += n
+        return workloads, gpus
+
     def oldest_waits(self) -> dict[str, float]:
         """Per class, how long the longest-waiting workload has waited so far (journal
         time): the wait histogram only sees waits that ended, so work stuck in the
@@ -416,7 +444,21 @@ class MetricsCollector(Collector):
             labels=[*c, "state"],
         )
         workloads = GaugeMetricFamily(
-            "allot_workloads", "Live workloads by state.", labels=[*c, "state"]
+            "allot_workloads",
+            "Live workloads by state: pending (held included) / running.",
+            labels=[*c, "state"],
+        )
+        allocation_workloads = GaugeMetricFamily(
+            "allot_allocation_workloads",
+            "Live workloads per leaf allocation by state: pending (held included) / running "
+            "(Kueue: kueue_pending_workloads, kueue_admitted_active_workloads per ClusterQueue).",
+            labels=[*c, "allocation", "state"],
+        )
+        allocation_gpus = GaugeMetricFamily(
+            "allot_allocation_gpus",
+            "GPUs held by each leaf allocation's running work: allocated (charged) / "
+            "unallocated (free, preemptible) (Kueue: kueue_cluster_queue_resource_usage).",
+            labels=[*c, "allocation", "state"],
         )
         waits = HistogramMetricFamily(
             "allot_queue_wait_seconds",
@@ -493,6 +535,13 @@ class MetricsCollector(Collector):
                 gpus.add_metric([name, state], n)
             for state, n in f.workloads().items():
                 workloads.add_metric([name, state], n)
+            per_workloads, per_gpus = f.by_allocation()
+            for path in sorted(per_workloads):
+                for state, n in per_workloads[path].items():
+                    allocation_workloads.add_metric([name, path, state], n)
+            for path in sorted(per_gpus):
+                for state, n in per_gpus[path].items():
+                    allocation_gpus.add_metric([name, path, state], n)
             for klass, h in f.waits.items():
                 waits.add_metric([name, klass], h.buckets(), h.sum)
             for klass, age in f.oldest_waits().items():
@@ -522,6 +571,8 @@ class MetricsCollector(Collector):
         families = [
             gpus,
             workloads,
+            allocation_workloads,
+            allocation_gpus,
             waits,
             oldest,
             preemptions,

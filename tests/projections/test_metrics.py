@@ -96,6 +96,47 @@ def test_workloads_by_state() -> None:
     assert value(c, "allot_workloads", state="running") == 1
 
 
+def test_workloads_and_gpus_per_allocation() -> None:
+    """A Kueue operator's panels are per ClusterQueue (kueue_pending_workloads,
+    kueue_cluster_queue_resource_usage); allot's counts were per cluster only, so who
+    waits and who holds the GPUs could not be graphed. Every leaf has its series, idle
+    ones at 0, and the GPUs add up to allot_gpus's allocated and unallocated."""
+    j = cluster()
+    j.submit("a1", "lab/a", gpus=8).submit("a2", "lab/a", gpus=8)
+    j.submit("f1", "lab/b", gpus=2, min_runtime=0)
+    j.at(10).place("a1", {"h0": H8}).place("f1", {"h1": [0, 1]})
+    c = collect(j)
+    per = {
+        (a, s): value(c, "allot_allocation_workloads", allocation=a, state=s)
+        for a in ("lab/a", "lab/b")
+        for s in ("pending", "running")
+    }
+    assert per == {
+        ("lab/a", "pending"): 1,
+        ("lab/a", "running"): 1,
+        ("lab/b", "pending"): 0,
+        ("lab/b", "running"): 1,
+    }
+    held = {
+        (a, s): value(c, "allot_allocation_gpus", allocation=a, state=s)
+        for a in ("lab/a", "lab/b")
+        for s in ("allocated", "unallocated")
+    }
+    assert held == {
+        ("lab/a", "allocated"): 8,
+        ("lab/a", "unallocated"): 0,
+        ("lab/b", "allocated"): 0,
+        ("lab/b", "unallocated"): 2,
+    }
+    for s in ("allocated", "unallocated"):
+        assert sum(v for (_, st), v in held.items() if st == s) == value(c, "allot_gpus", state=s)
+    # a leaf with no work yet is there, at 0
+    j.at(20).budget("lab/c", 1)
+    c = collect(j)
+    assert value(c, "allot_allocation_workloads", allocation="lab/c", state="pending") == 0
+    assert value(c, "allot_allocation_gpus", allocation="lab/c", state="allocated") == 0
+
+
 def test_queue_wait_histogram_by_class() -> None:
     j = cluster()
     j.submit("d1", "lab/b", gpus=1, min_runtime=3600, tags=("debug",))  # tagged debug
