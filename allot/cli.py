@@ -989,6 +989,41 @@ _SBATCH_FLAGS.update(
 )
 
 
+# submit flags a Kueue user reaches for: a Job's queue label and priority class
+_KUEUE_FLAGS = {
+    "--queue": "Kueue's LocalQueue (kueue.x-k8s.io/queue-name) is a leaf allocation here: -A PATH",
+    "--queue-name": "Kueue's LocalQueue (kueue.x-k8s.io/queue-name) is a leaf allocation "
+    "here: -A PATH",
+    "--local-queue": "Kueue's LocalQueue is a leaf allocation here: -A PATH",
+    "--priority-class": "a WorkloadPriorityClass's value is --priority N here; it orders "
+    "work inside its allocation only (under fairshare it preempts nothing)",
+    "--workload-priority-class": "a WorkloadPriorityClass's value is --priority N here; it "
+    "orders work inside its allocation only (under fairshare it preempts nothing)",
+}
+_SBATCH_FLAGS.update(_KUEUE_FLAGS)
+
+# commands a kubectl/kueuectl user types by habit, and allot's own
+_KUBECTL_COMMANDS = {
+    "describe": "`kubectl describe workload` is `allot why ID` here",
+    "get": "`kubectl get workloads` is `allot queue` here (`allot acct` lists ended work too)",
+    "list": "`kueuectl list workloads` is `allot queue` here (`allot acct` lists ended work too)",
+    "stop": "`kueuectl stop workload` is `allot hold ID` here for pending work; running work "
+    "stops with `allot requeue ID` (it waits again) or `allot cancel ID`",
+    "resume": "`kueuectl resume workload` is `allot release ID` here",
+}
+
+
+def _kubectl_hint(why: Exception, argv: list[str]) -> str | None:
+    """What allot has instead of a kubectl or kueuectl verb typed as a command
+    (`allot describe ID`): click's guess ('Did you mean budget?' for get) misleads."""
+    ctx = getattr(why, "ctx", None)
+    if ctx is None or ctx.parent is not None or "No such command" not in str(why):
+        return None
+    word = next((w for w in argv if not w.startswith("-")), None)
+    hint = _KUBECTL_COMMANDS.get(word or "")
+    return f"No such command '{word}': {hint}" if hint else None
+
+
 def _sbatch_hint(why: Exception) -> str | None:
     """What `allot submit` has instead of an sbatch flag it was given (`--gres=gpu:8`,
     `-t 1h`, `--mem 10G`): click's guess at a close option (`--as, --gpus` for --gres,
@@ -1073,7 +1108,7 @@ def main() -> None:
 
         where = why.ctx.command_path if why.ctx is not None else "allot"
         message = (
-            f"{_unknown_option(why, sys.argv[1:]) or _sbatch_hint(why) or why.format_message()} "
+            f"{_unknown_option(why, sys.argv[1:]) or _sbatch_hint(why) or _kubectl_hint(why, sys.argv[1:]) or why.format_message()} "
             f"(see `{where} --help`)"
         )
         err.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)

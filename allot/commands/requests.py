@@ -556,7 +556,13 @@ def submit(
         bool, typer.Option("--resumable", help="Requeue (don't end) it when preempted.")
     ] = False,
     priority: Annotated[
-        int, typer.Option("--priority", help="Order inside its allocation (higher first).")
+        int,
+        typer.Option(
+            "--priority",
+            help="Order inside its allocation (higher first). Under fairshare it never "
+            "preempts running work, not even its own allocation's (legacy-priority: levels "
+            "0-3 preempt lower levels).",
+        ),
     ] = 0,
     tag: Annotated[
         list[str] | None,

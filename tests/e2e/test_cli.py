@@ -815,6 +815,31 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
             ["budget", "set", "lab", "1", "2"], ["unexpected extra argument"], id="extra-argument"
         ),
         pytest.param(["nosuch"], ["No such command 'nosuch'"], id="unknown-command"),
+        # kubectl's and kueuectl's verbs were "No such command" (get: "Did you mean
+        # 'budget'?"), and Kueue's queue label and priority class click's guesses
+        pytest.param(
+            ["describe", "workload", "w1"],
+            ["No such command 'describe'", "`allot why ID`"],
+            id="kubectl-describe",
+        ),
+        pytest.param(
+            ["get", "workloads"], ["No such command 'get'", "`allot queue`"], id="kubectl-get"
+        ),
+        pytest.param(
+            ["stop", "workload", "w1"],
+            ["No such command 'stop'", "`allot hold ID`", "`allot requeue ID`"],
+            id="kueuectl-stop",
+        ),
+        pytest.param(
+            ["submit", "-A", "lab/a", "-G", "1", "--queue", "team-a"],
+            ["No such option: --queue", "leaf allocation here: -A PATH"],
+            id="kueue-queue-name",
+        ),
+        pytest.param(
+            ["submit", "-A", "lab/a", "-G", "1", "--priority-class=high"],
+            ["No such option: --priority-class", "--priority N"],
+            id="kueue-priority-class",
+        ),
     ],
 )
 def test_a_usage_mistake_is_one_error_line_pointing_at_help(
