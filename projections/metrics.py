@@ -462,7 +462,8 @@ class MetricsCollector(Collector):
         )
         waits = HistogramMetricFamily(
             "allot_queue_wait_seconds",
-            "Submit to first placement, by class (short: debug-tagged or short and small).",
+            "Submit to first placement, by class (short: debug-tagged or short and small); "
+            "waits after a requeue are not counted.",
             labels=[*c, "class"],
         )
         oldest = GaugeMetricFamily(

@@ -18,7 +18,9 @@ How a real launcher (Kubernetes Job, Slurm, a container runtime) consumes the jo
    container with `--gpus '"device=0,1"'`. Starting late is fine; starting somewhere
    else is not (the scheduler counts those GPUs as taken).
 3. `workload.preempted` (`workload`, `attempt`, `reason`, `beneficiary`, `requeued`):
-   stop that attempt, so the beneficiary can start on the same GPUs. A grace period
+   stop that attempt, so the beneficiary can start on the same GPUs (a Kubernetes Job:
+   set `spec.suspend: true` or delete it, and create a new Job for the next attempt;
+   README, *A Kubernetes Job launcher*). A grace period
    for checkpointing (`preempt_grace` in the journaled `config.set`, advisory) is the
    launcher's to give, before the beneficiary's own `workload.placed` is acted on.
    With `requeued: true` the workload waits again and will get a new
