@@ -12,7 +12,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -1566,8 +1566,6 @@ def _near_miss(target: Target, cluster: str, path: str) -> str | None:
     """An existing sibling `path` is probably a typo of (`lab/olmo/pretrian` beside
     `lab/olmo/pretrain`), when `path` itself does not exist; None when it exists, nothing
     is close, or the journal cannot be read (the scheduler decides as before)."""
-    from difflib import get_close_matches
-
     from domain.tree import parent_of
 
     tree = _allocation_paths(target, cluster)
@@ -1577,10 +1575,40 @@ def _near_miss(target: Target, cluster: str, path: str) -> str | None:
     if path in tree or (parent is not None and parent not in tree):
         return None  # a missing parent is the scheduler's rejection to give
     siblings = {s.rpartition("/")[2]: s for s in tree if parent_of(s) == parent}
-    name = path.rpartition("/")[2]
-    same_but_case = [s for n, s in siblings.items() if n.casefold() == name.casefold()]
-    close = get_close_matches(name, sorted(siblings), n=1, cutoff=0.8)
-    return same_but_case[0] if same_but_case else (siblings[close[0]] if close else None)
+    typo_of = likely_typo_of(path.rpartition("/")[2], siblings)
+    return None if typo_of is None else siblings[typo_of]
+
+
+def likely_typo_of(name: str, siblings: Iterable[str]) -> str | None:
+    """The sibling name `name` is probably a mistyped copy of: the same but for case,
+    or close to it (`pretrian` beside `pretrain`) but for the next of a series
+    (`team-b` beside `team-a`, `run2` beside `run1`, `olmo2` beside `olmo`): sibling
+    teams and projects are named that way, and refusing each new one as a typo made
+    --create a habit, which defeats the check."""
+    from difflib import get_close_matches
+
+    names = sorted(siblings)
+    same_but_case = [n for n in names if n.casefold() == name.casefold()]
+    if same_but_case:
+        return same_but_case[0]
+    close = [n for n in names if not _next_of_a_series(name, n)]
+    found = get_close_matches(name, close, n=1, cutoff=0.8)
+    return found[0] if found else None
+
+
+def _next_of_a_series(a: str, b: str) -> bool:
+    """`a` and `b` differ only in a trailing number, or in one trailing letter after a
+    separator (`team-a`, `team-b`)."""
+    pairs = zip(a.casefold(), b.casefold(), strict=False)
+    common = next((i for i, (x, y) in enumerate(pairs) if x != y), min(len(a), len(b)))
+    prefix, rest_a, rest_b = a[:common], a[common:], b[common:]
+    if prefix[-1:].isdigit():  # run10 beside run11: the number starts before the difference
+        digits = len(prefix) - len(prefix.rstrip("0123456789"))
+        prefix, rest_a, rest_b = prefix[:-digits], a[common - digits :], b[common - digits :]
+    if all(rest.isdigit() or not rest for rest in (rest_a, rest_b)):
+        return bool(prefix)
+    one_letter = all(len(rest) == 1 and rest.isalpha() for rest in (rest_a, rest_b))
+    return one_letter and prefix[-1:] in ("-", "_", ".")
 
 
 def _budget_tree_records(target: Target, cluster: str) -> list[dict[str, Any]] | None:
@@ -1721,7 +1749,8 @@ def budget_set(
     --add-member is refused). A scheduler older than --add-member and its kin ignores
     them: the verdict says so, exit 1. A new PATH whose name is close to an existing
     sibling's is refused as a likely typo unless --create is given: created, it would
-    take a share from its siblings at once."""
+    take a share from its siblings at once. The next of a series is no typo
+    (lab/team-b beside lab/team-a, run2 beside run1, olmo2 beside olmo)."""
     with one_line_errors():
         from domain.admission import MAX_WEIGHT
 

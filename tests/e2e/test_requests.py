@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from allot.commands.requests import RequestError, expand_ids, parse_array
+from allot.commands.requests import RequestError, expand_ids, likely_typo_of, parse_array
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 ADMIN = "ops"
@@ -488,16 +488,54 @@ def test_a_new_path_close_to_a_sibling_is_refused_as_a_typo(cluster: Path) -> No
         assert f"{typo} does not exist, and {existing} does: a typo? Nothing sent" in line
         assert "--create" in line
     assert inbox.read_bytes() == before  # refused before sending
-    # a name close to nothing, or --create, creates as before
-    for args in (("lab/robotics", "1"), ("lab/olmo2", "1", "--create")):
+    # a name close to nothing, the next of a series, or --create, creates as before
+    created = (("lab/robotics", "1"), ("lab/olmo2", "1"), ("lab/olmoo", "1", "--create"))
+    for args in created:
         result = allot("budget", "set", *args, "--data", str(cluster), "--as", "pm", "--wait", "20")
         assert result.returncode == 0, result.stdout + result.stderr
         assert result.stdout.splitlines()[-1] == f"Budget of {args[0]} set"
-    for path in ("lab/robotics", "lab/olmo2"):  # leave the module's tree as it was
+    for path, *_ in created:  # leave the module's tree as it was
         result = allot(
             "budget", "remove", path, "--data", str(cluster), "--as", "pm", "--wait", "20"
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "siblings", "typo_of"),
+    [
+        ("pretrian", ["pretrain", "midtrain"], "pretrain"),
+        ("Olmo", ["olmo"], "olmo"),
+        ("olmoo", ["olmo"], "olmo"),
+        ("visoin", ["vision"], "vision"),
+        ("teamb", ["teama"], "teama"),  # no separator: a letter series or a slip
+        ("team-b", ["team-a"], None),
+        ("team-c", ["team-a", "team-b"], None),
+        ("olmo2", ["olmo"], None),
+        ("run11", ["run10"], None),
+        ("v2", ["v1"], None),
+        ("robotics", ["olmo", "vision"], None),
+    ],
+    ids=[
+        "transposed",
+        "case",
+        "doubled-letter",
+        "swapped",
+        "letter-no-separator",
+        "next-letter",
+        "third-letter",
+        "numbered-after-unnumbered",
+        "next-number",
+        "versions",
+        "nothing-close",
+    ],
+)
+def test_a_typo_is_told_from_the_next_of_a_series(
+    name: str, siblings: list[str], typo_of: str | None
+) -> None:
+    """Sibling teams are named team-a, team-b, ...: refusing each new one as a typo of
+    the last (as a Kueue user's queues were) made --create a habit."""
+    assert likely_typo_of(name, siblings) == typo_of
 
 
 def test_host_health_and_an_unauthorized_registration(cluster: Path) -> None:
