@@ -39,9 +39,19 @@ from tests.streams.rig import (
 pytestmark = pytest.mark.kafka
 
 
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One broker for the module: a start and a stop are seconds, and each test's
+    topics have a suffix of their own."""
+    yield from Broker.running(tmp_path_factory.mktemp("kafka"))
+
+
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Broker]:
-    yield from Broker.running(tmp_path / "kafka")
+def broker(module_broker: Broker) -> Broker:
+    """The module's broker, running (a test that failed while it was stopped may have
+    left it so; a start of a running broker only says its address)."""
+    module_broker.start()
+    return module_broker
 
 
 def _said(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:

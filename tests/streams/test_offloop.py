@@ -82,20 +82,9 @@ async def test_the_loop_runs_while_the_child_pickles(tmp_path: Path) -> None:
     assert pickle.loads(zlib.decompress(blob)) == 7
 
 
-class _SlowToPickle:
-    """Takes `seconds` to pickle: a snapshot of a big state, still being written."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def __reduce__(self) -> tuple:
-        time.sleep(self.seconds)
-        return (int, (0,))
-
-
 def _soon(attempt: Callable[[], object], refused: type[Exception], held: str) -> None:
     """`attempt()` succeeds within 4 s: the child closes its inherited copy as it starts
-    (without the fix, only once it is done, seconds later)."""
+    (without the fix, only once it is done: never, while its gate is shut)."""
     deadline = time.monotonic() + 4.0
     while True:
         try:
@@ -113,7 +102,9 @@ def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None
     lock = tmp_path / ".serve.lock"
     held = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    pid = fork_to_file(_SlowToPickle(6.0), tmp_path / "snap")
+    # a snapshot of a big state, still being written until the test opens the gate
+    gate = tmp_path / "written"
+    pid = fork_to_file(_Gate(gate), tmp_path / "snap")
     assert pid is not None
     try:
         os.close(held)  # the parent is gone
@@ -128,6 +119,7 @@ def test_a_snapshot_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None
         finally:
             os.close(again)
     finally:
+        gate.touch()
         assert reaped(pid, wait=True) == 0
     assert (tmp_path / "snap").exists()
 
@@ -141,7 +133,8 @@ def test_a_snapshot_child_does_not_keep_its_parents_listening_port(tmp_path: Pat
     server.bind(("127.0.0.1", 0))
     server.listen()
     port = server.getsockname()[1]
-    pid = fork_to_file(_SlowToPickle(6.0), tmp_path / "snap")
+    gate = tmp_path / "written"
+    pid = fork_to_file(_Gate(gate), tmp_path / "snap")
     assert pid is not None
     try:
         server.close()  # the parent is gone
@@ -156,4 +149,5 @@ def test_a_snapshot_child_does_not_keep_its_parents_listening_port(tmp_path: Pat
         finally:
             again.close()
     finally:
+        gate.touch()
         assert reaped(pid, wait=True) == 0
