@@ -389,7 +389,12 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--as",
                 help=f"Report as this principal (default {ACTOR}): the actor of its "
-                "workload.finished reports, as a real launcher's (a gateway may insist on it).",
+                "workload.finished reports, as a real launcher's (a gateway may insist on it). "
+                "Not $USER, unlike the other request commands: the launcher is a role, not a "
+                "person. The scheduler accepts a report from any actor (it checks the workload "
+                "and attempt), so the name only records who ended the work, and the service "
+                "account a launcher runs under (root, or no $USER in a container) would say "
+                "less.",
                 show_default=False,
             ),
         ] = None,
