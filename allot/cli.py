@@ -470,6 +470,7 @@ def simulate(
     Writes DIR/<policy>/{journal.jsonl, summary.json, report.html, gantt.png}; with several
     --policy options also prints a comparison table and writes DIR/comparison.md. Each
     DIR/<policy> is replaced only once its new run is complete (Ctrl-C keeps the old one).
+    Ends by saying where the reports and summaries are (not with --quiet).
 
     A run lasts until the scenario's horizon, or without one until all work has ended.
     When waiting work can never start (behind work that never ends, or for hosts that
@@ -477,6 +478,22 @@ def simulate(
     engine.stalled_at). Several policies whose runs cover different periods (no horizon,
     different ends) get a warning under the table: give the scenario a horizon.
     """
+    ran = _simulate(scenario, out, policy, set_, gantt_window, no_report, jobs, quiet)
+    if not quiet:
+        _say_where_results(out, ran, reports=not no_report)
+
+
+def _simulate(
+    scenario: Path,
+    out: Path,
+    policy: list[str] | None,
+    set_: list[str] | None,
+    gantt_window: str | None,
+    no_report: bool,
+    jobs: int | None,
+    quiet: bool,
+) -> list[str]:
+    """`allot simulate` but its footer: the policies run (demo says where they went)."""
     from projections.scenario import load_scenario
     from projections.simulate import RunSpec, check_output_folder, split_overrides
 
@@ -504,14 +521,16 @@ def simulate(
             err=True,
         )
     spec = RunSpec.of_scenario(sc, engine)
-    _run_policies(
-        spec,
-        policy or [spec.config.ordering],  # the scenario's `ordering` (or --set's)
-        out,
-        quiet=quiet,
-        gantt_window=gantt_window,
-        reports=not no_report,
-        jobs=jobs or _default_jobs(),
+    return list(
+        _run_policies(
+            spec,
+            policy or [spec.config.ordering],  # the scenario's `ordering` (or --set's)
+            out,
+            quiet=quiet,
+            gantt_window=gantt_window,
+            reports=not no_report,
+            jobs=jobs or _default_jobs(),
+        )
     )
 
 
@@ -711,7 +730,7 @@ def _replay(
         engine = {**engine, **kept}
     spec = journal_run_spec(journal, config_overrides, engine, budgets)
     say_cut()
-    _run_policies(
+    summaries = _run_policies(
         spec,
         policy or [spec.config.ordering],
         out,
@@ -720,6 +739,8 @@ def _replay(
         reports=not no_report,
         jobs=jobs or _default_jobs(),
     )
+    if not quiet:
+        _say_where_results(out, list(summaries), reports=not no_report)
 
 
 @app.command()
@@ -802,26 +823,33 @@ def demo(
             "Simulating [bold]lab.yaml[/]: a 1024-GPU lab, 15 allocations, a week of work, "
             "under the new fair-share scheduler and the old priority system..."
         )
-    simulate(
-        scenario,
-        out=out,
-        policy=DEMO_POLICIES,
-        set_=None,
-        gantt_window=None,
-        no_report=False,
-        jobs=jobs,
-        quiet=quiet,
-    )
+    _simulate(scenario, out, DEMO_POLICIES, None, None, False, jobs, quiet)
+    _say_where_results(out, DEMO_POLICIES, reports=True)  # even with --quiet, as before
+
+
+def _say_where_results(out: Path, policies: list[str], *, reports: bool) -> None:
+    """The footer of simulate, replay (a what-if) and demo: where each run's report,
+    timeline and summary are, each path whole on its line (soft_wrap: a path broken
+    over two lines cannot be pasted)."""
     from rich.markup import escape
 
-    console.print("\nReports (open in a browser; they work offline):")
-    for policy in DEMO_POLICIES:  # soft_wrap: a path broken over two lines cannot be pasted
-        report, gantt = (
-            escape(str(out / policy / "report.html")),
-            escape(str(out / policy / "gantt.png")),
-        )
-        console.print(f"  {report}   [dim](gantt: {gantt})[/]", soft_wrap=True)
-    console.print(f"  comparison table: {escape(str(out / 'comparison.md'))}", soft_wrap=True)
+    def path(*parts: str) -> str:
+        return escape(str(out.joinpath(*parts)))
+
+    if reports:
+        console.print("\nReports (open in a browser; they work offline):")
+        for policy in policies:
+            gantt = path(policy, "gantt.png")
+            console.print(
+                f"  {path(policy, 'report.html')}   [dim](gantt: {gantt})[/]", soft_wrap=True
+            )
+    else:
+        console.print("\nResults (--no-report: no report.html or gantt.png):")
+    if len(policies) > 1:
+        console.print(f"  comparison table: {path('comparison.md')}", soft_wrap=True)
+    summaries = ", ".join(path(policy, "summary.json") for policy in policies)
+    label = "summary" if len(policies) == 1 else "summaries"
+    console.print(f"  {label}: {summaries}", soft_wrap=True)
 
 
 # Errors that mean the user asked for something impossible: one line, exit 2. Looked up
