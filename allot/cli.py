@@ -981,11 +981,45 @@ def _unknown_option(why: Exception, argv: list[str]) -> str | None:
         argument = get_close_matches(flag.lstrip("-"), arguments, n=1, cutoff=0.75)
         if argument:
             return f"No such option: {flag} ({argument[0].upper()} is given without a flag)"
-        close = get_close_matches(flag, options, n=3, cutoff=0.6)
-        return f"No such option: {flag}" + (
-            f" (Possible options: {', '.join(close)})" if close else ""
-        )
+        return _no_such_option_message(flag, options)
     return None
+
+
+CLOSE_OPTION = 0.6  # difflib's default cutoff, as click's, over the names without dashes
+
+
+def _closest_options(flag: str, options: list[str]) -> list[str]:
+    """The options nearest `flag`, compared without their dashes, and only the nearest
+    (several when they tie): click's guess compares `--alocation` with the dashes too,
+    and offered `--horizon` beside `--allocation`."""
+    from difflib import SequenceMatcher
+
+    name = flag.lstrip("-")
+    longs = flag.startswith("--")
+    scores = {
+        option: SequenceMatcher(None, name, option.lstrip("-")).ratio()
+        for option in set(options)
+        if option.startswith("--") == longs
+    }
+    best = max(scores.values(), default=0.0)
+    if best < CLOSE_OPTION:
+        return []
+    return sorted(option for option, score in scores.items() if score == best)
+
+
+def _no_such_option_message(flag: str, options: list[str]) -> str:
+    close = _closest_options(flag, options)
+    return f"No such option: {flag}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
+
+
+def _mistyped_option(why: Exception) -> str | None:
+    """click's 'No such option' with allot's guess at what was meant (`_closest_options`)."""
+    ctx = getattr(why, "ctx", None)
+    flag = getattr(why, "option_name", None)
+    if type(why).__name__ != "NoSuchOption" or ctx is None or not isinstance(flag, str):
+        return None
+    options = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)]
+    return _no_such_option_message(flag, [o for o in options if o.startswith("-")])
 
 
 _GPUS_ONLY = "allot schedules GPUs only: there are no CPUs or memory to ask for"
@@ -1101,7 +1135,7 @@ def main() -> None:
 
         where = why.ctx.command_path if why.ctx is not None else "allot"
         message = (
-            f"{_unknown_option(why, sys.argv[1:]) or _sbatch_hint(why) or why.format_message()} "
+            f"{_unknown_option(why, sys.argv[1:]) or _sbatch_hint(why) or _mistyped_option(why) or why.format_message()} "
             f"(see `{where} --help`)"
         )
         err.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)

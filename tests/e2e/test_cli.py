@@ -820,11 +820,22 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
             ["budget", "set", "lab", "abc"], ["'weight'", "budget set --help"], id="bad-number"
         ),
         pytest.param(["queue", "--nope"], ["No such option: --nope"], id="unknown-option"),
+        # click's guess compared the dashes too: --horizon came with --allocation
+        pytest.param(
+            ["submit", "--alocation", "x"],
+            ["No such option: --alocation (did you mean --allocation?) (see"],
+            id="mistyped-option-gets-the-closest-only",
+        ),
+        pytest.param(
+            ["queue", "--staet"],
+            ["No such option: --staet (did you mean --start or --state?) (see"],
+            id="mistyped-option-ties-are-all-named",
+        ),
         # budget set and host register take a negative number as an argument, so click
         # let unknown options through as arguments: "Got unexpected extra argument(s)"
         pytest.param(
             ["budget", "set", "lab", "1", "--members", "dave"],
-            ["No such option: --members (Possible options: --member"],
+            ["No such option: --members (did you mean --member?)"],
             id="unknown-option-of-budget-set",
         ),
         pytest.param(
