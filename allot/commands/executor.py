@@ -94,6 +94,7 @@ from allot.commands.common import (
     DataOpt,
     KafkaOpt,
     TargetError,
+    plural,
     resolve_target,
     whoami,
 )
@@ -442,7 +443,7 @@ def register(app: typer.Typer) -> None:
                 actor=actor,
             )
             if not quiet:
-                typer.echo(f"allot executor: {sent} reports sent", err=True)
+                typer.echo(f"allot executor: {plural(sent, 'report')} sent", err=True)
         except (TargetError, SourceError, InboxError, EmbeddedError) as why:
             typer.echo(f"error: {why}", err=True)
             raise typer.Exit(2) from None
