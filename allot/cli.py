@@ -470,6 +470,7 @@ def simulate(
     Writes DIR/<policy>/{journal.jsonl, summary.json, report.html, gantt.png}; with several
     --policy options also prints a comparison table and writes DIR/comparison.md. Each
     DIR/<policy> is replaced only once its new run is complete (Ctrl-C keeps the old one).
+    Ends by saying where the reports and summaries are (not with --quiet).
 
     A run lasts until the scenario's horizon, or without one until all work has ended.
     When waiting work can never start (behind work that never ends, or for hosts that
@@ -477,6 +478,22 @@ def simulate(
     engine.stalled_at). Several policies whose runs cover different periods (no horizon,
     different ends) get a warning under the table: give the scenario a horizon.
     """
+    ran = _simulate(scenario, out, policy, set_, gantt_window, no_report, jobs, quiet)
+    if not quiet:
+        _say_where_results(out, ran, reports=not no_report)
+
+
+def _simulate(
+    scenario: Path,
+    out: Path,
+    policy: list[str] | None,
+    set_: list[str] | None,
+    gantt_window: str | None,
+    no_report: bool,
+    jobs: int | None,
+    quiet: bool,
+) -> list[str]:
+    """`allot simulate` but its footer: the policies run (demo says where they went)."""
     from projections.scenario import load_scenario
     from projections.simulate import RunSpec, check_output_folder, split_overrides
 
@@ -504,14 +521,16 @@ def simulate(
             err=True,
         )
     spec = RunSpec.of_scenario(sc, engine)
-    _run_policies(
-        spec,
-        policy or [spec.config.ordering],  # the scenario's `ordering` (or --set's)
-        out,
-        quiet=quiet,
-        gantt_window=gantt_window,
-        reports=not no_report,
-        jobs=jobs or _default_jobs(),
+    return list(
+        _run_policies(
+            spec,
+            policy or [spec.config.ordering],  # the scenario's `ordering` (or --set's)
+            out,
+            quiet=quiet,
+            gantt_window=gantt_window,
+            reports=not no_report,
+            jobs=jobs or _default_jobs(),
+        )
     )
 
 
@@ -711,7 +730,7 @@ def _replay(
         engine = {**engine, **kept}
     spec = journal_run_spec(journal, config_overrides, engine, budgets)
     say_cut()
-    _run_policies(
+    summaries = _run_policies(
         spec,
         policy or [spec.config.ordering],
         out,
@@ -720,6 +739,8 @@ def _replay(
         reports=not no_report,
         jobs=jobs or _default_jobs(),
     )
+    if not quiet:
+        _say_where_results(out, list(summaries), reports=not no_report)
 
 
 @app.command()
@@ -802,26 +823,33 @@ def demo(
             "Simulating [bold]lab.yaml[/]: a 1024-GPU lab, 15 allocations, a week of work, "
             "under the new fair-share scheduler and the old priority system..."
         )
-    simulate(
-        scenario,
-        out=out,
-        policy=DEMO_POLICIES,
-        set_=None,
-        gantt_window=None,
-        no_report=False,
-        jobs=jobs,
-        quiet=quiet,
-    )
+    _simulate(scenario, out, DEMO_POLICIES, None, None, False, jobs, quiet)
+    _say_where_results(out, DEMO_POLICIES, reports=True)  # even with --quiet, as before
+
+
+def _say_where_results(out: Path, policies: list[str], *, reports: bool) -> None:
+    """The footer of simulate, replay (a what-if) and demo: where each run's report,
+    timeline and summary are, each path whole on its line (soft_wrap: a path broken
+    over two lines cannot be pasted)."""
     from rich.markup import escape
 
-    console.print("\nReports (open in a browser; they work offline):")
-    for policy in DEMO_POLICIES:  # soft_wrap: a path broken over two lines cannot be pasted
-        report, gantt = (
-            escape(str(out / policy / "report.html")),
-            escape(str(out / policy / "gantt.png")),
-        )
-        console.print(f"  {report}   [dim](gantt: {gantt})[/]", soft_wrap=True)
-    console.print(f"  comparison table: {escape(str(out / 'comparison.md'))}", soft_wrap=True)
+    def path(*parts: str) -> str:
+        return escape(str(out.joinpath(*parts)))
+
+    if reports:
+        console.print("\nReports (open in a browser; they work offline):")
+        for policy in policies:
+            gantt = path(policy, "gantt.png")
+            console.print(
+                f"  {path(policy, 'report.html')}   [dim](gantt: {gantt})[/]", soft_wrap=True
+            )
+    else:
+        console.print("\nResults (--no-report: no report.html or gantt.png):")
+    if len(policies) > 1:
+        console.print(f"  comparison table: {path('comparison.md')}", soft_wrap=True)
+    summaries = ", ".join(path(policy, "summary.json") for policy in policies)
+    label = "summary" if len(policies) == 1 else "summaries"
+    console.print(f"  {label}: {summaries}", soft_wrap=True)
 
 
 # Errors that mean the user asked for something impossible: one line, exit 2. Looked up
@@ -953,11 +981,45 @@ def _unknown_option(why: Exception, argv: list[str]) -> str | None:
         argument = get_close_matches(flag.lstrip("-"), arguments, n=1, cutoff=0.75)
         if argument:
             return f"No such option: {flag} ({argument[0].upper()} is given without a flag)"
-        close = get_close_matches(flag, options, n=3, cutoff=0.6)
-        return f"No such option: {flag}" + (
-            f" (Possible options: {', '.join(close)})" if close else ""
-        )
+        return _no_such_option_message(flag, options)
     return None
+
+
+CLOSE_OPTION = 0.6  # difflib's default cutoff, as click's, over the names without dashes
+
+
+def _closest_options(flag: str, options: list[str]) -> list[str]:
+    """The options nearest `flag`, compared without their dashes, and only the nearest
+    (several when they tie): click's guess compares `--alocation` with the dashes too,
+    and offered `--horizon` beside `--allocation`."""
+    from difflib import SequenceMatcher
+
+    name = flag.lstrip("-")
+    longs = flag.startswith("--")
+    scores = {
+        option: SequenceMatcher(None, name, option.lstrip("-")).ratio()
+        for option in set(options)
+        if option.startswith("--") == longs
+    }
+    best = max(scores.values(), default=0.0)
+    if best < CLOSE_OPTION:
+        return []
+    return sorted(option for option, score in scores.items() if score == best)
+
+
+def _no_such_option_message(flag: str, options: list[str]) -> str:
+    close = _closest_options(flag, options)
+    return f"No such option: {flag}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
+
+
+def _mistyped_option(why: Exception) -> str | None:
+    """click's 'No such option' with allot's guess at what was meant (`_closest_options`)."""
+    ctx = getattr(why, "ctx", None)
+    flag = getattr(why, "option_name", None)
+    if type(why).__name__ != "NoSuchOption" or ctx is None or not isinstance(flag, str):
+        return None
+    options = [o for p in ctx.command.params for o in (*p.opts, *p.secondary_opts)]
+    return _no_such_option_message(flag, [o for o in options if o.startswith("-")])
 
 
 _GPUS_ONLY = "allot schedules GPUs only: there are no CPUs or memory to ask for"
@@ -1092,6 +1154,17 @@ def _one_source(argv: list[str]) -> None:
         raise TargetError(f"{' and '.join(given)}: give one place to read or send, not both")
 
 
+def _explained_usage_error(why: _UsageError, argv: list[str]) -> str:
+    """A usage error in allot's words where a habit from another tool explains it."""
+    return (
+        _unknown_option(why, argv)
+        or _sbatch_hint(why)
+        or _kubectl_hint(why, argv)
+        or _mistyped_option(why)
+        or why.format_message()
+    )
+
+
 def main() -> None:
     try:
         _keep_only_invoked(sys.argv[1:])
@@ -1107,10 +1180,7 @@ def main() -> None:
         from rich.markup import escape
 
         where = why.ctx.command_path if why.ctx is not None else "allot"
-        message = (
-            f"{_unknown_option(why, sys.argv[1:]) or _sbatch_hint(why) or _kubectl_hint(why, sys.argv[1:]) or why.format_message()} "
-            f"(see `{where} --help`)"
-        )
+        message = f"{_explained_usage_error(why, sys.argv[1:])} (see `{where} --help`)"
         err.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         sys.exit(why.exit_code)
     except _ClickException as why:

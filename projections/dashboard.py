@@ -521,7 +521,7 @@ def _header(snap: Snapshot, title: str) -> str:
         f"<h1>{esc(title)}</h1><p class='sub'>cluster <b>{esc(state.cluster)}</b> · as of "
         f"<b>{esc(_when(state.now, seconds=True))}</b> (the journal's latest event) · policy "
         f"<b>{esc(state.ordering.name)}</b> · {state.healthy_capacity} of {state.capacity} "
-        f"GPUs healthy · {snap.view.records:,} records</p>"
+        f"GPUs healthy · {snap.view.records:,} record{'' if snap.view.records == 1 else 's'}</p>"
     )
 
 

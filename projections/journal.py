@@ -59,7 +59,8 @@ def iter_lines(path: Path | str) -> Iterator[tuple[int, bytes]]:
         return
     if tail.strip():
         raise JournalError(
-            f"{path}: no journal records: its {len(tail):,} bytes hold no complete line "
+            f"{path}: no journal records: its {len(tail):,} "
+            f"{'byte holds' if len(tail) == 1 else 'bytes hold'} no complete line "
             "(a journal is one JSON record per line)"
         )
     raise JournalError(f"{path}: empty: no journal records")

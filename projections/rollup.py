@@ -236,20 +236,20 @@ class RollupResult:
 
     def rows(self, *, depth: int | None = None, allocation: str | None = None) -> list[Node]:
         """Nodes depth first (siblings by path): all, or the subtree at `allocation`,
-        down to `depth` levels below the roots (0: roots only)."""
+        down to `depth` levels below the top shown (the roots, or `allocation`; 0: that
+        top only), as `allot shares -A` indents from the allocation asked for."""
         tops = self.roots if allocation is None else [self.node(allocation).path]
         out: list[Node] = []
 
-        def visit(path: str) -> None:
-            node = self.nodes[path]
-            if depth is not None and node.depth > depth:
+        def visit(path: str, below_top: int) -> None:
+            if depth is not None and below_top > depth:
                 return
-            out.append(node)
-            for child in node.children:
-                visit(child)
+            out.append(self.nodes[path])
+            for child in self.nodes[path].children:
+                visit(child, below_top + 1)
 
         for top in tops:
-            visit(top)
+            visit(top, 0)
         return out
 
     def as_json(self, *, depth: int | None = None, allocation: str | None = None) -> dict[str, Any]:

@@ -690,7 +690,7 @@ class _Reasons:
             return (
                 "Headroom",
                 f"only the headroom hosts {nodelist(sorted(s.headroom))} have room; they are "
-                f"kept for short jobs (<= {cfg.short_job_max_gpus} GPUs, min runtime "
+                f"kept for short jobs (<= {_gpus(cfg.short_job_max_gpus)}, min runtime "
                 f"<= {format_duration(cfg.short_job_max_min_runtime)})",
                 None,
             )
@@ -731,7 +731,7 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
     if w.gpus > s.capacity:
         return (
             "PartitionConfig",
-            f"needs {w.gpus} GPUs; cluster {s.cluster} has {s.capacity} registered "
+            f"needs {_gpus(w.gpus)}; cluster {s.cluster} has {s.capacity} registered "
             "(hosts removed or shrunk since it was accepted): it cannot start until hosts "
             "are registered or grow; cancel it or submit it again with fewer GPUs",
         )
@@ -742,7 +742,7 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
     down = [h.name for h in sorted(s.hosts.values(), key=lambda h: h.index) if not h.healthy]
     return (
         "Resources",
-        f"needs {w.gpus} GPUs; {s.healthy_capacity} of the cluster's {s.capacity} are "
+        f"needs {_gpus(w.gpus)}; {s.healthy_capacity} of the cluster's {s.capacity} are "
         f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired",
     )
 
@@ -773,8 +773,12 @@ def _no_room(s: Any, gpus: int) -> str:
     if not free:
         return "no free GPUs"
     if gpus > s.max_host_gpus():
-        return f"{free} GPUs free, but not {gpus} on whole hosts"
-    return f"{free} GPUs free, but no host has {gpus} of them"
+        return f"{_gpus(free)} free, but not {gpus} on whole hosts"
+    return f"{_gpus(free)} free, but no host has {gpus} of them"
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'' if n == 1 else 's'}"
 
 
 def _key_json(key: tuple[Any, ...]) -> list[Any]:
@@ -2186,8 +2190,10 @@ def _removed_gpus_text(explain: dict[str, Any]) -> str:
     host = explain.get("host", "?")
     if not explain.get("host_gpus"):
         return f"host {host} was removed from the cluster"
-    gpus = ",".join(str(g) for g in explain.get("gpus") or ())
-    return f"host {host} was registered again with {explain['host_gpus']} GPUs; GPU {gpus} is gone"
+    gone = list(explain.get("gpus") or ())
+    gpus = ",".join(str(g) for g in gone)
+    lost = f"GPU {gpus} is gone" if len(gone) == 1 else f"GPUs {gpus} are gone"
+    return f"host {host} was registered again with {_gpus(explain['host_gpus'])}; {lost}"
 
 
 def _preemption_numbers(q: Preemption) -> list[str]:

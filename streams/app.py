@@ -63,6 +63,7 @@ from domain.config import SchedulerConfig, parse_config
 from streams.kafka_auth import KafkaAuthError, client_options
 from streams.topic_admin import Topics
 from streams.worker import serve
+from streams.worker_helpers import plural
 
 log = logging.getLogger("allot.app")
 
@@ -206,9 +207,9 @@ class Scheduler(mode.Service):
         if metrics is not None:
             metrics.ready()
         log.info(
-            "allot scheduler consuming %s (%d clusters recovered)",
+            "allot scheduler consuming %s (%s recovered)",
             worker.topics.inbox,
-            len(worker.cores),
+            plural(len(worker.cores), "cluster"),
         )
 
     async def on_stop(self) -> None:

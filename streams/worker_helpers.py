@@ -17,6 +17,11 @@ from streams.topic_admin import Topics
 # ------------------------------------------------------------------ helpers
 
 
+def plural(n: int, noun: str) -> str:
+    """`1 cluster`, `2 clusters`, `1,204 journal records`: for the worker's log lines."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _abandon(futures: Iterable[Any]) -> None:
     """Futures of sends a failed write will not await: their failures are retrieved
     when they come (a fenced producer fails every send; unawaited, asyncio reports each

@@ -26,7 +26,7 @@ from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
 from streams.topic_admin import Topics, create_topics
 from streams.worker_batches import Batches
 from streams.worker_errors import REFUSALS, BrokerUnavailable, WorkerError, refused
-from streams.worker_helpers import Stats, _abandon, _Partition, identity
+from streams.worker_helpers import Stats, _abandon, _Partition, identity, plural
 from streams.worker_presence import Presence
 from streams.worker_rebalance import Rebalancing, _Rebalance
 from streams.worker_recovery import Recovery
@@ -312,11 +312,10 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
     def _announce_ready(self) -> None:
         self.ready.set()
         log.info(
-            "scheduler ready: %d clusters on inbox partitions %s, recovered from %d journal "
-            "records in %.2fs",
-            len(self.cores),
+            "scheduler ready: %s on inbox partitions %s, recovered from %s in %.2fs",
+            plural(len(self.cores), "cluster"),
             sorted(self.owned),
-            self.stats.recovered_records,
+            plural(self.stats.recovered_records, "journal record"),
             self.stats.recovery_s,
         )
 

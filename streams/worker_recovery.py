@@ -14,7 +14,7 @@ from aiokafka.errors import KafkaError
 from streams.core import old_bucket_note
 from streams.topic_admin import MAX_SNAPSHOT_BYTES
 from streams.worker_errors import REFUSALS, WorkerError, refused
-from streams.worker_helpers import _header, _Partition, _quiet_stop
+from streams.worker_helpers import _header, _Partition, _quiet_stop, plural
 
 log = logging.getLogger("allot.worker")
 
@@ -62,11 +62,11 @@ class Recovery:
             self.stats.recovery_s = time.monotonic() - started
             self.stats.takeovers.append((tuple(parts), took))
             log.info(
-                "took over inbox partitions %s in %.2fs (%d clusters, %d journal records%s)",
+                "took over inbox partitions %s in %.2fs (%s, %s%s)",
                 parts,
                 took,
-                sum(1 for c in self.cores if self.home(c) in parts),
-                self.stats.recovered_records,
+                plural(sum(1 for c in self.cores if self.home(c) in parts), "cluster"),
+                plural(self.stats.recovered_records, "journal record"),
                 waiting,
             )
 

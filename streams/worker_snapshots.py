@@ -20,7 +20,7 @@ from aiokafka.errors import ProducerFenced
 from streams.core import SNAPSHOT_FORMAT, SchedulerCore
 from streams.offloop import start_blobs
 from streams.topic_admin import MAX_SNAPSHOT_BYTES
-from streams.worker_helpers import _abandon, _Partition
+from streams.worker_helpers import _abandon, _Partition, plural
 
 log = logging.getLogger("allot.worker")
 
@@ -93,10 +93,10 @@ class Snapshots:
             part.journal_next = dict(journal)
             offsets[p] = journal
             log.info(
-                "loaded snapshot round %s of partition %d: %d clusters",
+                "loaded snapshot round %s of partition %d: %s",
                 manifest["round"],
                 p,
-                len(cores),
+                plural(len(cores), "cluster"),
             )
         return offsets
 
@@ -237,9 +237,9 @@ class Snapshots:
         self.stats.snapshots += 1
         part.written = r.generation
         log.info(
-            "snapshot round %s of partition %d: %d clusters, %d bytes",
+            "snapshot round %s of partition %d: %s, %s",
             r.round_id,
             part.number,
-            len(mine),
-            sum(len(b) for b in mine),
+            plural(len(mine), "cluster"),
+            plural(sum(len(b) for b in mine), "byte"),
         )

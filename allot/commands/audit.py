@@ -203,7 +203,8 @@ def audit_load(
                     leftover.unlink(missing_ok=True)
             raise
         typer.echo(
-            f"loaded {result['added']:,} new records into {_db(db)} ({result['records']:,} in all)"
+            f"loaded {plural(result['added'], 'new record')} into {_db(db)} "
+            f"({result['records']:,} in all)"
         )
         if ends_mid_line(path):
             typer.echo(
@@ -238,7 +239,7 @@ def audit_sql(
         if json_:
             _emit_json([dict(zip(columns, row, strict=True)) for row in rows])
             return
-        table = _table(f"{len(rows):,} rows", [(c, "left") for c in columns])
+        table = _table(plural(len(rows), "row"), [(c, "left") for c in columns])
         for row in rows:
             table.add_row(*(_cell(v) for v in row))
         _print(table)

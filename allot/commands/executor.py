@@ -96,6 +96,7 @@ from allot.commands.common import (
     DataOpt,
     KafkaOpt,
     TargetError,
+    plural,
     resolve_target,
     whoami,
 )
@@ -391,7 +392,12 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--as",
                 help=f"Report as this principal (default {ACTOR}): the actor of its "
-                "workload.finished reports, as a real launcher's (a gateway may insist on it).",
+                "workload.finished reports, as a real launcher's (a gateway may insist on it). "
+                "Not $USER, unlike the other request commands: the launcher is a role, not a "
+                "person. The scheduler accepts a report from any actor (it checks the workload "
+                "and attempt), so the name only records who ended the work, and the service "
+                "account a launcher runs under (root, or no $USER in a container) would say "
+                "less.",
                 show_default=False,
             ),
         ] = None,
@@ -439,7 +445,7 @@ def register(app: typer.Typer) -> None:
                 actor=actor,
             )
             if not quiet:
-                typer.echo(f"allot executor: {sent} reports sent", err=True)
+                typer.echo(f"allot executor: {plural(sent, 'report')} sent", err=True)
         except (TargetError, SourceError, InboxError, EmbeddedError) as why:
             typer.echo(f"error: {why}", err=True)
             raise typer.Exit(2) from None

@@ -21,7 +21,14 @@ from typing import Annotated, Any
 
 import typer
 
-from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt, TargetError
+from allot.commands.common import (
+    DataOpt,
+    JournalOpt,
+    KafkaOpt,
+    ReadClusterOpt,
+    TargetError,
+    plural,
+)
 
 DEFAULT_PORT = 9108
 
@@ -174,7 +181,7 @@ def register(app: typer.Typer) -> None:
         except OSError as why:
             raise _fail(f"cannot listen on {bind}:{port}: {why}") from None
         typer.echo(
-            f"serving metrics of {read:,} journal records ({target.label}) on "
+            f"serving metrics of {plural(read, 'journal record')} ({target.label}) on "
             f"http://{bind}:{port}/metrics" + (", following the journal" if follow else ""),
             err=True,
         )

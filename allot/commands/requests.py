@@ -716,7 +716,9 @@ def submit(
                     typer.echo("\n".join(ids))
                 else:
                     span = ids[0] if len(ids) == 1 else f"{ids[0]} … {ids[-1]}"
-                    typer.echo(f"Submitted array {workload}: {len(ids)} workloads ({span})")
+                    typer.echo(
+                        f"Submitted array {workload}: {plural(len(ids), 'workload')} ({span})"
+                    )
             else:
                 typer.echo(workload if parsable else f"Submitted workload {workload}")
 
@@ -919,7 +921,7 @@ def _print_test_only(fc: Any, ids: list[str], now: float, horizon_s: float, pars
         refused = [w for w in ids if w in fc.rejected]
         if refused:
             typer.echo(
-                f"{len(refused)} of {len(ids)} workloads would be rejected: "
+                f"{len(refused)} of {plural(len(ids), 'workload')} would be rejected: "
                 f"{fc.rejected[refused[0]]}"
             )
         if starts:
@@ -928,10 +930,10 @@ def _print_test_only(fc: Any, ids: list[str], now: float, horizon_s: float, pars
                 if starts[0] == starts[-1]
                 else f"between {iso(starts[0])} and {iso(starts[-1])} UTC"
             )
-            typer.echo(f"{len(starts)} of {len(ids)} workloads would start {when}")
+            typer.echo(f"{len(starts)} of {plural(len(ids), 'workload')} would start {when}")
         late = len(ids) - len(starts) - len(refused)
         if late:
-            typer.echo(f"{late} of {len(ids)} workloads would not start within {span}")
+            typer.echo(f"{late} of {plural(len(ids), 'workload')} would not start within {span}")
     if not parsable:
         typer.echo(
             " ".join(
@@ -1138,7 +1140,7 @@ def _array_tasks(kind: str, base: str, state: Any, submitted: int, out: _Resolve
     live = sorted((wid for wid in state.workloads if _task_of(wid) == base), key=id_order)
     tasks = [wid for wid in live if applies(state.workloads[wid])]
     total = max(submitted, len(live))
-    of = f"{total} tasks" if kind == _CANCEL else f"{len(live)} live tasks"
+    of = plural(total, "task") if kind == _CANCEL else plural(len(live), "live task")
     out.notes.append(
         f"Job array {base}: {len(tasks)} of its {of} {is_ if len(tasks) == 1 else are}"
     )

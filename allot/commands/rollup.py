@@ -59,7 +59,10 @@ def rollup(
     depth: Annotated[
         int | None,
         typer.Option(
-            "--depth", min=0, help="Show this many levels below the roots (0: roots only)."
+            "--depth",
+            min=0,
+            help="Show this many levels below the top shown: the roots, or the -a "
+            "allocation (0: that top only; `-a lab --depth 1`: lab and its children).",
         ),
     ] = None,
     by_cluster: Annotated[

@@ -405,7 +405,7 @@ def _serve_embedded(
         if metrics is not None:
             metrics.ready()
         repaired = (
-            f", {recovery.repaired} records of a cut-short input re-derived"
+            f", {plural(recovery.repaired, 'record')} of a cut-short input re-derived"
             if recovery.repaired
             else ""
         )
@@ -414,7 +414,7 @@ def _serve_embedded(
         )
         typer.echo(
             f"allot serve: cluster {cluster}, folder {folder}, resumed at inbox offset "
-            f"{recovery.resumed_at}, {recovery.folded} journal records folded"
+            f"{recovery.resumed_at}, {plural(recovery.folded, 'journal record')} folded"
             f"{from_snapshot}{repaired}"
             + ("" if once else f"; ticking every {tick_s:g} s" if tick_s else "; no ticker")
         )
@@ -450,7 +450,8 @@ def _serve_embedded(
     dead = scheduler.dead_lettered
     typer.echo(
         f"allot serve: stopped at inbox offset {scheduler.offset} "
-        f"({scheduler.processed} inputs, {scheduler.journaled} journal records this run"
+        f"({plural(scheduler.processed, 'input')}, "
+        f"{plural(scheduler.journaled, 'journal record')} this run"
         + (f"; {plural(dead, 'input')} to the dead-letter file {folder / DLQ_FILE}" if dead else "")
         + ")"
     )

@@ -14,7 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
-from allot.commands.common import DataOpt, JournalOpt, KafkaOpt, ReadClusterOpt, UntilOpt
+from allot.commands.common import (
+    DataOpt,
+    JournalOpt,
+    KafkaOpt,
+    ReadClusterOpt,
+    UntilOpt,
+    plural,
+)
 from allot.commands.views import AllocationsOpt
 
 
@@ -123,7 +130,7 @@ def usage(
         lo,
         hi,
         "the whole journal" + (f", {_span(lo, hi)}" if lo is not None else ""),
-        f"from {label} ({store.records:,} records, {new:,} new)",
+        f"from {label} ({plural(store.records, 'record')}, {new:,} new)",
         _window(store.projection.config),
     )
 
@@ -182,7 +189,7 @@ def _usage_in_range(
         lo,
         hi,
         _span(lo, hi),
-        f"from {where} ({folder.records:,} records read)",
+        f"from {where} ({plural(folder.records, 'record')} read)",
         None,
     )
 

@@ -259,7 +259,7 @@ def test_a_truncated_last_line(
     # once the write completes, the next load adds just that record
     cut.write_bytes(journal.read_bytes())
     result = allot("audit", "load", "--journal", str(cut), "--db", str(db))
-    assert f"loaded 1 new records into {db} ({len(records):,} in all)" in result.stdout
+    assert f"loaded 1 new record into {db} ({len(records):,} in all)" in result.stdout
 
 
 def test_a_damaged_record_and_another_journal(journal: Path, tmp_path: Path) -> None:

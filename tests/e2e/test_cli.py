@@ -189,10 +189,14 @@ def test_demo_runs_on_a_given_scenario_and_says_where_reports_are(tmp_path: Path
     result = allot("demo", "--scenario", str(TINY), "--out", str(out), "-q")
     assert result.returncode == 0, result.stderr
     # each path whole on its line (a path broken over two lines cannot be pasted)
+    lines = result.stdout.splitlines()
     assert (
-        f"{out / 'fairshare' / 'report.html'}   (gantt: {out / 'fairshare' / 'gantt.png'})"
-        in (result.stdout.splitlines())[-3]
+        f"  {out / 'fairshare' / 'report.html'}   (gantt: {out / 'fairshare' / 'gantt.png'})"
+        in lines
     )
+    assert f"  comparison table: {out / 'comparison.md'}" in lines
+    summaries = [str(out / p / "summary.json") for p in ("fairshare", "legacy-priority")]
+    assert lines[-1] == f"  summaries: {', '.join(summaries)}"
     assert (out / "legacy-priority" / "report.html").exists()
     assert (out / "comparison.md").exists()
 
@@ -231,6 +235,28 @@ def test_bad_input_gives_one_clear_line_and_exit_2(
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_simulate_ends_by_saying_where_its_results_are_unless_quiet(tmp_path: Path) -> None:
+    """As `allot demo` does: simulate wrote report.html, gantt.png and summary.json
+    without saying where they went."""
+    out = tmp_path / "out"
+    result = allot("simulate", str(TINY), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    folder = out / "fairshare"
+    assert result.stdout.splitlines()[-3:] == [
+        "Reports (open in a browser; they work offline):",
+        f"  {folder / 'report.html'}   (gantt: {folder / 'gantt.png'})",
+        f"  summary: {folder / 'summary.json'}",
+    ]
+    bare = allot("simulate", str(TINY), "--out", str(out), "--no-report")
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.splitlines()[-2:] == [
+        "Results (--no-report: no report.html or gantt.png):",
+        f"  summary: {folder / 'summary.json'}",
+    ]
+    quiet = allot("simulate", str(TINY), "--out", str(out), "-q")
+    assert quiet.returncode == 0 and quiet.stdout == "", (quiet.stdout, quiet.stderr)
 
 
 def test_the_scenarios_ordering_is_the_default_policy(tmp_path: Path) -> None:
@@ -794,11 +820,22 @@ def test_policies_simulated_side_by_side_give_the_same_outputs(tmp_path: Path) -
             ["budget", "set", "lab", "abc"], ["'weight'", "budget set --help"], id="bad-number"
         ),
         pytest.param(["queue", "--nope"], ["No such option: --nope"], id="unknown-option"),
+        # click's guess compared the dashes too: --horizon came with --allocation
+        pytest.param(
+            ["submit", "--alocation", "x"],
+            ["No such option: --alocation (did you mean --allocation?) (see"],
+            id="mistyped-option-gets-the-closest-only",
+        ),
+        pytest.param(
+            ["queue", "--staet"],
+            ["No such option: --staet (did you mean --start or --state?) (see"],
+            id="mistyped-option-ties-are-all-named",
+        ),
         # budget set and host register take a negative number as an argument, so click
         # let unknown options through as arguments: "Got unexpected extra argument(s)"
         pytest.param(
             ["budget", "set", "lab", "1", "--members", "dave"],
-            ["No such option: --members (Possible options: --member"],
+            ["No such option: --members (did you mean --member?)"],
             id="unknown-option-of-budget-set",
         ),
         pytest.param(

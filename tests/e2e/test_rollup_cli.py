@@ -137,6 +137,9 @@ def test_cluster_depth_and_data_folder(lab, tmp_path):
     assert list(out["clusters"]) == ["west"]
     assert [a["path"] for a in out["allocations"]] == ["lab"]
     assert out["total"]["charged_gpu_h"] == 32.0
+    # --depth counts from the -a allocation, the top of the tree shown
+    under = rollup_json("--journal", str(lab), "-a", "lab/train", "--depth", "0")
+    assert [a["path"] for a in under["allocations"]] == ["lab/train"]
     # the default range: the window journaled by tiny (1d) before the latest record
     everything = rollup_json("--journal", str(lab))
     assert everything["window_s"] == 86400.0 and everything["until"] == "2026-01-01T12:00:00Z"

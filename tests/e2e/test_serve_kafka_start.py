@@ -299,6 +299,10 @@ def test_a_restart_says_where_the_inbox_resumes_and_how_many_requests_wait(
         assert second.stop() == 0, second.text
     took = next(line for line in second.log if "took over inbox partitions" in line)
     assert "; inbox resumes at offset " in took and ", 3 requests waiting)" in took, took
+    # one cluster is "1 cluster" (the log said "1 clusters")
+    assert "(1 cluster, " in took, took
+    ready = next(line for line in second.log if "scheduler ready" in line)
+    assert "scheduler ready: 1 cluster on inbox partitions [0]" in ready, ready
 
 
 def test_serve_refuses_an_inbox_created_again_instead_of_skipping_its_requests(

@@ -1096,6 +1096,8 @@ def test_the_executor_reports_as_the_principal_given_by_as(tmp_path: Path) -> No
     help_lines = allot("executor", "--help").stdout.splitlines()
     help_text = " ".join(line.strip(" │") for line in help_lines)
     assert "--as" in help_text and "Report as this principal (default executor)" in help_text
+    # why the default is not $USER, as for every other request command
+    assert "Not $USER, unlike the other request commands: the launcher is a role" in help_text
 
 
 def test_a_restarted_executor_reports_nothing_that_already_ended(tmp_path: Path) -> None:

@@ -375,6 +375,19 @@ def test_cluster_filter_and_depth():
     assert payload["total"]["charged_gpu_h"] == 18.0
 
 
+def test_depth_counts_from_the_allocation_asked_for():
+    """`-a lab/tulu --depth 0` is lab/tulu alone, as `allot shares -A` starts its tree
+    there; counted from the roots it was nothing (lab/tulu is one level down)."""
+    east, west = disjoint()
+    result = rollup(interleave(east, west), since=T0, clusters=["west"])
+    assert [n.path for n in result.rows(allocation="lab/tulu", depth=0)] == ["lab/tulu"]
+    assert [n.path for n in result.rows(allocation="lab/tulu", depth=1)] == [
+        "lab/tulu",
+        "lab/tulu/rl",
+    ]
+    assert [n.path for n in result.rows(allocation="lab", depth=1)] == ["lab", "lab/tulu"]
+
+
 # ------------------------------------------------------------------ property
 
 

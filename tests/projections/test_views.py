@@ -157,6 +157,7 @@ def test_queue_order_and_reasons(
     ("running", "asks", "detail"),
     [
         pytest.param([8, 8], 8, "no free GPUs and nothing it may preempt", id="none-free"),
+        pytest.param([7, 8], 2, "1 GPU free, but no host has 2 of them", id="one-free"),
         pytest.param(
             [6, 6], 4, "4 GPUs free, but no host has 4 of them and nothing", id="split-free"
         ),
