@@ -113,6 +113,10 @@ class AlreadyServing(EmbeddedError):
     """Another `allot serve` holds the folder's serve lock."""
 
 
+class JournalGone(EmbeddedError):
+    """DIR/journal.jsonl was removed or replaced under a running scheduler."""
+
+
 # ------------------------------------------------------------------ locking
 
 
@@ -810,6 +814,9 @@ class EmbeddedScheduler:
         self.core = SchedulerCore(cluster, None)
         self.reader: InboxReader | None = None
         self._serve_fd: int | None = None
+        # which file DIR/journal.jsonl is (device, inode), once it exists: one removed or
+        # replaced under a running serve must not be started again with only new records
+        self._journal_id: tuple[int, int] | None = None
         self.processed = 0  # inbox records handled since start
         self.journaled = 0  # journal records written since start
         self.dead_lettered = 0  # inbox records written to DIR/dlq.jsonl since start
@@ -872,6 +879,7 @@ class EmbeddedScheduler:
                 except FileChanged:  # cut or replaced while being re-derived: look again
                     if attempt == 2:
                         raise
+            self._note_journal()
             if self.on_journal is not None:
                 with LineReader(self.folder / JOURNAL_FILE) as reader:
                     while lines := reader.read(50_000):
@@ -1312,9 +1320,35 @@ class EmbeddedScheduler:
             ) from None
 
     # ------------------------------------------------------------ processing
+    def _note_journal(self) -> None:
+        """Remember which file DIR/journal.jsonl is (nothing while there is none)."""
+        with contextlib.suppress(FileNotFoundError):
+            st = (self.folder / JOURNAL_FILE).stat()
+            self._journal_id = (st.st_dev, st.st_ino)
+
+    def _check_journal(self) -> None:
+        """Stop (JournalGone) if DIR/journal.jsonl is not the file this scheduler folded
+        and appends to. Removed (the folder too) or replaced under it, the next append
+        created a journal of only the records after that, and the running scheduler
+        went on from its memory: the records before were lost to every reader, and a
+        restart (from the snapshot it wrote there) kept them lost. Stopped before any
+        write, a restart re-derives the journal from the inbox instead."""
+        if self._journal_id is None:
+            return
+        path = self.folder / JOURNAL_FILE
+        if not _names(path, self._journal_id):
+            what = "replaced" if path.exists() else "removed"
+            raise JournalGone(
+                f"{path} was {what} while serving ({self._journal_line:,} records it held "
+                "are not in it now); stopped without writing there. `allot serve --data "
+                f"{self.folder}` again re-derives the journal from {INBOX_FILE} (every "
+                "request it still holds), or put the journal back first"
+            )
+
     def step(self, limit: int | None = None) -> int:
         """Fold the next batch of inbox records; returns how many were read."""
         assert self.reader is not None, "call start() first"
+        self._check_journal()  # before reading: a removed folder is not an inbox to re-base
         try:
             records = self.reader.read(limit or self.batch)
         except FileChanged as why:  # cut, replaced or removed by hand while serving
@@ -1331,6 +1365,7 @@ class EmbeddedScheduler:
             self.core.process((record,), out)
             if len(out.dead) > dead:
                 plan.append((len(out.journal), out.dead[-1]))
+        self._check_journal()
         written = 0
         for upto, letter in plan:
             append_journal(self.folder, out.journal[written:upto])
@@ -1338,6 +1373,8 @@ class EmbeddedScheduler:
             if letter is not None:
                 append_dead_letters(self.folder, [letter])
         append_journal(self.folder, out.journal[written:])
+        if self._journal_id is None:
+            self._note_journal()  # the first records of a new journal created it
         self._journal_line += len(out.journal)
         if self.on_journal is not None and out.journal:
             self.on_journal(out.journal)

@@ -1372,3 +1372,75 @@ def test_the_inbox_clock_keeps_its_lead_across_a_reboot() -> None:
     assert next_stamp(last, 1300.0, 30.0, "b") == 5000.0  # ... never back
     assert next_stamp(None, 1500.0, 30.0, "b") == 1500.0  # no clock file yet
     assert next_stamp({"ts": "x"}, 1500.0, 30.0, "b") == 1500.0  # a damaged one
+
+
+# ------------------------------------------------------------ files lost or full under serve
+
+
+def start_serve(folder: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--data", str(folder), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")},
+    )
+
+
+def wait_for_offset(folder: Path, offset: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = [r["inbox"][1] for r in journal_records(folder) if "inbox" in r]
+        if done and max(done) >= offset:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not reach inbox offset {offset}")
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_journal_removed_under_a_running_serve_stops_it_and_a_restart_rebuilds_it(
+    tmp_path: Path, how: str
+) -> None:
+    """`rm DIR/journal.jsonl` (or a copy put in its place) under `allot serve`: it went on
+    from memory into a new journal of only the records after that, so `allot queue` and
+    every reader lost the history (hosts, budgets, running work), and a restart from the
+    snapshot it wrote there kept it lost. It now stops with one line before writing
+    there, and a restart re-derives the whole journal from the inbox."""
+    folder = tmp_path / "d"
+    old = setup_requests() + unique_requests(30, seed=50, tag="old")
+    append_requests(folder, old)
+    proc = start_serve(folder, "--tick", "0", "--snapshot-every", "0.1s")
+    try:
+        wait_for_offset(folder, len(old) - 1, proc)
+        journal = folder / JOURNAL_FILE
+        full = journal.read_bytes()
+        if how == "removed":
+            journal.unlink()
+        else:  # an older copy restored over it
+            part = tmp_path / "part"
+            part.write_bytes(b"".join(full.splitlines(keepends=True)[:3]))
+            os.replace(part, journal)
+        kept = journal.read_bytes() if journal.exists() else None
+        new = unique_requests(20, seed=51, tag="new")
+        append_requests(folder, new)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert err.strip().endswith(
+        f"error: {journal} was {how} while serving ({len(full.splitlines()):,} records it "
+        f"held are not in it now); stopped without writing there. `allot serve --data "
+        f"{folder}` again re-derives the journal from inbox.jsonl (every request it still "
+        "holds), or put the journal back first"
+    ), err
+    assert (journal.read_bytes() if journal.exists() else None) == kept  # nothing written
+    again = allot("serve", "--data", str(folder), "--once", "--tick", "0")
+    assert again.returncode == 0, again.stderr
+    assert_each_once(folder, old + new)
+    assert_exactly_once(folder)
+    if how == "removed":  # the history is back whole, decided as it was
+        assert journal.read_bytes().startswith(full)
