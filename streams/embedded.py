@@ -84,7 +84,7 @@ from streams.core import (
     InboxRecord,
     SchedulerCore,
 )
-from streams.offloop import fork_to_file, reaped
+from streams.offloop import child_failure, fork_to_file, reaped
 
 INBOX_FILE = "inbox.jsonl"
 JOURNAL_FILE = "journal.jsonl"
@@ -1396,7 +1396,7 @@ class EmbeddedScheduler:
                 return  # still writing the last one
             self._snapshot_pid = None
             if code != 0:
-                self._warn(f"writing {self.folder / SNAPSHOT_FILE} failed (exit {code})")
+                self._snapshot_failed(child_failure(code))
         if time.monotonic() - self._last_snapshot < self.snapshot_every:
             return
         assert self.reader is not None
@@ -1410,13 +1410,22 @@ class EmbeddedScheduler:
             "inbox_ts": self.reader.last_ts,
             "journal": Mark.at(journal, self._journal_line, journal.stat().st_size),
         }
-        self._snapshot_pid = fork_to_file(
-            snapshot,
-            self.folder / SNAPSHOT_FILE,
-            fork=self.fork_snapshots,
-        )
+        try:
+            self._snapshot_pid = fork_to_file(
+                snapshot,
+                self.folder / SNAPSHOT_FILE,
+                fork=self.fork_snapshots,
+            )
+        except OSError as why:  # written here (no fork): a failed write is no failed step
+            self._snapshot_failed(why.strerror or str(why))
         self._last_snapshot = time.monotonic()
         self._unsnapshotted = 0
+
+    def _snapshot_failed(self, why: str) -> None:
+        self._warn(
+            f"writing {self.folder / SNAPSHOT_FILE} failed: {why} (serving goes on; "
+            "a restart re-derives more of the journal)"
+        )
 
     def drain(self) -> int:
         """Fold what the inbox holds now (stops once a read comes back short, so writers

@@ -1444,3 +1444,28 @@ def test_a_journal_removed_under_a_running_serve_stops_it_and_a_restart_rebuilds
     assert_exactly_once(folder)
     if how == "removed":  # the history is back whole, decided as it was
         assert journal.read_bytes().startswith(full)
+
+
+def test_a_snapshot_serve_cannot_write_is_a_warning_naming_the_file_and_why(
+    tmp_path: Path,
+) -> None:
+    """The forked child's failure was `writing DIR/snapshot.pickle failed (exit 1)`: no
+    cause (a full disk, a folder made read-only). Its errno now comes back as the
+    reason. Here the name is taken by a folder, so the rename fails (for root too)."""
+    folder = tmp_path / "d"
+    append_requests(folder, setup_requests())
+    (folder / SNAPSHOT_FILE / "x").mkdir(parents=True)
+    proc = start_serve(folder, "--tick", "0.1s", "--snapshot-every", "0.1s")
+    try:
+        wait_for_offset(folder, len(setup_requests()) + 3, proc)  # a few ticks on
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    failed = [line for line in err.splitlines() if "failed" in line]
+    assert failed, err
+    assert failed[0] == (
+        f"allot serve: warning: writing {folder / SNAPSHOT_FILE} failed: Is a directory "
+        "(serving goes on; a restart re-derives more of the journal)"
+    )
+    assert_exactly_once(folder)
