@@ -817,6 +817,7 @@ class EmbeddedScheduler:
         # which file DIR/journal.jsonl is (device, inode), once it exists: one removed or
         # replaced under a running serve must not be started again with only new records
         self._journal_id: tuple[int, int] | None = None
+        self._stopped: EmbeddedError | None = None  # a write failed: no more steps
         self.processed = 0  # inbox records handled since start
         self.journaled = 0  # journal records written since start
         self.dead_lettered = 0  # inbox records written to DIR/dlq.jsonl since start
@@ -1348,6 +1349,8 @@ class EmbeddedScheduler:
     def step(self, limit: int | None = None) -> int:
         """Fold the next batch of inbox records; returns how many were read."""
         assert self.reader is not None, "call start() first"
+        if self._stopped is not None:
+            raise self._stopped
         self._check_journal()  # before reading: a removed folder is not an inbox to re-base
         try:
             records = self.reader.read(limit or self.batch)
@@ -1366,13 +1369,24 @@ class EmbeddedScheduler:
             if len(out.dead) > dead:
                 plan.append((len(out.journal), out.dead[-1]))
         self._check_journal()
-        written = 0
-        for upto, letter in plan:
-            append_journal(self.folder, out.journal[written:upto])
-            written = upto
-            if letter is not None:
-                append_dead_letters(self.folder, [letter])
-        append_journal(self.folder, out.journal[written:])
+        try:
+            written = 0
+            for upto, letter in plan:
+                append_journal(self.folder, out.journal[written:upto])
+                written = upto
+                if letter is not None:
+                    append_dead_letters(self.folder, [letter])
+            append_journal(self.folder, out.journal[written:])
+        except EmbeddedError as why:
+            # the core has moved past records the files do not hold: deciding on from
+            # it would journal decisions on inputs a restart does not see as decided
+            self._stopped = EmbeddedError(
+                f"{why}; the scheduler stopped: the requests from inbox offset "
+                f"{records[0].offset} on wait in {INBOX_FILE}, decided once `allot serve` "
+                "starts again where it can write",
+                errno=why.errno,
+            )
+            raise self._stopped from None
         if self._journal_id is None:
             self._note_journal()  # the first records of a new journal created it
         self._journal_line += len(out.journal)

@@ -118,7 +118,11 @@ def test_serve_stops_at_a_full_disk_and_a_restart_decides_every_request_once(
     )  # fmt: skip
     assert full.returncode == 2, full.stderr
     assert "Traceback" not in full.stderr
-    assert full.stderr.splitlines()[-1] == f"error: cannot write {journal}: File too large"
+    assert full.stderr.splitlines()[-1] == (
+        f"error: cannot write {journal}: File too large; the scheduler stopped: the "
+        "requests from inbox offset 3 on wait in inbox.jsonl, decided once `allot serve` "
+        "starts again where it can write"
+    )
     assert journal.read_bytes() == kept  # no part of the failed batch
     again = allot_limited("serve", "--data", str(folder), "--once", "--tick", "0")
     assert again.returncode == 0, again.stderr

@@ -1469,3 +1469,48 @@ def test_a_snapshot_serve_cannot_write_is_a_warning_naming_the_file_and_why(
         "(serving goes on; a restart re-derives more of the journal)"
     )
     assert_exactly_once(folder)
+
+
+def test_a_scheduler_whose_journal_write_failed_decides_nothing_more(tmp_path: Path) -> None:
+    """After a failed write (a full disk: here a file-size limit, lifted again) the core
+    had moved past records the journal does not hold; a later step journaled decisions
+    after that gap, on inputs a restart does not see as decided. Every step now refuses."""
+    folder = tmp_path / "d"
+    append_requests(folder, setup_requests())
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from streams.embedded import EmbeddedError, EmbeddedScheduler, append_requests
+        from tests.streams.test_embedded import mixed_requests
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        with EmbeddedScheduler({str(folder)!r}, "default", None, snapshot_every=None) as s:
+            s.start()
+            s.drain()
+            size = (s.folder / "journal.jsonl").stat().st_size
+            append_requests(s.folder, mixed_requests(20, seed=60), ts=2e9)
+            hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size + 300, hard))
+            try:
+                s.step()
+            except EmbeddedError as why:
+                print("first:", why)
+            print((s.folder / "journal.jsonl").stat().st_size == size)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # space again
+            append_requests(s.folder, mixed_requests(5, seed=61), ts=2e9 + 1)
+            try:
+                print("then:", s.step(), "read")
+            except EmbeddedError as why:
+                print("then:", why)
+            print((s.folder / "journal.jsonl").stat().st_size == size)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    first, unchanged, then, still = run.stdout.splitlines()
+    assert (unchanged, still) == ("True", "True"), then  # none of the batch, nothing after
+    assert first.startswith("first: cannot write ") and "the scheduler stopped" in first
+    assert then == first.replace("first:", "then:", 1)
+    allot("serve", "--data", str(folder), "--once", "--tick", "0")
+    assert_exactly_once(folder)
