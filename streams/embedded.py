@@ -20,7 +20,9 @@ lock. A last line without its newline is a write cut short: readers ignore it an
 next append truncates it first, so it is never mistaken for a full record. The
 scheduler writes journal lines and dead letters in inbox order, so after a crash every
 input before the last one recorded is complete and only the last input's records may
-be cut short.
+be cut short. A write that fails (a full disk) is cut back the same way and stops the
+scheduler for good (its core is past what the files hold); so does a journal removed or
+replaced under it, before it writes there: a restart re-derives from the inbox.
 
 Restart: `EmbeddedScheduler.start` re-derives the journal from the inbox record by
 record (processing is deterministic: the inbox keeps each request's append time) and
