@@ -20,7 +20,9 @@ lock. A last line without its newline is a write cut short: readers ignore it an
 next append truncates it first, so it is never mistaken for a full record. The
 scheduler writes journal lines and dead letters in inbox order, so after a crash every
 input before the last one recorded is complete and only the last input's records may
-be cut short.
+be cut short. A write that fails (a full disk) is cut back the same way and stops the
+scheduler for good (its core is past what the files hold); so does a journal removed or
+replaced under it, before it writes there: a restart re-derives from the inbox.
 
 Restart: `EmbeddedScheduler.start` re-derives the journal from the inbox record by
 record (processing is deterministic: the inbox keeps each request's append time) and
@@ -84,7 +86,7 @@ from streams.core import (
     InboxRecord,
     SchedulerCore,
 )
-from streams.offloop import fork_to_file, reaped
+from streams.offloop import child_failure, fork_to_file, reaped
 
 INBOX_FILE = "inbox.jsonl"
 JOURNAL_FILE = "journal.jsonl"
@@ -111,6 +113,10 @@ class EmbeddedError(Exception):
 
 class AlreadyServing(EmbeddedError):
     """Another `allot serve` holds the folder's serve lock."""
+
+
+class JournalGone(EmbeddedError):
+    """DIR/journal.jsonl was removed or replaced under a running scheduler."""
 
 
 # ------------------------------------------------------------------ locking
@@ -819,6 +825,10 @@ class EmbeddedScheduler:
         self.core = SchedulerCore(cluster, None)
         self.reader: InboxReader | None = None
         self._serve_fd: int | None = None
+        # which file DIR/journal.jsonl is (device, inode), once it exists: one removed or
+        # replaced under a running serve must not be started again with only new records
+        self._journal_id: tuple[int, int] | None = None
+        self._stopped: EmbeddedError | None = None  # a write failed: no more steps
         self.processed = 0  # inbox records handled since start
         self.journaled = 0  # journal records written since start
         self.dead_lettered = 0  # inbox records written to DIR/dlq.jsonl since start
@@ -881,6 +891,7 @@ class EmbeddedScheduler:
                 except FileChanged:  # cut or replaced while being re-derived: look again
                     if attempt == 2:
                         raise
+            self._note_journal()
             if self.on_journal is not None:
                 with LineReader(self.folder / JOURNAL_FILE) as reader:
                     while lines := reader.read(50_000):
@@ -1326,9 +1337,37 @@ class EmbeddedScheduler:
             ) from None
 
     # ------------------------------------------------------------ processing
+    def _note_journal(self) -> None:
+        """Remember which file DIR/journal.jsonl is (nothing while there is none)."""
+        with contextlib.suppress(FileNotFoundError):
+            st = (self.folder / JOURNAL_FILE).stat()
+            self._journal_id = (st.st_dev, st.st_ino)
+
+    def _check_journal(self) -> None:
+        """Stop (JournalGone) if DIR/journal.jsonl is not the file this scheduler folded
+        and appends to. Removed (the folder too) or replaced under it, the next append
+        created a journal of only the records after that, and the running scheduler
+        went on from its memory: the records before were lost to every reader, and a
+        restart (from the snapshot it wrote there) kept them lost. Stopped before any
+        write, a restart re-derives the journal from the inbox instead."""
+        if self._journal_id is None:
+            return
+        path = self.folder / JOURNAL_FILE
+        if not _names(path, self._journal_id):
+            what = "replaced" if path.exists() else "removed"
+            raise JournalGone(
+                f"{path} was {what} while serving ({self._journal_line:,} records it held "
+                "are not in it now); stopped without writing there. `allot serve --data "
+                f"{self.folder}` again re-derives the journal from {INBOX_FILE} (every "
+                "request it still holds), or put the journal back first"
+            )
+
     def step(self, limit: int | None = None) -> int:
         """Fold the next batch of inbox records; returns how many were read."""
         assert self.reader is not None, "call start() first"
+        if self._stopped is not None:
+            raise self._stopped
+        self._check_journal()  # before reading: a removed folder is not an inbox to re-base
         try:
             records = self.reader.read(limit or self.batch)
         except FileChanged as why:  # cut, replaced or removed by hand while serving
@@ -1345,13 +1384,27 @@ class EmbeddedScheduler:
             self.core.process((record,), out)
             if len(out.dead) > dead:
                 plan.append((len(out.journal), out.dead[-1]))
-        written = 0
-        for upto, letter in plan:
-            append_journal(self.folder, out.journal[written:upto])
-            written = upto
-            if letter is not None:
-                append_dead_letters(self.folder, [letter])
-        append_journal(self.folder, out.journal[written:])
+        self._check_journal()
+        try:
+            written = 0
+            for upto, letter in plan:
+                append_journal(self.folder, out.journal[written:upto])
+                written = upto
+                if letter is not None:
+                    append_dead_letters(self.folder, [letter])
+            append_journal(self.folder, out.journal[written:])
+        except EmbeddedError as why:
+            # the core has moved past records the files do not hold: deciding on from
+            # it would journal decisions on inputs a restart does not see as decided
+            self._stopped = EmbeddedError(
+                f"{why}; the scheduler stopped: the requests from inbox offset "
+                f"{records[0].offset} on wait in {INBOX_FILE}, decided once `allot serve` "
+                "starts again where it can write",
+                errno=why.errno,
+            )
+            raise self._stopped from None
+        if self._journal_id is None:
+            self._note_journal()  # the first records of a new journal created it
         self._journal_line += len(out.journal)
         if self.on_journal is not None and out.journal:
             self.on_journal(out.journal)
@@ -1373,7 +1426,7 @@ class EmbeddedScheduler:
                 return  # still writing the last one
             self._snapshot_pid = None
             if code != 0:
-                self._warn(f"writing {self.folder / SNAPSHOT_FILE} failed (exit {code})")
+                self._snapshot_failed(child_failure(code))
         if time.monotonic() - self._last_snapshot < self.snapshot_every:
             return
         assert self.reader is not None
@@ -1387,13 +1440,22 @@ class EmbeddedScheduler:
             "inbox_ts": self.reader.last_ts,
             "journal": Mark.at(journal, self._journal_line, journal.stat().st_size),
         }
-        self._snapshot_pid = fork_to_file(
-            snapshot,
-            self.folder / SNAPSHOT_FILE,
-            fork=self.fork_snapshots,
-        )
+        try:
+            self._snapshot_pid = fork_to_file(
+                snapshot,
+                self.folder / SNAPSHOT_FILE,
+                fork=self.fork_snapshots,
+            )
+        except OSError as why:  # written here (no fork): a failed write is no failed step
+            self._snapshot_failed(why.strerror or str(why))
         self._last_snapshot = time.monotonic()
         self._unsnapshotted = 0
+
+    def _snapshot_failed(self, why: str) -> None:
+        self._warn(
+            f"writing {self.folder / SNAPSHOT_FILE} failed: {why} (serving goes on; "
+            "a restart re-derives more of the journal)"
+        )
 
     def drain(self) -> int:
         """Fold what the inbox holds now (stops once a read comes back short, so writers

@@ -71,9 +71,9 @@ class InboxRefused(InboxError):
 _LASTING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR})
 
 
-def _inbox_error(why: EmbeddedError) -> InboxError:
+def _inbox_error(why: EmbeddedError, also: str = "") -> InboxError:
     lasting = why.errno in _LASTING_ERRNOS
-    return (InboxRefused if lasting else InboxError)(str(why))
+    return (InboxRefused if lasting else InboxError)(f"{why}{also}")
 
 
 # ------------------------------------------------------------------ identity
@@ -177,8 +177,8 @@ class EmbeddedInbox:
     def send(self, requests: list[dict[str, Any]]) -> None:
         try:
             append_requests(self.folder, encode_requests(requests))
-        except EmbeddedError as why:
-            raise _inbox_error(why) from None
+        except EmbeddedError as why:  # all or nothing: no line of it is in the inbox
+            raise _inbox_error(why, "; nothing was sent") from None
 
     def check(self) -> None:
         """Raise InboxRefused now if this process cannot write the folder's inbox, so a

@@ -159,12 +159,29 @@ def fork_to_file(obj: Any, path: Path, *, fork: bool = True) -> int | None:
                 os.closerange(3, _open_max())
                 _write_file(obj, path)
                 code = 0
+            except OSError as why:  # a full disk: its errno goes back as the exit code
+                if why.errno and 0 < why.errno < 256 - _ERRNO_EXIT:
+                    code = _ERRNO_EXIT + why.errno
             finally:
                 os._exit(code)
         if pid > 0:
             return pid
     _write_file(obj, path)
     return None
+
+
+_ERRNO_EXIT = 64  # a `fork_to_file` child's exit code: 64 + the errno its write failed with
+
+
+def child_failure(code: int) -> str:
+    """Why a `fork_to_file` child that ended with exit code `code` (`reaped`) failed:
+    the system's words for a write that failed (`No space left on device`), else the
+    code or the signal."""
+    if _ERRNO_EXIT < code < 256:
+        return os.strerror(code - _ERRNO_EXIT)
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit {code}"
 
 
 def _open_max() -> int:

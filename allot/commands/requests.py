@@ -234,28 +234,60 @@ def _check_wait(wait: float | None) -> None:
 
 
 def _open_inbox(target: Target) -> tuple[Any, bool]:
-    """The inbox writer, and whether a note on stderr said that no scheduler serves the
-    `--data` folder now (so a --wait that times out need not say it again)."""
+    """The inbox writer, and whether a note on stderr says that no scheduler serves the
+    `--data` folder now (so a --wait that times out need not say it again). The note
+    comes once the request is in the folder: said before, it told of a request waiting
+    in its inbox that a full disk then kept out."""
     from streams.inbox import open_inbox
 
+    note = None
     if target.data is not None and not Path(target.data).exists():
         # a typo in --data would otherwise leave the request where no scheduler looks
-        typer.echo(
+        note = (
             f"note: {target.data} did not exist and was created; no scheduler reads it "
-            f"until `allot serve --data {target.data}` runs",
-            err=True,
+            f"until `allot serve --data {target.data}` runs"
         )
-        return open_inbox(target), True
-    if target.data is not None and _unserved(target.data):
+    elif target.data is not None and _unserved(target.data):
         # sent to a folder nobody serves, the request waits silently: a stopped or
         # crashed serve (the OS drops its lock with it, even on kill -9) or a wrong folder
-        typer.echo(
+        note = (
             f"note: no scheduler serves {target.data} now; the request waits in its inbox "
-            f"until `allot serve --data {target.data}` runs",
-            err=True,
+            f"until `allot serve --data {target.data}` runs"
         )
-        return open_inbox(target), True
-    return open_inbox(target), False
+    writer = open_inbox(target)
+    if note is None:
+        return writer, False
+    return _NoteOnceSent(writer, note), True
+
+
+class _NoteOnceSent:
+    """An inbox writer that says `note` on stderr once its requests are sent."""
+
+    def __init__(self, writer: Any, note: str) -> None:
+        self.writer = writer
+        self.note = note
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.writer, name)
+
+    def send(self, requests: list[dict[str, Any]]) -> None:
+        self.writer.send(requests)
+        typer.echo(self.note, err=True)
+
+    def send_and_wait(
+        self,
+        requests: list[dict[str, Any]],
+        match: Any,
+        timeout: float,
+        on_sent: Callable[[], None] | None = None,
+        **options: Any,
+    ) -> Any:
+        def sent() -> None:
+            typer.echo(self.note, err=True)
+            if on_sent is not None:
+                on_sent()
+
+        return self.writer.send_and_wait(requests, match, timeout, sent, **options)
 
 
 @dataclass(frozen=True)

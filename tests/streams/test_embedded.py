@@ -1372,3 +1372,145 @@ def test_the_inbox_clock_keeps_its_lead_across_a_reboot() -> None:
     assert next_stamp(last, 1300.0, 30.0, "b") == 5000.0  # ... never back
     assert next_stamp(None, 1500.0, 30.0, "b") == 1500.0  # no clock file yet
     assert next_stamp({"ts": "x"}, 1500.0, 30.0, "b") == 1500.0  # a damaged one
+
+
+# ------------------------------------------------------------ files lost or full under serve
+
+
+def start_serve(folder: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "allot.cli", "serve", "--data", str(folder), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")},
+    )
+
+
+def wait_for_offset(folder: Path, offset: int, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        done = [r["inbox"][1] for r in journal_records(folder) if "inbox" in r]
+        if done and max(done) >= offset:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"serve did not reach inbox offset {offset}")
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_journal_removed_under_a_running_serve_stops_it_and_a_restart_rebuilds_it(
+    tmp_path: Path, how: str
+) -> None:
+    """`rm DIR/journal.jsonl` (or a copy put in its place) under `allot serve`: it went on
+    from memory into a new journal of only the records after that, so `allot queue` and
+    every reader lost the history (hosts, budgets, running work), and a restart from the
+    snapshot it wrote there kept it lost. It now stops with one line before writing
+    there, and a restart re-derives the whole journal from the inbox."""
+    folder = tmp_path / "d"
+    old = setup_requests() + unique_requests(30, seed=50, tag="old")
+    append_requests(folder, old)
+    proc = start_serve(folder, "--tick", "0", "--snapshot-every", "0.1s")
+    try:
+        wait_for_offset(folder, len(old) - 1, proc)
+        journal = folder / JOURNAL_FILE
+        full = journal.read_bytes()
+        if how == "removed":
+            journal.unlink()
+        else:  # an older copy restored over it
+            part = tmp_path / "part"
+            part.write_bytes(b"".join(full.splitlines(keepends=True)[:3]))
+            os.replace(part, journal)
+        kept = journal.read_bytes() if journal.exists() else None
+        new = unique_requests(20, seed=51, tag="new")
+        append_requests(folder, new)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err
+    assert err.strip().endswith(
+        f"error: {journal} was {how} while serving ({len(full.splitlines()):,} records it "
+        f"held are not in it now); stopped without writing there. `allot serve --data "
+        f"{folder}` again re-derives the journal from inbox.jsonl (every request it still "
+        "holds), or put the journal back first"
+    ), err
+    assert (journal.read_bytes() if journal.exists() else None) == kept  # nothing written
+    again = allot("serve", "--data", str(folder), "--once", "--tick", "0")
+    assert again.returncode == 0, again.stderr
+    assert_each_once(folder, old + new)
+    assert_exactly_once(folder)
+    if how == "removed":  # the history is back whole, decided as it was
+        assert journal.read_bytes().startswith(full)
+
+
+def test_a_snapshot_serve_cannot_write_is_a_warning_naming_the_file_and_why(
+    tmp_path: Path,
+) -> None:
+    """The forked child's failure was `writing DIR/snapshot.pickle failed (exit 1)`: no
+    cause (a full disk, a folder made read-only). Its errno now comes back as the
+    reason. Here the name is taken by a folder, so the rename fails (for root too)."""
+    folder = tmp_path / "d"
+    append_requests(folder, setup_requests())
+    (folder / SNAPSHOT_FILE / "x").mkdir(parents=True)
+    proc = start_serve(folder, "--tick", "0.1s", "--snapshot-every", "0.1s")
+    try:
+        wait_for_offset(folder, len(setup_requests()) + 3, proc)  # a few ticks on
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    failed = [line for line in err.splitlines() if "failed" in line]
+    assert failed, err
+    assert failed[0] == (
+        f"allot serve: warning: writing {folder / SNAPSHOT_FILE} failed: Is a directory "
+        "(serving goes on; a restart re-derives more of the journal)"
+    )
+    assert_exactly_once(folder)
+
+
+def test_a_scheduler_whose_journal_write_failed_decides_nothing_more(tmp_path: Path) -> None:
+    """After a failed write (a full disk: here a file-size limit, lifted again) the core
+    had moved past records the journal does not hold; a later step journaled decisions
+    after that gap, on inputs a restart does not see as decided. Every step now refuses."""
+    folder = tmp_path / "d"
+    append_requests(folder, setup_requests())
+    script = textwrap.dedent(
+        f"""
+        import resource, signal
+        from streams.embedded import EmbeddedError, EmbeddedScheduler, append_requests
+        from tests.streams.test_embedded import mixed_requests
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        with EmbeddedScheduler({str(folder)!r}, "default", None, snapshot_every=None) as s:
+            s.start()
+            s.drain()
+            size = (s.folder / "journal.jsonl").stat().st_size
+            append_requests(s.folder, mixed_requests(20, seed=60), ts=2e9)
+            hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size + 300, hard))
+            try:
+                s.step()
+            except EmbeddedError as why:
+                print("first:", why)
+            print((s.folder / "journal.jsonl").stat().st_size == size)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))  # space again
+            append_requests(s.folder, mixed_requests(5, seed=61), ts=2e9 + 1)
+            try:
+                print("then:", s.step(), "read")
+            except EmbeddedError as why:
+                print("then:", why)
+            print((s.folder / "journal.jsonl").stat().st_size == size)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    first, unchanged, then, still = run.stdout.splitlines()
+    assert (unchanged, still) == ("True", "True"), then  # none of the batch, nothing after
+    assert first.startswith("first: cannot write ") and "the scheduler stopped" in first
+    assert then == first.replace("first:", "then:", 1)
+    allot("serve", "--data", str(folder), "--once", "--tick", "0")
+    assert_exactly_once(folder)
