@@ -350,7 +350,12 @@ def _inbox_stamp(folder: Path) -> float:
     stamp = next_stamp(last, wall, booted, boot)
     record = {"ts": stamp, "wall": wall, "booted": booted, "boot": boot}
     with contextlib.suppress(OSError):  # a clock that cannot be kept: the wall clock then
-        path.write_bytes(orjson.dumps(record))
+        # written beside and renamed over: a write cut short (a full disk, a power cut)
+        # leaves the last record, not half of one, which would lose its lead over a
+        # wall clock stepped back
+        part = path.with_name(CLOCK_FILE + ".part")
+        part.write_bytes(orjson.dumps(record))
+        os.replace(part, path)
     message = _clock_lead_warning(stamp, wall, last)
     if message is not None:
         print(f"allot: warning: {message}", file=sys.stderr)

@@ -130,3 +130,17 @@ def test_serve_stops_at_a_full_disk_and_a_restart_decides_every_request_once(
     assert sorted(submitted) == sorted(ids)
     placed = [r["workload"] for r in records(folder) if r["type"] == "workload.placed"]
     assert sorted(placed) == sorted(ids)
+
+
+def test_a_full_disk_leaves_the_request_clock_whole(tmp_path: Path) -> None:
+    """DIR/.clock keeps the journal's time ahead of a wall clock stepped back. It was
+    rewritten in place, so a write cut short left half a record, read as none: request
+    times fell back to the wall clock, before times already journaled."""
+    folder = tmp_path / "d"
+    setup(folder)
+    clock = folder / ".clock"
+    ahead = {"ts": 4_000_000_000.0, "wall": 1.0, "booted": 0.0, "boot": "another boot"}
+    clock.write_bytes(orjson.dumps(ahead))
+    result = allot_limited(*SUBMIT, "--data", str(folder), limit=20)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert orjson.loads(clock.read_bytes()) == ahead
