@@ -43,6 +43,9 @@ MAX_CLUSTERS = 10_000  # per worker: a lab has tens; junk keys must not grow mem
 STOP_GRACE_S = 10.0
 # how long each Kafka client may take to stop when the broker watch says Kafka is gone
 GONE_STOP_S = 2.0
+# ... and the presence group's member at most (a leave needs one round trip; a join held
+# up by a dead member is given up: the broker drops a member that never joined)
+PRESENCE_STOP_S = 2.0
 # seconds between lines saying the consumer group has given no partitions yet
 GROUP_WAIT_LOG_S = 15.0
 # JOIN_ONCE: aiokafka (0.14) sends one JoinGroup per assignor listed, the n-th naming the
@@ -488,16 +491,20 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
             self._presence_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._presence_task
-        clients: list[Any] = [self._consumer, self._meta, self._presence]
+        clients: list[Any] = [self._consumer, self._meta]
         clients += [part.producer for part in self.owned.values()]
         # at once: with the broker gone each stop waits out its timeout, and one after
         # the other they kept a stopping worker alive past a supervisor's grace period;
         # and briefly then (a transactional producer retries FindCoordinator until its
         # stop times out: nothing it could still say would reach the broker)
         timeout = GONE_STOP_S if self._watch.down else 10.0
-        await asyncio.gather(
-            *(quiet_stop(client, timeout) for client in clients if client is not None)
-        )
+        stops = [quiet_stop(client, timeout) for client in clients if client is not None]
+        if self._presence is not None:
+            # it holds nothing to commit, but a stop waits for its join to the group, which
+            # a member killed a moment ago holds up until its session ends: Ctrl-C after
+            # a restart that followed a crash took up to that long
+            stops.append(quiet_stop(self._presence, min(timeout, PRESENCE_STOP_S)))
+        await asyncio.gather(*stops)
         for task in self._closing:
             with contextlib.suppress(Exception):
                 await task

@@ -143,3 +143,33 @@ def test_a_scheduler_that_journals_no_ticks_is_waited_for(
         assert refused.stderr == ""
     finally:
         worker.end()
+
+
+def test_a_stop_right_after_a_restart_that_followed_a_crash_is_prompt(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A worker started right after one was killed joins the presence group, and the
+    broker holds that join until the dead member's session ends (here 30 s). Its stop
+    waited for the join: Ctrl-C took up to 10 s (the client's stop timeout). The
+    presence member now gets a short stop of its own."""
+    environ = _deployment(kafka_bootstrap)
+    command = ["-m", "streams.worker", "--tick-every", "0", "--admin", "ops"]
+    crashed = _Worker(
+        _process_env(environ), tmp_path / "crashed.log", *command, "--session-timeout", "30"
+    )
+    try:
+        crashed.ready()
+        served = allot(*REFUSED, "--cluster", "c", env=environ)
+        assert served.returncode == 1, (served.stdout, served.stderr)  # in the group: said
+    finally:
+        crashed.end(signal.SIGKILL)
+    restarted = _Worker(_process_env(environ), tmp_path / "restarted.log", *command)
+    try:
+        restarted.ready()
+    finally:
+        asked = time.monotonic()
+        restarted.end()
+        took = time.monotonic() - asked
+
+    assert restarted.proc.returncode == 0, restarted.log.read_text()
+    assert took < 6.0, f"the stop took {took:.1f} s: {restarted.log.read_text()}"
