@@ -34,6 +34,14 @@ Per cluster (a journal may hold several; each gets its own fold):
   class (not on hold) has waited so far, in journal time; the histogram above only
   sees waits that ended.
 - ``allot_preemptions_total{reason}``.
+- ``allot_allocation_preemptions_total{allocation, reason}`` and
+  ``allot_allocation_queue_wait_seconds{allocation}``: who is preempted (the preempted
+  workload's leaf; summed over leaves, ``allot_preemptions_total``) and who waits (the
+  histogram above, by the waiting workload's leaf instead of its class; summed over
+  leaves, the class histogram summed over classes). Every leaf has its series from the
+  start, at 0. New series rather than an ``allocation`` label on the two above, so the
+  sums existing dashboards take do not change (Kueue: ``kueue_evicted_workloads_total``,
+  by the evicted workload's ClusterQueue, and ``kueue_admission_wait_time_seconds``).
 - ``allot_requeued_attempts_total{reason}``: attempts that ended with their workload
   waiting again: requeued preemptions by reason, and ``lost`` (the launcher lost the
   node under resumable work).
@@ -161,6 +169,8 @@ METRIC_NAMES: dict[str, str] = {
     "allot_queue_wait_seconds": "histogram",
     "allot_oldest_wait_seconds": "gauge",
     "allot_preemptions_total": "counter",
+    "allot_allocation_preemptions_total": "counter",
+    "allot_allocation_queue_wait_seconds": "histogram",
     "allot_requeued_attempts_total": "counter",
     "allot_workloads_ended_total": "counter",
     "allot_fair_share_ratio": "gauge",
@@ -238,6 +248,9 @@ class _ClusterFold:
         self.state = State(cluster)
         self.usage = _Usage(self._observe_wait)
         self.waits = {c: _Histogram(QUEUE_WAIT_BUCKETS) for c in QUEUE_CLASSES}
+        # per leaf, filled in as leaves and work appear (see `allocation_counts`)
+        self.allocation_waits: dict[str, _Histogram] = {}
+        self.allocation_preemptions: dict[str, dict[str, int]] = {}
         self.latency = _Histogram(DECISION_LATENCY_BUCKETS)
         self.preemptions = dict.fromkeys(PREEMPTION_REASONS, 0)
         self.ended = dict.fromkeys(ENDED_STATES, 0)
@@ -256,7 +269,28 @@ class _ClusterFold:
         return "short" if self.state.config.is_short_small(gpus, min_runtime) else "other"
 
     def _observe_wait(self, w: Any, wait: float) -> None:
-        self.waits[self.queue_class(w.tags, w.min_runtime, w.gpus)].observe(max(0.0, wait))
+        wait = max(0.0, wait)
+        self.waits[self.queue_class(w.tags, w.min_runtime, w.gpus)].observe(wait)
+        self._allocation_wait(w.allocation).observe(wait)
+
+    def _allocation_wait(self, path: str) -> _Histogram:
+        h = self.allocation_waits.get(path)
+        if h is None:
+            h = self.allocation_waits[path] = _Histogram(QUEUE_WAIT_BUCKETS)
+        return h
+
+    def _allocation_preemptions(self, path: str) -> dict[str, int]:
+        counts = self.allocation_preemptions.get(path)
+        if counts is None:
+            counts = self.allocation_preemptions[path] = dict.fromkeys(PREEMPTION_REASONS, 0)
+        return counts
+
+    def _count_preemption(self, event: Any) -> None:
+        self.preemptions[event.reason] = self.preemptions.get(event.reason, 0) + 1
+        victim = self.state.workloads.get(event.workload)  # folded before `evolve`
+        if victim is not None:
+            counts = self._allocation_preemptions(victim.allocation)
+            counts[event.reason] = counts.get(event.reason, 0) + 1
 
     def apply(self, event: Any, written: float | None = None, timed: bool = True) -> None:
         """`written`: when the scheduler wrote `event` (wall clock), if it is being
@@ -273,7 +307,7 @@ class _ClusterFold:
                 end = event.time if written is None else written
                 self.latency.observe(max(0.0, end - self.causes[cause]))
             if kind == "workload.preempted":
-                self.preemptions[event.reason] = self.preemptions.get(event.reason, 0) + 1
+                self._count_preemption(event)
                 if event.requeued:
                     self.requeued[event.reason] = self.requeued.get(event.reason, 0) + 1
                 else:
@@ -337,6 +371,16 @@ class _ClusterFold:
                 held = gpus.setdefault(w.allocation, {"allocated": 0, "unallocated": 0})
                 held["allocated" if w.charged else "unallocated"] += n
         return workloads, gpus
+
+    def allocation_counts(self) -> tuple[dict[str, _Histogram], dict[str, dict[str, int]]]:
+        """Per leaf: its queue-wait histogram and its preemptions by reason. Every leaf
+        of the tree is there (at 0 until something happens: a counter that appears at
+        1 loses that first increase to `increase()`), and so is every allocation that
+        once had some, even if it left the tree (counters do not go back)."""
+        for leaf in self.state.tree.leaves():
+            self._allocation_wait(leaf)
+            self._allocation_preemptions(leaf)
+        return self.allocation_waits, self.allocation_preemptions
 
     def oldest_waits(self) -> dict[str, float]:
         """Per class, how long the longest-waiting workload has waited so far (journal
@@ -466,6 +510,13 @@ class MetricsCollector(Collector):
             "waits after a requeue are not counted.",
             labels=[*c, "class"],
         )
+        allocation_waits = HistogramMetricFamily(
+            "allot_allocation_queue_wait_seconds",
+            "Submit to first placement per leaf allocation (who waits; Kueue: "
+            "kueue_admission_wait_time_seconds per ClusterQueue); waits after a requeue are "
+            "not counted, and work still waiting is not in it yet.",
+            labels=[*c, "allocation"],
+        )
         oldest = GaugeMetricFamily(
             "allot_oldest_wait_seconds",
             "How long the longest-waiting workload of each class has waited so far.",
@@ -473,6 +524,12 @@ class MetricsCollector(Collector):
         )
         preemptions = CounterMetricFamily(
             "allot_preemptions", "Preemptions by reason.", labels=[*c, "reason"]
+        )
+        allocation_preemptions = CounterMetricFamily(
+            "allot_allocation_preemptions",
+            "Preemptions per leaf allocation of the preempted work (who is preempted; Kueue: "
+            "kueue_evicted_workloads_total per ClusterQueue), by reason.",
+            labels=[*c, "allocation", "reason"],
         )
         requeued = CounterMetricFamily(
             "allot_requeued_attempts",
@@ -549,6 +606,13 @@ class MetricsCollector(Collector):
                 oldest.add_metric([name, klass], age)
             for reason, n in f.preemptions.items():
                 preemptions.add_metric([name, reason], n)
+            per_waits, per_preemptions = f.allocation_counts()
+            for path in sorted(per_waits):
+                h = per_waits[path]
+                allocation_waits.add_metric([name, path], h.buckets(), h.sum)
+            for path in sorted(per_preemptions):
+                for reason, n in per_preemptions[path].items():
+                    allocation_preemptions.add_metric([name, path, reason], n)
             for reason, n in f.requeued.items():
                 requeued.add_metric([name, reason], n)
             for how, n in f.ended.items():
@@ -575,8 +639,10 @@ class MetricsCollector(Collector):
             allocation_workloads,
             allocation_gpus,
             waits,
+            allocation_waits,
             oldest,
             preemptions,
+            allocation_preemptions,
             requeued,
             ended,
             fair,
