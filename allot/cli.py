@@ -896,6 +896,34 @@ def _needs_plugins(argv: list[str]) -> bool:
     return True
 
 
+def _plugins_loaded_before_running(typer_app: typer.Typer) -> None:
+    """Installed policy plugins are registered when a command's function runs, after its
+    arguments parsed: `--help` and a mistyped flag end before that, and loading them
+    (importlib.metadata's scan, and `domain` with its pydantic models) was half of their
+    start-up."""
+    for info in typer_app.registered_commands:
+        if info.callback is not None and not getattr(info.callback, "_loads_plugins", False):
+            info.callback = _with_plugins(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _plugins_loaded_before_running(group.typer_instance)
+
+
+def _with_plugins(command: Any) -> Any:
+    import functools
+
+    # typer reads the parameters through __wrapped__ (inspect.signature follows it)
+    @functools.wraps(command)
+    def run_with_plugins(*args: Any, **kwargs: Any) -> Any:
+        from allot.plugins import load_entry_points
+
+        load_entry_points()
+        return command(*args, **kwargs)
+
+    run_with_plugins._loads_plugins = True  # type: ignore[attr-defined]
+    return run_with_plugins
+
+
 def _keep_only_invoked(argv: list[str]) -> None:
     """Keep only the command being run in `app`: typer builds every registered command
     (and a pydantic adapter per parameter) on each start, most of `allot`'s start-up.
@@ -1172,9 +1200,7 @@ def main() -> None:
         sys.argv[1:] = _default_data(sys.argv[1:])
         _flow_help(app)
         if _needs_plugins(sys.argv[1:]):
-            from allot.plugins import load_entry_points
-
-            load_entry_points()
+            _plugins_loaded_before_running(app)
         code = app(standalone_mode=False)
     except _UsageError as why:  # one line, as every other error (not click's panel)
         from rich.markup import escape

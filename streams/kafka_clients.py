@@ -19,8 +19,6 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from aiokafka.errors import KafkaConnectionError
-
 # open `aiokafka_quiet` blocks and the level aiokafka's logger had before the first
 _quiet = {"depth": 0, "level": logging.NOTSET}
 
@@ -101,6 +99,9 @@ async def _force_close(client: Any, timeout: float) -> None:
         await asyncio.wait(running, timeout=timeout)
     accumulator = getattr(client, "_message_accumulator", None)
     if accumulator is not None:
+        # imported here: `--data` commands use this module's helpers without aiokafka
+        from aiokafka.errors import KafkaConnectionError
+
         # with its sender gone, what it still holds is never sent: say so to whoever
         # awaits it (and to the flush the cut-short stop left waiting on it)
         accumulator.fail_all(KafkaConnectionError("the producer stopped before sending this"))

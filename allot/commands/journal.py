@@ -10,7 +10,6 @@ the journal").
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 import time
@@ -128,6 +127,8 @@ def restore(
     holds records, or a scheduler runs on the topics. One transaction: a restore that
     fails half way leaves the journal empty, to be run again.
     """
+    import asyncio  # here, not at the top: every other command starts without it
+
     from aiokafka.errors import KafkaError
 
     from projections.journal import JournalError, decode_record, iter_lines, journal_file

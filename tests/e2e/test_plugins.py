@@ -74,3 +74,21 @@ def test_a_broken_import_path_is_one_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "cannot load ordering policy 'nosuchmodule:Thing'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_installed_packages_policy_is_found_by_its_entry_point_name(tmp_path: Path) -> None:
+    """An entry point in group `allot.ordering` names a policy for every command that
+    schedules; they are loaded when the command runs (after its arguments parsed), so
+    `--help` and a mistyped flag start without them."""
+    (tmp_path / "myplugin.py").write_text(PLUGIN)
+    dist = tmp_path / "myplugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myplugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[allot.ordering]\nnewest = myplugin:NewestFirst\n")
+    out = tmp_path / "out"
+    args = ["simulate", str(TINY), "-p", "newest", "--out", str(out), "-q", "--no-report"]
+    result = run(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    journal = (out / "newest" / "journal.jsonl").read_bytes().splitlines()
+    placed = [orjson.loads(line) for line in journal if b'"workload.placed"' in line]
+    assert placed and all(p["explain"]["policy"] == "newest-first" for p in placed)
