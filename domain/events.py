@@ -228,7 +228,13 @@ class HostRemoved(Envelope):
 
 
 class ClockTick(Envelope):
+    """Moves event time. A ticker's ticks say how often it ticks (`every`, seconds):
+    the scheduler decides only at inputs, so a protection that ends between two ticks
+    is acted on at the next one, and the forecast (`projections.forecast`) needs the
+    cadence to foresee when. Absent on the simulator's ticks and older tickers'."""
+
     type: Literal["clock.tick"] = "clock.tick"
+    every: Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)] | None = None
 
 
 class ConfigSet(Envelope):

@@ -39,6 +39,12 @@ class EngineOptions:
     # ids of `host.health` inputs (unhealthy) whose host dies with its work: each attempt
     # running there is then reported `lost`
     lose_work_at: frozenset[str] = frozenset()
+    # a live scheduler's ticker: time moves only at inputs and at ticks every
+    # `tick_every` seconds (on the grid through `tick_from`, else through the time play
+    # starts), so a protection end or bucket edge is acted on at the first tick at or
+    # after it, not at its moment (None: at its moment, as a simulation is journaled)
+    tick_every: float | None = None
+    tick_from: float | None = None
 
 
 @dataclass(slots=True)
@@ -81,6 +87,10 @@ class Engine:
         yield from self._handle(config_event)
         for event in setup:
             yield from self._handle(event)
+        if self.options.tick_every is not None:  # the ticker starts: its grid is journaled
+            if self.options.tick_from is None:
+                self.options.tick_from = start
+            yield from self._handle(self._tick(start, "start"))
         yield from self.play(inputs)
 
     def play(self, inputs: Iterable[Any]) -> Iterator[Any]:
@@ -97,11 +107,13 @@ class Engine:
         # run stops (see `_settled`); if a later tick decides something, they go out first.
         held: list[Any] = []
         last_change = self.state.now or 0.0
+        if self.options.tick_every is not None and self.options.tick_from is None:
+            self.options.tick_from = self.state.now
         while True:
             t_done = self._next_completion()
             t_input = pending_input.time if pending_input is not None else math.inf
             t_wake = next_wakeup(self.state)
-            t_wake = math.inf if t_wake is None else t_wake
+            t_wake = math.inf if t_wake is None else self._next_tick(t_wake)
             t = min(t_done, t_input, t_wake)
             if math.isinf(t) or (horizon is not None and t > horizon):
                 break
@@ -113,9 +125,7 @@ class Engine:
                 pending_input = next(source, None)
             else:
                 ticks += 1
-                event = ev.ClockTick(
-                    id=f"{prefix}-tick-{ticks}", time=t, cluster=self.cluster, actor=SIMULATOR
-                )
+                event = self._tick(t, ticks)
                 if horizon is None and pending_input is None and math.isinf(t_done):
                     records = list(self._handle(event))
                     if all(r.type == "clock.tick" for r in records):
@@ -156,6 +166,32 @@ class Engine:
             self.end_time = horizon
         else:
             self.end_time = self.stalled_at if self.stalled_at is not None else self.state.now
+
+    def _tick(self, t: float, n: int | str) -> ev.ClockTick:
+        """A wakeup's tick (a ticker's, saying its cadence, when the run is ticked)."""
+        if self.options.tick_every is not None:
+            # the grid is counted on from the last tick, as the forecast of a journal
+            # cut here counts it: the same float arithmetic, so the same times
+            self.options.tick_from = t
+        return ev.ClockTick(
+            id=f"{self.options.id_prefix}-tick-{n}",
+            time=t,
+            cluster=self.cluster,
+            actor=SIMULATOR,
+            every=self.options.tick_every,
+        )
+
+    def _next_tick(self, t: float) -> float:
+        """When a moment `t` is acted on: then, or at the first tick at or after it."""
+        every, origin = self.options.tick_every, self.options.tick_from
+        if every is None or origin is None or not math.isfinite(t):
+            return t
+        tick = origin + math.ceil((t - origin) / every) * every
+        # never before `t` (float rounding): a tick before a protection end does not end
+        # it, and the same wakeup would come back for ever
+        while tick < t:
+            tick += every
+        return tick
 
     def _settled(self, now: float, last_change: float) -> bool:
         """Whether nothing can change any more, with no input or completion to come: no

@@ -4,7 +4,11 @@ The simulator goes on from the journal's latest moment with the same `domain` co
 a copy of the scheduler's state: running work ends after the work it has left (the
 submission's `runtime` when it has one, as simulated executors do, else the user's
 `expected_runtime`; with neither it runs until preempted), nothing new is submitted,
-and budgets and hosts stay as they are. A pending workload's expected start is its
+and budgets and hosts stay as they are. Time moves as it does for the live scheduler:
+a completion is acted on when it is reported (at once, as launchers do), a protection
+end or usage-bucket edge at the ticker's first tick at or after it (its cadence and
+phase are the journal's last tick that gave `every`; a journal without one, e.g. a
+simulation's, is acted on at the moment itself, as the simulator journals). A pending workload's expected start is its
 first placement in that future; a live workload's expected end is the first time it
 finishes or is preempted there. Anything that changes those assumptions (new work
 from a higher-ranked allocation, a job ending early, a host failing) moves the answer,
@@ -57,6 +61,9 @@ class Forecast:
     rejected: dict[str, str] = field(default_factory=dict)  # arrival -> the scheduler's error
     unhealthy: tuple[str, ...] = ()  # hosts down now: assumed to stay down
     running: frozenset[str] = frozenset()  # the workloads running at `now`
+    # the journal's ticker's cadence: protection ends and bucket edges are acted on at
+    # its next tick (None: no ticker said one, they are acted on at their moment)
+    tick_every: float | None = None
     # the future as journal records, up to the horizon or until every live workload's
     # start and end are known (all of it with `forecast(..., keep_records=True)`)
     records: list[Any] = field(default_factory=list)
@@ -174,6 +181,10 @@ def forecast(
     # ids the journal cannot hold already (its ids are deduplicated, so a repeated one
     # would be rejected): the simulator's are `sim-...`, and forecasts are not journaled
     options = EngineOptions(horizon_end=now + horizon_s, id_prefix=f"forecast-{now:.3f}")
+    ticker = getattr(view, "ticker", None)
+    if ticker is not None:  # the live scheduler acts at its ticks: so does its future
+        options.tick_from, options.tick_every = ticker
+        result.tick_every = options.tick_every
     engine = Engine(cluster=state.cluster, config=state.config, options=options)
     engine.resume(future, work, done)
     starts, ends, rejected = result.starts, result.ends, result.rejected
@@ -286,9 +297,15 @@ def header(fc: Forecast) -> dict[str, Any]:
         "horizon_end_time": fc.horizon_end,
         "live_without_runtime": fc.unknown_runtime,
         "unhealthy_hosts": list(fc.unhealthy),
+        "tick_every": fc.tick_every,
         "assumes": "running work ends after its runtime (else expected_runtime; with "
         "neither it runs until preempted); no new submissions, budget or host changes "
-        "(unhealthy hosts stay down)",
+        "(unhealthy hosts stay down); "
+        + (
+            f"protection ends are acted on at the scheduler's next tick (every {fc.tick_every:g} s)"
+            if fc.tick_every is not None
+            else "protection ends are acted on at once (no ticker cadence in the journal)"
+        ),
     }
 
 

@@ -253,6 +253,9 @@ class JournalView:
         # allocations `budget.removed` took out of the tree (and not set again since),
         # with when: their past work is still the journal's (`allot acct -a PATH`)
         self.removed_allocations: dict[str, float] = {}
+        # (time, every) of the last tick of a ticker that said how often it ticks: the
+        # scheduler acts on a protection end at the first tick after it (the forecast)
+        self.ticker: tuple[float, float] | None = None
 
     @property
     def now(self) -> float:
@@ -314,7 +317,10 @@ class JournalView:
                     self.tail_copy, self.tail_copy_at, self.last_time = None, None, None
                     self.tail_records = []
         kind = event.type
-        if kind == "workload.submitted":
+        if kind == "clock.tick":
+            if event.every is not None:
+                self.ticker = (event.time, event.every)
+        elif kind == "workload.submitted":
             h = self.history(event.workload)
             h.submitted = event
             h.submitted_seq = seq

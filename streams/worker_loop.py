@@ -470,6 +470,7 @@ class Worker(Presence, Rebalancing, Recovery, Batches, Snapshots):
                         "time": now,
                         "cluster": cluster,
                         "actor": TICKER,
+                        "every": self.tick_every,  # the forecast's cadence
                     }
                     futures.append(
                         await producer.send(

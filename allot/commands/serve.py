@@ -431,7 +431,9 @@ def _serve_embedded(
             while not stop.is_set():
                 n = scheduler.step()
                 if tick_s and time.monotonic() >= next_tick:
-                    ticked = make_request("clock.tick", cluster=cluster, actor=TICKER_ACTOR)
+                    ticked = make_request(
+                        "clock.tick", cluster=cluster, actor=TICKER_ACTOR, every=tick_s
+                    )
                     try:
                         append_requests(folder, [ticked])
                     except EmbeddedError as why:

@@ -43,6 +43,8 @@ def submissions(seed: int, count: int) -> list:
     return out
 
 
-def simulated_run(seed: int, hosts: int, count: int) -> list:
-    engine = Engine("c", SchedulerConfig(), EngineOptions())
+def simulated_run(seed: int, hosts: int, count: int, tick_every: float | None = None) -> list:
+    """`tick_every`: a live scheduler's run, acting at its ticker's ticks (journaled with
+    their cadence) rather than at the moment a protection ends."""
+    engine = Engine("c", SchedulerConfig(), EngineOptions(tick_every=tick_every))
     return list(engine.run(cluster_setup(hosts), submissions(seed, count), T0))

@@ -119,6 +119,49 @@ def test_the_forecast_is_exact_for_any_run_with_no_new_input(
     _check_every_cut(simulated_run(seed, hosts, count))
 
 
+@settings(
+    max_examples=int(os.environ.get("ALLOT_HYPOTHESIS_EXAMPLES", "15")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 2**32),
+    hosts=st.integers(1, 5),
+    count=st.integers(3, 50),
+    tick=st.sampled_from([7.0, 10.0, 60.0, 333.3]),
+)
+def test_the_forecast_is_exact_for_any_ticked_run_with_no_new_input(
+    seed: int, hosts: int, count: int, tick: float
+) -> None:
+    # a live scheduler acts on a protection end at its ticker's next tick: the forecast
+    # of a journal whose ticks say their cadence foresees those ticks, not the moments
+    _check_every_cut(simulated_run(seed, hosts, count, tick_every=tick))
+
+
+def test_a_ticked_run_acts_at_its_ticks_and_decides_otherwise() -> None:
+    # the case the ticked forecast is for: the same work, ticked every 5 minutes, is
+    # placed at other times than at the moments protections end (so the test above
+    # checks something the moment-exact forecast would get wrong)
+    tick = 300.0
+    ticked = simulated_run(seed=4, hosts=4, count=60, tick_every=tick)
+    exact = simulated_run(seed=4, hosts=4, count=60)
+    ticks = [r for r in ticked if r.type == "clock.tick" and r.every is not None]
+    assert ticks and all((r.time - T0) % tick == 0 for r in ticks)
+
+    def placed(records: list) -> list:
+        return [(r.workload, r.time) for r in records if r.type == "workload.placed"]
+
+    assert placed(ticked) != placed(exact)
+    cut = next(i for i, r in enumerate(ticked) if i > 80 and is_cause(r))
+    view = fold(ticked[:cut])
+    fc = forecast(view, horizon_s=30 * 24 * HOUR, journal=ticked[:cut])
+    assert fc.tick_every == tick
+    # a start that waited for a protection end or bucket edge is on the ticker's grid
+    # (others follow a completion, reported at its own moment)
+    starts = [s.time for s in fc.starts.values()]
+    assert any((t - T0) % tick == 0 for t in starts)
+
+
 def test_the_view_is_left_as_it_was() -> None:
     records = simulated_run(seed=5, hosts=2, count=30)
     cut = next(i for i, r in enumerate(records) if i > 40 and is_cause(r))
