@@ -201,8 +201,7 @@ async def _refuse_records(
 async def _refuse_live_workers(admin: Any, topics: Topics) -> None:
     """A scheduler already running on the new topics has read their (empty) journal and
     would never see the restored one: it must be stopped first. Seen from the presence
-    group every worker without --group keeps (`streams.worker_presence`); workers of a
-    --group are not told apart, and the README says to stop them."""
+    group every worker keeps, with --group or not (`streams.worker_presence`)."""
     prefix = f"allot-scheduler/{topics.journal}/"
     running: list[str] = []
     with contextlib.suppress(Exception):  # best effort, as the worker's own check

@@ -318,11 +318,13 @@ async def test_kill_9_after_a_restore_loses_and_duplicates_nothing(
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("group", [None, "g"], ids=["alone", "with-group"])
 async def test_a_restore_refuses_topics_a_scheduler_runs_on(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, group: str | None
 ) -> None:
     """A scheduler started on the new topics before the restore read their empty
-    journal and would never see the restored one: the restore is refused, naming it."""
+    journal and would never see the restored one: the restore is refused, naming it,
+    whether or not it runs with --group."""
     name = suffix()
     topics = Topics.suffixed(name)
     await create_topics(kafka_bootstrap, topics=topics)
@@ -330,7 +332,7 @@ async def test_a_restore_refuses_topics_a_scheduler_runs_on(
     started: list[Any] = []
     task = asyncio.create_task(
         serve(kafka_bootstrap, config=SchedulerConfig(admins=(ADMIN,)), topics=topics,
-              clusters=["c"], stop=stop, tick_every=0, on_ready=started.append)
+              clusters=["c"], stop=stop, tick_every=0, on_ready=started.append, group=group)
     )  # fmt: skip
     try:
         deadline = time.monotonic() + WAIT_S
