@@ -1080,17 +1080,20 @@ _SBATCH_FLAGS.update(
 
 
 # submit flags a Kueue user reaches for: a Job's queue label and priority class
+_LOCAL_QUEUE = "Kueue's LocalQueue (kueue.x-k8s.io/queue-name) is a leaf allocation here: -A PATH"
+_PRIORITY_CLASS = (
+    "a WorkloadPriorityClass's value is --priority N here; it orders work inside its "
+    "allocation only (under fairshare it preempts nothing)"
+)
 _KUEUE_FLAGS = {
-    "--queue": "Kueue's LocalQueue (kueue.x-k8s.io/queue-name) is a leaf allocation here: -A PATH",
-    "--queue-name": "Kueue's LocalQueue (kueue.x-k8s.io/queue-name) is a leaf allocation "
-    "here: -A PATH",
+    "--queue": _LOCAL_QUEUE,
+    "--queue-name": _LOCAL_QUEUE,
     "--local-queue": "Kueue's LocalQueue is a leaf allocation here: -A PATH",
-    "--priority-class": "a WorkloadPriorityClass's value is --priority N here; it orders "
-    "work inside its allocation only (under fairshare it preempts nothing)",
-    "--workload-priority-class": "a WorkloadPriorityClass's value is --priority N here; it "
-    "orders work inside its allocation only (under fairshare it preempts nothing)",
+    "--priority-class": _PRIORITY_CLASS,
+    "--workload-priority-class": _PRIORITY_CLASS,
 }
-_SBATCH_FLAGS.update(_KUEUE_FLAGS)
+# every flag `allot submit` answers with what it has instead
+_SUBMIT_HABITS = {**_SBATCH_FLAGS, **_KUEUE_FLAGS}
 
 # commands a kubectl/kueuectl user types by habit, and allot's own
 _KUBECTL_COMMANDS = {
@@ -1114,15 +1117,16 @@ def _kubectl_hint(why: Exception, argv: list[str]) -> str | None:
     return f"No such command '{word}': {hint}" if hint else None
 
 
-def _sbatch_hint(why: Exception) -> str | None:
-    """What `allot submit` has instead of an sbatch flag it was given (`--gres=gpu:8`,
-    `-t 1h`, `--mem 10G`): click's guess at a close option (`--as, --gpus` for --gres,
-    `--name` for --mem) sends a Slurm user the wrong way."""
+def _submit_habit_hint(why: Exception) -> str | None:
+    """What `allot submit` has instead of an sbatch or Kueue flag it was given
+    (`--gres=gpu:8`, `-t 1h`, `--mem 10G`, `--queue-name`): click's guess at a close
+    option (`--as, --gpus` for --gres, `--name` for --mem) sends a Slurm user the wrong
+    way."""
     ctx = getattr(why, "ctx", None)
     flag = getattr(why, "option_name", None)
     if ctx is None or ctx.command.name != "submit" or not isinstance(flag, str):
         return None
-    hint = _SBATCH_FLAGS.get(flag)
+    hint = _SUBMIT_HABITS.get(flag)
     return f"No such option: {flag}; {hint}" if hint else None
 
 
@@ -1186,7 +1190,7 @@ def _explained_usage_error(why: _UsageError, argv: list[str]) -> str:
     """A usage error in allot's words where a habit from another tool explains it."""
     return (
         _unknown_option(why, argv)
-        or _sbatch_hint(why)
+        or _submit_habit_hint(why)
         or _kubectl_hint(why, argv)
         or _mistyped_option(why)
         or why.format_message()

@@ -27,6 +27,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from domain import events as ev
 from streams.codec import encode_body
 from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
+from streams.presence import presence_prefix
 from streams.topic_admin import MAX_RECORD_BYTES, Topics, _admin
 from streams.worker_errors import BrokerUnavailable
 
@@ -201,9 +202,8 @@ async def _refuse_records(
 async def _refuse_live_workers(admin: Any, topics: Topics) -> None:
     """A scheduler already running on the new topics has read their (empty) journal and
     would never see the restored one: it must be stopped first. Seen from the presence
-    group every worker without --group keeps (`streams.worker_presence`); workers of a
-    --group are not told apart, and the README says to stop them."""
-    prefix = f"allot-scheduler/{topics.journal}/"
+    group every worker keeps, with --group or not (`streams.worker_presence`)."""
+    prefix = presence_prefix(topics.journal)
     running: list[str] = []
     with contextlib.suppress(Exception):  # best effort, as the worker's own check
         listed = await admin.list_consumer_groups()

@@ -166,10 +166,13 @@ def restore(
                 kafka_options=kafka_auth.client_options(),
             )
         )
-    except (TargetError, JournalError, RestoreError, BrokerUnavailable) as why:
-        print(f"error: {why}", file=sys.stderr)
-        raise typer.Exit(2) from None
-    except kafka_auth.KafkaAuthError as why:
+    except (
+        TargetError,
+        JournalError,
+        RestoreError,
+        BrokerUnavailable,
+        kafka_auth.KafkaAuthError,
+    ) as why:
         print(f"error: {why}", file=sys.stderr)
         raise typer.Exit(2) from None
     except KafkaError as why:  # e.g. an ACL refusal, or the broker gone mid-way

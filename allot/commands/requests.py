@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -39,6 +39,9 @@ from allot.commands.common import (
     whoami,
 )
 from allot.commands.views import AllocationsOpt, NameOpt, NodelistOpt, StatesOpt, UserOpt
+
+if TYPE_CHECKING:  # imported where used: the CLI starts without the read models
+    from projections.budget_tree import BudgetTree
 
 
 class RequestError(ValueError):
@@ -838,27 +841,10 @@ def _say_if_unshared(target: Target, cluster: str, allocation: str) -> None:
 
 
 def _unshared_node(target: Target, cluster: str, allocation: str) -> str | None:
-    """The topmost node of `allocation`'s path whose share is zero at the journal's end
-    (the budget tree rebuilt from its records alone, as `_allocation_paths` reads
-    them); None when the share is not zero or the journal cannot be read."""
-    from domain.tree import AllocationTree, ancestors
-
-    records = _budget_tree_records(target, cluster)
-    if records is None:
-        return None
-    tree = AllocationTree()
-    for record in records:
-        path, weight = record.get("allocation"), record.get("weight")
-        try:
-            if record["type"] == "budget.removed":
-                tree.remove(path)
-            else:
-                tree.set(path, None if weight is None else float(weight))
-        except (KeyError, ValueError, TypeError):
-            continue  # not a record the scheduler accepted as such: skip, as a hint
-    if allocation not in tree:
-        return None
-    return next((p for p in ancestors(allocation) if tree.share(p) <= 0), None)
+    """The topmost node of `allocation`'s path whose share is zero at the journal's end;
+    None when the share is not zero or the journal cannot be read."""
+    tree = _budget_tree(target, cluster)
+    return None if tree is None else tree.zero_share_at(allocation)
 
 
 def _cannot_start_on_the_cluster(
@@ -1602,13 +1588,13 @@ def _near_miss(target: Target, cluster: str, path: str) -> str | None:
     is close, or the journal cannot be read (the scheduler decides as before)."""
     from domain.tree import parent_of
 
-    tree = _allocation_paths(target, cluster)
+    tree = _budget_tree(target, cluster)
     if tree is None:
         return None
     parent = parent_of(path)
-    if path in tree or (parent is not None and parent not in tree):
+    if path in tree.paths or (parent is not None and parent not in tree.paths):
         return None  # a missing parent is the scheduler's rejection to give
-    siblings = {s.rpartition("/")[2]: s for s in tree if parent_of(s) == parent}
+    siblings = {s.rpartition("/")[2]: s for s in tree.children_of(parent)}
     typo_of = likely_typo_of(path.rpartition("/")[2], siblings)
     return None if typo_of is None else siblings[typo_of]
 
@@ -1645,39 +1631,20 @@ def _next_of_a_series(a: str, b: str) -> bool:
     return one_letter and prefix[-1:] in ("-", "_", ".")
 
 
-def _budget_tree_records(target: Target, cluster: str) -> list[dict[str, Any]] | None:
-    """The journal's `budget.set` and `budget.removed` records of `cluster`, oldest first
-    (a byte search, not a fold), or None when the journal cannot be read."""
+def _budget_tree(target: Target, cluster: str) -> BudgetTree | None:
+    """`cluster`'s `BudgetTree` at the journal's end, from the tree's records alone (a
+    byte search, not a fold), or None when the journal cannot be read."""
+    from projections.budget_tree import BudgetTree
     from streams.sources import SourceError, records_of_type
 
     try:
-        return records_of_type(
+        records = records_of_type(
             ("budget.set", "budget.removed"), kafka=target.kafka, data=target.data,
             cluster=cluster,
         )  # fmt: skip
     except (SourceError, OSError):
         return None
-
-
-def _allocation_paths(target: Target, cluster: str) -> set[str] | None:
-    """The budget tree's paths at the journal's end, or None when it cannot be read.
-
-    Only the tree's records are read (a byte search for them): folding the whole
-    journal for this took 0.8 s of a lab's week (40k records) in a folder. The tree
-    changes by nothing else, and the journal holds only the changes accepted."""
-    records = _budget_tree_records(target, cluster)
-    if records is None:
-        return None
-    paths: set[str] = set()
-    for record in records:
-        allocation = record.get("allocation")
-        if not isinstance(allocation, str):
-            continue
-        if record["type"] == "budget.set":
-            paths.add(allocation)
-        else:
-            paths.discard(allocation)
-    return paths
+    return BudgetTree.from_records(records)
 
 
 def _refuse_near_miss(target: Target, cluster: str, path: str) -> None:
@@ -1852,8 +1819,8 @@ def _say_if_members_inactive(target: Target, cluster: str, path: str) -> None:
     """Members given to an allocation that has children may submit neither to it nor
     below it (`allot shares -l`: inactive): say so, or the manager who added them hears
     of it from them, when their submissions are refused."""
-    paths = _allocation_paths(target, cluster)
-    children = sorted(p for p in paths or () if p.rpartition("/")[0] == path)
+    tree = _budget_tree(target, cluster)
+    children = [] if tree is None else tree.children_of(path)
     if children:
         typer.echo(
             f"note: {path} has children ({', '.join(children[:3])}"

@@ -212,9 +212,16 @@ def test_philly_sorts_unsorted_rows_keeping_row_order_on_ties(tmp_path: Path) ->
         pytest.param("2017-10-03 11:00:05+02:00", 5.0, id="offset"),
         pytest.param("2017-10-03 09:00:05.5", 5.5, id="fraction"),
         pytest.param("1507021205", 5.0, id="epoch-seconds"),
+        # the Philly trace writes `2017-10-03 00:08:00 PDT`: a derived CSV keeping the
+        # zone was refused row by row (`is not a timestamp`), or needed --skip-bad for all
+        pytest.param("2017-10-03 02:00:05 PDT", 5.0, id="pdt"),
+        pytest.param("2017-10-03 01:00:05 PST", 5.0, id="pst"),
+        pytest.param("2017-10-03 09:00:05 UTC", 5.0, id="utc"),
+        pytest.param("2017-10-03 09:00:05 GMT", 5.0, id="gmt"),
+        pytest.param("2017-10-03 02:00:05.5 pdt", 5.5, id="lower-case-fraction"),
     ],
 )
-def test_philly_timestamps_are_utc(
+def test_philly_timestamps_are_utc_or_in_their_named_zone(
     tmp_path: Path, timestamp: str, seconds_after_first: float
 ) -> None:
     path = write(
@@ -1619,28 +1626,6 @@ def test_reads_files_shaped_like_the_published_ones(
         result.skipped_unscheduled,
         result.unfinished,
     ) == counts
-
-
-@pytest.mark.parametrize(
-    ("timestamp", "seconds_after_first"),
-    [
-        pytest.param("2017-10-03 02:00:05 PDT", 5.0, id="pdt"),
-        pytest.param("2017-10-03 01:00:05 PST", 5.0, id="pst"),
-        pytest.param("2017-10-03 09:00:05 UTC", 5.0, id="utc"),
-        pytest.param("2017-10-03 09:00:05 GMT", 5.0, id="gmt"),
-        pytest.param("2017-10-03 02:00:05.5 pdt", 5.5, id="lower-case-fraction"),
-    ],
-)
-def test_philly_timestamps_may_name_their_zone(
-    tmp_path: Path, timestamp: str, seconds_after_first: float
-) -> None:
-    """The Philly trace writes `2017-10-03 00:08:00 PDT`: a derived CSV keeping the
-    zone was refused row by row (`is not a timestamp`), or needed --skip-bad for all."""
-    path = write(
-        tmp_path, "p.csv", PHILLY_HEADER, "2017-10-03 09:00:00,1,1,,a", f"{timestamp},1,1,,b"
-    )
-    times = [s["time"] for s in read_trace(path, "philly").submissions]
-    assert times == [0.0, seconds_after_first]
 
 
 def test_a_named_zone_wins_over_the_timezone_option(tmp_path: Path) -> None:

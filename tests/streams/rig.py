@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -393,6 +394,75 @@ async def steady_feed(
             await inbox.producer.flush()
             await asyncio.sleep(pause_s)
     await inbox.producer.flush()
+
+
+class KilledUnderLoad:
+    """Worker subprocesses on one topic set, killed -9 and restarted while a steady
+    feed and a stand-in executor run: the rig of the kill -9 tests.
+
+        with KilledUnderLoad(bootstrap, name, topics, log) as workers:
+            async with Inbox(...) as inbox, JournalReader(...) as journal:
+                workers.start()
+                workers.load(inbox, clusters, total)
+                ...  # wait for a point of the stream
+                workers.kill_and_restart()
+                await workers.finish(journal, folded_up_to)
+
+    Leaving the block stops the executor and kills what still runs."""
+
+    def __init__(self, bootstrap: str, name: str, topics: Topics, log: Path) -> None:
+        self.bootstrap, self.name, self.topics, self.log = bootstrap, name, topics, log
+        self.procs: list[subprocess.Popen] = []
+        self._stop_executor = asyncio.Event()
+        self._feeder: asyncio.Task | None = None
+        self._reporter: asyncio.Task | None = None
+
+    def __enter__(self) -> KilledUnderLoad:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_executor.set()
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def start(self) -> None:
+        self.procs.append(spawn_worker(self.bootstrap, self.name, self.log))
+
+    def load(self, inbox: Inbox, clusters: list[str], total: int) -> None:
+        """`total` requests fed over `clusters`, and every placement reported finished
+        (so GPUs free up and the scheduler keeps deciding while it is killed)."""
+        self._feeder = asyncio.create_task(
+            steady_feed(inbox, self.topics.inbox, clusters, total, cancel_every=15, pause_s=0.2)
+        )
+        self._reporter = asyncio.create_task(
+            executor(self.bootstrap, self.topics, inbox, self._stop_executor)
+        )
+
+    def kill_and_restart(self) -> None:
+        assert self._feeder is not None
+        assert not self._feeder.done(), "the stream ended before the kill; slow the feed"
+        self.procs[-1].send_signal(signal.SIGKILL)
+        assert self.procs[-1].wait(WAIT_S) == -signal.SIGKILL
+        self.start()
+
+    async def finish(
+        self,
+        journal: JournalReader,
+        folded: Callable[[dict[int, int]], Callable[[list[dict]], bool]],
+    ) -> None:
+        """The feed ends, the executor reports the last placements, the last worker
+        folds the inbox to its end (`folded(ends)` says when) and stops cleanly."""
+        assert self._feeder is not None and self._reporter is not None
+        await asyncio.wait_for(self._feeder, WAIT_S)
+        await asyncio.sleep(1.0)  # the executor reports the last placements
+        self._stop_executor.set()
+        await asyncio.wait_for(self._reporter, WAIT_S)
+        ends = await inbox_ends(self.bootstrap, self.topics.inbox)
+        await journal.wait_for(folded(ends))
+        self.procs[-1].send_signal(signal.SIGTERM)
+        assert self.procs[-1].wait(WAIT_S) == 0, self.log.read_text()[-3000:]
 
 
 def assert_folded_exactly_once(inbox_records: list[Any], journal: list[dict]) -> set[str]:

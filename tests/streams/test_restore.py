@@ -33,17 +33,14 @@ from tests.streams.rig import (
     WAIT_S,
     Inbox,
     JournalReader,
+    KilledUnderLoad,
     assert_cluster_replays,
     assert_folded_exactly_once,
-    executor,
     first,
     folded_up_to,
-    inbox_ends,
     inputs_seen,
     read_all,
     spawn_faust,
-    spawn_worker,
-    steady_feed,
     suffix,
 )
 
@@ -292,39 +289,18 @@ async def test_kill_9_after_a_restore_loses_and_duplicates_nothing(
     assert out.returncode == 0, out.stderr
 
     log = tmp_path / "worker.log"
-    procs: list[subprocess.Popen] = []
-    stop_executor = asyncio.Event()
-    try:
+    with KilledUnderLoad(kafka_bootstrap, new_name, new, log) as workers:
         async with (
             Inbox(kafka_bootstrap, new.inbox) as inbox,
             JournalReader(kafka_bootstrap, new.journal) as journal,
         ):
             journal.on_timeout = lambda: log.read_text(errors="replace")[-3000:]
-            procs.append(spawn_worker(kafka_bootstrap, new_name, log))
-            feeder = asyncio.create_task(
-                steady_feed(inbox, new.inbox, clusters, 1200, cancel_every=15, pause_s=0.2)
-            )
+            workers.start()
             # work ends (the restored placements too), so the scheduler keeps placing
-            reporter = asyncio.create_task(executor(kafka_bootstrap, new, inbox, stop_executor))
+            workers.load(inbox, clusters, 1200)
             await journal.wait_for(lambda recs: inputs_seen(_since_restore(recs)) >= 300)
-            assert not feeder.done(), "the stream ended before the kill; slow the feed"
-            procs[-1].send_signal(signal.SIGKILL)
-            assert procs[-1].wait(WAIT_S) == -signal.SIGKILL
-            procs.append(spawn_worker(kafka_bootstrap, new_name, log))
-            await asyncio.wait_for(feeder, WAIT_S)
-            await asyncio.sleep(1.0)  # the executor reports the last placements
-            stop_executor.set()
-            await asyncio.wait_for(reporter, WAIT_S)
-            ends = await inbox_ends(kafka_bootstrap, new.inbox)
-            await journal.wait_for(_folded_since_restore(ends))
-            procs[-1].send_signal(signal.SIGTERM)
-            assert procs[-1].wait(WAIT_S) == 0, log.read_text()[-3000:]
-    finally:
-        stop_executor.set()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            workers.kill_and_restart()
+            await workers.finish(journal, _folded_since_restore)
 
     raw = await read_all(kafka_bootstrap, new.journal)
     records = [orjson.loads(r.value) for r in raw]
@@ -342,11 +318,13 @@ async def test_kill_9_after_a_restore_loses_and_duplicates_nothing(
 
 
 @pytest.mark.kafka
+@pytest.mark.parametrize("group", [None, "g"], ids=["alone", "with-group"])
 async def test_a_restore_refuses_topics_a_scheduler_runs_on(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, group: str | None
 ) -> None:
     """A scheduler started on the new topics before the restore read their empty
-    journal and would never see the restored one: the restore is refused, naming it."""
+    journal and would never see the restored one: the restore is refused, naming it,
+    whether or not it runs with --group."""
     name = suffix()
     topics = Topics.suffixed(name)
     await create_topics(kafka_bootstrap, topics=topics)
@@ -354,7 +332,7 @@ async def test_a_restore_refuses_topics_a_scheduler_runs_on(
     started: list[Any] = []
     task = asyncio.create_task(
         serve(kafka_bootstrap, config=SchedulerConfig(admins=(ADMIN,)), topics=topics,
-              clusters=["c"], stop=stop, tick_every=0, on_ready=started.append)
+              clusters=["c"], stop=stop, tick_every=0, on_ready=started.append, group=group)
     )  # fmt: skip
     try:
         deadline = time.monotonic() + WAIT_S

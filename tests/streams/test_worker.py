@@ -34,19 +34,17 @@ from tests.streams.rig import (
     WAIT_S,
     Inbox,
     JournalReader,
+    KilledUnderLoad,
     assert_cluster_replays,
     assert_folded_exactly_once,
-    executor,
     first,
     folded_up_to,
     headers,
-    inbox_ends,
     inputs_seen,
     read_all,
     rig,
     spawn_faust,
     spawn_worker,
-    steady_feed,
     suffix,
 )
 
@@ -577,22 +575,16 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
     clusters = [f"k{name}-a", f"k{name}-b"]
     total = 3000
     log = tmp_path / "worker.log"
-    procs: list[subprocess.Popen] = []
-
-    stop_executor = asyncio.Event()
-    try:
+    with KilledUnderLoad(kafka_bootstrap, name, topics, log) as workers:
         async with (
             Inbox(kafka_bootstrap, topics.inbox) as inbox,
             JournalReader(kafka_bootstrap, topics.journal) as journal,
         ):
             for cluster in clusters:
                 await inbox.setup(cluster, hosts=4, leaves=("a", "b"))
-            procs.append(spawn_worker(kafka_bootstrap, name, log))
+            workers.start()
             await journal.wait_for(lambda recs: inputs_seen(recs) >= 14)  # set up, running
-            feeder = asyncio.create_task(
-                steady_feed(inbox, topics.inbox, clusters, total, cancel_every=15, pause_s=0.2)
-            )
-            reporter = asyncio.create_task(executor(kafka_bootstrap, topics, inbox, stop_executor))
+            workers.load(inbox, clusters, total)
             # kill 1: mid-stream, 400 inputs in (no snapshot yet: recovery folds the
             # journal); kill 2: mid-stream again after the second incarnation has folded
             # 500 more and written a snapshot round (recovery = snapshot + journal tail)
@@ -600,24 +592,8 @@ async def test_kill_9_mid_stream_loses_and_duplicates_nothing(
                 base = inputs_seen(journal.records)
                 await journal.wait_for(lambda recs, n=base + more: inputs_seen(recs) >= n)
                 await asyncio.sleep(settle)
-                assert not feeder.done(), "the stream ended before the kill; slow the feed"
-                procs[-1].send_signal(signal.SIGKILL)
-                assert procs[-1].wait(WAIT_S) == -signal.SIGKILL
-                procs.append(spawn_worker(kafka_bootstrap, name, log))
-            await asyncio.wait_for(feeder, WAIT_S)
-            await asyncio.sleep(1.0)  # the executor reports the last placements
-            stop_executor.set()
-            await asyncio.wait_for(reporter, WAIT_S)
-            ends = await inbox_ends(kafka_bootstrap, topics.inbox)
-            await journal.wait_for(folded_up_to(ends))
-            procs[-1].send_signal(signal.SIGTERM)
-            assert procs[-1].wait(WAIT_S) == 0, log.read_text()[-3000:]
-    finally:
-        stop_executor.set()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+                workers.kill_and_restart()
+            await workers.finish(journal, folded_up_to)
 
     inbox_records = await read_all(kafka_bootstrap, topics.inbox)
     raw_journal = await read_all(kafka_bootstrap, topics.journal)
