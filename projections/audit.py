@@ -645,8 +645,8 @@ def budget_log(
     where, params = _budget_filter(allocation)
     rows = con.execute(
         f"""
-        SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, actor, allocation, change, weight,
-               previous_weight, managers, members, error, {", ".join(NAMED_CHANGES)}
+        SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, cluster, actor, allocation, change,
+               weight, previous_weight, managers, members, error, {", ".join(NAMED_CHANGES)}
         FROM {_budget_log_rows(con)} {where} ORDER BY seq
         """,
         params,
@@ -658,6 +658,7 @@ def budget_log(
         {
             "time": when,
             "t": t,
+            "cluster": cluster,
             "actor": actor,
             "allocation": alloc,
             "change": change,
@@ -668,8 +669,53 @@ def budget_log(
             **{c: loads(v) if v else None for c, v in zip(NAMED_CHANGES, named, strict=True)},
             "error": error,
         }
-        for when, t, actor, alloc, change, weight, previous, m, mb, error, *named in rows
+        for when, t, cluster, actor, alloc, change, weight, previous, m, mb, error, *named in rows
     ]
+
+
+_BUDGET_FIELDS = ("weight", "managers", "members")
+
+
+def _as_restored(before: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The values to set again: an unset list is put back as an empty one."""
+    return {f: before[f] if f == "weight" else before[f] or [] for f in fields}
+
+
+def budget_undo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each allocation in `rows` (`budget_log`'s, oldest first) whose last accepted
+    change replaced something, what it replaced: `{cluster, allocation, time, t, actor,
+    weight, managers, members}`, each of the last three the value before the change
+    (None where the change kept it; a list may be empty). An allocation the change
+    created has nothing to put back; one it removed gets back its weight and lists.
+    Newest change first. The rows must hold each allocation's history from its start
+    (an `-a` filter keeps whole histories)."""
+    held: dict[tuple[str, str], dict[str, Any]] = {}
+    replaced: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for r in rows:
+        if r["error"] is not None:
+            continue  # refused: it changed nothing
+        key = (r["cluster"], r["allocation"])
+        before = held.pop(key, None)
+        if r["change"] == "removed":  # (a journal that starts later may not know it)
+            was = _as_restored(before, _BUDGET_FIELDS) if before else {}
+        else:
+            now = {f: r[f] if r[f] is not None else (before or {}).get(f) for f in _BUDGET_FIELDS}
+            held[key] = now
+            if before is None:  # created: nothing to put back
+                was = {}
+            else:
+                changed = [f for f in _BUDGET_FIELDS if r[f] is not None and before[f] != now[f]]
+                was = _as_restored(before, changed)
+        replaced[key] = (
+            {f: None for f in _BUDGET_FIELDS}
+            | was
+            | {"cluster": key[0], "allocation": key[1], "time": r["time"], "t": r["t"]}
+            | {"actor": r["actor"]}
+            if was
+            else None
+        )
+    undo = [u for u in replaced.values() if u is not None]
+    return sorted(undo, key=lambda u: u["t"], reverse=True)
 
 
 def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = None) -> bytes:
@@ -681,7 +727,8 @@ def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = Non
     row = con.execute(
         f"""
         SELECT count(*), coalesce(to_json(list({{
-            'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'actor': actor,
+            'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'cluster': cluster,
+            'actor': actor,
             'allocation': allocation, 'change': change, 'weight': weight,
             'previous_weight': previous_weight, 'managers': managers, 'members': members,
             {named}, 'error': error

@@ -9,8 +9,8 @@
 Everything is computed from the journal, so `allot metrics` (reading a journal) and the
 worker (folding what it writes) expose the same numbers. Names are `allot_*` in base
 units (seconds, ratios), counters end in `_total`, and labels are bounded: `cluster`,
-`state`, `reason`, `class`, `type` and `allocation` (the budget tree is configured, so
-its paths are bounded) — never workload ids or users.
+`state`, `reason`, `class`, `type`, `allocation` (the budget tree is configured, so
+its paths are bounded) and `host` (registered hosts) — never workload ids or users.
 
 Per cluster (a journal may hold several; each gets its own fold):
 
@@ -45,6 +45,10 @@ Per cluster (a journal may hold several; each gets its own fold):
 - ``allot_requeued_attempts_total{reason}``: attempts that ended with their workload
   waiting again: requeued preemptions by reason, and ``lost`` (the launcher lost the
   node under resumable work).
+- ``allot_host_cordons_total{host}``: times a host went from healthy to unhealthy
+  (hosts that never did have no series). A host flapping (a bad NIC reported
+  unhealthy and healthy again every few seconds) counts up fast, while its health
+  and `allot host list -R` show only one moment of it; alert AllotHostFlapping.
 - ``allot_workloads_ended_total{state}``: workloads that ended, by how (the states of
   `allot acct`): completed / failed / lost (the launcher's report), cancelled,
   preempted (not requeued), node_fail (drained off an unhealthy host).
@@ -71,6 +75,11 @@ Per cluster (a journal may hold several; each gets its own fold):
   state (only this is exposed then), else 0.
 - ``allot_journal_unreadable_records_total`` (no cluster label):
   corrupt records a following `allot metrics` skipped rather than stop serving.
+- ``allot_data_filesystem_avail_bytes{path}``, ``allot_data_filesystem_size_bytes{path}``
+  (no cluster label; with a `--data` folder only, read at each scrape, exposed while
+  recovering too): the space left on the folder's filesystem, as node_exporter's
+  ``node_filesystem_*_bytes``. A full disk stops `allot serve`; alert
+  AllotDataDiskFilling fires before.
 
 `apply` and `collect` take a lock: one thread may follow the journal while the HTTP
 server's threads scrape.
@@ -79,10 +88,12 @@ server's threads scrape.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, get_args
 
 from prometheus_client.core import (
@@ -185,6 +196,9 @@ METRIC_NAMES: dict[str, str] = {
     "allot_journal_lag_seconds": "gauge",
     "allot_journal_unreadable_records_total": "counter",
     "allot_scheduler_recovering": "gauge",
+    "allot_host_cordons_total": "counter",
+    "allot_data_filesystem_avail_bytes": "gauge",
+    "allot_data_filesystem_size_bytes": "gauge",
 }
 
 
@@ -257,6 +271,9 @@ class _ClusterFold:
         self.requeued = dict.fromkeys(REQUEUE_REASONS, 0)
         self.decisions = dict.fromkeys(DECISION_TYPES.values(), 0)
         self.rejections = dict.fromkeys(REJECTION_TYPES, 0)
+        # per host, how often it went from healthy to unhealthy: a flapping host (a bad
+        # NIC) shows here, where its health now and `sinfo -R` show one moment
+        self.cordons: dict[str, int] = {}
         self.causes: OrderedDict[str, float] = OrderedDict()
         self.records = 0
         self.last_time: float | None = None
@@ -292,6 +309,11 @@ class _ClusterFold:
             counts = self._allocation_preemptions(victim.allocation)
             counts[event.reason] = counts.get(event.reason, 0) + 1
 
+    def _count_cordon(self, event: Any) -> None:
+        host = self.state.hosts.get(event.host)  # folded before `evolve`
+        if host is not None and host.healthy and not event.healthy:
+            self.cordons[event.host] = self.cordons.get(event.host, 0) + 1
+
     def apply(self, event: Any, written: float | None = None, timed: bool = True) -> None:
         """`written`: when the scheduler wrote `event` (wall clock), if it is being
         written now; decisions then measure their latency to it, not to their own time.
@@ -321,6 +343,8 @@ class _ClusterFold:
                     self.ended[event.outcome] += 1
             elif kind == "workload.cancelled":
                 self.ended["cancelled"] += 1
+            elif kind == "host.health":
+                self._count_cordon(event)
             self.causes[event.id] = event.time
             if len(self.causes) > CAUSE_MEMORY:
                 self.causes.popitem(last=False)
@@ -428,6 +452,9 @@ class MetricsCollector(Collector):
         # of a half-folded journal would mislead; an exporter that does not answer at
         # all looks dead, AllotMetricsDown)
         self.recovering = False
+        # an embedded journal's folder: its filesystem's space is exposed, read at each
+        # scrape (a full disk stops `allot serve`; the alert must come before)
+        self.data_dir: Path | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------- folding
@@ -475,8 +502,32 @@ class MetricsCollector(Collector):
         )
         recovering.add_metric([], 1.0 if self.recovering else 0.0)
         if self.recovering:
-            return [recovering]
-        return [recovering, *self._journal_families()]
+            return [recovering, *self._data_families()]
+        return [recovering, *self._journal_families(), *self._data_families()]
+
+    def _data_families(self) -> list[Metric]:
+        """The data folder's filesystem, as node_exporter's node_filesystem_*_bytes
+        (avail: what an unprivileged writer may still use). No samples without a
+        folder, or when it cannot be read (the folder gone: serve says so itself)."""
+        avail = GaugeMetricFamily(
+            "allot_data_filesystem_avail_bytes",
+            "Bytes an unprivileged writer may still use on the filesystem of the embedded "
+            "journal's folder (--data); when none are left allot serve stops.",
+            labels=["path"],
+        )
+        size = GaugeMetricFamily(
+            "allot_data_filesystem_size_bytes",
+            "Size of the filesystem of the embedded journal's folder (--data).",
+            labels=["path"],
+        )
+        try:
+            fs = os.statvfs(self.data_dir) if self.data_dir is not None else None
+        except OSError:
+            fs = None
+        if fs is not None:
+            avail.add_metric([str(self.data_dir)], float(fs.f_bavail * fs.f_frsize))
+            size.add_metric([str(self.data_dir)], float(fs.f_blocks * fs.f_frsize))
+        return [avail, size]
 
     def _journal_families(self) -> list[Metric]:
         c = ["cluster"]
@@ -536,6 +587,12 @@ class MetricsCollector(Collector):
             "Attempts that ended with the workload waiting again, by why (a preemption's "
             "reason, or lost: its node died under resumable work).",
             labels=[*c, "reason"],
+        )
+        cordons = CounterMetricFamily(
+            "allot_host_cordons",
+            "Times each host went from healthy to unhealthy (a host listed only once it "
+            "has): a flapping host, whose work is moved off at each, counts up fast.",
+            labels=[*c, "host"],
         )
         ended = CounterMetricFamily(
             "allot_workloads_ended",
@@ -617,6 +674,8 @@ class MetricsCollector(Collector):
                 requeued.add_metric([name, reason], n)
             for how, n in f.ended.items():
                 ended.add_metric([name, how], n)
+            for host in sorted(f.cordons):
+                cordons.add_metric([name, host], f.cordons[host])
             for path, r in f.fair_share().items():
                 fair.add_metric([name, path], r)
             for path, (o, r) in f.delivered().items():
@@ -644,6 +703,7 @@ class MetricsCollector(Collector):
             preemptions,
             allocation_preemptions,
             requeued,
+            cordons,
             ended,
             fair,
             delivered,
@@ -679,11 +739,17 @@ class LiveMetrics:
     `allot serve --metrics-port` and the faust worker's $ALLOT_METRICS_PORT."""
 
     def __init__(
-        self, port: int, bind: str = "127.0.0.1", *, on_bad: Callable[[str], None] | None = None
+        self,
+        port: int,
+        bind: str = "127.0.0.1",
+        *,
+        on_bad: Callable[[str], None] | None = None,
+        data_dir: Path | None = None,
     ) -> None:
         self.port = port
         self.bind = bind
         self.collector = MetricsCollector()
+        self.collector.data_dir = data_dir
         self.server: Any = None
         self.bad = 0  # lines that could not be folded (the first is reported)
         self.on_bad = on_bad

@@ -636,15 +636,21 @@ def open_inbox(target: Any) -> InboxWriter:
     )
 
 
+def verdict_ref(record: dict[str, Any]) -> Any:
+    """The request a journal record gives the verdict on, if it is one: a `*.rejected`
+    names it in `ref`; an accepted input is journaled under the request's own id."""
+    kind = record.get("type")
+    if isinstance(kind, str) and kind.endswith(".rejected"):
+        return record.get("ref")
+    return record.get("id")
+
+
 def verdict_on(ref: str) -> Match:
     """Matches the journal record that accepts the request `ref` (the input itself,
     journaled under its own id) or rejects it (a `*.rejected` whose `ref` is it)."""
 
     def match(record: dict[str, Any]) -> bool:
-        kind = record.get("type")
-        if isinstance(kind, str) and kind.endswith(".rejected"):
-            return record.get("ref") == ref
-        return record.get("id") == ref
+        return verdict_ref(record) == ref
 
     return match
 

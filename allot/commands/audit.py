@@ -303,7 +303,7 @@ def _history(
 def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
     from datetime import UTC, datetime
 
-    from projections.audit import budget_log, budget_log_json, latest_time
+    from projections.audit import budget_log, budget_log_json, budget_undo, latest_time
 
     def run() -> None:
         con = _open(db)
@@ -347,8 +347,56 @@ def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
                 *((r["error"] or "",) if refused else ()),
             )
         _print(table)
+        _say_undo(budget_undo(rows))
 
     _answer(run)
+
+
+# an undo line for each of the few latest changes: at 3 a.m. the wrong one is recent,
+# and a line per allocation of a big tree would bury it
+_UNDO_SHOWN = 5
+
+
+def _say_undo(undo: list[dict[str, Any]]) -> None:
+    """On stderr (the table stays parsable): for the latest changes, what each replaced
+    and the command that puts it back."""
+    import sys
+
+    sys.stdout.flush()  # after the table, not inside it
+    for u in undo[:_UNDO_SHOWN]:
+        was = [f"weight {u['weight']:g}"] if u["weight"] is not None else []
+        was += [
+            f"{which} {_principals_shown(u[which])}"
+            for which in ("managers", "members")
+            if u[which] is not None
+        ]
+        typer.echo(
+            f"undo {u['actor']}'s change of {u['allocation']} at {_shown_time(u['time'])} "
+            f"(it was {', '.join(was)}): {_restore_command(u)}",
+            err=True,
+        )
+    if len(undo) > _UNDO_SHOWN:
+        typer.echo(
+            f"({len(undo) - _UNDO_SHOWN} older changes can be undone too: `allot budget log "
+            "-a PATH` gives PATH's)",
+            err=True,
+        )
+
+
+def _restore_command(u: dict[str, Any]) -> str:
+    """`allot budget set PATH [WEIGHT] [--manager a,b | --no-managers] [...]`."""
+    import shlex
+
+    words = ["allot", "budget", "set", u["allocation"]]
+    if u["weight"] is not None:
+        words.append(f"{u['weight']:g}")
+    for which, flag in (("managers", "manager"), ("members", "member")):
+        names = u[which]
+        if names is not None:
+            words += [f"--{flag}", ",".join(names)] if names else [f"--no-{which}"]
+    if u["cluster"] and u["cluster"] != "default":
+        words += ["--cluster", u["cluster"]]
+    return shlex.join(words)
 
 
 def _weight_change(weight: float | None, previous: float | None) -> str:
@@ -502,7 +550,12 @@ def register(app: typer.Typer) -> None:
 
         Changes the scheduler refused (not a manager, an unknown parent, ...) are listed
         too, as `set refused` or `remove refused` with the reason (REFUSED BECAUSE;
-        --json: error, null for the changes made); the title counts them apart."""
+        --json: error, null for the changes made); the title counts them apart.
+
+        On stderr, for the allocations of the 5 latest changes, what each change replaced
+        and the command that puts it back: `undo pm's change of lab/big at ... (it was
+        weight 10): allot budget set lab/big 10`. A change that created an allocation
+        has none. `-a PATH` gives them for PATH and those under it."""
         _budget_log(allocation, db, json_)
 
     budget = _budget_typer(app)

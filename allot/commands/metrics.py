@@ -165,6 +165,7 @@ def register(app: typer.Typer) -> None:
             cluster = "default"
         where = {"kafka": target.kafka, "data": target.data, "journal": target.journal}
         collector = MetricsCollector()
+        collector.data_dir = target.data
         try:
             read = fold_journal(collector, **where, cluster=cluster, follow=False)
         except EmptyJournal as why:

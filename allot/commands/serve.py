@@ -225,7 +225,11 @@ def serve(
         config = build_config(config_file, set_, policy, _admins(admin))
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise ServeError(f"--metrics-port {metrics_port}: use a TCP port between 1 and 65535")
-        metrics = JournalMetrics(metrics_port, metrics_bind) if metrics_port is not None else None
+        metrics = (
+            JournalMetrics(metrics_port, metrics_bind, target.data)
+            if metrics_port is not None
+            else None
+        )
         if target.data is not None:
             _serve_embedded(
                 target.data, cluster, config, tick_s, once, batch, metrics, snapshot_s or None
@@ -248,13 +252,16 @@ class JournalMetrics:
     """`--metrics-port`: `projections.metrics.LiveMetrics`, its troubles told as serve's
     one-line errors and warnings."""
 
-    def __init__(self, port: int, bind: str) -> None:
+    def __init__(self, port: int, bind: str, data: Path | None = None) -> None:
         from projections.metrics import LiveMetrics
 
         self.port = port
         self.bind = bind
         self.live = LiveMetrics(
-            port, bind, on_bad=lambda why: typer.echo(f"allot serve: warning: {why}", err=True)
+            port,
+            bind,
+            on_bad=lambda why: typer.echo(f"allot serve: warning: {why}", err=True),
+            data_dir=data,
         )
 
     def feed(self, lines: list[bytes], *, recovered: bool = False) -> None:

@@ -126,6 +126,30 @@ def test_budget_log_shows_each_weight_change_and_a_cleared_list(tmp_path: Path) 
     ]
 
 
+def test_budget_log_gives_the_command_that_undoes_each_latest_change(tmp_path: Path) -> None:
+    """A weight set to 0 instead of 10 at night read `10 → 0` in the log: the on-call
+    operator had to compose the command that puts it back, and for a change of members
+    or a removal, the lists it replaced. Newest first, on stderr: the table is kept;
+    the fixture's cluster is `test`, so the commands name it."""
+    from tests.projections.audit_histories import night_history, write
+
+    journal = write(tmp_path / "journal.jsonl", night_history())
+    db = tmp_path / "audit.duckdb"
+    loaded = allot("audit", "load", "--journal", str(journal), "--db", str(db))
+    assert loaded.returncode == 0, loaded.stderr
+    log = allot("budget", "log", "--db", str(db))
+    assert log.returncode == 0, log.stderr
+    assert log.stderr.splitlines() == [
+        "undo pm's change of lab/old at 2026-01-01 03:00:00 (it was weight 2, managers tl, "
+        "members (none)): allot budget set lab/old 2 --manager tl --no-members --cluster test",
+        "undo pm's change of lab/small at 2026-01-01 02:00:00 (it was members bob): "
+        "allot budget set lab/small --member bob --cluster test",
+        "undo pm's change of lab/big at 2026-01-01 01:00:00 (it was weight 10): "
+        "allot budget set lab/big 10 --cluster test",
+    ]
+    assert log.stdout.splitlines()[-1].split()[2:5] == ["mallory", "lab/big", "set"]
+
+
 def test_budget_log_marks_refused_changes_and_says_why(tmp_path: Path) -> None:
     from tests.projections.audit_histories import refused_history, write
 

@@ -153,6 +153,10 @@ def test_serve_data_exposes_metrics_of_what_it_journals(tmp_path: Path) -> None:
         records = len((data / "journal.jsonl").read_bytes().splitlines())
         assert value(scrape, "allot_journal_records_total", cluster="default") == records
         _assert_latency_timed(scrape, "default")
+        # the folder's disk, for AllotDataDiskFilling: a full one stops serve
+        free = value(scrape, "allot_data_filesystem_avail_bytes", path=str(data))
+        size = value(scrape, "allot_data_filesystem_size_bytes", path=str(data))
+        assert free is not None and size is not None and 0 < free <= size
 
     # a restart folds the journal it recovers: the first scrape already shows it all
     port = _free_port()

@@ -82,3 +82,19 @@ def loaded(tmp_path: Path, records: list[Any]) -> tuple[Path, Path]:
     db = tmp_path / "audit.duckdb"
     audit.load(db, journal_lines(journal=journal), source=str(journal))
     return journal, db
+
+
+def night_history() -> list[Any]:
+    """pm sets lab/big to 10 (members alice) and lab/small to 5; at night pm sets
+    lab/big's weight to 0, adds erin to lab/small, and removes lab/old (weight 2,
+    manager tl, no members); a refused change to lab/big comes last."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/big", 10, members=("alice",), actor="pm")
+    c.budget("lab/small", 5, members=("bob",), actor="pm")
+    c.budget("lab/old", 2, managers=("tl",), actor="pm")
+    c.at("1h").input(ev.BudgetSet, allocation="lab/big", weight=0, actor="pm")
+    c.at("2h").input(ev.BudgetSet, allocation="lab/small", add_members=("erin",), actor="pm")
+    c.at("3h").input(ev.BudgetRemoved, allocation="lab/old", actor="pm")
+    c.at("4h").input(ev.BudgetSet, allocation="lab/big", weight=7, actor="mallory")
+    return c.journal

@@ -24,6 +24,7 @@ from tests.domain.builders import START, cluster
 from tests.projections.audit_histories import (
     loaded,
     named_changes_history,
+    night_history,
     refused_history,
     reweighted_history,
     small_history,
@@ -425,6 +426,37 @@ def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -
             ("set", 2, None, None),  # a new allocation after the removal
         ]
         assert orjson.loads(audit.budget_log_json(con, "lab/a")) == log
+    finally:
+        con.close()
+
+
+def test_the_budget_log_knows_what_each_allocations_last_change_replaced(
+    tmp_path: Path,
+) -> None:
+    """On-call finding lab/big's weight set to 0 at night read `10 → 0` in the log and
+    had to work out the command that puts 10 back; a change by names or a removal left
+    them to rebuild the lists by hand. A creation has nothing to put back, and a
+    refused change is not a change."""
+    db = loaded(tmp_path, night_history())[1]
+    con = audit.connect(db, read_only=True)
+    try:
+        undo = audit.budget_undo(audit.budget_log(con))
+        assert [
+            (u["allocation"], u["weight"], u["managers"], u["members"], u["actor"]) for u in undo
+        ] == [
+            ("lab/old", 2, ["tl"], [], "pm"),
+            ("lab/small", None, None, ["bob"], "pm"),
+            ("lab/big", 10, None, None, "pm"),
+        ]
+        assert undo[-1]["time"] == "2026-01-01T01:00:00"
+        assert audit.budget_undo(audit.budget_log(con, "lab/big")) == undo[-1:]
+    finally:
+        con.close()
+    (tmp_path / "recreated").mkdir()
+    only_created = loaded(tmp_path / "recreated", reweighted_history())[1]
+    con = audit.connect(only_created, read_only=True)
+    try:  # lab/a's last change created it again: nothing of it to put back
+        assert audit.budget_undo(audit.budget_log(con)) == []
     finally:
         con.close()
 

@@ -28,7 +28,8 @@ from projections.views import fold
 T0 = JournalBuilder.START
 H8 = list(range(8))
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "allot.json"
-ALLOWED_LABELS = {"cluster", "state", "reason", "class", "type", "allocation", "le"}
+# `host`: registered hosts (the flapping count); `path`: the data folder
+ALLOWED_LABELS = {"cluster", "state", "reason", "class", "type", "allocation", "host", "path", "le"}
 
 
 def cluster(hosts: int = 2, name: str = "test") -> JournalBuilder:
@@ -244,6 +245,34 @@ def test_preemptions_decisions_and_rejections_are_counted() -> None:
     assert value(c, "allot_rejected_inputs_total", reason="budget.rejected") == 1
     assert value(c, "allot_rejected_inputs_total", reason="host.rejected") == 0
     assert value(c, "allot_journal_records_total") == len(j.events)
+
+
+def test_a_flapping_host_counts_its_cordons() -> None:
+    """h3 reported unhealthy and healthy again every few seconds (a bad NIC) showed
+    nowhere: its health now is one moment of it, `host list -R` empty whenever it was
+    healthy. Only a change from healthy counts: a probe repeating `unhealthy` does not."""
+    j = cluster(hosts=4)
+    for i in range(3):
+        j.at(10 * i).health("h3", False, "nic").at(10 * i + 5).health("h3", True)
+    j.at(40).health("h1", False, "ecc").at(45).health("h1", False, "ecc again")
+    c = collect(j)
+    assert value(c, "allot_host_cordons_total", host="h3") == 3
+    assert value(c, "allot_host_cordons_total", host="h1") == 1
+    assert not [
+        k for k in samples(c) if k[0] == "allot_host_cordons_total" and ("host", "h0") in k[1]
+    ]
+
+
+def test_the_data_folders_disk_space_is_exposed(tmp_path: Path) -> None:
+    """A --data folder on a disk at 95% gave no sign before `allot serve` stopped on the
+    full disk; the folder's filesystem is now read at each scrape."""
+    c = collect(cluster())
+    assert not [k for k in samples(c) if k[0].startswith("allot_data_filesystem")]
+    c.data_dir = tmp_path
+    folder = frozenset({("path", str(tmp_path))})
+    scraped = samples(c)
+    free = scraped[("allot_data_filesystem_avail_bytes", folder)]
+    assert 0 < free <= scraped[("allot_data_filesystem_size_bytes", folder)]
 
 
 def test_ended_workloads_are_counted_by_how_they_ended() -> None:
@@ -528,8 +557,13 @@ SCRAPE_LABELS = {"job", "instance"}  # Prometheus adds these to every scraped se
 
 
 def _exposed_labels() -> dict[str, set[str]]:
-    """Series name -> the label names the collector gives it."""
-    text = exposition(collect(big_journal(5)).registry())
+    """Series name -> the label names the collector gives it (a host cordoned once, and
+    a data folder, so that their series are there too)."""
+    j = big_journal(5)
+    j.health("h1", False, "nic")
+    collector = collect(j)
+    collector.data_dir = Path(__file__).parent
+    text = exposition(collector.registry())
     out: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
