@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from allot import completion as completion_words
 from allot.commands import (
     audit,
     dashboard,
@@ -49,7 +50,8 @@ app = typer.Typer(
         "Run it live (serve, topics, journal export/restore; submit, cancel, hold, release, requeue, budget, host; queue, "
         "acct, shares, why; executor), watch it (metrics, dashboard, usage, rollup, audit, "
         "history, preemptions), and simulate policies before rollout (simulate, replay, "
-        "compare, demo, trace import). Every command has --help."
+        "compare, demo, trace import). Every command has --help; `allot completion bash` "
+        "(or zsh, fish) prints the shell's TAB completion."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -870,6 +872,32 @@ _USER_ERRORS = (
 )
 
 
+@app.command()
+def completion(
+    shell: Annotated[
+        str,
+        typer.Argument(
+            metavar="SHELL",
+            help="The shell: bash, zsh or fish.",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Print the shell completion script for SHELL: TAB completes commands, options,
+    and from a --data folder (or $ALLOT_DATA) allocations, hosts, clusters and your live
+    workload ids.
+
+    bash: add `eval "$(allot completion bash)"` to ~/.bashrc. zsh: add
+    `eval "$(allot completion zsh)"` to ~/.zshrc, after compinit. fish: run
+    `allot completion fish > ~/.config/fish/completions/allot.fish`.
+
+    Kafka ($ALLOT_KAFKA, --kafka) gets commands and options only: reading the journal
+    topic for names is too slow for a TAB."""
+    if shell not in completion_words.SHELLS:
+        raise CliError(f"no completion for shell {shell!r}; give bash, zsh or fish")
+    print(completion_words.script(shell))
+
+
 def _user_errors() -> tuple[type[BaseException], ...]:
     """The user-error classes of the modules imported so far."""
     kinds: list[type[BaseException]] = [CliError]
@@ -1198,6 +1226,9 @@ def _explained_usage_error(why: _UsageError, argv: list[str]) -> str:
 
 
 def main() -> None:
+    if completion_words.requested():
+        _keep_only_invoked(completion_words.typed_words())
+        completion_words.complete(typer.main.get_command(app))
     try:
         _keep_only_invoked(sys.argv[1:])
         _one_source(sys.argv[1:])

@@ -29,10 +29,10 @@ with open(out, "w") as f:
 """
 
 
-def imported(tmp_path: Path, *argv: str) -> set[str]:
+def imported(tmp_path: Path, *argv: str, **environ: str) -> set[str]:
     out = tmp_path / "modules.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
-    env.update(ALLOT_CLUSTER="default", USER="alice")
+    env.update(ALLOT_CLUSTER="default", USER="alice", **environ)
     subprocess.run(
         [sys.executable, "-c", PROBE, *argv, str(out)],
         env=env,
@@ -72,3 +72,32 @@ def test_a_data_folder_is_read_and_written_without_a_kafka_client(
     )
     assert b"workload.submitted" in (data / "inbox.jsonl").read_bytes()
     assert not any(name.split(".")[0] == "aiokafka" for name in queue | submit)
+
+
+@pytest.mark.parametrize(
+    ("line", "reads_the_journal"),
+    [
+        ("allot ", False),
+        ("allot cancel --data DATA ", True),
+        ("allot submit --data DATA -A ", True),
+    ],
+    ids=["commands", "workload-ids", "allocations"],
+)
+def test_a_tab_loads_no_policy_plugins_nor_kafka(
+    tmp_path: Path, tiny_journal: Path, line: str, reads_the_journal: bool
+) -> None:
+    """Completion runs on every TAB: it reads a --data folder's journal by a byte search,
+    without `domain` (pydantic), the policy plugins or a Kafka client."""
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(tiny_journal, data / "journal.jsonl")
+    line = line.replace("DATA", str(data))
+    modules = imported(
+        tmp_path,
+        _ALLOT_COMPLETE="complete_bash",
+        COMP_WORDS=line,
+        COMP_CWORD=str(len(line.split())),
+    )
+    assert "allot.completion" in modules  # the probe did complete
+    assert ("streams.sources" in modules) == reads_the_journal
+    assert not {"allot.plugins", "domain.events", "aiokafka"} & modules
