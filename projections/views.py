@@ -749,8 +749,7 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
     return (
         "Resources",
         f"needs {_gpus(w.gpus)}; {s.healthy_capacity} of the cluster's {s.capacity} are "
-        f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired"
-        + _held_down_note(s),
+        f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired" + _held_down_note(s),
     )
 
 
