@@ -467,6 +467,11 @@ def _check_host_health(state: State, e: ev.HostHealth) -> None:
     _require_admin(state, e.actor, "report host health")
     if e.host not in state.hosts:
         raise Rejected(f"unknown host {e.host!r}; register it first (`allot host register`)")
+    if e.force and not e.healthy:
+        raise Rejected(
+            "force overrides the flap hold-down of a host reported healthy; "
+            "send it with healthy true, or leave it out"
+        )
 
 
 def _check_host_removed(state: State, e: ev.HostRemoved) -> None:

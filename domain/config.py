@@ -8,9 +8,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -24,7 +26,11 @@ DURATION_KEYS = (
     "short_job_max_min_runtime",
     "bucket",
     "preempt_grace",
+    "health_holddown",
 )
+# keys added with a default that changes nothing: left out of the journaled config while
+# at it, so configs (and journals) recorded before the key existed keep their bytes
+OMITTED_AT_DEFAULT = {"health_holddown": 0.0}
 
 
 class SchedulerConfig(BaseModel):
@@ -72,6 +78,25 @@ class SchedulerConfig(BaseModel):
             "ends it (Slurm's MaxBatchRequeue): a launcher that keeps losing it stops"
         ),
     )
+
+    health_holddown: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "flap damping (0: off): a host reported unhealthy within this long of its "
+            "return to service stays cordoned after its next healthy report until it has "
+            "stayed healthy this long (Slurm's ReturnToService=0 for flapping nodes); "
+            "`allot host health H --healthy --force` returns it at once"
+        ),
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults_added_later(self, handler: SerializerFunctionWrapHandler) -> Any:
+        dumped = handler(self)
+        for key, default in OMITTED_AT_DEFAULT.items():
+            if dumped.get(key) == default:
+                del dumped[key]
+        return dumped
 
     @field_validator(*DURATION_KEYS, mode="before")
     @classmethod

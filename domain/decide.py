@@ -145,14 +145,16 @@ def handle(state: State, event: Any) -> list[Any]:
 
 def next_wakeup(state: State) -> float | None:
     """The next moment a decision could change with no new input, while work waits or
-    hosts drain: a protection end or, while work waits, the next usage bucket edge
-    (ratios are read anew there)."""
+    hosts drain: a protection end, the end of a flapping host's hold-down or, while
+    work waits, the next usage bucket edge (ratios are read anew there)."""
     if not state.pending_count and not state.cordoned:
         return None
     moments = []
     protection = state.next_protection_end()
     if protection is not None:
         moments.append(protection)
+    if state.held_down:
+        moments.append(min(state.held_down.values()))
     if state.pending_count:
         moments.append(state.charged.next_edge(state.now))
     return min(moments, default=None)

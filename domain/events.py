@@ -210,11 +210,19 @@ class HostRegistered(Envelope):
     gpus: Count
 
 
+def _true_or_none(value: Any) -> Any:
+    """An optional flag written only when true: false reads as absent."""
+    return None if value is False else value
+
+
 class HostHealth(Envelope):
     type: Literal["host.health"] = "host.health"
     host: str
     healthy: Flag
     reason: str = ""
+    # an admin's override of the flap hold-down (`health_holddown`): the host is usable
+    # at once. Written only when true, so every record without it keeps its v1 bytes
+    force: Annotated[Annotated[bool, Strict()] | None, BeforeValidator(_true_or_none)] = None
 
 
 class HostRemoved(Envelope):

@@ -24,6 +24,8 @@ def evolve(state: State, event: Any) -> State:
     if event.time > state.now:
         state.now = event.time
         state.expose_due()
+        if state.held_down:
+            _return_held_down(state)
     fold = _FOLDS.get(event.type)
     if fold is not None:
         fold(state, event)
@@ -278,7 +280,7 @@ def _host_removed(state: State, e: ev.HostRemoved) -> None:
     if host is None:
         return
     _mark_removed_gpus(state, host, lambda g: True, 0)
-    for where in (state.with_free, state.cordoned, state.changed_hosts):
+    for where in (state.with_free, state.cordoned, state.changed_hosts, state.held_down):
         where.pop(e.host, None)
     state.count_host(host, -1)
     _host_capacity_changed(state, host, -host.gpus)
@@ -303,19 +305,69 @@ def _host_capacity_changed(state: State, host: Host, change: int) -> None:
 
 def _host_health(state: State, e: ev.HostHealth) -> None:
     host = state.hosts.get(e.host)
-    if host is None or host.healthy == e.healthy:
+    if host is None:
         return
+    if not e.healthy:
+        _reported_unhealthy(state, host, e.time)
+    elif e.force:
+        host.flapping = False
+        if not host.healthy:
+            return_to_service(state, host, e.time)
+    elif not host.healthy and host.held_until is None:  # (a repeated report changes nothing)
+        if host.flapping and state.config.health_holddown > 0:
+            host.held_until = e.time + state.config.health_holddown
+            state.held_down[host.name] = host.held_until
+        else:
+            return_to_service(state, host, e.time)
+
+
+def _reported_unhealthy(state: State, host: Host, now: float) -> None:
+    if host.held_until is not None:
+        # failed again while held down: it stays cordoned, and its next healthy report
+        # starts the hold-down over
+        host.held_until = None
+        del state.held_down[host.name]
+        return
+    if not host.healthy:
+        return
+    # failed again sooner than the hold-down after its return: its next return waits
+    host.flapping = now - host.returned < state.config.health_holddown
+    _set_health(state, host, False)
+
+
+def return_to_service(state: State, host: Host, now: float) -> None:
+    """`host` takes work again (reported healthy, or its hold-down passed)."""
+    if host.held_until is not None:
+        host.held_until = None
+        del state.held_down[host.name]
+    host.returned = now
+    _set_health(state, host, True)
+
+
+def _set_health(state: State, host: Host, healthy: bool) -> None:
     state.count_host(host, -1)
-    host.healthy = e.healthy
+    host.healthy = healthy
     state.count_host(host, 1)
-    if e.healthy:
+    if healthy:
         host.drained = False
-        state.cordoned.pop(e.host, None)
+        state.cordoned.pop(host.name, None)
         state.healthy_capacity += host.gpus
     else:
-        state.cordoned[e.host] = None
+        state.cordoned[host.name] = None
         state.healthy_capacity -= host.gpus
     state.sizes_changed()  # the biggest healthy host decides what is a gang
+
+
+def _return_held_down(state: State) -> None:
+    """Hosts whose flap hold-down passed by `now` return to service, as of its end."""
+    due = [name for name, until in state.held_down.items() if until <= state.now]
+    for name in due:
+        host = state.hosts[name]
+        return_to_service(state, host, state.held_down[name])
+        state.changed_hosts[name] = None
+    if due:  # a host change that no folded record stands for: a full cycle
+        state.version += 1
+        state.shape_version += 1
 
 
 def _host_drained(state: State, e: ev.HostDrained) -> None:

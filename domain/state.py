@@ -79,6 +79,12 @@ class Host:
     drained: bool = False
     workloads: dict[str, int] = field(default_factory=dict)  # workload id -> GPUs held here
     exposed: int = 0  # GPUs held here by work past its protection
+    # flap damping (config health_holddown): when the host last returned to service; set
+    # when it failed again sooner than the hold-down after that (its next healthy report
+    # is held down); while held down, when it returns (it stays cordoned until then)
+    returned: float = -math.inf
+    flapping: bool = False
+    held_until: float | None = None
 
 
 def head(queue: SortedList) -> tuple[Any, str]:
@@ -118,6 +124,9 @@ class State:
         self.queues: dict[BucketKey, SortedList] = {}
         self.pending_count = 0
         self.cordoned: dict[str, None] = {}  # unhealthy hosts, ordered by registration
+        # hosts reported healthy but held down for flapping (health_holddown): -> when
+        # they return to service (they are among `cordoned` until then)
+        self.held_down: dict[str, float] = {}
         self.headroom: frozenset[str] = frozenset()
         self.protection_ends: list[tuple[float, str, int]] = []  # heap
         # work past protection, grouped by what preemption rules look at:

@@ -197,7 +197,8 @@ class Engine:
         """Whether nothing can change any more, with no input or completion to come: no
         decision for a whole window and two buckets (every allocation's usage in the
         window, and so every ratio and rank, now stays as it is), no protection left to
-        end and no expected end ahead (reservations read both). Waiting work then waits
+        end, no host held down for flapping, and no expected end ahead (reservations
+        read both). Waiting work then waits
         for ever: behind work that never ends (a trace's job without a runtime) or for
         GPUs of hosts that stay unhealthy. Without this the run ticked at every bucket
         edge for ever, its journal growing by gigabytes."""
@@ -205,7 +206,7 @@ class Engine:
         config = state.config
         if now - last_change < config.window + 2 * config.bucket:
             return False
-        if math.isfinite(state.next_protection_end() or math.inf):
+        if math.isfinite(state.next_protection_end() or math.inf) or state.held_down:
             return False
         return all(
             w.start + w.expected_runtime <= now

@@ -749,7 +749,7 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
     return (
         "Resources",
         f"needs {_gpus(w.gpus)}; {s.healthy_capacity} of the cluster's {s.capacity} are "
-        f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired",
+        f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired" + _held_down_note(s),
     )
 
 
@@ -777,10 +777,24 @@ def _no_room(s: Any, gpus: int) -> str:
     read as a bug."""
     free = sum(len(h.free) for h in s.hosts.values() if h.healthy)
     if not free:
-        return "no free GPUs"
+        return "no free GPUs" + _held_down_note(s)
     if gpus > s.max_host_gpus():
-        return f"{_gpus(free)} free, but not {gpus} on whole hosts"
-    return f"{_gpus(free)} free, but no host has {gpus} of them"
+        return f"{_gpus(free)} free, but not {gpus} on whole hosts" + _held_down_note(s)
+    return f"{_gpus(free)} free, but no host has {gpus} of them" + _held_down_note(s)
+
+
+def _held_down_note(s: Any) -> str:
+    """Hosts reported healthy but held down for flapping (health_holddown): they take
+    work again when the hold-down ends, which the reader may be waiting for."""
+    if not s.held_down:
+        return ""
+    until = min(s.held_down.values())
+    names = sorted(s.held_down, key=id_order)
+    return (
+        f"; {_some_hosts(names)} held down for flapping until {iso(until)}"
+        if len(names) == 1
+        else f"; {_some_hosts(names)} held down for flapping, the first until {iso(until)}"
+    )
 
 
 def _gpus(n: int) -> str:
@@ -1490,6 +1504,17 @@ def drains_by(state: Any, host: Any) -> float | None:
     return max(max(ends), state.now)
 
 
+def held_down_reason(state: Any, host: Any, health: tuple[Any, ...] | None) -> str:
+    """Why a host reported healthy takes no work: it failed again soon after its last
+    return (config health_holddown), and until when it waits."""
+    who = f", by {health[1]}" if health else ""
+    return (
+        f"flapping: reported healthy{who}, held down until {iso(host.held_until)} "
+        f"(health_holddown {format_duration(state.config.health_holddown)}; "
+        f"`allot host health {host.name} --healthy --force` returns it now)"
+    )
+
+
 def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
     """Every registered host in registration order, as `sinfo -N` lists nodes: state
     (idle, mixed, allocated; draining = unhealthy with work still on it, drained =
@@ -1506,6 +1531,10 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
             name = "idle" if not held else "allocated" if not host.free else "mixed"
             since = None
             reason = "kept for short jobs (headroom)" if host.name in state.headroom else ""
+        elif host.held_until is not None:
+            name = "held"
+            since = health[0] if health else None
+            reason = held_down_reason(state, host, health)
         else:
             name = "draining" if host.workloads else "drained"
             since = health[0] if health else None
@@ -1524,6 +1553,7 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
                 "since_s": None if since is None else round(now - since, 3),
                 "drained_at": iso(view.host_drained.get(host.name)),
                 "drains_by": iso(drains_by(state, host)),
+                "held_until": iso(host.held_until),
                 "reason": reason,
             }
         )
@@ -1544,17 +1574,20 @@ def host_reason_rows(
     for host in sorted(state.hosts.values(), key=lambda h: h.index):
         if host.healthy:
             continue
-        when, who, why_, _ = view.host_health.get(host.name, (None, "?", "", False))
+        health = view.host_health.get(host.name)
+        when, who, why_, _ = health or (None, "?", "", False)
+        held = host.held_until is not None
         rows.append(
             {
                 "host": host.name,
-                "state": "draining" if host.workloads else "drained",
+                "state": "held" if held else "draining" if host.workloads else "drained",
                 "gpus": host.gpus,
-                "reason": why_ or "unhealthy",
+                "reason": held_down_reason(state, host, health) if held else why_ or "unhealthy",
                 "by": who,
                 "since": iso(when),
                 "drained_at": iso(view.host_drained.get(host.name)),
                 "drains_by": iso(drains_by(state, host)),
+                "held_until": iso(host.held_until),
             }
         )
     for name, (when, who, why_, gpus) in sorted(

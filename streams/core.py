@@ -37,8 +37,9 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 # work (`Workload.on_hold`); 6: a cycle's failures carry the room a reservation left
 # (backfill behind a refused bucket head); 7: ratios as of the last bucket edge (no
 # protection-end count on the state or the last cycle); 8: requeues asked (`State.requeue_asked`);
-# 9: lost attempts requeued per workload (`Workload.lost`).
-SNAPSHOT_FORMAT = 9
+# 9: lost attempts requeued per workload (`Workload.lost`); 10: flap hold-down
+# (`State.held_down`, `Host.returned`/`flapping`/`held_until`).
+SNAPSHOT_FORMAT = 10
 
 
 @dataclass(frozen=True, slots=True)

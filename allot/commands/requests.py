@@ -1948,6 +1948,14 @@ def host_health(
         ),
     ] = None,
     reason: Annotated[str, typer.Option("--reason", help="Why, for the audit log.")] = "",
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --healthy: return a host held down for flapping (config "
+            "health_holddown) to service now.",
+        ),
+    ] = False,
     wait: WaitOpt = None,
     kafka: KafkaOpt = None,
     data: DataOpt = None,
@@ -1959,12 +1967,19 @@ def host_health(
     Unhealthy: no new work goes there; unallocated work and work past its
     protection are preempted at once, protected work when its protection
     ends (non-resumable work then ends as NODE_FAIL); the host is reported
-    drained once empty."""
+    drained once empty.
+
+    Healthy: it takes work again, unless config health_holddown is set and it
+    failed again within that long of its last return (flapping): then it stays
+    cordoned until it has stayed healthy that long (`allot host list` says
+    until when), or --force returns it now."""
     with one_line_errors():
         if healthy is None:
             raise RequestError(f"say --healthy or --unhealthy for host {host}")
         if {"--healthy", "--unhealthy"} <= set(sys.argv):  # click keeps the last one
             raise RequestError(f"--healthy and --unhealthy: say one for host {host}")
+        if force and not healthy:
+            raise RequestError(f"--force returns a held-down host: say --healthy for {host}")
         state = "healthy" if healthy else "unhealthy"
         sent = _send(
             kafka,
@@ -1977,6 +1992,7 @@ def host_health(
             healthy=healthy,
             reason=reason,
             wait=wait,
+            **({"force": True} if force else {}),
         )
     _report_verdict(
         f"the health report of {host}",

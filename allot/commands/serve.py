@@ -141,7 +141,9 @@ def serve(
         typer.Option(
             "--set",
             metavar="KEY=VALUE",
-            help="Change a config key, e.g. window=3d; the others keep the journal's values.",
+            help="Change a config key, e.g. window=3d or health_holddown=30m (hosts that "
+            "flap stay cordoned that long after their healthy report; 0, the default: "
+            "off); the others keep the journal's values.",
         ),
     ] = None,
     policy: Annotated[

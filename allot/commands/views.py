@@ -1533,7 +1533,7 @@ def register(app: typer.Typer) -> None:
                 ["HOST", "STATE", "GPUS", "HELD", "FREE", "WORKLOADS", "SINCE", "REASON"],
                 cells,
                 right=frozenset({"GPUS", "HELD", "FREE"}),
-                dim=[r["state"] in ("draining", "drained") for r in rows],
+                dim=[r["state"] in ("draining", "drained", "held") for r in rows],
                 header=not noheader,
             )
 
