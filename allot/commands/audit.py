@@ -319,6 +319,10 @@ def _budget_log(
 
         if db is None and any(s is not None for s in source):
             rows, latest, title = _budget_rows_from_journal(allocation, source, cluster)
+        elif db is None and not _db(None).exists():
+            from streams.sources import NO_JOURNAL_GIVEN
+
+            raise TargetError(f"{NO_JOURNAL_GIVEN} (or an audit database: --db)")
         else:
             rows, latest, title = _budget_rows_from_db(allocation, cluster, db)
         since_t = _since(since, latest)
