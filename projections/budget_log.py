@@ -99,40 +99,41 @@ def _row(record: dict[str, Any], weights: dict[tuple[Any, Any], float]) -> dict[
     if t is None:
         return None  # not a record the scheduler wrote (every one has its time)
     kind = record["type"]
-    key = (record.get("cluster"), record.get("allocation"))
+    cluster, allocation = record.get("cluster"), record.get("allocation")
     row: dict[str, Any] = {
         "time": _iso(t),
         "t": t,
-        "cluster": _text(record.get("cluster")),
+        "cluster": _text(cluster),
         "actor": _text(record.get("actor")),
-        "allocation": _text(record.get("allocation")),
+        "allocation": _text(allocation),
     }
     if kind == "budget.rejected":
         removing = record.get("input_type") == "budget.removed"
-        empty = {f: None for f in ("weight", "previous_weight", "managers", "members")}
-        return (
-            row
-            | {"change": "remove refused" if removing else "set refused"}
-            | empty
-            | {c: None for c in NAMED_CHANGES}
-            | {"error": _text(record.get("error"))}
-        )
+        row["change"] = "remove refused" if removing else "set refused"
+        row.update(_REFUSED_EMPTY)
+        row["error"] = _text(record.get("error"))
+        return row
     weight = _number(record.get("weight"))
+    key = (cluster, allocation)
     if kind == "budget.removed":
         previous = weights.pop(key, None)
     else:
         previous = weights.get(key)
         if weight is not None:
             weights[key] = weight
-    return row | {
-        "change": "set" if kind == "budget.set" else "removed",
-        "weight": weight,
-        "previous_weight": previous,
-        "managers": _list(record.get("managers")),
-        "members": _list(record.get("members")),
-        **{c: _list(record.get(c)) for c in NAMED_CHANGES},
-        "error": None,
-    }
+    row["change"] = "set" if kind == "budget.set" else "removed"
+    row["weight"] = weight
+    row["previous_weight"] = previous
+    for name in _LISTS:
+        value = record.get(name)
+        row[name] = value if isinstance(value, list) else None
+    row["error"] = None
+    return row
+
+
+_LISTS = ("managers", "members", *NAMED_CHANGES)
+# a refused change's row: what it asked for is not in the journal
+_REFUSED_EMPTY = dict.fromkeys(("weight", "previous_weight", *_LISTS))
 
 
 def _number(value: Any) -> float | None:
@@ -143,10 +144,6 @@ def _number(value: Any) -> float | None:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _list(value: Any) -> list[Any] | None:
-    return value if isinstance(value, list) else None
 
 
 def _iso(t: float) -> str:
