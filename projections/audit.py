@@ -26,8 +26,8 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
   journal's latest time (`end_t`).
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
-`allot budget log` and `allot preemptions`; `budget_log_json` is the same log as JSON
-text built by DuckDB (`--json`). `allot why ID --audit DB` reads one workload's records
+`allot budget log` and `allot preemptions` (the budget log's rows are made by
+`projections.budget_log` from the `budget_records`, as from the journal). `allot why ID --audit DB` reads one workload's records
 with `find_workload` (a unique prefix is enough) and `workload_records`, and turns them
 into its timeline with `projections.timeline` (the same as from the journal). Errors a
 person can act on raise `AuditError`.
@@ -44,6 +44,10 @@ from typing import Any
 
 import duckdb
 import orjson
+
+# a `budget.set`'s changes by name, kept in `budget_rows` beside the resulting lists
+# (columns added to older databases)
+from projections.budget_log import NAMED_CHANGES, RECORD_TYPES
 
 BATCH = 500_000  # records per DuckDB JSON read
 
@@ -72,20 +76,6 @@ _FIELDS: tuple[tuple[str, str, str], ...] = (
     ("members", "JSON", "$.members"),
     ("victim_allocation", "VARCHAR", "$.explain.victim_allocation"),
     ("ran_s", "DOUBLE", "$.explain.ran_s"),
-)
-
-
-# a `budget.set`'s changes by name and the names that changed nothing (the scheduler's),
-# kept in `budget_rows` beside the resulting lists (columns added to older databases)
-NAMED_CHANGES = (
-    "add_managers",
-    "remove_managers",
-    "add_members",
-    "remove_members",
-    "already_managers",
-    "absent_managers",
-    "already_members",
-    "absent_members",
 )
 
 
@@ -572,175 +562,28 @@ def history(
     }
 
 
-# budget changes with the weight each one replaced (None for the first set of an
-# allocation, or its first after a removal: the removal ends what came before)
-_BUDGET_CHANGES_WITH_PREVIOUS = """(
-    SELECT *, last_value(CASE WHEN change = 'set' THEN weight END IGNORE NULLS) OVER (
-        PARTITION BY cluster, allocation, era ORDER BY seq
-        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS previous_weight
-    FROM (
-        SELECT *, coalesce(sum(CASE WHEN change = 'removed' THEN 1 ELSE 0 END) OVER (
-            PARTITION BY cluster, allocation ORDER BY seq
-            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS era
-        FROM budget_changes
-    )
-)"""
-
-
-def _budget_filter(allocation: str | None) -> tuple[str, list[str]]:
-    if not allocation:
-        return "", []
-    path = allocation.strip().strip("/")
-    return "WHERE allocation = ? OR starts_with(allocation, ? || '/')", [path, path]
-
-
-def _budget_changes(con: duckdb.DuckDBPyConnection) -> str:
-    """`_BUDGET_CHANGES_WITH_PREVIOUS`, with the named-change columns NULL in a database
-    an older allot loaded and that is read without loading again (loading adds them)."""
-    have = {
-        name
-        for (name,) in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'budget_rows'"
-        ).fetchall()
-    }
-    missing = "".join(f", NULL::JSON AS {c}" for c in NAMED_CHANGES if c not in have)
-    return f"(SELECT *{missing} FROM {_BUDGET_CHANGES_WITH_PREVIOUS})"
-
-
-# budget changes the scheduler refused (`budget.rejected`: not a manager, an unknown
-# parent, ...), as rows of the log: the change the request asked for is not in the
-# journal (only its `ref`), so its weight and lists are NULL and `error` says why
-_REFUSED_BUDGET_CHANGES = f"""(
-    SELECT seq, time, t, cluster, actor, allocation,
-           CASE json_extract_string(record, '$.input_type')
-               WHEN 'budget.removed' THEN 'remove refused' ELSE 'set refused' END AS change,
-           NULL::DOUBLE AS weight, NULL::DOUBLE AS previous_weight, NULL::JSON AS managers,
-           NULL::JSON AS members, {", ".join(f"NULL::JSON AS {c}" for c in NAMED_CHANGES)},
-           error
-    FROM rejections WHERE type = 'budget.rejected'
-)"""
-
-
-def _budget_log_rows(con: duckdb.DuckDBPyConnection) -> str:
-    """The accepted changes (with `previous_weight`) and the refused ones, `error` NULL
-    for an accepted change."""
-    return (
-        f"(SELECT *, NULL::VARCHAR AS error FROM {_budget_changes(con)} "
-        f"UNION ALL BY NAME SELECT * FROM {_REFUSED_BUDGET_CHANGES})"
-    )
+def budget_records(con: duckdb.DuckDBPyConnection, cluster: str | None = None) -> list[Any]:
+    """The journal's budget records (`projections.budget_log.RECORD_TYPES`), oldest
+    first, as they were loaded: `allot budget log`'s rows are made from them by the same
+    code as from the journal (`projections.budget_log`)."""
+    latest_time(con)
+    kinds = list(RECORD_TYPES)
+    where = "type IN (?, ?, ?)" + (" AND cluster = ?" if cluster is not None else "")
+    params = [*kinds, cluster] if cluster is not None else kinds
+    rows = con.execute(f"SELECT record FROM records WHERE {where} ORDER BY seq", params).fetchall()
+    return [orjson.loads(record) for (record,) in rows]
 
 
 def budget_log(
-    con: duckdb.DuckDBPyConnection, allocation: str | None = None
+    con: duckdb.DuckDBPyConnection, allocation: str | None = None, cluster: str | None = None
 ) -> list[dict[str, Any]]:
-    """Every budget change, oldest first (optionally for one allocation and under it),
-    with `previous_weight`: the weight in force before it (None for a new allocation).
-    `weight`, `managers` and `members` are None where the change kept them; a change by
-    names has the resulting list there, the names in `add_members`, `remove_members`,
-    `add_managers`, `remove_managers`, and those that changed nothing in
-    `already_members` (added, were there), `absent_members` (removed, were not) and the
-    managers' alike (None where not given). Changes the scheduler refused are rows too,
-    `change` `set refused` or `remove refused` and `error` why (None for the others)."""
-    latest_time(con)
-    where, params = _budget_filter(allocation)
-    rows = con.execute(
-        f"""
-        SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, cluster, actor, allocation, change,
-               weight, previous_weight, managers, members, error, {", ".join(NAMED_CHANGES)}
-        FROM {_budget_log_rows(con)} {where} ORDER BY seq
-        """,
-        params,
-    ).fetchall()
-    if allocation and not rows:
-        raise AuditError(f"unknown allocation {allocation!r}: no budget change names it")
-    loads = orjson.loads
-    return [
-        {
-            "time": when,
-            "t": t,
-            "cluster": cluster,
-            "actor": actor,
-            "allocation": alloc,
-            "change": change,
-            "weight": weight,
-            "previous_weight": previous,
-            "managers": loads(m) if m else None,
-            "members": loads(mb) if mb else None,
-            **{c: loads(v) if v else None for c, v in zip(NAMED_CHANGES, named, strict=True)},
-            "error": error,
-        }
-        for when, t, cluster, actor, alloc, change, weight, previous, m, mb, error, *named in rows
-    ]
+    """`projections.budget_log.budget_log` of the database's budget records."""
+    from projections import budget_log as log
 
-
-_BUDGET_FIELDS = ("weight", "managers", "members")
-
-
-def _as_restored(before: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
-    """The values to set again: an unset list is put back as an empty one."""
-    return {f: before[f] if f == "weight" else before[f] or [] for f in fields}
-
-
-def budget_undo(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """For each allocation in `rows` (`budget_log`'s, oldest first) whose last accepted
-    change replaced something, what it replaced: `{cluster, allocation, time, t, actor,
-    weight, managers, members}`, each of the last three the value before the change
-    (None where the change kept it; a list may be empty). An allocation the change
-    created has nothing to put back; one it removed gets back its weight and lists.
-    Newest change first. The rows must hold each allocation's history from its start
-    (an `-a` filter keeps whole histories)."""
-    held: dict[tuple[str, str], dict[str, Any]] = {}
-    replaced: dict[tuple[str, str], dict[str, Any] | None] = {}
-    for r in rows:
-        if r["error"] is not None:
-            continue  # refused: it changed nothing
-        key = (r["cluster"], r["allocation"])
-        before = held.pop(key, None)
-        if r["change"] == "removed":  # (a journal that starts later may not know it)
-            was = _as_restored(before, _BUDGET_FIELDS) if before else {}
-        else:
-            now = {f: r[f] if r[f] is not None else (before or {}).get(f) for f in _BUDGET_FIELDS}
-            held[key] = now
-            if before is None:  # created: nothing to put back
-                was = {}
-            else:
-                changed = [f for f in _BUDGET_FIELDS if r[f] is not None and before[f] != now[f]]
-                was = _as_restored(before, changed)
-        replaced[key] = (
-            {f: None for f in _BUDGET_FIELDS}
-            | was
-            | {"cluster": key[0], "allocation": key[1], "time": r["time"], "t": r["t"]}
-            | {"actor": r["actor"]}
-            if was
-            else None
-        )
-    undo = [u for u in replaced.values() if u is not None]
-    return sorted(undo, key=lambda u: u["t"], reverse=True)
-
-
-def budget_log_json(con: duckdb.DuckDBPyConnection, allocation: str | None = None) -> bytes:
-    """`budget_log` as a JSON array (compact), built by DuckDB: the same objects without
-    making a Python row of each (a long log answers in half the time)."""
-    latest_time(con)
-    where, params = _budget_filter(allocation)
-    named = ", ".join(f"'{c}': {c}" for c in NAMED_CHANGES)
-    row = con.execute(
-        f"""
-        SELECT count(*), coalesce(to_json(list({{
-            'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), 't': t, 'cluster': cluster,
-            'actor': actor,
-            'allocation': allocation, 'change': change, 'weight': weight,
-            'previous_weight': previous_weight, 'managers': managers, 'members': members,
-            {named}, 'error': error
-        }} ORDER BY seq)), '[]')
-        FROM {_budget_log_rows(con)} {where}
-        """,
-        params,
-    ).fetchall()[0]
-    if allocation and not row[0]:
-        raise AuditError(f"unknown allocation {allocation!r}: no budget change names it")
-    text = row[1]
-    return text.encode() if isinstance(text, str) else bytes(text)
+    try:
+        return log.budget_log(budget_records(con, cluster), allocation)
+    except log.BudgetLogError as why:
+        raise AuditError(str(why)) from None
 
 
 def preemptions(

@@ -3,7 +3,9 @@
 The journal (from `--kafka`, `--data DIR` or `--journal FILE`) is copied into an
 embedded DuckDB database (`--db`, default `allot-audit.duckdb` or `$ALLOT_AUDIT_DB`) by
 `allot audit load` (again: only the new records); the other commands read that
-database (see `projections.audit` for its tables and views). Times are UTC; relative
+database (see `projections.audit` for its tables and views), except `budget log`, which
+reads the journal itself when one is named and --db is not given (the same rows:
+`projections.budget_log` makes them from either). Times are UTC; relative
 times (`7d`, `12h`) count back from the journal's latest event.
 """
 
@@ -81,6 +83,7 @@ def _answer(fn: Any) -> Any:
         for module, name in (
             ("streams.sources", "SourceError"),
             ("projections.audit", "AuditError"),
+            ("projections.budget_log", "BudgetLogError"),
         ):
             kind = getattr(sys.modules.get(module), name, None)
             if kind is not None:
@@ -300,56 +303,134 @@ def _history(
     _answer(run)
 
 
-def _budget_log(allocation: str | None, db: Path | None, json_: bool) -> None:
-    from datetime import UTC, datetime
-
-    from projections.audit import budget_log, budget_log_json, budget_undo, latest_time
+def _budget_log(
+    allocation: str | None,
+    since: str | None,
+    source: tuple[str | None, Path | None, Path | None],
+    cluster: str | None,
+    db: Path | None,
+    json_: bool,
+) -> None:
+    """From the journal when one is named (--kafka, --data, --journal or their
+    variables) and --db is not given; else from the audit database."""
 
     def run() -> None:
-        con = _open(db)
-        try:
-            if json_:
-                typer.echo(budget_log_json(con, allocation))  # built by DuckDB: fast
-                return
-            rows = budget_log(con, allocation)
-            loaded_up_to = datetime.fromtimestamp(latest_time(con), UTC)
-        finally:
-            con.close()
-        refused = sum(1 for r in rows if r["error"] is not None)
-        title = f"{len(rows) - refused:,} budget changes"
-        if refused:
-            title += f", {refused:,} refused"
-        # the database is only as new as its last load: a change made since is not in
-        # it, and a manager checking one just made would read that it never happened
-        title += f" · {_db(db)} loaded up to {loaded_up_to:%Y-%m-%d %H:%M:%S} UTC (`allot audit load` adds what is newer)"
-        table = _table(
-            title,
-            [
-                ("TIME (UTC)", "left"),
-                ("ACTOR", "left"),
-                ("ALLOCATION", "left"),
-                ("CHANGE", "left"),
-                ("WEIGHT", "right"),
-                ("MANAGERS", "left"),
-                ("MEMBERS", "left"),
-                *((("REFUSED BECAUSE", "left"),) if refused else ()),
-            ],
-        )
-        for r in rows:
-            table.add_row(
-                _shown_time(r["time"]),
-                r["actor"] or "",
-                r["allocation"] or "",
-                r["change"],
-                _weight_change(r["weight"], r["previous_weight"]),
-                _list_shown(r, "managers"),
-                _list_shown(r, "members"),
-                *((r["error"] or "",) if refused else ()),
-            )
-        _print(table)
-        _say_undo(budget_undo(rows))
+        from projections.budget_log import budget_undo, rows_since
+
+        if db is None and any(s is not None for s in source):
+            rows, latest, title = _budget_rows_from_journal(allocation, source, cluster)
+        elif db is None and not _db(None).exists():
+            from streams.sources import NO_JOURNAL_GIVEN
+
+            raise TargetError(f"{NO_JOURNAL_GIVEN} (or an audit database: --db)")
+        else:
+            rows, latest, title = _budget_rows_from_db(allocation, cluster, db)
+        since_t = _since(since, latest)
+        shown = rows_since(rows, since_t)
+        if json_:
+            import orjson
+
+            typer.echo(orjson.dumps(shown))
+            return
+        _print_budget_log(shown, title)
+        _say_undo(budget_undo(rows, since_t))
 
     _answer(run)
+
+
+def _since(since: str | None, latest: float | None) -> float | None:
+    from projections.budget_log import BudgetLogError, since_time
+
+    if since is None:
+        return None
+    if latest is None:  # no budget record and no last record: nothing to count back from
+        raise BudgetLogError(f"--since {since!r}: the journal has no records to count back from")
+    return since_time(since, latest)
+
+
+def _budget_rows_from_journal(
+    allocation: str | None,
+    source: tuple[str | None, Path | None, Path | None],
+    cluster: str | None,
+) -> tuple[list[dict[str, Any]], float | None, str]:
+    """The rows of the journal's budget records (a byte search, no `audit load`), the
+    journal's latest record time (for --since) and the title's note."""
+    from allot.commands.common import cut_line_warning, read_target
+    from projections.budget_log import RECORD_TYPES, budget_log
+    from streams.sources import SourceError, last_record_time, records_of_type
+
+    target = read_target(*source)
+    # Kafka holds every cluster's records: its `default` unless one is named, as `audit load`
+    wanted = cluster if cluster is not None or not target.kafka else "default"
+    if target.journal is not None and not target.journal.is_file():
+        raise SourceError(f"{target.journal}: no such journal file")
+    where = {"kafka": target.kafka, "data": target.data, "journal": target.journal}
+    records = records_of_type(RECORD_TYPES, **where, cluster=wanted)
+    rows = budget_log(records, allocation)
+    latest = last_record_time(**where, cluster=wanted)
+    if latest is None and records:
+        latest = max(float(r["time"]) for r in records)
+    path = target.journal or (target.data / "journal.jsonl" if target.data else None)
+    if ends_mid_line(path):
+        typer.echo(visible(cut_line_warning(path)), err=True)  # type: ignore[arg-type]
+    label = f"{target.label} cluster {wanted}" if wanted else target.label
+    return rows, latest, f"from the journal ({label})"
+
+
+def _budget_rows_from_db(
+    allocation: str | None, cluster: str | None, db: Path | None
+) -> tuple[list[dict[str, Any]], float, str]:
+    from datetime import UTC, datetime
+
+    from projections.audit import budget_log, latest_time
+
+    con = _open(db)
+    try:
+        rows = budget_log(con, allocation, cluster)
+        latest = latest_time(con)
+    finally:
+        con.close()
+    loaded_up_to = datetime.fromtimestamp(latest, UTC)
+    # the database is only as new as its last load: a change made since is not in it,
+    # and a manager checking one just made would read that it never happened
+    return (
+        rows,
+        latest,
+        f"{_db(db)} loaded up to {loaded_up_to:%Y-%m-%d %H:%M:%S} UTC "
+        "(`allot audit load` adds what is newer)",
+    )
+
+
+def _print_budget_log(rows: list[dict[str, Any]], source: str) -> None:
+    refused = sum(1 for r in rows if r["error"] is not None)
+    title = f"{len(rows) - refused:,} budget changes"
+    if refused:
+        title += f", {refused:,} refused"
+    table = _table(
+        f"{title} · {source}",
+        [
+            ("TIME (UTC)", "left"),
+            ("ACTOR", "left"),
+            ("ALLOCATION", "left"),
+            ("CHANGE", "left"),
+            ("WEIGHT", "right"),
+            ("MANAGERS", "left"),
+            ("MEMBERS", "left"),
+            *((("REFUSED BECAUSE", "left"),) if refused else ()),
+        ],
+    )
+    for r in rows:
+        table.add_row(
+            _shown_time(r["time"]),
+            r["actor"] or "",
+            r["allocation"] or "",
+            r["change"],
+            _weight_change(r["weight"], r["previous_weight"]),
+            _list_shown(r, "managers"),
+            _list_shown(r, "members"),
+            *((r["error"] or "",) if refused else ()),
+        )
+    _print(table)
 
 
 # an undo line for each of the few latest changes: at 3 a.m. the wrong one is recent,
@@ -534,19 +615,46 @@ def register(app: typer.Typer) -> None:
                 help="Only this allocation and those under it (Slurm's -A/--account).",
             ),
         ] = None,
-        db: DbOpt = None,
+        since: Annotated[
+            str | None,
+            typer.Option(
+                "--since",
+                "-S",
+                help="Only changes from then on: an ISO date/time (UTC), e.g. 2026-01-01, "
+                "sacct's MMDD or MM/DD, a time of day (07:13), today, now-1hour, or a "
+                "duration before the journal's latest record, e.g. 7d.",
+                show_default=False,
+            ),
+        ] = None,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: ReadClusterOpt = None,
+        db: Annotated[
+            Path | None,
+            typer.Option(
+                "--db",
+                help="Read the audit database instead of the journal (default, when no "
+                "journal is named: $ALLOT_AUDIT_DB, else allot-audit.duckdb).",
+                show_default=False,
+            ),
+        ] = None,
         json_: JsonOpt = False,
     ) -> None:
         """Every budget change (weights, managers, members, removals) with actor and time.
 
-        Reads the audit database (`allot audit load` first). WEIGHT: `2 → 5` where the
-        change replaced a weight, blank where it kept it; MANAGERS, MEMBERS: the new list,
-        blank where kept, `(none)` where cleared. A change by names (`budget set
-        --add-member`, --remove-member, ...) reads `+erin -zed (not there) → bob,erin`:
-        the names, those that changed nothing ('already' there, 'not there' to remove)
-        and the list it left. --json: previous_weight, null where kept; add_members,
-        remove_members, add_managers, remove_managers, and the names that changed
-        nothing: already_members, absent_members, already_managers, absent_managers.
+        Reads the journal itself (--kafka, --data DIR, --journal FILE, or $ALLOT_KAFKA,
+        $ALLOT_DATA): no `allot audit load` needed, and always up to date. With --db, or
+        when no journal is named, reads the audit database instead (as loaded by
+        `allot audit load`; the title says up to when): the same rows. WEIGHT: `2 → 5`
+        where the change replaced a weight, blank where it kept it; MANAGERS, MEMBERS:
+        the new list, blank where kept, `(none)` where cleared. A change by names
+        (`budget set --add-member`, --remove-member, ...) reads `+erin -zed (not there)
+        → bob,erin`: the names, those that changed nothing ('already' there, 'not
+        there' to remove) and the list it left. --json: previous_weight, null where
+        kept; add_members, remove_members, add_managers, remove_managers, and the names
+        that changed nothing: already_members, absent_members, already_managers,
+        absent_managers.
 
         Changes the scheduler refused (not a manager, an unknown parent, ...) are listed
         too, as `set refused` or `remove refused` with the reason (REFUSED BECAUSE;
@@ -555,8 +663,9 @@ def register(app: typer.Typer) -> None:
         On stderr, for the allocations of the 5 latest changes, what each change replaced
         and the command that puts it back: `undo pm's change of lab/big at ... (it was
         weight 10): allot budget set lab/big 10`. A change that created an allocation
-        has none. `-a PATH` gives them for PATH and those under it."""
-        _budget_log(allocation, db, json_)
+        has none. `-a PATH` gives them for PATH and those under it; --since, for the
+        changes from then on."""
+        _budget_log(allocation, since, (kafka, data, journal), cluster, db, json_)
 
     budget = _budget_typer(app)
     if budget is not None:

@@ -435,7 +435,7 @@ def test_audit_presets_start_without_the_scheduler(db: Path) -> None:
         "print('HEAVY', heavy, file=sys.stderr)\n"
     )
     for args in (
-        ["budget", "log", "--json"],
+        ["budget", "log", "--json", "--db", str(db)],  # (not $ALLOT_KAFKA's journal)
         ["history", "--allocation", "lab", "--since", "7d", "--json"],
         ["preemptions", "--since", "7d", "--json"],
         ["why", "0-000001", "--audit", str(db), "--json"],

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from projections import audit
+from projections.budget_log import budget_undo
 from streams.sources import journal_lines
 from tests.domain.builders import START, cluster
 from tests.projections.audit_histories import (
@@ -399,16 +400,13 @@ def test_why_history_ids_and_errors(sim: Any, tmp_path: Path) -> None:
     con.close()
 
 
-def test_budget_log_json_is_the_budget_log(small: Any, sim: Any) -> None:
-    for (_, db, _), leaf in ((small, "lab/a"), (sim, "lab/train")):
-        con = audit.connect(db, read_only=True)
-        try:
-            assert orjson.loads(audit.budget_log_json(con)) == audit.budget_log(con)
-            assert orjson.loads(audit.budget_log_json(con, leaf)) == audit.budget_log(con, leaf)
-            with pytest.raises(audit.AuditError, match="unknown allocation"):
-                audit.budget_log_json(con, "nope/x")
-        finally:
-            con.close()
+def test_an_unknown_allocation_in_the_budget_log(small: Any) -> None:
+    con = audit.connect(small[1], read_only=True)
+    try:
+        with pytest.raises(audit.AuditError, match="unknown allocation"):
+            audit.budget_log(con, "nope/x")
+    finally:
+        con.close()
 
 
 def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -> None:
@@ -425,7 +423,6 @@ def test_the_budget_log_says_which_weight_each_change_replaced(tmp_path: Path) -
             ("removed", None, 3, None),
             ("set", 2, None, None),  # a new allocation after the removal
         ]
-        assert orjson.loads(audit.budget_log_json(con, "lab/a")) == log
     finally:
         con.close()
 
@@ -440,7 +437,7 @@ def test_the_budget_log_knows_what_each_allocations_last_change_replaced(
     db = loaded(tmp_path, night_history())[1]
     con = audit.connect(db, read_only=True)
     try:
-        undo = audit.budget_undo(audit.budget_log(con))
+        undo = budget_undo(audit.budget_log(con))
         assert [
             (u["allocation"], u["weight"], u["managers"], u["members"], u["actor"]) for u in undo
         ] == [
@@ -449,14 +446,14 @@ def test_the_budget_log_knows_what_each_allocations_last_change_replaced(
             ("lab/big", 10, None, None, "pm"),
         ]
         assert undo[-1]["time"] == "2026-01-01T01:00:00"
-        assert audit.budget_undo(audit.budget_log(con, "lab/big")) == undo[-1:]
+        assert budget_undo(audit.budget_log(con, "lab/big")) == undo[-1:]
     finally:
         con.close()
     (tmp_path / "recreated").mkdir()
     only_created = loaded(tmp_path / "recreated", reweighted_history())[1]
     con = audit.connect(only_created, read_only=True)
     try:  # lab/a's last change created it again: nothing of it to put back
-        assert audit.budget_undo(audit.budget_log(con)) == []
+        assert budget_undo(audit.budget_log(con)) == []
     finally:
         con.close()
 
@@ -482,7 +479,6 @@ def test_the_budget_log_lists_refused_changes_with_why(tmp_path: Path) -> None:
         assert [e["error"] for e in log][:2] == [None, None]
         assert log[2]["error"].startswith("'mallory' is not a manager of 'lab'")
         assert log[3]["error"] == "unknown allocation 'lab/gone'"
-        assert orjson.loads(audit.budget_log_json(con, "lab")) == log
     finally:
         con.close()
 
@@ -561,7 +557,6 @@ def test_the_budget_log_shows_changes_by_name_and_the_lists_they_left(tmp_path: 
         ]
         assert log[2]["absent_members"] == ["zed"] and log[2]["weight"] == 2
         assert (log[3]["managers"], log[3]["add_managers"]) == (["tl"], ["tl"])
-        assert orjson.loads(audit.budget_log_json(con, "lab/a")) == log
     finally:
         con.close()
 
@@ -570,7 +565,7 @@ def test_a_database_without_the_named_change_columns_reads_and_is_filled(
     tmp_path: Path,
 ) -> None:
     """A database an older allot loaded has no add_members (...) columns: read as it is,
-    the log says nothing of them; the next load adds and fills them."""
+    the log still has them (it is made from the records); the next load adds them."""
     import duckdb
 
     journal, db = loaded(tmp_path, named_changes_history())
@@ -588,10 +583,8 @@ def test_a_database_without_the_named_change_columns_reads_and_is_filled(
     raw.close()
     con = audit.connect(db, read_only=True)
     try:
-        old = audit.budget_log(con)
-        assert [e["members"] for e in old] == [e["members"] for e in expected]
-        assert all(e["add_members"] is None for e in old)
-        assert orjson.loads(audit.budget_log_json(con)) == old
+        # the log is made from the records themselves, not from the derived columns
+        assert audit.budget_log(con) == expected
     finally:
         con.close()
     assert audit.load(db, journal_lines(journal=journal), source=str(journal))["added"] == 0

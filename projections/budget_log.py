@@ -1,0 +1,193 @@
+"""`allot budget log`: who changed which budget, when, from what to what, and what would
+undo the latest changes, made from the journal's budget records alone:
+
+    rows = budget_log(records_of_type(RECORD_TYPES, data=Path("lab")), "lab/olmo")
+    undo = budget_undo(rows)
+
+The records (dicts, oldest first) come from either source, and both give the same log:
+the journal itself (a byte search, `streams.sources.records_of_type`: no `allot audit
+load` first) or the audit database (`projections.audit.budget_records`). Plain Python,
+no DuckDB: a lab's budget records are a few thousand at most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+# the records the log is made of: the changes made, and the ones the scheduler refused
+RECORD_TYPES = ("budget.set", "budget.removed", "budget.rejected")
+
+# a `budget.set`'s changes by name and the names that changed nothing (the scheduler's)
+NAMED_CHANGES = (
+    "add_managers",
+    "remove_managers",
+    "add_members",
+    "remove_members",
+    "already_managers",
+    "absent_managers",
+    "already_members",
+    "absent_members",
+)
+
+_BUDGET_FIELDS = ("weight", "managers", "members")
+
+
+class BudgetLogError(ValueError):
+    """A question the budget log cannot answer (an unknown allocation, a bad --since):
+    one line for the user."""
+
+
+def since_time(text: str, latest: float) -> float:
+    """--since as every command reads it (`domain.durations.parse_moment`: `7d`, `07:13`,
+    an ISO date, ...), relative forms counted back from `latest`, the journal's latest
+    record time."""
+    from projections.timeline import domain_module
+
+    durations = domain_module("durations")  # not the whole domain package: start-up time
+    try:
+        return durations.parse_moment(text, latest)
+    except ValueError as why:
+        raise BudgetLogError(f"--since {text!r}: {why}") from None
+
+
+def budget_log(
+    records: Iterable[dict[str, Any]], allocation: str | None = None
+) -> list[dict[str, Any]]:
+    """Every budget change, oldest first (optionally for one allocation and those under
+    it), with `previous_weight`: the weight in force before it (None for
+    a new allocation, or its first set after a removal: the removal ends what came
+    before). `weight`, `managers` and `members` are None where the change kept them; a
+    change by names has the resulting list there, the names in `add_members`,
+    `remove_members`, `add_managers`, `remove_managers`, and those that changed nothing
+    in `already_members` (added, were there), `absent_members` (removed, were not) and
+    the managers' alike (None where not given). Changes the scheduler refused are rows
+    too, `change` `set refused` or `remove refused` and `error` why (None for the
+    others): the change they asked for is not in the journal, only its `ref`."""
+    weights: dict[tuple[Any, Any], float] = {}
+    rows = []
+    for record in records:
+        row = _row(record, weights) if _is_budget_record(record) else None
+        if row is not None:
+            rows.append(row)
+    if allocation:
+        path = allocation.strip().strip("/")
+        rows = [r for r in rows if _under(r["allocation"], path)]
+        if not rows:
+            raise BudgetLogError(f"unknown allocation {allocation!r}: no budget change names it")
+    return rows
+
+
+def rows_since(rows: list[dict[str, Any]], since: float | None) -> list[dict[str, Any]]:
+    """The rows from `since` on. It hides older rows, not their effect: a weight set
+    before it is still the `previous_weight` of the first change after it."""
+    return rows if since is None else [r for r in rows if r["t"] >= since]
+
+
+def _is_budget_record(record: Any) -> bool:
+    return isinstance(record, dict) and record.get("type") in RECORD_TYPES
+
+
+def _under(allocation: Any, path: str) -> bool:
+    return isinstance(allocation, str) and (allocation == path or allocation.startswith(path + "/"))
+
+
+def _row(record: dict[str, Any], weights: dict[tuple[Any, Any], float]) -> dict[str, Any] | None:
+    """One record's row; `weights` holds each allocation's weight in force so far."""
+    t = _number(record.get("time"))
+    if t is None:
+        return None  # not a record the scheduler wrote (every one has its time)
+    kind = record["type"]
+    cluster, allocation = record.get("cluster"), record.get("allocation")
+    row: dict[str, Any] = {
+        "time": _iso(t),
+        "t": t,
+        "cluster": _text(cluster),
+        "actor": _text(record.get("actor")),
+        "allocation": _text(allocation),
+    }
+    if kind == "budget.rejected":
+        removing = record.get("input_type") == "budget.removed"
+        row["change"] = "remove refused" if removing else "set refused"
+        row.update(_REFUSED_EMPTY)
+        row["error"] = _text(record.get("error"))
+        return row
+    weight = _number(record.get("weight"))
+    key = (cluster, allocation)
+    if kind == "budget.removed":
+        previous = weights.pop(key, None)
+    else:
+        previous = weights.get(key)
+        if weight is not None:
+            weights[key] = weight
+    row["change"] = "set" if kind == "budget.set" else "removed"
+    row["weight"] = weight
+    row["previous_weight"] = previous
+    for name in _LISTS:
+        value = record.get(name)
+        row[name] = value if isinstance(value, list) else None
+    row["error"] = None
+    return row
+
+
+_LISTS = ("managers", "members", *NAMED_CHANGES)
+# a refused change's row: what it asked for is not in the journal
+_REFUSED_EMPTY = dict.fromkeys(("weight", "previous_weight", *_LISTS))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _as_restored(before: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The values to set again: an unset list is put back as an empty one."""
+    return {f: before[f] if f == "weight" else before[f] or [] for f in fields}
+
+
+def budget_undo(rows: list[dict[str, Any]], since: float | None = None) -> list[dict[str, Any]]:
+    """For each allocation in `rows` (`budget_log`'s, oldest first, without `since`)
+    whose last accepted change replaced something, what it replaced: `{cluster,
+    allocation, time, t, actor, weight, managers, members}`, each of the last three the
+    value before the change (None where the change kept it; a list may be empty). An
+    allocation the change created has nothing to put back; one it removed gets back its
+    weight and lists. Newest change first; with `since`, only changes from then on.
+    The rows must hold each allocation's history from its start (an allocation filter
+    keeps whole histories)."""
+    held: dict[tuple[str, str], dict[str, Any]] = {}
+    replaced: dict[tuple[str, str], dict[str, Any] | None] = {}
+    for r in rows:
+        if r["error"] is not None:
+            continue  # refused: it changed nothing
+        key = (r["cluster"], r["allocation"])
+        before = held.pop(key, None)
+        if r["change"] == "removed":  # (a journal that starts later may not know it)
+            was = _as_restored(before, _BUDGET_FIELDS) if before else {}
+        else:
+            now = {f: r[f] if r[f] is not None else (before or {}).get(f) for f in _BUDGET_FIELDS}
+            held[key] = now
+            if before is None:  # created: nothing to put back
+                was = {}
+            else:
+                changed = [f for f in _BUDGET_FIELDS if r[f] is not None and before[f] != now[f]]
+                was = _as_restored(before, changed)
+        replaced[key] = (
+            {f: None for f in _BUDGET_FIELDS}
+            | was
+            | {"cluster": key[0], "allocation": key[1], "time": r["time"], "t": r["t"]}
+            | {"actor": r["actor"]}
+            if was
+            else None
+        )
+    undo = [u for u in replaced.values() if u is not None and (since is None or u["t"] >= since)]
+    return sorted(undo, key=lambda u: u["t"], reverse=True)

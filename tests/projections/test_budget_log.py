@@ -1,0 +1,45 @@
+"""`projections.budget_log` makes `allot budget log`'s rows; fed the journal's budget
+records (a byte search) or the audit database's, it gives the same log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from projections import audit
+from projections.budget_log import RECORD_TYPES, budget_log, budget_undo, rows_since
+from streams.sources import records_of_type
+from tests.projections import audit_histories as histories
+
+HISTORIES = (
+    "small_history",
+    "reweighted_history",
+    "refused_history",
+    "named_changes_history",
+    "night_history",
+)
+
+
+@pytest.mark.parametrize("name", HISTORIES)
+def test_the_journal_and_the_database_give_the_same_rows(name: str, tmp_path: Path) -> None:
+    journal, db = histories.loaded(tmp_path, getattr(histories, name)())
+    from_journal = budget_log(records_of_type(RECORD_TYPES, journal=journal))
+    con = audit.connect(db, read_only=True)
+    try:
+        from_db = audit.budget_log(con)
+    finally:
+        con.close()
+    assert from_journal == from_db
+    assert budget_undo(from_journal) == budget_undo(from_db)
+
+
+def test_since_hides_older_rows_not_what_they_set(tmp_path: Path) -> None:
+    journal, _ = histories.loaded(tmp_path, histories.reweighted_history())
+    rows = budget_log(records_of_type(RECORD_TYPES, journal=journal), "lab/a")
+    second: dict[str, Any] = rows[1]
+    later = rows_since(rows, second["t"])
+    assert later[0] == second and (second["previous_weight"], second["weight"]) == (1.0, 3.0)
+    assert rows_since(rows, None) == rows
+    assert budget_undo(rows, since=rows[-1]["t"] + 1) == []
