@@ -13,6 +13,7 @@ from typing import Any
 
 from domain import events as ev
 from domain.config import parse_config
+from domain.host_health import health_reported, returned_to_service
 from domain.policies import resolve_ordering, resolve_placement
 from domain.state import RUNNING, Host, State, Workload, head
 from domain.tree import resolve_names
@@ -307,40 +308,21 @@ def _host_health(state: State, e: ev.HostHealth) -> None:
     host = state.hosts.get(e.host)
     if host is None:
         return
-    if not e.healthy:
-        _reported_unhealthy(state, host, e.time)
-    elif e.force:
-        host.flapping = False
-        if not host.healthy:
-            return_to_service(state, host, e.time)
-    elif not host.healthy and host.held_until is None:  # (a repeated report changes nothing)
-        if host.flapping and state.config.health_holddown > 0:
-            host.held_until = e.time + state.config.health_holddown
-            state.held_down[host.name] = host.held_until
-        else:
-            return_to_service(state, host, e.time)
-
-
-def _reported_unhealthy(state: State, host: Host, now: float) -> None:
-    if host.held_until is not None:
-        # failed again while held down: it stays cordoned, and its next healthy report
-        # starts the hold-down over
-        host.held_until = None
-        del state.held_down[host.name]
-        return
-    if not host.healthy:
-        return
-    # failed again sooner than the hold-down after its return: its next return waits
-    host.flapping = now - host.returned < state.config.health_holddown
-    _set_health(state, host, False)
+    moved = health_reported(host, e.healthy, e.force, e.time, state.config.health_holddown)
+    if host.held_until is None:
+        state.held_down.pop(host.name, None)
+    else:
+        state.held_down[host.name] = host.held_until
+    if moved is True:
+        return_to_service(state, host, e.time)
+    elif moved is False:
+        _set_health(state, host, False)
 
 
 def return_to_service(state: State, host: Host, now: float) -> None:
     """`host` takes work again (reported healthy, or its hold-down passed)."""
-    if host.held_until is not None:
-        host.held_until = None
-        del state.held_down[host.name]
-    host.returned = now
+    state.held_down.pop(host.name, None)
+    returned_to_service(host, now)
     _set_health(state, host, True)
 
 

@@ -24,7 +24,9 @@ Definitions (DESIGN §2):
   demand, kept apart (`unrunnable_gpu_s`): no policy could have given it GPUs, so
   owing them would charge the scheduler for the cluster's shape. It still waits, so it
   still makes time contended;
-- *healthy capacity* = GPUs of registered hosts whose last `host.health` was healthy;
+- *healthy capacity* = GPUs of registered hosts whose last `host.health` was healthy,
+  less those held down for flapping (config `health_holddown`) until their hold-down
+  ends: the scheduler places nothing there, by the same rule (`domain.host_health`);
 - `owed_h = min(∫_h share × healthy capacity dt, demand_h)`; `received_h = charged_h`.
 - *occupancy* counts busy GPUs on healthy hosts only (a draining host's GPUs are in
   neither numerator nor denominator), so it never exceeds 1;
@@ -45,7 +47,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from domain.durations import parse_duration
 from domain.headroom import DEFAULT_HEADROOM_HOSTS, pick_headroom
+from domain.host_health import HostHealth, health_reported, returned_to_service
 from domain.tree import AllocationTree, ancestors
 
 HOUR = 3600.0
@@ -189,6 +193,11 @@ class UsageProjection:
         self.config: dict[str, Any] = {}
         self.hosts: dict[str, int] = {}  # registration order
         self.healthy: dict[str, bool] = {}
+        # rule 9's flap fields per host that had a health report, and the hosts held
+        # down for flapping (config health_holddown) -> when they return: as the
+        # scheduler, which places nothing there until then (domain.host_health)
+        self._health: dict[str, HostHealth] = {}
+        self._held_down: dict[str, float] = {}
         self.capacity = 0  # healthy GPUs
         self.live: dict[str, _Workload] = {}
         self._leaves: dict[str, _Leaf] = {}
@@ -274,6 +283,9 @@ class UsageProjection:
             self.contended_idle = {}
         if "_on_hold" not in saved:  # saved before allot hold
             self._on_hold = set()
+        if "_held_down" not in saved:  # saved before the flap hold-down
+            self._health = {}
+            self._held_down = {}
         if "headroom_idle" not in saved:  # saved before the headroom figure
             self.headroom_idle = 0.0
             self._headroom = None
@@ -326,6 +338,21 @@ class UsageProjection:
         return a, b
 
     def _advance(self, t: float) -> None:
+        """Integrate up to `t`, returning each host whose hold-down ends by then at its
+        end (the scheduler does so as of that moment, with no record for it)."""
+        while self._held_down:
+            host, until = min(self._held_down.items(), key=lambda item: item[1])
+            if until > t:
+                break
+            self._advance_cluster(until)
+            del self._held_down[host]
+            returned_to_service(self._health[host], until)
+            self._set_healthy(host, True)
+        self._advance_cluster(t)
+
+    def _advance_cluster(self, t: float) -> None:
+        if t <= self.now:  # type: ignore[operator]
+            return
         a = self.now
         self.now = t
         if self.start is not None and a < self.start:  # type: ignore[operator]
@@ -476,9 +503,27 @@ class UsageProjection:
         if host not in self.hosts:  # not registered (yet): remember, no capacity
             self.healthy[host] = healthy
             return
-        if self.healthy[host] == healthy:
+        health = self._health.setdefault(host, HostHealth())
+        health.healthy = self.healthy[host]
+        moved = health_reported(health, healthy, bool(d.get("force")), now, self._holddown())
+        if health.held_until is None:
+            self._held_down.pop(host, None)
+        else:
+            self._held_down[host] = health.held_until
+        if moved is None:
             return
+        if moved:
+            self._held_down.pop(host, None)
+            returned_to_service(health, now)
+        self._set_healthy(host, moved)
+
+    def _holddown(self) -> float:
+        """Config health_holddown in seconds (0: off)."""
+        return parse_duration(self.config.get("health_holddown") or 0)
+
+    def _set_healthy(self, host: str, healthy: bool) -> None:
         self.healthy[host] = healthy
+        self._health[host].healthy = healthy
         self._headroom = None
         sign = 1 if healthy else -1
         self.capacity += sign * self.hosts[host]
@@ -493,6 +538,8 @@ class UsageProjection:
         gpus = self.hosts.pop(host, None)
         if gpus is None:
             return
+        self._health.pop(host, None)
+        self._held_down.pop(host, None)
         if self.healthy.pop(host, True):
             self.capacity -= gpus
             self._busy_healthy -= self._busy_by_host.get(host, 0)

@@ -12,8 +12,10 @@ import yaml
 
 from projections.scenario import load_scenario
 from projections.simulate import RunSpec, run_policy
+from projections.usage import UsageProjection
 
 FLAPS = 6  # unhealthy at 1h, 1h10m, ...; healthy 5 minutes after each
+END = 6 * 3600.0  # the horizon
 
 
 def simulate(tmp_path: Path, overrides: dict[str, Any]) -> list[dict[str, Any]]:
@@ -80,3 +82,27 @@ def test_the_default_config_record_has_no_holddown_key(tmp_path: Path) -> None:
     """Journals recorded before the key existed keep their bytes: it is left out at 0."""
     records = simulate(tmp_path, {})
     assert "health_holddown" not in records[0]["config"]
+
+
+def unavailable_h0_s(records: list[dict[str, Any]]) -> float:
+    """Seconds h0 (8 of the 16 GPUs) was out of the healthy capacity, by the usage read
+    model that occupancy, owed and the summary's healthy GPU-seconds come from."""
+    usage = UsageProjection()
+    for record in records:
+        usage.apply(record)
+    start = records[0]["time"]  # the scenario's time 0
+    usage.close(start + END)
+    assert usage.period() == (start, start + END)
+    return (16 * END - usage.totals()["healthy_gpu_s"]) / 8
+
+
+def test_occupancy_leaves_out_the_time_a_host_is_held_down(tmp_path: Path) -> None:
+    """The scheduler places nothing on a held-down host; counting it healthy from its
+    healthy report made idle GPUs no one could use lower the occupancy."""
+    plain = simulate(tmp_path / "plain", {})
+    damped = simulate(tmp_path / "damped", {"health_holddown": "30m"})
+    # without: unhealthy 5 minutes at each of the 6 flaps; with: 5 minutes at the first,
+    # then from the second flap (1h10m) to 30 minutes after the last healthy report
+    last_healthy = 3600 + 600 * (FLAPS - 1) + 300
+    assert unavailable_h0_s(plain) == FLAPS * 300
+    assert unavailable_h0_s(damped) == 300 + (last_healthy + 1800 - 4200)
