@@ -1515,6 +1515,20 @@ def held_down_reason(state: Any, host: Any, health: tuple[Any, ...] | None) -> s
     )
 
 
+def held_down_after_report(source: JournalView | Iterable[Any], name: str) -> str | None:
+    """After an accepted healthy report of host `name`: the truth when it takes no work
+    even so (held down for flapping), as `host list` shows it; None when it is not held."""
+    row = next((r for r in host_rows(source) if r["host"] == name), None)
+    if row is None or row["state"] != "held":
+        return None
+    holddown = format_duration(_view(source).require().config.health_holddown)
+    return (
+        f"Host {name} reported healthy; it stays held down until {row['held_until']} UTC: "
+        f"it failed again within health_holddown {holddown} of its last return "
+        f"(flapping). `allot host health {name} --healthy --force` returns it now"
+    )
+
+
 def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
     """Every registered host in registration order, as `sinfo -N` lists nodes: state
     (idle, mixed, allocated; draining = unhealthy with work still on it, drained =

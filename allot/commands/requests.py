@@ -499,7 +499,9 @@ def _lost_on_the_way(what: str, wait: float, trouble: str, check: str) -> None:
     raise typer.Exit(1)
 
 
-def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check: str) -> None:
+def _report_verdict(
+    what: str, done: str | Callable[[], str], wait: float | None, sent: _Sent, check: str
+) -> None:
     """After `--wait` (or a default wait, `sent.waited`): `done` if the scheduler
     accepted `what`, else why not (exit 1). `check` says how to see the outcome later
     (when no verdict came in time). Without either, only a rejection that came during
@@ -528,7 +530,7 @@ def _report_verdict(what: str, done: str, wait: float | None, sent: _Sent, check
     if str(verdict.get("type", "")).endswith(".rejected"):
         typer.echo(f"{what[0].upper()}{what[1:]} was rejected: {verdict.get('error')}")
         raise typer.Exit(1)
-    typer.echo(done)
+    typer.echo(done if isinstance(done, str) else done())
 
 
 def _request_check(request: dict[str, Any], effect: str) -> str:
@@ -1971,8 +1973,8 @@ def host_health(
 
     Healthy: it takes work again, unless config health_holddown is set and it
     failed again within that long of its last return (flapping): then it stays
-    cordoned until it has stayed healthy that long (`allot host list` says
-    until when), or --force returns it now."""
+    cordoned until it has stayed healthy that long (the accepted report and
+    `allot host list` say until when), or --force returns it now."""
     with one_line_errors():
         if healthy is None:
             raise RequestError(f"say --healthy or --unhealthy for host {host}")
@@ -1996,11 +1998,28 @@ def host_health(
         )
     _report_verdict(
         f"the health report of {host}",
-        f"Host {host} marked {state}",
+        lambda: (
+            (healthy and _held_down(kafka, data, cluster, host)) or f"Host {host} marked {state}"
+        ),
         wait,
         sent,
         _request_check(sent.request, "`allot host list`"),
     )
+
+
+def _held_down(kafka: str | None, data: Path | None, cluster: str, host: str) -> str | None:
+    """After an accepted healthy report: what `allot host list` says when the scheduler
+    keeps `host` held down for flapping (config health_holddown), else None; None too
+    when the journal cannot be read (the verdict came: a hint is not worth an error)."""
+    from allot.commands.views import load_view
+    from projections.journal import JournalError
+    from projections.views import ViewError, held_down_after_report
+    from streams.sources import SourceError
+
+    try:
+        return held_down_after_report(load_view(kafka, data, None, cluster, live_only=True), host)
+    except (ViewError, SourceError, JournalError):
+        return None
 
 
 @host_app.command("remove")
