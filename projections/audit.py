@@ -27,7 +27,9 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
 `allot budget log` and `allot preemptions` (the budget log's rows are made by
-`projections.budget_log` from the `budget_records`, as from the journal). `allot why ID --audit DB` reads one workload's records
+`projections.budget_log` from the `budget_records`, history's and preemptions' by
+`projections.history` from `history_records` and `preemption_records`: the same code
+as from the journal). `allot why ID --audit DB` reads one workload's records
 with `find_workload` (a unique prefix is enough) and `workload_records`, and turns them
 into its timeline with `projections.timeline` (the same as from the journal). Errors a
 person can act on raise `AuditError`.

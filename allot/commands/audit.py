@@ -3,9 +3,10 @@
 The journal (from `--kafka`, `--data DIR` or `--journal FILE`) is copied into an
 embedded DuckDB database (`--db`, default `allot-audit.duckdb` or `$ALLOT_AUDIT_DB`) by
 `allot audit load` (again: only the new records); the other commands read that
-database (see `projections.audit` for its tables and views), except `budget log`, which
-reads the journal itself when one is named and --db is not given (the same rows:
-`projections.budget_log` makes them from either). Times are UTC; relative
+database (see `projections.audit` for its tables and views), except `budget log`,
+`history` and `preemptions`, which read the journal itself when one is named and --db is
+not given (the same rows: `projections.budget_log` and `projections.history` make them
+from either). Times are UTC; relative
 times (`7d`, `12h`) count back from the journal's latest event.
 """
 
