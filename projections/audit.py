@@ -27,7 +27,9 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
 `allot budget log` and `allot preemptions` (the budget log's rows are made by
-`projections.budget_log` from the `budget_records`, as from the journal). `allot why ID --audit DB` reads one workload's records
+`projections.budget_log` from the `budget_records`, history's and preemptions' by
+`projections.history` from `history_records` and `preemption_records`: the same code
+as from the journal). `allot why ID --audit DB` reads one workload's records
 with `find_workload` (a unique prefix is enough) and `workload_records`, and turns them
 into its timeline with `projections.timeline` (the same as from the journal). Errors a
 person can act on raise `AuditError`.
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -488,78 +490,24 @@ def iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def _window(
-    con: duckdb.DuckDBPyConnection, since: str | None, until: str | None
-) -> tuple[float, float]:
-    now = latest_time(con)
-    lo = parse_time(since, now) if since else float("-inf")
-    hi = parse_time(until, now, end=True) if until else now
-    if hi < lo:
-        raise AuditError(f"--until ({iso(hi)}) is before --since ({iso(lo)})")
-    return lo, hi
-
-
-def known_allocation(con: duckdb.DuckDBPyConnection, path: str) -> bool:
-    row = con.execute(
-        """
-        SELECT count(*) FROM records
-        WHERE type IN ('budget.set', 'workload.submitted', 'workload.placed')
-          AND (allocation = ? OR starts_with(allocation, ? || '/'))
-        """,
-        [path, path],
-    ).fetchall()
-    return bool(row[0][0])
-
-
 def history(
     con: duckdb.DuckDBPyConnection,
     allocation: str,
     since: str | None = None,
     until: str | None = None,
+    cluster: str | None = None,
 ) -> dict[str, Any]:
-    """GPU-hours charged and unallocated by user in `allocation` (and under it),
-    counting the part of each run inside [since, until]."""
-    path = allocation.strip().strip("/")
-    lo, hi = _window(con, since, until)
-    if not path or not known_allocation(con, path):
-        raise AuditError(
-            f"unknown allocation {allocation!r}: no budget or workload in the journal names it "
-            '(see `allot shares` or `allot audit sql "SELECT DISTINCT allocation FROM budget_changes"`)'
+    """`projections.history.history` of the database's records: GPU-hours charged and
+    unallocated by user in `allocation` (and under it) inside [since, until]."""
+    from projections import history as made
+
+    try:
+        latest = latest_time(con)  # first: a query on `con` ends the records' reading
+        return made.history(
+            history_records(con, allocation, cluster), allocation, since, until, latest
         )
-    rows = con.execute(
-        """
-        SELECT "user",
-               sum(CASE WHEN charged THEN g END) / 3600.0 AS charged_gpu_h,
-               sum(CASE WHEN NOT charged THEN g END) / 3600.0 AS unallocated_gpu_h,
-               count(*) AS runs
-        FROM (
-            SELECT "user", charged,
-                   gpus * (least(end_t, $hi) - greatest(start_t, $lo)) AS g
-            FROM runs
-            WHERE (allocation = $path OR starts_with(allocation, $path || '/'))
-              AND start_t < $hi AND end_t > $lo
-        )
-        GROUP BY ALL ORDER BY charged_gpu_h DESC NULLS LAST, "user"
-        """,
-        {"path": path, "lo": lo if lo != float("-inf") else -1e18, "hi": hi},
-    ).fetchall()
-    users = [
-        {
-            "user": u,
-            "charged_gpu_h": round(c or 0.0, 4),
-            "unallocated_gpu_h": round(n or 0.0, 4),
-            "runs": runs,
-        }
-        for u, c, n, runs in rows
-    ]
-    return {
-        "allocation": path,
-        "since": iso(lo) if lo != float("-inf") else None,
-        "until": iso(hi),
-        "users": users,
-        "charged_gpu_h": round(sum(u["charged_gpu_h"] for u in users), 4),
-        "unallocated_gpu_h": round(sum(u["unallocated_gpu_h"] for u in users), 4),
-    }
+    except made.HistoryError as why:
+        raise AuditError(str(why)) from None
 
 
 def budget_records(con: duckdb.DuckDBPyConnection, cluster: str | None = None) -> list[Any]:
@@ -586,33 +534,80 @@ def budget_log(
         raise AuditError(str(why)) from None
 
 
-def preemptions(
-    con: duckdb.DuckDBPyConnection, since: str | None = None, until: str | None = None
-) -> list[dict[str, Any]]:
-    """Every preemption in [since, until], oldest first."""
-    lo, hi = _window(con, since, until)
-    rows = con.execute(
-        """
-        SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, workload, attempt, allocation,
-               "user", gpus, reason, beneficiary, requeued, ran_s
-        FROM preemptions WHERE t >= $lo AND t <= $hi ORDER BY seq
+def history_records(
+    con: duckdb.DuckDBPyConnection, allocation: str, cluster: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The records `projections.history.history` reads for `allocation`, oldest first,
+    as they were loaded: only those of its workloads (and its budgets), fetched in
+    batches (the fold holds its open runs, not the records)."""
+    from projections.history import HISTORY_TYPES
+
+    latest_time(con)
+    path = allocation.strip().strip("/")
+    kinds = ", ".join(f"'{k}'" for k in HISTORY_TYPES)
+    rel = con.execute(
+        f"""
+        WITH mine AS (
+            SELECT DISTINCT workload FROM records
+            WHERE type IN ('workload.submitted', 'workload.placed')
+              AND (allocation = $path OR starts_with(allocation, $path || '/'))
+        )
+        SELECT record FROM records
+        WHERE type IN ({kinds}) AND ($cluster IS NULL OR cluster = $cluster)
+          AND (workload IN (SELECT workload FROM mine)
+               OR (type = 'budget.set'
+                   AND (allocation = $path OR starts_with(allocation, $path || '/'))))
+        ORDER BY seq
         """,
-        {"lo": lo if lo != float("-inf") else -1e18, "hi": hi},
-    ).fetchall()
-    keys = (
-        "time",
-        "t",
-        "workload",
-        "attempt",
-        "allocation",
-        "user",
-        "gpus",
-        "reason",
-        "beneficiary",
-        "requeued",
-        "ran_s",
+        {"path": path, "cluster": cluster},
     )
-    return [dict(zip(keys, r, strict=True)) for r in rows]
+    return _parsed(rel)
+
+
+def preemption_records(
+    con: duckdb.DuckDBPyConnection, cluster: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The records `projections.history.preemptions` reads, oldest first: the
+    preemptions and their workloads' submissions and placements."""
+    latest_time(con)
+    rel = con.execute(
+        """
+        WITH preempted AS (
+            SELECT DISTINCT workload FROM records WHERE type = 'workload.preempted'
+        )
+        SELECT record FROM records
+        WHERE type IN ('workload.preempted', 'workload.submitted', 'workload.placed')
+          AND ($cluster IS NULL OR cluster = $cluster)
+          AND workload IN (SELECT workload FROM preempted)
+        ORDER BY seq
+        """,
+        {"cluster": cluster},
+    )
+    return _parsed(rel)
+
+
+def _parsed(rel: duckdb.DuckDBPyConnection) -> Iterator[dict[str, Any]]:
+    loads = orjson.loads
+    while batch := rel.fetchmany(10_000):
+        for (record,) in batch:
+            yield loads(record)
+
+
+def preemptions(
+    con: duckdb.DuckDBPyConnection,
+    since: str | None = None,
+    until: str | None = None,
+    cluster: str | None = None,
+) -> list[dict[str, Any]]:
+    """`projections.history.preemptions` of the database's records: every preemption
+    in [since, until], oldest first."""
+    from projections import history as made
+
+    try:
+        latest = latest_time(con)  # first: a query on `con` ends the records' reading
+        return made.preemptions(preemption_records(con, cluster), since, until, latest)
+    except made.HistoryError as why:
+        raise AuditError(str(why)) from None
 
 
 def find_workload(con: duckdb.DuckDBPyConnection, wid: str) -> str:

@@ -223,9 +223,24 @@ def records_of_type(
     first, as dicts; found by a byte search as `records_naming` finds its records, so
     reading a few rare records (the budget tree's) costs a scan, not a fold. [] when
     there is no journal yet; SourceError when it cannot be read."""
+    return list(
+        iter_records_of_type(kinds, kafka=kafka, data=data, journal=journal, cluster=cluster)
+    )
+
+
+def iter_records_of_type(
+    kinds: Iterable[str],
+    *,
+    kafka: str | None = None,
+    data: Path | None = None,
+    journal: Path | None = None,
+    cluster: str | None = None,
+) -> Iterator[dict[str, Any]]:
+    """`records_of_type` one record at a time: a fold over many of the journal's
+    records (`allot history`'s runs) holds only its own state, not them all."""
     wanted = set(kinds)
     if not wanted:
-        return []
+        return iter(())
     # each type as JSON writes it, closing quote included (`budget.set"`, not
     # `budget.settled"`); `input_type` of a rejection matches too and is sorted out below
     pattern = re.compile(b"|".join(re.escape(orjson.dumps(k)[1:]) for k in sorted(wanted)))
@@ -233,7 +248,7 @@ def records_of_type(
     def of_kind(record: Any) -> bool:
         return isinstance(record, dict) and record.get("type") in wanted
 
-    return _search(pattern, of_kind, kafka, data, journal, cluster)
+    return _found(pattern, of_kind, kafka, data, journal, cluster)
 
 
 def _search(
@@ -247,23 +262,35 @@ def _search(
 ) -> list[dict[str, Any]]:
     """The records (dicts) of lines `pattern` finds that `keep` accepts, oldest first:
     only those lines are decoded. Kafka (when no file is named) from `since_ms` on."""
-    out: list[dict[str, Any]] = []
+    return list(_found(pattern, keep, kafka, data, journal, cluster, since_ms))
+
+
+def _found(
+    pattern: re.Pattern[bytes],
+    keep: Callable[[Any], bool],
+    kafka: str | None,
+    data: Path | None,
+    journal: Path | None,
+    cluster: str | None,
+    since_ms: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """`_search`'s records one at a time."""
     if kafka is not None and journal is None and data is None:
         try:
             for line in _kafka_lines(kafka, cluster, False, since_ms=since_ms):
                 if pattern.search(line):
                     record = orjson.loads(line)
                     if keep(record):
-                        out.append(record)
+                        yield record
         except EmptyJournal:
-            return []
-        return out
+            return
+        return
     path = Path(journal) if journal is not None else _embedded_journal(Path(data or "."))
     try:
         with path.open("rb") as f:
             size = f.seek(0, 2)
             if not size:
-                return []
+                return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
                 end = text.rfind(b"\n") + 1  # a last line without its newline: not a record
                 done = -1
@@ -276,10 +303,9 @@ def _search(
                     with contextlib.suppress(orjson.JSONDecodeError):
                         record = orjson.loads(line)
                         if keep(record) and _matches(line, cluster):
-                            out.append(record)
+                            yield record
     except FileNotFoundError:
-        return []
-    return out
+        return
 
 
 # ------------------------------------------------------------------ files

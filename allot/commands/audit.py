@@ -3,9 +3,10 @@
 The journal (from `--kafka`, `--data DIR` or `--journal FILE`) is copied into an
 embedded DuckDB database (`--db`, default `allot-audit.duckdb` or `$ALLOT_AUDIT_DB`) by
 `allot audit load` (again: only the new records); the other commands read that
-database (see `projections.audit` for its tables and views), except `budget log`, which
-reads the journal itself when one is named and --db is not given (the same rows:
-`projections.budget_log` makes them from either). Times are UTC; relative
+database (see `projections.audit` for its tables and views), except `budget log`,
+`history` and `preemptions`, which read the journal itself when one is named and --db is
+not given (the same rows: `projections.budget_log` and `projections.history` make them
+from either). Times are UTC; relative
 times (`7d`, `12h`) count back from the journal's latest event.
 """
 
@@ -37,6 +38,16 @@ DbOpt = Annotated[
     typer.Option(
         "--db",
         help="The audit database (default $ALLOT_AUDIT_DB, else allot-audit.duckdb).",
+        show_default=False,
+    ),
+]
+# --db of the commands that read the journal when one is named
+SourceDbOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--db",
+        help="Read the audit database instead of the journal (default, when no journal "
+        "is named: $ALLOT_AUDIT_DB, else allot-audit.duckdb).",
         show_default=False,
     ),
 ]
@@ -84,6 +95,7 @@ def _answer(fn: Any) -> Any:
             ("streams.sources", "SourceError"),
             ("projections.audit", "AuditError"),
             ("projections.budget_log", "BudgetLogError"),
+            ("projections.history", "HistoryError"),
         ):
             kind = getattr(sys.modules.get(module), name, None)
             if kind is not None:
@@ -256,17 +268,91 @@ def _shown_time(iso: str) -> str:
     return iso.replace("T", " ", 1)
 
 
-def _history(
-    allocation: str, since: str | None, until: str | None, db: Path | None, json_: bool
-) -> None:
-    from projections.audit import history
+Source = tuple[str | None, Path | None, Path | None]
 
-    def run() -> None:
+
+def _journal_named(source: Source, db: Path | None) -> bool:
+    """Read the journal itself: one is named (flag or variable) and --db is not given."""
+    if db is None and any(s is not None for s in source):
+        return True
+    if db is None and not _db(None).exists():
+        from streams.sources import NO_JOURNAL_GIVEN
+
+        raise TargetError(f"{NO_JOURNAL_GIVEN} (or an audit database: --db)")
+    return False
+
+
+def _journal_where(source: Source, cluster: str | None) -> tuple[dict[str, Any], str | None, str]:
+    """The named journal as `streams.sources` takes it, the cluster read (Kafka's
+    `default` unless one is named, as `audit load`) and its label."""
+    from allot.commands.common import read_target
+    from streams.sources import SourceError
+
+    target = read_target(*source)
+    wanted = cluster if cluster is not None or not target.kafka else "default"
+    if target.journal is not None and not target.journal.is_file():
+        raise SourceError(f"{target.journal}: no such journal file")
+    if target.data is not None and not target.data.is_dir():
+        raise SourceError(
+            f"{target.data}: no such folder; start the embedded scheduler with "
+            f"`allot serve --data {target.data}` or point --data at its folder"
+        )
+    where = {"kafka": target.kafka, "data": target.data, "journal": target.journal}
+    label = f"{target.label} cluster {wanted}" if wanted else target.label
+    return where, wanted, label
+
+
+def _journal_latest(where: dict[str, Any], cluster: str | None, label: str) -> float:
+    """The journal's latest record time (relative --since, --until and runs still going
+    count from it), and a warning when its file ends mid-line."""
+    from allot.commands.common import cut_line_warning
+    from streams.sources import EmptyJournal, last_record_time
+
+    latest = last_record_time(**where, cluster=cluster)
+    if latest is None:
+        raise EmptyJournal(f"{label}: no records yet")
+    path = where["journal"] or (where["data"] / "journal.jsonl" if where["data"] else None)
+    if ends_mid_line(path):
+        typer.echo(visible(cut_line_warning(path)), err=True)
+    return latest
+
+
+def _history_answer(
+    allocation: str,
+    since: str | None,
+    until: str | None,
+    source: Source,
+    cluster: str | None,
+    db: Path | None,
+) -> dict[str, Any]:
+    if not _journal_named(source, db):
+        from projections.audit import history
+
         con = _open(db)
         try:
-            answer = history(con, allocation, since, until)
+            return history(con, allocation, since, until, cluster)
         finally:
             con.close()
+    from projections.history import HISTORY_TYPES, history
+    from streams.sources import iter_records_of_type
+
+    where, wanted, label = _journal_where(source, cluster)
+    latest = _journal_latest(where, wanted, label)
+    records = iter_records_of_type(HISTORY_TYPES, **where, cluster=wanted)
+    return history(records, allocation, since, until, latest)
+
+
+def _history(
+    allocation: str,
+    since: str | None,
+    until: str | None,
+    source: Source,
+    cluster: str | None,
+    db: Path | None,
+    json_: bool,
+) -> None:
+    def run() -> None:
+        answer = _history_answer(allocation, since, until, source, cluster, db)
         if json_:
             _emit_json(answer)
             return
@@ -508,15 +594,46 @@ def _list_shown(row: dict[str, Any], which: str) -> str:
     return f"{' '.join(said)} → {_principals_shown(row[which])}"
 
 
-def _preemptions(since: str | None, until: str | None, db: Path | None, json_: bool) -> None:
-    from projections.audit import preemptions
+def _preemption_rows(
+    since: str | None, until: str | None, source: Source, cluster: str | None, db: Path | None
+) -> list[dict[str, Any]]:
+    if not _journal_named(source, db):
+        from projections.audit import preemptions
 
-    def run() -> None:
         con = _open(db)
         try:
-            rows = preemptions(con, since, until)
+            return preemptions(con, since, until, cluster)
         finally:
             con.close()
+    from projections.history import PREEMPTED, PREEMPTION_CONTEXT, preemptions
+    from streams.sources import records_naming, records_of_type
+
+    where, wanted, label = _journal_where(source, cluster)
+    latest = _journal_latest(where, wanted, label)
+    # two byte searches: the rare preemptions, then only their workloads' records
+    preempted = records_of_type([PREEMPTED], **where, cluster=wanted)
+    ids = {r["workload"] for r in preempted if isinstance(r.get("workload"), str)}
+    context = [
+        r
+        for r in records_naming(ids, **where, cluster=wanted)
+        if r.get("type") in PREEMPTION_CONTEXT and r.get("workload") in ids
+    ]
+    # the search gives each its journal order; merged by time, a placement before its
+    # preemption (a record's time never runs back)
+    records = sorted(context + preempted, key=lambda r: (float(r["time"]), r["type"] == PREEMPTED))
+    return preemptions(records, since, until, latest)
+
+
+def _preemptions(
+    since: str | None,
+    until: str | None,
+    source: Source,
+    cluster: str | None,
+    db: Path | None,
+    json_: bool,
+) -> None:
+    def run() -> None:
+        rows = _preemption_rows(since, until, source, cluster, db)
         if json_:
             _emit_json(rows)
             return
@@ -583,26 +700,40 @@ def register(app: typer.Typer) -> None:
         ],
         since: SinceOpt = None,
         until: UntilOpt = None,
-        db: DbOpt = None,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: ReadClusterOpt = None,
+        db: SourceDbOpt = None,
         json_: JsonOpt = False,
     ) -> None:
         """GPU-hours charged and unallocated by user for an allocation (and those under it).
 
-        Reads the audit database (`allot audit load` first); runs are clipped to
-        [--since, --until]."""
-        _history(allocation, since, until, db, json_)
+        Reads the journal itself (--kafka, --data DIR, --journal FILE, or $ALLOT_KAFKA,
+        $ALLOT_DATA): no `allot audit load` needed, and always up to date. With --db, or
+        when no journal is named, reads the audit database instead (as `allot audit
+        load` left it): the same answer. Runs are clipped to [--since, --until]; a run
+        still going counts up to the journal's latest record."""
+        _history(allocation, since, until, (kafka, data, journal), cluster, db, json_)
 
     @app.command("preemptions")
     def preemptions_cmd(
         since: SinceOpt = None,
         until: UntilOpt = None,
-        db: DbOpt = None,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: ReadClusterOpt = None,
+        db: SourceDbOpt = None,
         json_: JsonOpt = False,
     ) -> None:
         """Every preemption: victim, its allocation and user, reason, beneficiary.
 
-        Reads the audit database (`allot audit load` first)."""
-        _preemptions(since, until, db, json_)
+        Reads the journal itself (--kafka, --data DIR, --journal FILE, or $ALLOT_KAFKA,
+        $ALLOT_DATA): no `allot audit load` needed, and always up to date. With --db, or
+        when no journal is named, reads the audit database instead (as `allot audit
+        load` left it): the same rows."""
+        _preemptions(since, until, (kafka, data, journal), cluster, db, json_)
 
     def budget_log_cmd(
         allocation: Annotated[
