@@ -436,8 +436,8 @@ def test_audit_presets_start_without_the_scheduler(db: Path) -> None:
     )
     for args in (
         ["budget", "log", "--json", "--db", str(db)],  # (not $ALLOT_KAFKA's journal)
-        ["history", "--allocation", "lab", "--since", "7d", "--json"],
-        ["preemptions", "--since", "7d", "--json"],
+        ["history", "--allocation", "lab", "--since", "7d", "--json", "--db", str(db)],
+        ["preemptions", "--since", "7d", "--json", "--db", str(db)],
         ["why", "0-000001", "--audit", str(db), "--json"],
     ):
         result = subprocess.run(
