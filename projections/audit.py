@@ -27,9 +27,9 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
 `allot budget log` and `allot preemptions` (the budget log's rows are made by
-`projections.budget_log` from the `budget_records`, history's and preemptions' by
-`projections.history` from `history_records` and `preemption_records`: the same code
-as from the journal). `allot why ID --audit DB` reads one workload's records
+`projections.budget_log` from the `budget_records`, the same code as from the journal;
+history's and preemptions' in SQL over `runs` and `preemptions`, the same rows as
+`projections.history` makes from the journal). `allot why ID --audit DB` reads one workload's records
 with `find_workload` (a unique prefix is enough) and `workload_records`, and turns them
 into its timeline with `projections.timeline` (the same as from the journal). Errors a
 person can act on raise `AuditError`.
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -497,17 +497,59 @@ def history(
     until: str | None = None,
     cluster: str | None = None,
 ) -> dict[str, Any]:
-    """`projections.history.history` of the database's records: GPU-hours charged and
-    unallocated by user in `allocation` (and under it) inside [since, until]."""
+    """GPU-hours charged and unallocated by user in `allocation` (and under it) inside
+    [since, until]: `projections.history.history`'s answer, summed in SQL over the
+    `runs` table `audit load` keeps (folding the records in Python took 20 s on 10M
+    records, this well under one)."""
     from projections import history as made
 
+    path = allocation.strip().strip("/")
     try:
-        latest = latest_time(con)  # first: a query on `con` ends the records' reading
-        return made.history(
-            history_records(con, allocation, cluster), allocation, since, until, latest
-        )
+        lo, hi = made.window(since, until, latest_time(con))
     except made.HistoryError as why:
         raise AuditError(str(why)) from None
+    if not path or not _known_allocation(con, path, cluster):
+        raise AuditError(made.unknown_allocation(allocation))
+    rows = con.execute(
+        f"""
+        SELECT "user",
+               coalesce(sum(CASE WHEN charged THEN g END), 0.0),
+               coalesce(sum(CASE WHEN NOT charged THEN g END), 0.0),
+               count(*), coalesce(bool_or(charged), false), coalesce(bool_or(NOT charged), false)
+        FROM (
+            SELECT "user", charged, gpus * (least(end_t, $hi) - greatest(start_t, $lo)) AS g
+            FROM runs
+            WHERE (allocation = $path OR starts_with(allocation, $path || '/'))
+              AND start_t < $hi AND end_t > $lo AND gpus IS NOT NULL {_IN_CLUSTER}
+        )
+        GROUP BY "user"
+        """,
+        {"path": path, "lo": -1e18 if lo is None else lo, "hi": hi, "cluster": cluster},
+    ).fetchall()
+    users = {
+        user: [charged, free, runs, any_c, any_f]
+        for user, charged, free, runs, any_c, any_f in rows
+    }
+    return made.answer(path, lo, hi, users)
+
+
+# a workload of `$cluster` (NULL: any), for tables without a cluster column
+_IN_CLUSTER = """AND ($cluster IS NULL OR workload IN (
+    SELECT workload FROM records WHERE type = 'workload.submitted' AND cluster = $cluster))"""
+
+
+def _known_allocation(con: duckdb.DuckDBPyConnection, path: str, cluster: str | None) -> bool:
+    """A budget, submission or placement names `path` or a path under it."""
+    row = con.execute(
+        """
+        SELECT count(*) FROM records
+        WHERE type IN ('budget.set', 'workload.submitted', 'workload.placed')
+          AND (allocation = $path OR starts_with(allocation, $path || '/'))
+          AND ($cluster IS NULL OR cluster = $cluster)
+        """,
+        {"path": path, "cluster": cluster},
+    ).fetchall()
+    return bool(row[0][0])
 
 
 def budget_records(con: duckdb.DuckDBPyConnection, cluster: str | None = None) -> list[Any]:
@@ -534,80 +576,36 @@ def budget_log(
         raise AuditError(str(why)) from None
 
 
-def history_records(
-    con: duckdb.DuckDBPyConnection, allocation: str, cluster: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """The records `projections.history.history` reads for `allocation`, oldest first,
-    as they were loaded: only those of its workloads (and its budgets), fetched in
-    batches (the fold holds its open runs, not the records)."""
-    from projections.history import HISTORY_TYPES
-
-    latest_time(con)
-    path = allocation.strip().strip("/")
-    kinds = ", ".join(f"'{k}'" for k in HISTORY_TYPES)
-    rel = con.execute(
-        f"""
-        WITH mine AS (
-            SELECT DISTINCT workload FROM records
-            WHERE type IN ('workload.submitted', 'workload.placed')
-              AND (allocation = $path OR starts_with(allocation, $path || '/'))
-        )
-        SELECT record FROM records
-        WHERE type IN ({kinds}) AND ($cluster IS NULL OR cluster = $cluster)
-          AND (workload IN (SELECT workload FROM mine)
-               OR (type = 'budget.set'
-                   AND (allocation = $path OR starts_with(allocation, $path || '/'))))
-        ORDER BY seq
-        """,
-        {"path": path, "cluster": cluster},
-    )
-    return _parsed(rel)
-
-
-def preemption_records(
-    con: duckdb.DuckDBPyConnection, cluster: str | None = None
-) -> Iterator[dict[str, Any]]:
-    """The records `projections.history.preemptions` reads, oldest first: the
-    preemptions and their workloads' submissions and placements."""
-    latest_time(con)
-    rel = con.execute(
-        """
-        WITH preempted AS (
-            SELECT DISTINCT workload FROM records WHERE type = 'workload.preempted'
-        )
-        SELECT record FROM records
-        WHERE type IN ('workload.preempted', 'workload.submitted', 'workload.placed')
-          AND ($cluster IS NULL OR cluster = $cluster)
-          AND workload IN (SELECT workload FROM preempted)
-        ORDER BY seq
-        """,
-        {"cluster": cluster},
-    )
-    return _parsed(rel)
-
-
-def _parsed(rel: duckdb.DuckDBPyConnection) -> Iterator[dict[str, Any]]:
-    loads = orjson.loads
-    while batch := rel.fetchmany(10_000):
-        for (record,) in batch:
-            yield loads(record)
-
-
 def preemptions(
     con: duckdb.DuckDBPyConnection,
     since: str | None = None,
     until: str | None = None,
     cluster: str | None = None,
 ) -> list[dict[str, Any]]:
-    """`projections.history.preemptions` of the database's records: every preemption
-    in [since, until], oldest first."""
+    """Every preemption in [since, until], oldest first: `projections.history.preemptions`'s
+    rows, read from the `preemptions` view (the same victim allocation, user, GPUs and
+    run time), not folded in Python (6.5 s on 10M records, this a few ms)."""
     from projections import history as made
 
     try:
-        latest = latest_time(con)  # first: a query on `con` ends the records' reading
-        return made.preemptions(preemption_records(con, cluster), since, until, latest)
+        lo, hi = made.window(since, until, latest_time(con))
     except made.HistoryError as why:
         raise AuditError(str(why)) from None
+    rows = con.execute(
+        """
+        SELECT t, workload, attempt, allocation, "user", gpus, reason, beneficiary,
+               requeued, ran_s
+        FROM preemptions
+        WHERE t >= $lo AND t <= $hi AND ($cluster IS NULL OR cluster = $cluster)
+        ORDER BY seq
+        """,
+        {"lo": -1e18 if lo is None else lo, "hi": hi, "cluster": cluster},
+    ).fetchall()
+    keys = ("workload", "attempt", "allocation", "user", "gpus", "reason", "beneficiary",
+            "requeued", "ran_s")  # fmt: skip
+    return [
+        {"time": made.iso(t), "t": t, **dict(zip(keys, rest, strict=True))} for t, *rest in rows
+    ]
 
 
 def find_workload(con: duckdb.DuckDBPyConnection, wid: str) -> str:

@@ -610,3 +610,31 @@ def test_a_preemption_by_a_removed_host_says_how_long_it_ran(tmp_path: Path) -> 
     (row,) = audit.preemptions(con)
     con.close()
     assert (row["reason"], row["ran_s"]) == ("gpus_removed", 20 * 60.0)
+
+
+def test_history_and_preemptions_are_the_same_from_both_sources_on_a_simulation(
+    sim: Any,
+) -> None:
+    """The database answers in SQL over `runs` and `preemptions`; the journal is folded
+    by `projections.history`. A simulation with preemptions, gangs and requeues: the
+    same rows from both, for every allocation and a window cutting runs."""
+    from projections import history as folded
+
+    _, db, records = sim
+    assert any(r["type"] == "workload.preempted" for r in records)
+    latest = max(float(r["time"]) for r in records)
+    paths = sorted({r["allocation"] for r in records if isinstance(r.get("allocation"), str)})
+    roots = sorted({p.split("/")[0] for p in paths})
+    con = audit.connect(db, read_only=True)
+    try:
+        for path in [*roots, *paths]:
+            for since, until in ((None, None), ("1d", None), (None, "2d")):
+                assert audit.history(con, path, since, until) == folded.history(
+                    records, path, since, until, latest
+                ), (path, since, until)
+        for since in (None, "1d"):
+            assert audit.preemptions(con, since) == folded.preemptions(
+                records, since, None, latest
+            )
+    finally:
+        con.close()
