@@ -633,8 +633,6 @@ def test_history_and_preemptions_are_the_same_from_both_sources_on_a_simulation(
                     records, path, since, until, latest
                 ), (path, since, until)
         for since in (None, "1d"):
-            assert audit.preemptions(con, since) == folded.preemptions(
-                records, since, None, latest
-            )
+            assert audit.preemptions(con, since) == folded.preemptions(records, since, None, latest)
     finally:
         con.close()
