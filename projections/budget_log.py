@@ -75,8 +75,12 @@ def budget_log(
         path = allocation.strip().strip("/")
         rows = [r for r in rows if _under(r["allocation"], path)]
         if not rows:
-            raise BudgetLogError(f"unknown allocation {allocation!r}: no budget change names it")
+            raise BudgetLogError(unknown_allocation(allocation))
     return rows
+
+
+def unknown_allocation(allocation: str) -> str:
+    return f"unknown allocation {allocation!r}: no budget change names it"
 
 
 def rows_since(rows: list[dict[str, Any]], since: float | None) -> list[dict[str, Any]]:
