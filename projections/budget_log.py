@@ -4,10 +4,11 @@ undo the latest changes, made from the journal's budget records alone:
     rows = budget_log(records_of_type(RECORD_TYPES, data=Path("lab")), "lab/olmo")
     undo = budget_undo(rows)
 
-The records (dicts, oldest first) come from either source, and both give the same log:
-the journal itself (a byte search, `streams.sources.records_of_type`: no `allot audit
-load` first) or the audit database (`projections.audit.budget_records`). Plain Python,
-no DuckDB: a lab's budget records are a few thousand at most.
+The records (dicts, oldest first) come from the journal itself (a byte search,
+`streams.sources.records_of_type`: no `allot audit load` first). The audit database
+makes the same rows in SQL from the `budget_rows` table `audit load` keeps
+(`projections.audit.budget_log`; a test keeps the two equal) and comes here only for a
+database of an older layout. Plain Python, no DuckDB.
 """
 
 from __future__ import annotations

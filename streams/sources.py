@@ -208,7 +208,7 @@ def records_naming(
         times = [ulid_time(wid) for wid in wanted]
         if all(t is not None for t in times):
             since = int((min(t for t in times if t is not None) - ID_CLOCK_SLACK_S) * 1000)
-    return _search(pattern, about, kafka, data, journal, cluster, since)
+    return list(_found(pattern, about, kafka, data, journal, cluster, since))
 
 
 def records_of_type(
@@ -251,20 +251,6 @@ def iter_records_of_type(
     return _found(pattern, of_kind, kafka, data, journal, cluster)
 
 
-def _search(
-    pattern: re.Pattern[bytes],
-    keep: Callable[[Any], bool],
-    kafka: str | None,
-    data: Path | None,
-    journal: Path | None,
-    cluster: str | None,
-    since_ms: int | None = None,
-) -> list[dict[str, Any]]:
-    """The records (dicts) of lines `pattern` finds that `keep` accepts, oldest first:
-    only those lines are decoded. Kafka (when no file is named) from `since_ms` on."""
-    return list(_found(pattern, keep, kafka, data, journal, cluster, since_ms))
-
-
 def _found(
     pattern: re.Pattern[bytes],
     keep: Callable[[Any], bool],
@@ -274,7 +260,9 @@ def _found(
     cluster: str | None,
     since_ms: int | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """`_search`'s records one at a time."""
+    """The records (dicts) of lines `pattern` finds that `keep` accepts, oldest first,
+    one at a time: only those lines are decoded. Kafka (when no file is named) from
+    `since_ms` on."""
     if kafka is not None and journal is None and data is None:
         try:
             for line in _kafka_lines(kafka, cluster, False, since_ms=since_ms):
