@@ -173,6 +173,23 @@ def palette(leaves: list[str], known: Iterable[str] = ()) -> tuple[dict[str, str
     return {top: c for top, c in top_color.items() if top in groups}, rgb
 
 
+# A line drawn in a leaf's colour on white (report.html's small multiples) is no
+# lighter than this L*: the lightest shades (up to SHADE_LSTAR's 88) drew a received
+# line a reader could barely see. L* 60 is about 3:1 contrast on white (WCAG's bar for
+# graphics); fills keep the leaf's own shade, so the hue still matches gantt.png.
+LINE_MAX_LSTAR = 60.0
+
+
+def line_shade(rgb: Iterable[float]) -> tuple[float, float, float]:
+    """`rgb` (a leaf's colour), darkened to `LINE_MAX_LSTAR` if lighter: its hue, visible
+    as a thin line on white."""
+    rgb = tuple(rgb)
+    if lstar(rgb) <= LINE_MAX_LSTAR:
+        return rgb  # type: ignore[return-value]
+    h, _, s = colorsys.rgb_to_hls(*rgb)
+    return _with_lstar(h, s, LINE_MAX_LSTAR)
+
+
 _UNHEALTHY_FILL = (0.85, 0.15, 0.15, 0.22)
 _UNHEALTHY_EDGE = (0.7, 0.1, 0.1, 0.9)
 

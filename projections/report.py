@@ -29,7 +29,7 @@ from projections.chart_style import (
     style_ticks,
     whole_number_ticks,
 )
-from projections.gantt import DAY, GanttCollector, palette, time_unit
+from projections.gantt import DAY, GanttCollector, line_shade, palette, time_unit
 from projections.summary import SummaryProjection, fold, how_it_ended
 from projections.usage import HOUR
 
@@ -348,7 +348,7 @@ def allocation_figure(tb: _Timebase, rows: list[dict[str, Any]], delivered: dict
         s = {key: np.repeat(v / covered, 2) for key, v in series[leaf].items()}
         color = rgb[k]
         ax.fill_between(x, 0, s["received"], color=color, alpha=0.35, lw=0)
-        ax.plot(x, s["received"], color=color, lw=1.3, label="received (charged)")
+        ax.plot(x, s["received"], color=line_shade(color), lw=1.3, label="received (charged)")
         ax.plot(x, s["owed"], color="#111111", lw=1.1, label="owed")
         ax.plot(x, s["entitled"], color="#555555", lw=0.8, ls=":", label="share × capacity")
         ax.plot(x, s["demand"], color="#888888", lw=0.9, ls="--", label="demand (clipped)")

@@ -331,6 +331,40 @@ def test_unallocated_line_and_received_swatch_are_neutral(close_figures):
     assert face[0] == face[1] == face[2]
 
 
+def test_every_received_line_stands_out_from_the_white_panel(close_figures):
+    """Six leaves of one program (and one of another): the lightest shades (L* up to 88) drew the received
+    line in a colour hardly visible on white (lab's multimodal/video, language/
+    posttrain). Each line is now dark enough (L* <= 62, about 3:1 on white) and keeps
+    its leaf's hue; the fill under it keeps the leaf's own shade, as in gantt.png."""
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    from projections.gantt import palette
+
+    leaves = [f"lab/team-{k}" for k in range(6)] + ["ops/x"]
+    j = JournalBuilder()
+    j.budget("lab", 1).budget("ops", 1)
+    for k, leaf in enumerate(leaves):
+        j.host(f"h{k}").budget(leaf, 1)
+        j.submit(f"w{k}", leaf, 8).place(f"w{k}", {f"h{k}": H8})
+    j.at(3 * HOUR).tick()
+    proj, tb = charts(j)
+    fig = allocation_figure(tb, proj.hourly_rows(), proj.delivered())
+    _, shades = palette(leaves)
+    assert max(_cie_lstar(row) for row in shades) > 80  # the case this is about
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == len(leaves)
+    for ax, shade in zip(panels, shades, strict=True):
+        (line,) = [ln for ln in ax.get_lines() if ln.get_label() == "received (charged)"]
+        color = np.array(to_rgb(line.get_color()))
+        assert _cie_lstar(color) <= 62, ax.get_title(loc="left")
+        hue = colorsys.rgb_to_hls(*color)[0]
+        assert hue == pytest.approx(colorsys.rgb_to_hls(*shade)[0], abs=0.01)
+        fill = ax.collections[0].get_facecolor()[0][:3]
+        assert np.allclose(fill, shade)
+
+
 # ------------------------------------------------------------------ report wording
 def test_preemption_legend_names_reasons_in_words(close_figures):
     from projections.report import preemption_figure
