@@ -281,17 +281,36 @@ def _fail(message: str) -> typer.Exit:
 
 
 def print_table(title: str, table: Table) -> None:
-    """Print at the table's natural width: cells are never cut (ids must stay whole);
-    on a narrow terminal long rows wrap, as squeue's do."""
+    """Print at the table's natural width: cells are never cut (ids must stay whole).
+    On a terminal too narrow for it, columns are one space apart instead of two, as
+    sshare's are, when that makes it fit (lab's `allot shares` was 81 columns wide:
+    every row wrapped one character onto a line of its own); else long rows wrap, as
+    squeue's do."""
     from rich.console import Console
     from rich.text import Text
 
     console = pipe_console()
     natural = Console(width=10_000).measure(table).maximum
+    if console.is_terminal and natural > console.width:
+        natural = _tightened(table, console.width)
     if not console.is_terminal or natural > console.width:
         console = pipe_console(width=max(natural, len(title), 20))
     console.print(Text(title, style="bold"), soft_wrap=True)
     console.print(table)
+
+
+def _tightened(table: Table, width: int) -> int:
+    """`table`'s natural width with one space between columns, which it then keeps if
+    that fits in `width` (otherwise its padding is left as it was)."""
+    from rich.console import Console
+
+    padding = table.padding
+    table.padding = (0, 1, 0, 0)  # pad_edge=False: no space before the first column
+    natural = Console(width=10_000).measure(table).maximum
+    if natural > width:
+        table.padding = padding
+        return Console(width=10_000).measure(table).maximum
+    return natural
 
 
 def aligned_lines(

@@ -38,15 +38,15 @@ def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> N
         assert needle in lines[0], lines[0]
 
 
-def allot_on_a_terminal(*args: str, timeout: float = 120) -> tuple[int, str]:
-    """`allot ARGS` with stdout and stderr on a pseudo-terminal (as a person runs it):
-    its exit code and everything it printed."""
+def allot_on_a_terminal(*args: str, timeout: float = 120, columns: int = 160) -> tuple[int, str]:
+    """`allot ARGS` with stdout and stderr on a pseudo-terminal `columns` wide (as a
+    person runs it): its exit code and everything it printed."""
     import pty
     import select
     import time
 
     env = {k: val for k, val in os.environ.items() if not k.startswith("ALLOT_")}
-    env.update(COLUMNS="160", TERM="xterm")
+    env.update(COLUMNS=str(columns), TERM="xterm")
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "allot.cli", *args],

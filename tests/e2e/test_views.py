@@ -26,7 +26,7 @@ import pytest
 from allot.commands.executor import SimulatedLauncher
 from projections import views as v
 from streams.sources import SourceError, journal_lines
-from tests.e2e.cli import allot, one_line_error
+from tests.e2e.cli import allot, allot_on_a_terminal, one_line_error
 
 
 @pytest.fixture(scope="module")
@@ -1768,3 +1768,31 @@ def test_queue_start_shows_names_as_the_queue_does(tmp_path: Path) -> None:
     assert lines[2].split()[1] == "eval-sweep"
     long = ok("queue", "--start", "--long").splitlines()[1].split()
     assert long[:2] == ["ID", "NAME"] and long.count("NAME") == 1
+
+
+def test_shares_one_column_too_wide_fits_an_80_column_terminal(tmp_path: Path) -> None:
+    """A lab-like tree whose shares table is 82 columns at its natural width: on an
+    80-column terminal every row wrapped, a character or two on a line of its own.
+    There the columns are one space apart and each row fits on one line; a pipe still
+    gets the two-space table whole."""
+    from projections.usage import HOUR, JournalBuilder
+
+    leaf = "multimodal/video-captions"
+    j = JournalBuilder(cluster="default").host("h0", gpus=512)
+    j.budget("multimodal", 3).budget(leaf, 2).budget("language", 5).budget("language/data", 6)
+    j.submit("big", leaf, 320).place("big", {"h0": list(range(320))})
+    j.submit("wait", leaf, 512)
+    j.at(100 * HOUR).tick()
+    path = j.write(tmp_path / "journal.jsonl")
+
+    piped = allot("shares", "--journal", str(path), env={"COLUMNS": "80"}).stdout
+    piped_rows = piped.splitlines()[1:]
+    assert max(len(line) for line in piped_rows) > 80  # the case this is about
+    code, shown = allot_on_a_terminal("shares", "--journal", str(path), columns=80)
+    assert code == 0, shown
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown).replace("\r", "")
+    rows = plain.splitlines()[1:]  # the title may wrap: it is one sentence
+    rows = rows[rows.index(next(r for r in rows if r.startswith("ALLOCATION"))) :]
+    assert len(rows) == len(piped_rows) == 5
+    assert all(len(line) <= 80 for line in rows), rows
+    assert [line.split() for line in rows] == [line.split() for line in piped_rows]
