@@ -17,6 +17,7 @@ as `squeue --start`'s does.
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,11 +71,13 @@ class Forecast:
     played: int = 0  # records the future ran to before every question asked was answered
 
 
-def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
+def work_needed(view: Any, speed: float = 1.0) -> tuple[dict[str, float | None], dict[str, float]]:
     """Per live workload: the work it needs (runtime, else expected_runtime, else None)
     and the work kept from earlier attempts: resumable work keeps the progress of its
     requeued attempts (preempted, or lost with their node), as the simulated launcher
-    keeps it; other work requeued (`allot requeue`) starts over."""
+    keeps it; other work requeued (`allot requeue`) starts over. `speed`: a `runtime`
+    takes runtime/speed seconds (`allot executor --simulate --speed`); both are in
+    those seconds, so the time an attempt ran counts as it is."""
     state = view.require()
     work: dict[str, float | None] = {}
     done: dict[str, float] = {}
@@ -82,7 +85,7 @@ def work_needed(view: Any) -> tuple[dict[str, float | None], dict[str, float]]:
         h = view.histories.get(wid)
         submitted = h.submitted if h is not None else None
         runtime = submitted.runtime if submitted is not None else None
-        work[wid] = runtime if runtime is not None else w.expected_runtime
+        work[wid] = runtime / speed if runtime is not None else w.expected_runtime
         if h is None or (submitted is not None and not submitted.resumable):
             continue
         began = {p.attempt: p.time for p in h.placements}
@@ -140,6 +143,7 @@ def forecast(
     arrivals: Sequence[Any] = (),
     keep_records: bool = False,
     wanted: Collection[str] | None = None,
+    speed: float = 1.0,
 ) -> Forecast:
     """Play the view's state forward for `horizon_s` seconds; the view is not changed.
     `journal`: the records the view folded, read again (see `scheduler_state`).
@@ -148,19 +152,23 @@ def forecast(
     refused, and their work is their `runtime`, else their `expected_runtime`.
     `keep_records`: play on to the horizon and keep the records (for `timeline`).
     `wanted`: only these workloads' starts and ends are asked for (`allot why`, `submit
-    --test-only`): the play stops once they are known, not once every live one's is."""
+    --test-only`): the play stops once they are known, not once every live one's is.
+    `speed`: the launcher runs work `speed` times faster than its `runtime` says (the
+    simulated executor's `--speed`); a user's `expected_runtime` is taken as it is."""
     if not horizon_s > 0:
         raise ValueError(f"the forecast horizon must be > 0 seconds, got {horizon_s}")
+    if not (speed > 0 and math.isfinite(speed)):
+        raise ValueError(f"the work speed must be a number > 0, got {speed}")
     state = view.require()
     now = state.now
     result = Forecast(now=now, horizon_end=now + horizon_s)
-    work, done = work_needed(view)
+    work, done = work_needed(view, speed)
     result.unknown_runtime = sum(1 for wid in state.workloads if work.get(wid) is None)
     arrivals = [
         a.model_copy(
             update={
                 "time": now,
-                "runtime": a.runtime if a.runtime is not None else a.expected_runtime,
+                "runtime": a.runtime / speed if a.runtime is not None else a.expected_runtime,
             }
         )
         for a in arrivals

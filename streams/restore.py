@@ -9,7 +9,10 @@ after it only, i.e. the new inbox from its start (`SchedulerCore.fold_journal`).
 
 Everything is written in one Kafka transaction, so a restore that fails leaves the
 journal empty and can simply be run again; one that finds the journal, snapshot or
-dead-letter topic holding records writes nothing.
+dead-letter topic holding records writes nothing. Nor does one that finds the inbox
+the journal last read still there (the journal topic recreated beside it): read from
+its start again, every old request would be taken again, and those older than the
+dedup window accepted anew (old budget and host changes re-applied, work run twice).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from domain import events as ev
-from streams.codec import encode_body
+from streams.codec import Undecodable, encode_body, load_object
 from streams.kafka_clients import aiokafka_quiet, quiet_stop, unreachable
 from streams.presence import presence_prefix
 from streams.topic_admin import MAX_RECORD_BYTES, Topics, _admin
@@ -48,15 +51,27 @@ class ClusterCopy:
     last_time: float = float("-inf")
     # inbox partition -> last offset the records (after any earlier restore's mark) read
     old_inbox: dict[int, int] = field(default_factory=dict)
+    # inbox partition -> the ids (and rejections' refs) of the records caused by the
+    # request at its last offset: that request's id is one of them
+    last_request_ids: dict[int, set[str]] = field(default_factory=dict)
 
     def add(self, line: bytes, record: Any, position: Any) -> None:
         self.lines.append(line)
         self.last_time = max(self.last_time, record.time)
         if record.type in ev.INBOX_RESETS:
             self.old_inbox.clear()
+            self.last_request_ids.clear()
         elif isinstance(position, list) and len(position) == 2:
             partition, offset = int(position[0]), int(position[1])
-            self.old_inbox[partition] = max(self.old_inbox.get(partition, -1), offset)
+            last = self.old_inbox.get(partition, -1)
+            if offset > last:
+                self.old_inbox[partition] = offset
+                self.last_request_ids[partition] = set()
+            if offset >= last:
+                ids = self.last_request_ids[partition]
+                ids.add(record.id)
+                if ref := getattr(record, "ref", None):
+                    ids.add(ref)
 
     def mark(self, *, restored_at: float, actor: str, source: str | None) -> bytes:
         """The `journal.restored` record that follows the copied ones."""
@@ -141,6 +156,8 @@ async def restore_to_kafka(
         except (KafkaError, OSError, TimeoutError) as why:
             raise BrokerUnavailable(unreachable(bootstrap, why)) from None
         await _refuse_records(consumer, producer, topics, bootstrap)
+        inbox_parts = await producer.partitions_for(topics.inbox)
+        await _refuse_old_inbox(consumer, copies, topics.inbox, inbox_parts, bootstrap)
         waiting = await _records(consumer, producer, topics.inbox)
         journal_parts = sorted(await producer.partitions_for(topics.journal))
         partitioner = DefaultPartitioner()
@@ -197,6 +214,62 @@ async def _refuse_records(
             "topics (another ALLOT_TOPIC_SUFFIX, then `allot topics create`) or delete "
             "and create these again; nothing was written"
         )
+
+
+async def _refuse_old_inbox(
+    consumer: AIOKafkaConsumer,
+    copies: dict[str, ClusterCopy],
+    inbox: str,
+    partitions: Iterable[int],
+    bootstrap: str,
+) -> None:
+    """The inbox the journal last read, still there: the request at the last offset
+    the copy records for a partition is the one the copy says it decided there. The
+    restore's mark makes the scheduler read the inbox from its start, so it would take
+    every old request again; refused instead, writing nothing."""
+    present = set(partitions)
+    expected = {
+        (partition, offset): copy.last_request_ids[partition]
+        for copy in copies.values()
+        for partition, offset in copy.old_inbox.items()
+        if partition in present
+    }
+    for (partition, offset), ids in sorted(expected.items()):
+        request = await _request_at(consumer, TopicPartition(inbox, partition), offset)
+        if request in ids:
+            raise RestoreError(
+                f"{inbox} at {bootstrap} is the inbox this journal was read from: partition "
+                f"{partition} offset {offset} is request {request!r}, which the journal "
+                "already decided (was the journal topic deleted and created again beside "
+                "it?). A restored scheduler reads the inbox from its start and would take "
+                "every old request again, re-applying old budget and host changes and "
+                "running again work older than the dedup window. Delete and create "
+                f"{inbox} too, or restore into a new topic set (another ALLOT_TOPIC_SUFFIX, "
+                "then `allot topics create`); nothing was written"
+            )
+
+
+async def _request_at(consumer: AIOKafkaConsumer, tp: TopicPartition, offset: int) -> Any:
+    """The `id` of the inbox record at `offset` (None: no such record, or not one with
+    an id)."""
+    starts = await consumer.beginning_offsets([tp])
+    ends = await consumer.end_offsets([tp])
+    if not starts[tp] <= offset < ends[tp]:
+        return None
+    consumer.assign([tp])
+    consumer.seek(tp, offset)
+    try:
+        batch = await consumer.getmany(tp, timeout_ms=int(CONNECT_TIMEOUT_S * 1000))
+    finally:
+        consumer.assign([])
+    for record in batch.get(tp, []):
+        if record.offset == offset:
+            try:
+                body = load_object(record.value)
+            except Undecodable:  # bytes that are not a request: not the one decided
+                return None
+            return body.get("id")
+    return None
 
 
 async def _refuse_live_workers(admin: Any, topics: Topics) -> None:

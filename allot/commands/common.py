@@ -95,6 +95,28 @@ HorizonOpt = Annotated[
     ),
 ]
 
+# the simulated executor runs work `--speed` times faster than its runtime: so must
+# the forecast of a journal it reports to, or it foresees ends that many times late
+WorkSpeedOpt = Annotated[
+    float,
+    typer.Option(
+        "--speed",
+        metavar="X",
+        help="The forecast's work runs X times faster than its runtime, as under `allot "
+        "executor --simulate --speed X` (default 1).",
+        show_default=False,
+    ),
+]
+
+
+def check_speed(speed: float) -> float:
+    """--speed, if it is a number > 0; else TargetError."""
+    import math
+
+    if not (speed > 0 and math.isfinite(speed)):
+        raise TargetError(f"--speed must be a number > 0, got {speed:g}")
+    return speed
+
 
 # the end of a time range, for every command that takes --since/--until (as sacct -E)
 UntilOpt = Annotated[

@@ -124,7 +124,8 @@ def restore(
     the old deployment after the export are not in the copy: send them again.
 
     Refused, writing nothing, when the journal, snapshot or dead-letter topic already
-    holds records, or a scheduler runs on the topics. One transaction: a restore that
+    holds records, the inbox is the old one the journal was read from (its requests
+    would all be taken again), or a scheduler runs on the topics. One transaction: a restore that
     fails half way leaves the journal empty, to be run again.
     """
     import asyncio  # here, not at the top: every other command starts without it

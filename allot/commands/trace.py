@@ -107,8 +107,9 @@ def import_trace(
 
     alibaba-openb: name, num_gpu, qos (the tenant, also a tag), creation_time,
     deletion_time (seconds; 0 or empty: never ended; the published files give pods
-    still running the cut, 12902960, so they end then); optional scheduled_time
-    (empty: never scheduled), pod_phase, gpu_milli. The multigpu*.csv siblings have
+    still running the cut, the file's latest deletion_time: they never end either,
+    unless pod_phase says Succeeded or Failed); optional scheduled_time (empty: never
+    scheduled), pod_phase, gpu_milli. The multigpu*.csv siblings have
     no times and are refused.
 
     allot-jsonl: the file this command writes, one submission per line.
@@ -157,11 +158,16 @@ def import_trace(
     unscheduled = (
         f", {result.skipped_unscheduled} never scheduled" if result.skipped_unscheduled else ""
     )
+    at_cut = (
+        f" ({result.running_at_cut} still running when the trace was cut)"
+        if result.running_at_cut
+        else ""
+    )
     Console(soft_wrap=True).print(
         f"[bold]{plural(result.rows, 'row')}[/] read from {escape(str(file))}: "
         f"[bold green]{plural(written, 'submission')}[/] written to {escape(str(out))}; "
         f"skipped {result.skipped_bad} bad, {result.skipped_no_gpu} without GPUs"
-        f"{unscheduled}; {result.unfinished} unfinished"
+        f"{unscheduled}; {result.unfinished} unfinished{at_cut}"
     )
     for example in result.bad_examples:
         typer.echo(f"  skipped {example}", err=True)

@@ -22,6 +22,8 @@ from allot.commands.common import (
     KafkaOpt,
     ReadClusterOpt,
     TargetError,
+    WorkSpeedOpt,
+    check_speed,
     horizon_seconds,
     pipe_console,
     plural,
@@ -536,15 +538,22 @@ def forecast_view(
     horizon_s: float,
     arrivals: Any = (),
     wanted: Any = None,
+    speed: float = 1.0,
 ) -> Any:
     """`projections.forecast.forecast` of `view`, re-reading only the records it folded
-    (a live journal may have grown since); `wanted`: the workloads asked about."""
+    (a live journal may have grown since); `wanted`: the workloads asked about; `speed`:
+    the simulated executor's `--speed`."""
     from itertools import islice
 
     from projections.forecast import forecast
 
     return forecast(
-        view, horizon_s, journal=islice(read(), view.records), arrivals=arrivals, wanted=wanted
+        view,
+        horizon_s,
+        journal=islice(read(), view.records),
+        arrivals=arrivals,
+        wanted=wanted,
+        speed=speed,
     )
 
 
@@ -861,6 +870,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         horizon: HorizonOpt = "2d",
+        speed: WorkSpeedOpt = 1.0,
         iterate: Annotated[
             int | None,
             typer.Option(
@@ -946,7 +956,10 @@ def register(app: typer.Typer) -> None:
             wants_forecast = start or (columns is not None and FORECAST_COLUMNS & set(columns))
             if horizon != HORIZON_DEFAULT and not wants_forecast:
                 raise TargetError("--horizon is for --start (how far ahead it looks)")
+            if speed != 1.0 and not wants_forecast:
+                raise TargetError("--speed is for --start (how fast work runs in its forecast)")
             horizon_s = horizon_seconds(horizon)
+            check_speed(speed)
             # `user` already holds --me's name: --me sets $SQUEUE_USERS aside, as squeue
             taken = filters_from_environment(
                 user=user, states=states, allocation=allocation, name=name
@@ -986,7 +999,7 @@ def register(app: typer.Typer) -> None:
                 from projections.forecast import annotate
 
                 # reads the journal again rather than keep it: it is kept forever
-                fc = forecast_view(view, read, horizon_s)
+                fc = forecast_view(view, read, horizon_s, speed=speed)
                 annotate(rows, fc)
             if start:
                 # as squeue --start: pending work by expected start, N/A last
@@ -1612,6 +1625,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         horizon: HorizonOpt = "2d",
+        speed: WorkSpeedOpt = 1.0,
         json_: JsonOpt = False,
         kafka: KafkaOpt = None,
         data: DataOpt = None,
@@ -1654,7 +1668,14 @@ def register(app: typer.Typer) -> None:
                 answer = _why_from_audit(audit, workload)
             else:
                 answer = _why_from_journal(
-                    kafka, data, journal, cluster, workload, audit, horizon_seconds(horizon)
+                    kafka,
+                    data,
+                    journal,
+                    cluster,
+                    workload,
+                    audit,
+                    horizon_seconds(horizon),
+                    check_speed(speed),
                 )
             if json_:
                 _emit_json(answer)
@@ -1815,6 +1836,7 @@ def _why_from_journal(
     workload: str,
     db: Path | None,
     horizon_s: float,
+    speed: float = 1.0,
 ) -> dict[str, Any]:
     """The answer from the journal; the history from it, or from `db` when given."""
     from projections.acct import array_summary
@@ -1832,7 +1854,9 @@ def _why_from_journal(
     from projections.forecast import add_expectations
 
     wanted = (answer["workload"],)
-    add_expectations(answer, view, lambda: forecast_view(view, read, horizon_s, wanted=wanted))
+    add_expectations(
+        answer, view, lambda: forecast_view(view, read, horizon_s, wanted=wanted, speed=speed)
+    )
     if db is None:
         return answer
     from projections.audit import AuditError, connect, workload_records

@@ -22,8 +22,16 @@ files start near 0). Semantics, as documented with the trace:
   a `scheduled_time` column, `pod_phase` `Pending` marks them. A pod deleted before it
   was created is a malformed row.
 - Pods still running when the trace was cut carry the cut as their `deletion_time`
-  (12902960 s, about 149 days, in the published files), not an empty cell: they are
-  imported as ending then, the run the trace saw (a lower bound).
+  (12902960 s, about 149 days, in `openb_pod_list_default.csv`; each sampled sibling
+  has its own), not an empty cell. The cut is the file's latest `deletion_time` when
+  at least two pods share it; a pod deleted then whose `pod_phase` does not say it
+  ended (`Succeeded`, `Failed`) is imported as never ended (runtime None, so it runs
+  until the horizon) and counted in `running_at_cut`. Imported as ending at the cut,
+  it looked finished: a simulation ended it there, and under a policy that started it
+  later, after the trace. `pod_phase` alone says nothing of this: the published files
+  give `Running` to most pods deleted long before the cut.
+- `pod_phase` otherwise: `Pending` pods that were scheduled (a `scheduled_time`) held
+  a node and are kept; `Failed` pods ran from their schedule to their deletion.
 - Times are rebased: the earliest imported pod is submitted at 0. The published
   files share one origin (`openb_pod_list_default.csv` starts at 0); the sampled
   siblings (`gpushare*`, `cpu*`, `gpuspec*`) start later and are not sorted by
@@ -33,7 +41,7 @@ files start near 0). Semantics, as documented with the trace:
   imported as pods all submitted at once that never end.
 - `qos` (LS, BE, Burstable, Guaranteed, ...) becomes a tag and is the tenant mapped
   to an allocation; `name` becomes the submission's name. Other columns are ignored
-  (`pod_phase` but for the case above).
+  (`pod_phase` but for the cases above).
 """
 
 from __future__ import annotations
@@ -70,10 +78,17 @@ OPTIONAL = ("cpu_milli", "memory_mib", "gpu_milli", "gpu_spec", "pod_phase", "sc
 TIME_COLUMNS = ("creation_time", "deletion_time")
 
 
+# phases that say the pod had ended when the trace saw it last
+ENDED_PHASES = frozenset({"succeeded", "failed"})
+
+
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
     _refuse_pod_list_without_times(path)
+    deletions: list[float] = []  # every row's deletion_time, CPU-only pods' too: the cut
+    may_run_past: dict[int, float] = {}  # id(submission) -> its deletion_time
 
     def parse_row(row: Row) -> Submission | None:
+        deletions.append(_loose_time(row["deletion_time"]))
         num_gpu = parse_number(row["num_gpu"], "num_gpu")
         if num_gpu == 0:  # a CPU-only pod: no GPU work, whatever else its row says
             return None
@@ -94,7 +109,7 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
                 "deletion_time", f"{deletion_text!r} is before creation_time {created:g}"
             )
         start = _start(row, created, scheduled, deleted)
-        return submission(
+        sub = submission(
             time=created,
             allocation=allocations(qos, "qos"),
             gpus=math.ceil(num_gpu),
@@ -103,10 +118,36 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
             tags=checked_tags([qos], "qos"),
             name=checked_name(optional_text(row["name"]), "name"),
         )
+        if deleted and row["pod_phase"].lower() not in ENDED_PHASES:
+            may_run_past[id(sub)] = deleted
+        return sub
 
-    return finish(
-        read_csv(path, required=REQUIRED, parse_row=parse_row, skip_bad=skip_bad), rebase=True
-    )
+    result = read_csv(path, required=REQUIRED, parse_row=parse_row, skip_bad=skip_bad)
+    cut = _cut(deletions)
+    if cut is not None:
+        for sub in result.submissions:
+            if may_run_past.get(id(sub)) == cut:
+                sub["runtime"] = None
+                result.running_at_cut += 1
+    return finish(result, rebase=True)
+
+
+def _loose_time(text: str) -> float:
+    """A deletion_time for finding the cut; 0 for one that is empty or unreadable (the
+    row's own parse reports it, if it is a GPU pod's)."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _cut(deletions: list[float]) -> float | None:
+    """When the trace was cut: its latest deletion_time, if at least two pods share it
+    (one pod deleted last is a deletion, not a cut); None if none is."""
+    latest = max(deletions, default=0.0)
+    if latest <= 0 or not math.isfinite(latest) or deletions.count(latest) < 2:
+        return None
+    return latest
 
 
 def _start(row: Row, created: float, scheduled: float | None, deleted: float | None) -> float:

@@ -67,6 +67,7 @@ class TraceResult:
     skipped_no_gpu: int = 0  # rows/pods asking for no GPU
     skipped_unscheduled: int = 0  # pods never scheduled: no run, so no runtime to replay
     unfinished: int = 0  # jobs that never ended: runtime None, they run until the horizon
+    running_at_cut: int = 0  # of those, openb pods still running when the trace was cut
     rows: int = 0  # data rows (or JSON lines) read, blank lines not counted
     bad_examples: list[str] = field(default_factory=list)  # the first few skipped, and why
     unmapped: dict[str, int] = field(default_factory=dict)  # tenant -> rows the map missed

@@ -1027,3 +1027,17 @@ def test_simulate_says_1_workload_not_1_workloads(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     shown = next(x for x in result.stdout.splitlines() if x.startswith("✓ fairshare: "))
     assert shown.startswith("✓ fairshare: 1 workload in "), shown
+
+
+def test_trace_import_counts_openb_pods_running_at_the_cut(tmp_path: Path) -> None:
+    trace = Path(__file__).parents[1] / "projections" / "fixtures" / "openb_pod_list_real_shape.csv"
+    result = allot(
+        "trace", "import", str(trace), "-f", "alibaba-openb", "-o", "s.jsonl", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 unfinished (2 still running when the trace was cut)" in result.stdout
+    records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [r["name"] for r in records if "runtime" not in r] == [
+        "openb-pod-0002",
+        "openb-pod-0003",
+    ]

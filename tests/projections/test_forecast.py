@@ -38,7 +38,7 @@ def _future(records: list, cut: int) -> tuple[dict, dict]:
     return starts, ends
 
 
-def _check_every_cut(records: list, copy: bool = False) -> tuple[int, int]:
+def _check_every_cut(records: list, copy: bool = False, speed: float = 1.0) -> tuple[int, int]:
     """Forecast from before every input after the last submission; (starts, ends) checked.
     `copy`: the view is told the last record's time as it folds (a journal file's end)
     and keeps the tail itself; else the forecast reads the journal again."""
@@ -57,7 +57,7 @@ def _check_every_cut(records: list, copy: bool = False) -> tuple[int, int]:
             view = fold(records[:cut])
             again = records[:cut]
         pending = {wid for wid, w in view.state.workloads.items() if w.state == "pending"}
-        fc = forecast(view, horizon_s=30 * 24 * HOUR, journal=again)
+        fc = forecast(view, horizon_s=30 * 24 * HOUR, journal=again, speed=speed)
         starts, ends = _future(records, cut)
         expected_starts = {wid: starts[wid] for wid in pending}
         assert {wid: (s.time, s.hosts) for wid, s in fc.starts.items()} == expected_starts
@@ -136,6 +136,35 @@ def test_the_forecast_is_exact_for_any_ticked_run_with_no_new_input(
     # a live scheduler acts on a protection end at its ticker's next tick: the forecast
     # of a journal whose ticks say their cadence foresees those ticks, not the moments
     _check_every_cut(simulated_run(seed, hosts, count, tick_every=tick))
+
+
+def _runtimes_times(records: list, factor: float) -> list:
+    return [
+        r.model_copy(update={"runtime": r.runtime * factor})
+        if r.type == "workload.submitted" and r.runtime is not None
+        else r
+        for r in records
+    ]
+
+
+@pytest.mark.parametrize("tick", [None, 10.0], ids=["moments", "ticked"])
+def test_the_forecast_of_work_the_simulated_executor_runs_faster(tick: float | None) -> None:
+    """Under `allot executor --simulate --speed 4` work ends after runtime/4 (the
+    scheduler never reads runtime, so the journal is the run of runtime/4 with the
+    submissions' own runtimes in it). Forecast with `speed=4` it is exact; without,
+    the ends came four times late."""
+    speed = 4.0  # a power of two: the runtimes scale back exactly
+    engine = Engine("c", SchedulerConfig(), EngineOptions(tick_every=tick))
+    fast = engine.run(cluster_setup(3), _runtimes_times(submissions(7, 40), 1 / speed), T0)
+    journal = _runtimes_times(list(fast), speed)
+    starts, ends = _check_every_cut(journal, speed=speed)
+    assert starts > 20 and ends > 20
+    cut = next(i for i, r in enumerate(journal) if i > 60 and is_cause(r))
+    view = fold(journal[:cut])
+    happened = _future(journal, cut)[1]
+    wrong = forecast(view, horizon_s=30 * 24 * HOUR, journal=journal[:cut]).ends
+    live = set(view.state.workloads)
+    assert {w: (e.time, e.how) for w, e in wrong.items()} != {w: happened[w] for w in live}
 
 
 def test_a_ticked_run_acts_at_its_ticks_and_decides_otherwise() -> None:

@@ -1566,16 +1566,9 @@ OPENB_CUT = 12902960.0  # the published files' deletion_time of pods still runni
             "alibaba-openb",
             "openb_pod_list_real_shape.csv",
             [
-                # created and scheduled at 0, running when the trace was cut
-                sub(0.0, "LS", 1, runtime=OPENB_CUT, tags=["LS"], name="openb-pod-0002"),
-                sub(
-                    431000.0,
-                    "LS",
-                    1,
-                    runtime=OPENB_CUT - 431000,
-                    tags=["LS"],
-                    name="openb-pod-0003",
-                ),
+                # running when the trace was cut: never ended, not ending at the cut
+                sub(0.0, "LS", 1, tags=["LS"], name="openb-pod-0002"),
+                sub(431000.0, "LS", 1, tags=["LS"], name="openb-pod-0003"),
                 sub(10002000.0, "LS", 1, runtime=1496.0, tags=["LS"], name="openb-pod-0000"),
                 sub(10002100.0, "BE", 1, runtime=200.0, tags=["BE"], name="openb-pod-0006"),
                 sub(
@@ -1597,7 +1590,7 @@ OPENB_CUT = 12902960.0  # the published files' deletion_time of pods still runni
                 ),
             ],
             # rows, no GPU (a CPU pod and a Pending CPU pod), never scheduled, unfinished
-            (10, 2, 1, 0),
+            (10, 2, 1, 2),
             id="openb-default-shape",
         ),
         pytest.param(
@@ -1626,6 +1619,38 @@ def test_reads_files_shaped_like_the_published_ones(
         result.skipped_unscheduled,
         result.unfinished,
     ) == counts
+
+
+def test_openb_pods_running_at_the_cut_never_end(tmp_path: Path) -> None:
+    """The published files write the cut as the deletion_time of pods still running
+    (with `Running`, a phase they also give pods deleted long before): imported as
+    ending then, they looked finished, and a simulation ended them at the cut."""
+    path = write(
+        tmp_path,
+        "o.csv",
+        OPENB_HEADER,
+        f"long,1,1,1,1000,,LS,Running,0,{OPENB_CUT:.0f},0",
+        f"cpu,1,1,0,0,,LS,Running,5,{OPENB_CUT:.0f},5",  # a CPU-only pod shares the cut
+        f"done,1,1,2,1000,,LS,Succeeded,10,{OPENB_CUT:.0f},10",  # ended as the trace did
+        "short,1,1,1,1000,,BE,Running,20,80,20",  # Running too, deleted long before
+    )
+    result = read_trace(path, "alibaba-openb")
+    runtimes = {s["name"]: s["runtime"] for s in result.submissions}
+    assert runtimes == {"long": None, "done": OPENB_CUT - 10, "short": 60.0}
+    assert (result.unfinished, result.running_at_cut) == (1, 1)
+
+
+def test_openb_one_pod_deleted_last_is_no_cut(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "o.csv",
+        OPENB_HEADER,
+        "a,1,1,1,1000,,LS,Running,0,500,0",
+        "b,1,1,1,1000,,LS,Running,10,80,10",
+    )
+    result = read_trace(path, "alibaba-openb")
+    assert [s["runtime"] for s in result.submissions] == [500.0, 70.0]
+    assert (result.unfinished, result.running_at_cut) == (0, 0)
 
 
 def test_a_named_zone_wins_over_the_timezone_option(tmp_path: Path) -> None:

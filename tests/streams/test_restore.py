@@ -350,3 +350,36 @@ async def test_a_restore_refuses_topics_a_scheduler_runs_on(
     finally:
         stop.set()
         await asyncio.wait_for(task, WAIT_S)
+
+
+@pytest.mark.kafka
+async def test_a_restore_refuses_the_old_inbox_left_beside_a_new_journal(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The journal topic was lost and created again, but the inbox kept its records
+    (here: the old inbox copied record for record into the new topic set, offsets and
+    all). The restore's mark makes the scheduler read the inbox from its start, so it
+    would take every old request again (those past the dedup window as new ones): the
+    restore is refused, naming the topic, and writes nothing."""
+    old_name, new_name = suffix(), suffix()
+    old, new = Topics.suffixed(old_name), Topics.suffixed(new_name)
+    cluster = f"o{old_name}"
+    await create_topics(kafka_bootstrap, topics=old)
+    sent = await _old_deployment(kafka_bootstrap, old, [cluster])
+    backup = tmp_path / "backup.jsonl"
+    out = _allot(old_name, "journal", "export", "--kafka", kafka_bootstrap, "--out", str(backup))
+    assert out.returncode == 0, out.stderr
+
+    await create_topics(kafka_bootstrap, topics=new)
+    old_inbox = await read_all(kafka_bootstrap, old.inbox)
+    assert len(old_inbox) == sent
+    async with Inbox(kafka_bootstrap, new.inbox) as inbox:
+        for record in old_inbox:
+            await inbox.producer.send(new.inbox, record.value, key=record.key)
+        await inbox.producer.flush()
+    out = _allot(new_name, "journal", "restore", str(backup), "--kafka", kafka_bootstrap)
+    assert out.returncode == 2, out.stderr
+    assert f"{new.inbox} at {kafka_bootstrap} is the inbox this journal was read from" in out.stderr
+    assert f"partition 0 offset {sent - 1} is request" in out.stderr
+    assert "nothing was written" in out.stderr
+    assert await read_all(kafka_bootstrap, new.journal) == []
