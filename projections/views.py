@@ -700,11 +700,13 @@ class _Reasons:
                 f"<= {format_duration(cfg.short_job_max_min_runtime)})",
                 None,
             )
-        room = _no_room(s, w.gpus, s.single_host(w), w.one_host)
+        room = _no_room(s, w.gpus, s.single_host(w))
         if not allocated and not s.ordering.unallocated_may_preempt:
             room = f"{room}; unallocated work preempts nothing"
         else:
             room = f"{room} and nothing it may preempt"
+        if w.one_host:  # whole hosts that hold it together are no use to it
+            room = f"{room}; it waits for one host with {_gpus(w.gpus)} (asked on one host)"
         if blocker is not None:
             # as Slurm's Priority: higher-ranked work waits for GPUs too, and takes
             # them first as they free up
@@ -797,18 +799,16 @@ def _some_hosts(names: list[str], most: int = 8) -> str:
     return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
-def _no_room(s: Any, gpus: int, single: bool, one_host: bool = False) -> str:
+def _no_room(s: Any, gpus: int, single: bool) -> str:
     """Why `gpus` GPUs do not fit on the free ones: none free, or too few on one host
-    (a gang: not enough whole hosts free). "no free GPUs" beside a host with six free
-    read as a bug. Work asked on one host says it waits for one: whole hosts that
-    would hold it together are no use to it."""
+    (a gang, `single` False: not enough whole hosts free). "no free GPUs" beside a host
+    with six free read as a bug."""
     free = sum(len(h.free) for h in s.hosts.values() if h.healthy)
-    asked = "; it waits for one host (asked on one host)" if one_host else ""
     if not free:
-        return "no free GPUs" + asked + _held_down_note(s)
+        return "no free GPUs" + _held_down_note(s)
     if not single:
         return f"{_gpus(free)} free, but not {gpus} on whole hosts" + _held_down_note(s)
-    return f"{_gpus(free)} free, but no host has {gpus} of them" + asked + _held_down_note(s)
+    return f"{_gpus(free)} free, but no host has {gpus} of them" + _held_down_note(s)
 
 
 def _held_down_note(s: Any) -> str:
@@ -1170,6 +1170,8 @@ QUEUE_COLUMNS: dict[str, tuple[str | None, str, Callable[[QueueRow], str]]] = {
         ),
     ),
     "detail": (None, "DETAIL", lambda r: r["detail"]),
+    # asked for all its GPUs on one host (`submit --one-host`): never a gang
+    "one_host": (None, "ONE_HOST", lambda r: "yes" if r["one_host"] else "no"),
     # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
     # as squeue's %S: the expected start of pending work, the actual one of running work
     "start": (

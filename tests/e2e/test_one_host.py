@@ -84,9 +84,12 @@ def test_work_on_one_host_waits_for_one_host_and_says_so(tmp_path: Path) -> None
         r["id"]: r for r in orjson.loads(_ok("queue", "--data", str(data), "--json"))["workloads"]
     }
     assert rows[one]["hosts"] == {"h0": list(range(8))}
-    assert rows[nodes]["state"] == "PENDING" and rows[nodes]["detail"].startswith(
-        "no free GPUs; it waits for one host (asked on one host)"
+    assert rows[nodes]["state"] == "PENDING" and rows[nodes]["detail"] == (
+        "no free GPUs and nothing it may preempt; it waits for one host with 4 GPUs "
+        "(asked on one host)"
     )
+    line = _ok("queue", "--data", str(data), "-h", "-j", nodes, "-o", "nodes,one_host,reason")
+    assert line.split() == ["1", "yes", "Resources"]
 
 
 SCENARIO = """
