@@ -1083,14 +1083,13 @@ _GPUS_ONLY = "allot schedules GPUs only: there are no CPUs or memory to ask for"
 _SBATCH_FLAGS = {
     "--gres": "sbatch's --gres=gpu:N is -G N here",
     "--gpus-per-node": "give the job's GPUs in all with -G N; a gang larger than a host "
-    "gets whole hosts",
+    "gets whole hosts, and --one-host keeps them all on one",
     "--time": "allot has no time limit: --min-runtime is the protection the job buys, "
     "after which it runs on, preemptible; --runtime or --expected-runtime say how long it needs",
     "--partition": "a partition is a cluster here: --cluster NAME",
     "--account": "sbatch's --account is -A PATH here",
     "--qos": "--priority orders work inside its allocation; allot has no QOS",
     "--requeue": "sbatch's --requeue is --resumable",
-    "--nodes": "allot picks the hosts: -G N more than a host holds gets whole hosts",
     "--mem": _GPUS_ONLY,
     "--mem-per-gpu": _GPUS_ONLY,
     "--cpus-per-task": _GPUS_ONLY,
@@ -1101,7 +1100,6 @@ _SBATCH_FLAGS.update(
         "-t": _SBATCH_FLAGS["--time"],
         "-p": _SBATCH_FLAGS["--partition"],
         "-q": _SBATCH_FLAGS["--qos"],
-        "-N": _SBATCH_FLAGS["--nodes"],
         "-c": _GPUS_ONLY,
     }
 )

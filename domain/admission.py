@@ -219,6 +219,8 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
         raise Rejected(f"gpus must be at least 1, got {e.gpus}")
     if e.gpus > state.capacity:
         raise Rejected(_more_gpus_than_registered(state, e.gpus))
+    if e.one_host and e.gpus > max(state.host_sizes, default=0):
+        raise Rejected(_bigger_than_any_host(state, e.gpus))
     cap = state.config.max_min_runtime
     if not math.isfinite(e.min_runtime) or e.min_runtime < 0:
         raise Rejected(
@@ -255,6 +257,17 @@ def _more_gpus_than_registered(state: State, gpus: int) -> str:
         return f"{said}; ask {admin} to register hosts (`allot host register`)"
     return (
         f"{said}; submit with at most {state.capacity} GPUs, or ask {admin} to register more hosts"
+    )
+
+
+def _bigger_than_any_host(state: State, gpus: int) -> str:
+    """The rejection of work asked on one host that no registered host could hold: it
+    would wait forever (healthy or not, the biggest host is the most it can have)."""
+    biggest = max(state.host_sizes)
+    return (
+        f"asks for {gpus} GPUs on one host (one_host) but the biggest host of cluster "
+        f"{state.cluster!r} has {biggest}; submit with at most {biggest} GPUs, or without "
+        "one_host to run on whole hosts"
     )
 
 

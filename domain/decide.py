@@ -412,7 +412,12 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
             allocated = s.allocated(w)
             short = w.bucket[3]
             key = policy.sort_key(self.ranking, w, allocated)
-            group = (allocated, short, preemption_scope(policy, w, allocated), s.fit_kind(w.gpus))
+            group = (
+                allocated,
+                short,
+                preemption_scope(policy, w, allocated),
+                s.fit_kind(w.gpus, w.one_host),
+            )
             failures = last.failed.setdefault(group, [])
             gpus = w.gpus
             runtime = w.min_runtime
@@ -475,7 +480,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
                 allocated,
                 short,
                 preemption_scope(policy, w, allocated),
-                self.state.fit_kind(w.gpus),
+                self.state.fit_kind(w.gpus, w.one_host),
             )
             if failed.covers(group, w):
                 continue
@@ -492,7 +497,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
     def fits(self, w: Workload, allocated: bool, short: bool) -> bool:
         """Free GPUs for `w` now, or victims it may preempt for them (a query)."""
         s = self.state
-        single = w.gpus <= s.max_host_gpus()
+        single = s.single_host(w)
         if self.free_hosts(w, allocated, short, single) is not None:
             return True
         if not (allocated or s.ordering.unallocated_may_preempt):
@@ -657,7 +662,8 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
         policy = s.ordering
         # a failure of work needing fewer GPUs covers work of its group needing more:
         # gangs on mixed host sizes are a group of their own (`State.fit_kind`)
-        group = (allocated, key[3], preemption_scope(policy, w, allocated), s.fit_kind(key[1]))
+        kind = s.fit_kind(key[1], len(key) > 4)  # a fifth element: asked on one host
+        group = (allocated, key[3], preemption_scope(policy, w, allocated), kind)
         return (policy.sort_key(ranking, w, allocated), key, allocated, group)
 
     def heap(self, ranking: Ranking) -> tuple[list[tuple[Any, ...]], dict[Any, int]]:
@@ -714,7 +720,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
 
     def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
         s = self.state
-        single = w.gpus <= s.max_host_gpus()
+        single = s.single_host(w)
         hosts = self.free_hosts(w, allocated, short, single)
         preempted: list[str] = []
         everywhere = True  # where a gang looks for victims

@@ -99,6 +99,11 @@ class WorkloadSubmitted(Envelope):
     runtime: Seconds | None = None
     # user's own estimate: ordering policies and reservations may use it
     expected_runtime: Seconds | None = None
+    # true: all its GPUs on one host (NVLink), never a gang over smaller hosts; absent
+    # (None, as in every journal written before it) or false: one host only when it fits
+    # on the biggest healthy host, else whole hosts. None, not false, by default so
+    # records without it are written (and replay) byte for byte as before.
+    one_host: Flag | None = None
 
 
 class WorkloadCancelled(Envelope):

@@ -73,6 +73,7 @@ def _submitted(state: State, e: ev.WorkloadSubmitted) -> None:
         submit_time=e.time,
         expected_runtime=e.expected_runtime,
         name=e.name,
+        one_host=bool(e.one_host),
     )
     state.workloads[w.id] = w
     state.enqueue(w)

@@ -39,16 +39,16 @@ class Reservations:
     def could_hold(self, w: Workload, short: bool) -> bool:
         """Could the healthy hosts hold `w` if they were empty? Not when it needs more
         GPUs than they have together (hosts removed, shrunk or unhealthy since it was
-        submitted). (Work bigger than every healthy host is a gang, and the headroom
-        leaves a host of the biggest size to other work: single-host work always has
-        one; checked all the same.) Such work reserves nothing, so it must not take a
-        reservation's place: it took the only one and large work behind it starved
-        (rule 10)."""
+        submitted), nor when it is asked on one host and no healthy host is that big
+        (the biggest is cordoned). (Other work bigger than every healthy host is a
+        gang, and the headroom leaves a host of the biggest size to other work.) Such
+        work reserves nothing, so it must not take a reservation's place: it took the
+        only one and large work behind it starved (rule 10)."""
         s = self.state
         need = w.gpus
         if need > s.healthy_capacity:
             return False
-        if need > s.max_host_gpus():  # a gang: whole healthy hosts add up to it
+        if not s.single_host(w):  # a gang: whole healthy hosts add up to it
             return True
         keep_off_headroom = self.keeps_off_headroom(w, True, short)
         return any(
@@ -61,7 +61,7 @@ class Reservations:
         allocated workloads that fit nowhere (hosts held for earlier ones excluded)."""
         s = self.state
         need = w.gpus
-        single = need <= s.max_host_gpus()
+        single = s.single_host(w)
         timed = []
         now = self.now
         inf = math.inf

@@ -24,7 +24,10 @@ from domain.ledger import UsageLedger
 from domain.tree import AllocationTree
 
 PENDING, RUNNING = "pending", "running"
-BucketKey = tuple[str, int, bool, bool]
+# (leaf, gpus, wants_allocation, short_small), and a fifth element, True, for work asked
+# on one host: it waits where a gang of its size may run, so it needs buckets (and
+# failure groups) of its own; other keys keep their shape (snapshots, cached heads)
+BucketKey = tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -53,6 +56,7 @@ class Workload:
     bucket: BucketKey | None = None
     on_hold: bool = False  # pending but out of the queue until released (allot hold)
     lost: int = 0  # attempts lost with their node and requeued (see max_lost_requeues)
+    one_host: bool = False  # asked for all its GPUs on one host (never a gang)
 
     @property
     def wants_allocation(self) -> bool:
@@ -206,6 +210,11 @@ class State:
     def max_host_gpus(self) -> int:
         return self.largest_host
 
+    def single_host(self, w: Workload) -> bool:
+        """Does `w` go on one host? When asked (`one_host`), or when it fits on the biggest
+        healthy host; else it takes whole hosts (a gang)."""
+        return w.one_host or w.gpus <= self.largest_host
+
     def count_host(self, host: Host, sign: int) -> None:
         """Count `host` (sign 1) in `host_sizes`/`healthy_sizes` at its size and health,
         or take it out (-1) before either changes; `sizes_changed` then."""
@@ -226,17 +235,25 @@ class State:
         self.smallest_host = min(sizes, default=0)
         self.recompute_headroom()
 
-    def fit_kind(self, gpus: int) -> bool:
+    def fit_kind(self, gpus: int, one_host: bool = False) -> bool | str:
         """True for a gang on a cluster of mixed host sizes: the one case where work
         needing more GPUs may fit when work needing fewer did not (whole small hosts
         can hold a gang while no big host has room for a single-host job), so failures
-        of the two kinds say nothing about each other (decide's failure groups)."""
-        return gpus > self.largest_host and self.smallest_host != self.largest_host
+        of the two kinds say nothing about each other (decide's failure groups).
+        "one_host" for work asked on one host that is bigger than every healthy host:
+        it fails where a gang of its size may fit, so its failures cover no gang."""
+        if gpus <= self.largest_host:
+            return False
+        if one_host:
+            return "one_host"
+        return self.smallest_host != self.largest_host
 
     def enqueue(self, w: Workload) -> None:
         w.state = PENDING
         w.queue_key = (*self.ordering.queue_key(w), *id_order(w.id))
         key: BucketKey = (w.allocation, w.gpus, w.wants_allocation, self.short_small(w))
+        if w.one_host:
+            key = (*key, True)
         w.bucket = key
         item = (w.queue_key, w.id)
         queue = self.queues.get(key)

@@ -164,6 +164,7 @@ class GenerateSpec(_Strict):
     user: str | None = Field(None, min_length=1)
     expected_runtime: bool = False
     name: str | None = Field(None, min_length=1)
+    one_host: bool = False  # all of each workload's GPUs on one host (NVLink)
 
     @model_validator(mode="after")
     def _arrival(self) -> GenerateSpec:

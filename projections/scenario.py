@@ -719,6 +719,7 @@ class Scenario:
                 name=sub.get("name"),
                 runtime=runtime,
                 expected_runtime=runtime if spec.expected_runtime else None,
+                one_host=sub.get("one_host") or None,  # absent, as before, unless asked
             )
 
     def _generated_events(self, index: int, spec: GenerateSpec) -> Iterator[WorkloadSubmitted]:
@@ -743,6 +744,7 @@ class Scenario:
                 name=f"{spec.name}-{n}" if spec.name else None,
                 runtime=runtime,
                 expected_runtime=runtime if spec.expected_runtime else None,
+                one_host=spec.one_host or None,  # absent, as before, unless asked
             )
 
     def _error(self, where: str, message: str) -> ScenarioError:

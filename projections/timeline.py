@@ -109,6 +109,7 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "priority": r.get("priority", 0),
                     "tags": list(r.get("tags") or ()),
                     "name": r.get("name"),
+                    "one_host": bool(r.get("one_host")),
                 }
             )
         elif kind == "workload.placed":
@@ -221,7 +222,8 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
         if event == "submitted":
             bits = [
                 str(e["allocation"]),
-                f"{e['gpus']} GPU{'s' if e['gpus'] != 1 else ''}",
+                f"{e['gpus']} GPU{'s' if e['gpus'] != 1 else ''}"
+                + (" on one host" if e.get("one_host") else ""),
                 f"min runtime {format_duration(e['min_runtime'])}",
                 "resumable" if e["resumable"] else "not resumable",
                 f"priority {e['priority']}",

@@ -700,11 +700,13 @@ class _Reasons:
                 f"<= {format_duration(cfg.short_job_max_min_runtime)})",
                 None,
             )
-        room = _no_room(s, w.gpus)
+        room = _no_room(s, w.gpus, s.single_host(w))
         if not allocated and not s.ordering.unallocated_may_preempt:
             room = f"{room}; unallocated work preempts nothing"
         else:
             room = f"{room} and nothing it may preempt"
+        if w.one_host:  # whole hosts that hold it together are no use to it
+            room = f"{room}; it waits for one host with {_gpus(w.gpus)} (asked on one host)"
         if blocker is not None:
             # as Slurm's Priority: higher-ranked work waits for GPUs too, and takes
             # them first as they free up
@@ -741,6 +743,8 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
             "(hosts removed or shrunk since it was accepted): it cannot start until hosts "
             "are registered or grow; cancel it or submit it again with fewer GPUs",
         )
+    if w.one_host:
+        return _beyond_every_host(s, w, could_hold)
     if could_hold or w.gpus <= s.healthy_capacity:
         # work bigger than every healthy host is a gang of them, and the headroom is never
         # every host of the biggest size: what the healthy hosts hold together, they hold
@@ -750,6 +754,30 @@ def _beyond_the_cluster(s: State, w: Workload, could_hold: bool) -> tuple[str, s
         "Resources",
         f"needs {_gpus(w.gpus)}; {s.healthy_capacity} of the cluster's {s.capacity} are "
         f"healthy: it waits for unhealthy {_some_hosts(down)} to be repaired" + _held_down_note(s),
+    )
+
+
+def _beyond_every_host(s: State, w: Workload, could_hold: bool) -> tuple[str, str] | None:
+    """`_beyond_the_cluster` for work asked on one host: no registered host is that big
+    (removed or shrunk since it was accepted), or those that are are unhealthy."""
+    if could_hold:
+        return None
+    big = [h for h in sorted(s.hosts.values(), key=lambda h: h.index) if h.gpus >= w.gpus]
+    if not big:
+        return (
+            "PartitionConfig",
+            f"needs {_gpus(w.gpus)} on one host; the biggest host of cluster {s.cluster} has "
+            f"{max(s.host_sizes, default=0)} (hosts removed or shrunk since it was accepted): "
+            "it cannot start until a host that big is registered; cancel it or submit it "
+            "again with fewer GPUs or without --one-host",
+        )
+    down = [h.name for h in big if not h.healthy]
+    if len(down) < len(big):
+        return None  # a healthy host that big is kept as headroom: said as Headroom
+    return (
+        "Resources",
+        f"needs {_gpus(w.gpus)} on one host; the hosts that big are unhealthy: it waits "
+        f"for one host, {_some_hosts(down)}, to be repaired" + _held_down_note(s),
     )
 
 
@@ -771,14 +799,14 @@ def _some_hosts(names: list[str], most: int = 8) -> str:
     return shown if len(names) <= most else f"{shown} and {len(names) - most} more"
 
 
-def _no_room(s: Any, gpus: int) -> str:
+def _no_room(s: Any, gpus: int, single: bool) -> str:
     """Why `gpus` GPUs do not fit on the free ones: none free, or too few on one host
-    (a gang: not enough whole hosts free). "no free GPUs" beside a host with six free
-    read as a bug."""
+    (a gang, `single` False: not enough whole hosts free). "no free GPUs" beside a host
+    with six free read as a bug."""
     free = sum(len(h.free) for h in s.hosts.values() if h.healthy)
     if not free:
         return "no free GPUs" + _held_down_note(s)
-    if gpus > s.max_host_gpus():
+    if not single:
         return f"{_gpus(free)} free, but not {gpus} on whole hosts" + _held_down_note(s)
     return f"{_gpus(free)} free, but no host has {gpus} of them" + _held_down_note(s)
 
@@ -1001,7 +1029,7 @@ def _nodes(state: State, w: Workload) -> int | None:
         return len(w.hosts)
     if not state.hosts:
         return None
-    if w.gpus <= state.max_host_gpus():
+    if state.single_host(w):
         return 1
     if state.smallest_host != state.largest_host:
         return None
@@ -1019,7 +1047,7 @@ def _gpus_per_node(state: State, w: Workload) -> int | None:
         return counts.pop() if len(counts) == 1 else None
     if not state.hosts:
         return None
-    if w.gpus <= state.max_host_gpus():
+    if state.single_host(w):
         return w.gpus
     if state.smallest_host != state.largest_host:
         return None
@@ -1055,6 +1083,7 @@ def _row(
         "priority": w.priority,
         "min_runtime": w.min_runtime,
         "resumable": w.resumable,
+        "one_host": w.one_host,
         "tags": list(w.tags),
         "submitted": iso(w.submit_time),
         "submit_time": w.submit_time,
@@ -1141,6 +1170,8 @@ QUEUE_COLUMNS: dict[str, tuple[str | None, str, Callable[[QueueRow], str]]] = {
         ),
     ),
     "detail": (None, "DETAIL", lambda r: r["detail"]),
+    # asked for all its GPUs on one host (`submit --one-host`): never a gang
+    "one_host": (None, "ONE_HOST", lambda r: "yes" if r["one_host"] else "no"),
     # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
     # as squeue's %S: the expected start of pending work, the actual one of running work
     "start": (
@@ -1996,7 +2027,7 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
     if s is not None:
         contract = [
             s.allocation,
-            f"{s.gpus} GPU{'s' if s.gpus != 1 else ''}",
+            f"{s.gpus} GPU{'s' if s.gpus != 1 else ''}" + (" on one host" if s.one_host else ""),
             f"min runtime {format_duration(s.min_runtime)}"
             + (" (unallocated: free, always preemptible)" if s.min_runtime <= 0 else ""),
             "resumable" if s.resumable else "not resumable",
@@ -2026,6 +2057,7 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
             "name": s.name,
             "runtime": s.runtime,
             "expected_runtime": s.expected_runtime,
+            "one_host": bool(s.one_host),
         }
     else:
         text.append(f"workload {wid}: no accepted submission in the journal")

@@ -38,8 +38,9 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 # (backfill behind a refused bucket head); 7: ratios as of the last bucket edge (no
 # protection-end count on the state or the last cycle); 8: requeues asked (`State.requeue_asked`);
 # 9: lost attempts requeued per workload (`Workload.lost`); 10: flap hold-down
-# (`State.held_down`, `Host.returned`/`flapping`/`held_until`).
-SNAPSHOT_FORMAT = 10
+# (`State.held_down`, `Host.returned`/`flapping`/`held_until`); 11: work asked on one
+# host (`Workload.one_host`, its own buckets).
+SNAPSHOT_FORMAT = 11
 
 
 @dataclass(frozen=True, slots=True)

@@ -625,6 +625,25 @@ def submit(
         str | None,
         typer.Option("--expected-runtime", help="Your estimate; some policies order by it."),
     ] = None,
+    one_host: Annotated[
+        bool,
+        typer.Option(
+            "--one-host",
+            help="All its GPUs on one host (NVLink): it waits for a host with that many "
+            "free rather than run as a gang over several; more GPUs than the biggest "
+            "host has is refused.",
+        ),
+    ] = False,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            "--nodes",
+            "-N",
+            metavar="1",
+            help="sbatch's -N 1: the same as --one-host (other counts are refused: allot "
+            "picks the hosts).",
+        ),
+    ] = None,
     parsable: Annotated[
         bool,
         typer.Option(
@@ -713,6 +732,7 @@ def submit(
         hidden = next((t for t in tags if not printable(t)), None)
         if hidden is not None:
             raise RequestError(f"--tag {hidden!r}: no {HIDDEN_WHAT}")
+        one_host = _one_host(one_host, nodes)
         min_s = _duration("--min-runtime", min_runtime)
         run_s = _duration("--runtime", runtime)
         expected_s = _duration("--expected-runtime", expected_runtime)
@@ -742,6 +762,8 @@ def submit(
                 name=name,
                 runtime=run_s,
                 expected_runtime=expected_s,
+                # left out unless asked: a request without it is one as before
+                one_host=True if one_host else None,
             )
             for wid in ids
         ]
@@ -820,6 +842,17 @@ def submit(
         typer.echo(f"({note})", err=True)
     if outcome.get("type") != "workload.placed":
         raise typer.Exit(1)
+
+
+def _one_host(one_host: bool, nodes: int | None) -> bool:
+    """--one-host, or sbatch's `-N 1` / `--nodes 1` for it. Other node counts are refused:
+    allot picks the hosts (work bigger than a host takes whole hosts)."""
+    if nodes is None or nodes == 1:
+        return one_host or nodes == 1
+    raise RequestError(
+        f"--nodes {nodes}: allot picks the hosts (-G N more than a host holds gets whole "
+        "hosts); only -N 1 is taken, as --one-host (all GPUs on one host)"
+    )
 
 
 def _accepted(outcome: dict[str, Any] | None, verdict: Any) -> bool:

@@ -1,7 +1,8 @@
 """`allot-csv`: the hand-written trace format.
 
 Header `submit_time,runtime,gpus,allocation`, then any of
-`workload,user,min_runtime,resumable,priority,tags` (`tags` separated by `;`).
+`workload,user,min_runtime,resumable,priority,tags,name,one_host` (`tags` separated by
+`;`; `one_host` true: all the job's GPUs on one host, never a gang).
 Times and durations are seconds or `15m`/`8h`/`7d`; `submit_time` is already
 relative to the trace start and is kept as written. An empty `runtime` means the
 job never ended (it runs until the horizon); other empty cells leave the value to
@@ -34,7 +35,16 @@ from projections.traces.common import (
 )
 
 REQUIRED = ("submit_time", "runtime", "gpus", "allocation")
-OPTIONAL = ("workload", "user", "min_runtime", "resumable", "priority", "tags", "name")
+OPTIONAL = (
+    "workload",
+    "user",
+    "min_runtime",
+    "resumable",
+    "priority",
+    "tags",
+    "name",
+    "one_host",
+)
 
 
 def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult:
@@ -69,6 +79,7 @@ def read(path: Path, allocations: Allocations, *, skip_bad: bool) -> TraceResult
             priority=priority,
             tags=checked_tags(tags, "tags"),
             name=checked_name(optional_text(row["name"]), "name"),
+            one_host=parse_bool(row["one_host"], "one_host"),
         )
 
     return finish(

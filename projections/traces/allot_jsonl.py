@@ -68,6 +68,8 @@ def to_record(sub: Submission, n: int) -> dict[str, Any]:
         record["runtime"] = float(sub["runtime"])
     if sub.get("name"):
         record["name"] = sub["name"]
+    if sub.get("one_host"):
+        record["one_host"] = True
     return record
 
 
@@ -169,6 +171,9 @@ def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
     resumable = raw.get("resumable")
     if resumable is not None and not isinstance(resumable, bool):
         raise BadValue("resumable", f"{resumable!r} is not true or false")
+    one_host = raw.get("one_host")
+    if one_host is not None and not isinstance(one_host, bool):
+        raise BadValue("one_host", f"{one_host!r} is not true or false")
     tags = raw.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise BadValue("tags", f"{tags!r} is not a list of strings")
@@ -184,6 +189,7 @@ def parse_record(raw: Any, allocations: Allocations) -> Submission | None:
         priority=_integer(raw, "priority", minimum=None),
         tags=checked_tags(tags, "tags"),
         name=checked_name(_text(raw, "name"), "name"),
+        one_host=one_host,
     )
     return sub if gpus > 0 else None
 

@@ -102,15 +102,17 @@ def submission(
     priority: int | None = None,
     tags: Iterable[str] = (),
     name: str | None = None,
+    one_host: bool | None = None,
 ) -> Submission:
-    """A submission dict with every key present (None: not in the trace). A runtime
-    over MAX_RUNTIME_S is a BadValue of `runtime_column`."""
+    """A submission dict with every key present (None: not in the trace), but for
+    `one_host`, there only when true (a million rows need no key that says nothing). A
+    runtime over MAX_RUNTIME_S is a BadValue of `runtime_column`."""
     if runtime is not None and runtime > MAX_RUNTIME_S:
         raise BadValue(
             runtime_column,
             f"a runtime of {runtime:,.0f} s is over ten years (at most {MAX_RUNTIME_S:,.0f} s)",
         )
-    return {
+    sub: Submission = {
         "time": float(time),
         "workload": workload,
         "actor": actor,
@@ -123,6 +125,9 @@ def submission(
         "tags": list(tags),
         "name": name,
     }
+    if one_host:
+        sub["one_host"] = True
+    return sub
 
 
 # ------------------------------------------------------------------ allocations

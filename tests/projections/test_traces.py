@@ -1690,3 +1690,27 @@ def test_openb_pod_list_without_times_is_refused_saying_why(tmp_path: Path) -> N
     result = run(fixture, "--format", "alibaba-openb", "--skip-bad", "--out", out)
     assert result.exit_code == 2 and "nothing to replay" in result.stderr
     assert not out.exists()
+
+
+def test_one_host_is_read_from_allot_csv_and_kept_through_allot_jsonl(tmp_path: Path) -> None:
+    """The optional `one_host` column (all GPUs on one host): a true cell is kept through
+    `trace import` and read back; false or empty leaves the key out, as before."""
+    path = write(
+        tmp_path,
+        "t.csv",
+        "submit_time,runtime,gpus,allocation,one_host",
+        "0,1h,8,lab/a,true",
+        "60,1h,8,lab/a,false",
+        "120,1h,8,lab/a,",
+    )
+    subs = read_trace(path, "allot-csv").submissions
+    assert subs[0] == sub(0.0, "lab/a", 8, runtime=3600.0, one_host=True)
+    assert subs[1:] == [sub(t, "lab/a", 8, runtime=3600.0) for t in (60.0, 120.0)]
+    out = tmp_path / "subs.jsonl"
+    assert run(path, "--format", "allot-csv", "--out", out).exit_code == 0
+    records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert [r.get("one_host") for r in records] == [True, None, None]
+    assert read_trace(out, "allot-jsonl").submissions == subs
+    bad = write(tmp_path, "b.jsonl", '{"time": 0, "allocation": "a", "gpus": 1, "one_host": 1}')
+    with pytest.raises(TraceError, match="one_host"):
+        read_trace(bad, "allot-jsonl")
