@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -193,10 +193,23 @@ def restore(
     print(
         f"restored {plural(done.records, 'record')} of {plural(len(done.clusters), 'cluster')} "
         f"({which}) from {path} into {topics.JOURNAL} at {target.kafka}{waiting}; start the "
-        f"scheduler there (`allot serve --kafka {target.kafka}`): it reads {topics.INBOX} "
-        "from its start",
+        f"scheduler there ({serve_hint(target.kafka, done.clusters)}): it reads "
+        f"{topics.INBOX} from its start",
         file=sys.stderr,
     )
+
+
+def serve_hint(kafka: str, clusters: Sequence[str]) -> str:
+    """The `allot serve` that goes on from a restore of `clusters`. Without --cluster,
+    serve serves $ALLOT_CLUSTER, else 'default': named otherwise, the hint said a
+    command that left the restored cluster unserved."""
+    serve = f"allot serve --kafka {kafka}"
+    served = os.environ.get("ALLOT_CLUSTER") or "default"
+    if list(clusters) in ([], [served]):
+        return f"`{serve}`"
+    if len(clusters) == 1:
+        return f"`{serve} --cluster {clusters[0]}`"
+    return f"`{serve} --group allot-scheduler`: a group's workers serve every cluster"
 
 
 def _write(lines: Iterable[bytes], stream: BinaryIO) -> int:

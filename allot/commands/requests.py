@@ -304,18 +304,26 @@ class _Wait:
 
 
 def _wait_for_verdict(
-    target: Target, noted: bool, wait: float | None, cluster: str, admission: bool = True
+    target: Target,
+    noted: bool,
+    wait: float | None,
+    cluster: str,
+    admission: bool = True,
+    by_default: bool = False,
 ) -> _Wait | None:
     """--wait's wait; without it (and with `admission`) ADMISSION_WAIT_S where the
     verdict may come at once, so that a rejection is said at once: a `--data` folder
     that a scheduler serves now (`noted`: a note said none does), or Kafka, where the
     writer checks the cluster's scheduler is live (the principal that submits may not
-    read the journal, or no scheduler runs). None: only send."""
+    read the journal, or no scheduler runs). A command's default wait (`by_default`,
+    budget set) asks the same of Kafka as a folder's serve lock does: no verdict comes
+    from a cluster no worker serves. None: only send."""
+    live = cluster if target.data is None else None
     if wait is not None:
-        return _Wait(wait)
+        return _Wait(wait, live if by_default else None)
     if not admission or (target.data is not None and noted):
         return None
-    return _Wait(ADMISSION_WAIT_S, cluster if target.data is None else None)
+    return _Wait(ADMISSION_WAIT_S, live)
 
 
 def _rejected(verdict: dict[str, Any] | None) -> bool:
@@ -414,7 +422,7 @@ def _send_all(
         by_default = wait is None and default_wait is not None and _may_watch(writer, noted)
         if by_default:
             wait = default_wait
-        how = _wait_for_verdict(target, noted, wait, requests[0]["cluster"], admission)
+        how = _wait_for_verdict(target, noted, wait, requests[0]["cluster"], admission, by_default)
         if how is None:
             writer.send(requests)
             on_sent()
@@ -431,6 +439,9 @@ def _send_all(
             return len(verdicts) == len(sent)
 
         _wait_stoppable(writer, requests, every, how, on_sent, check)
+        if getattr(writer, "unserved", None) is not None:
+            # no worker serves the cluster: a note said so and nothing was waited for
+            wait, by_default = None, False
         first = verdicts.get(requests[0]["id"])
         return _Sent(target, requests[0], first, writer.trouble, noted, verdicts, wait, by_default)
     finally:

@@ -114,6 +114,35 @@ def test_a_request_right_after_the_scheduler_stopped_says_none_serves_the_cluste
     assert sent.stderr == _no_scheduler_note(kafka_bootstrap, environ, "c")
 
 
+def test_a_budget_change_to_a_cluster_nobody_serves_is_sent_with_the_note(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """`budget set` waits 10 s for its verdict by default. On Kafka it waited those
+    10 s even when no worker served the cluster, then said no verdict came, exit 1,
+    where a --data folder nobody serves got the note and exit 0. Now it asks the
+    presence group as the other requests do; a served cluster still gets its verdict."""
+    environ = _deployment(kafka_bootstrap)
+
+    sent = allot("budget", "set", "lab", "1", "--cluster", "c", env=environ)
+
+    assert sent.returncode == 0, (sent.stdout, sent.stderr)
+    (line,) = sent.stdout.splitlines()
+    assert line.startswith("Budget change for lab (weight 1) sent ")
+    assert sent.stderr == _no_scheduler_note(kafka_bootstrap, environ, "c")
+
+    serve = _Worker(
+        _process_env(environ), tmp_path / "serve.log",
+        "-m", "allot.cli", "serve", "--cluster", "c", "--admin", "ops",
+    )  # fmt: skip
+    try:
+        serve.ready()
+        refused = allot("budget", "set", "nowhere/x", "1", "--cluster", "c", env=environ)
+    finally:
+        serve.end()
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert "was rejected" in refused.stdout
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -128,6 +128,30 @@ def test_a_journal_without_a_mark_resumes_where_it_recorded() -> None:
     assert again.positions == {0: 5} and not again.diverged
 
 
+@pytest.mark.parametrize(
+    ("environ", "clusters", "command"),
+    [
+        ({}, ["default"], "`allot serve --kafka k:9`"),
+        ({}, ["lab"], "`allot serve --kafka k:9 --cluster lab`"),
+        ({"ALLOT_CLUSTER": "lab"}, ["lab"], "`allot serve --kafka k:9`"),
+        ({}, ["a", "b"], "`allot serve --kafka k:9 --group allot-scheduler`"),
+    ],
+)
+def test_the_restore_names_a_serve_that_serves_the_restored_clusters(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], clusters: list[str], command: str
+) -> None:
+    """serve without --cluster serves $ALLOT_CLUSTER, else 'default': the restore's
+    `allot serve --kafka HOST` left a restored cluster 'lab' unserved (it started with
+    0 clusters, 0 journal records)."""
+    from allot.commands.journal import serve_hint
+
+    monkeypatch.delenv("ALLOT_CLUSTER", raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+
+    assert serve_hint("k:9", clusters).startswith(command)
+
+
 def test_a_restored_journal_verifies_and_reads_like_the_old_one(tmp_path: Path) -> None:
     """`allot replay --verify` re-decides the restored journal byte for byte, the mark
     counted as neither input nor decision; an inbox record claiming to be one is an
@@ -239,6 +263,7 @@ async def test_export_restore_into_new_topics_and_the_faust_worker_goes_on(
         assert out.returncode == 0, out.stderr
         assert f"restored {len(exported)} records of 1 cluster ({cluster})" in out.stderr
         assert "1 request already in" in out.stderr
+        assert f"(`allot serve --kafka {kafka_bootstrap} --cluster {cluster}`)" in out.stderr
 
         log = tmp_path / "faust.log"
         env = {**os.environ, "ALLOT_KAFKA": kafka_bootstrap, "ALLOT_TOPIC_SUFFIX": new_name}
