@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +21,10 @@ log = logging.getLogger("allot.worker")
 
 
 # session timeouts a fenced partition may stay assigned before the fence is taken as a
-# worker outside the group's (a rebalance within the group revokes it well before)
-FENCED_GRACE_FACTOR = 3
+# worker outside the group's (a rebalance within the group revokes it well before);
+# $ALLOT_FENCED_GRACE_FACTOR sets another number, for tests that would otherwise wait out
+# three of the broker's minimum session timeout (6 s)
+FENCED_GRACE_FACTOR = float(os.environ.get("ALLOT_FENCED_GRACE_FACTOR", "3"))
 
 
 class _Rebalance(ConsumerRebalanceListener):

@@ -3,7 +3,7 @@
 waiting on protections acts at the first tick after they end. Two protections ending
 between the same two ticks: at that tick both are over, and the victim is the one the
 rules pick among both (the most recently started), not the first to end. A forecast
-that acted at the moment of the first end named the other victim, ~10 s early."""
+that acted at the moment of the first end named the other victim, up to a tick early."""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ from streams.inbox import make_request
 from tests.e2e.cli import allot
 
 ROOT = Path(__file__).resolve().parents[2]
-TICK_S = 10.0
+# short, so the test waits out few ticks; the submissions before the protections end
+# take about a second of the two ticks they are given
+TICK_S = 4.0
+GAP_S = 0.3 * TICK_S  # between the tick and the first end, and between the two ends
 WAIT_S = 120  # only how long a broken run takes to fail
 
 
@@ -86,12 +89,12 @@ def test_why_foresees_the_victim_and_start_a_ticked_serve_journals(tmp_path: Pat
         fresh = _until("a new tick", lambda: len(ticks()) > seen and ticks())
         tick = fresh[-1]["time"]
         assert fresh[-1]["every"] == TICK_S
-        # two protections ending 3 s apart, well inside one tick's interval: both are
-        # over at the tick after them (at ~tick + 30)
-        first_end = tick + 2 * TICK_S + 3.0
+        # two protections ending GAP_S apart, well inside one tick's interval: both are
+        # over at the tick after them (at tick + 3 * TICK_S)
+        first_end = tick + 2 * TICK_S + GAP_S
         submit("fc-a", "lab/b", first_end - time.time())
         a = _until("fc-a placed", lambda: placed("fc-a"))
-        submit("fc-b", "lab/b", first_end + 3.0 - time.time())
+        submit("fc-b", "lab/b", first_end + GAP_S - time.time())
         b = _until("fc-b placed", lambda: placed("fc-b"))
         # waiting work of the allocation owed GPUs: it reclaims them from lab/b once a
         # protection ends, and only then (the cluster is full of protected work)

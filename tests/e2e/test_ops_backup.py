@@ -40,10 +40,12 @@ def test_a_kafka_journal_exported_to_a_file_replays_and_restores_an_embedded_sch
         _ok("host", "register", "h0", "8", "--as", "ops", "--wait", "30", env=env)
         _ok("budget", "set", "lab", "1", "--manager", "pm", "--as", "ops", env=env)
         _ok("budget", "set", "lab/a", "1", "--member", "alice", "--as", "pm", env=env)
-        submit = ("submit", "-A", "lab/a", "--min-runtime", "1h", "--as", "alice", "--wait", "30")
+        submit = ("submit", "-A", "lab/a", "--min-runtime", "1h", "--as", "alice", "--wait")
         for _ in range(2):
-            _ok(*submit, "-G", "4", env=env)
-        waits = allot(*submit, "-G", "8", env=env)
+            _ok(*submit, "30", "-G", "4", env=env)
+        # a --wait this one sits out in full: the scheduler answered each of the two
+        # above in well under a second
+        waits = allot(*submit, "5", "-G", "8", env=env)
         assert "still waiting to start" in waits.stderr, waits.stderr
     finally:
         assert serve.stop() == 0, serve.text
