@@ -60,9 +60,8 @@ def test_a_wait_whose_broker_goes_away_says_the_request_was_sent(broker: Broker)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALLOT_")}
     procs = {
         name: subprocess.Popen(
-            # the wait is sat out in full: long enough to outlast the broker's stop below
-            # (~2 s), short enough for the suite
-            [sys.executable, "-m", "allot.cli", *args, "--wait", "10"],
+            # long enough to outlast the broker's stop below, short enough for the suite
+            [sys.executable, "-m", "allot.cli", *args, "--wait", "15"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
