@@ -1665,3 +1665,11 @@ def test_openb_pod_list_without_times_is_refused_saying_why(tmp_path: Path) -> N
     result = run(fixture, "--format", "alibaba-openb", "--skip-bad", "--out", out)
     assert result.exit_code == 2 and "nothing to replay" in result.stderr
     assert not out.exists()
+
+
+def test_a_one_line_file_in_the_wrong_format_says_its_one_row(tmp_path: Path) -> None:
+    """It said "all 1 rows are bad"."""
+    path = tmp_path / "one.csv"
+    path.write_text((FIXTURES / "philly.csv").read_text().splitlines()[0] + "\n")
+    with pytest.raises(TraceError, match=r"one\.csv: its one row is bad as --format allot-jsonl"):
+        read_trace(path, "allot-jsonl", skip_bad=True)
