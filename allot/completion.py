@@ -4,7 +4,7 @@
 with $_ALLOT_COMPLETE set and the words typed so far, and `main` hands over to
 `complete`. That runs on every TAB, so it builds only the command being typed and
 imports neither `domain` (pydantic) nor a Kafka client: the words it offers from the
-journal (allocations, hosts, clusters, the user's live workload ids) come from a byte
+journal (allocations, hosts, clusters, the user's workload ids) come from a byte
 search of a `--data` folder's (or a `--journal` file's) journal for the few record
 types that name them. From Kafka it offers none of these: reading the journal topic
 from its start cannot be made quick enough for a TAB.
@@ -34,13 +34,24 @@ POLICIES = (
     "shortest-first",
     "legacy-priority",
 )
-# the commands whose ID arguments name the user's own live workloads
-WORKLOAD_COMMANDS = ("cancel", "hold", "release", "requeue", "why")
-_LIVE_ENDS = (
+# which of the user's workloads each command's ID arguments offer, by state ("ended":
+# cancelled, rejected, or finished or preempted without being requeued)
+WORKLOAD_STATES = {
+    "cancel": {"pending", "held", "running"},
+    "hold": {"pending"},
+    "release": {"held"},
+    "requeue": {"running"},
+    "why": {"pending", "held", "running", "ended"},
+}
+_WORKLOAD_RECORDS = (
     "workload.submitted",
+    "workload.placed",
+    "workload.held",
+    "workload.released",
     "workload.cancelled",
     "workload.finished",
     "workload.preempted",
+    "workload.rejected",
 )
 
 
@@ -61,17 +72,41 @@ def typed_words() -> list[str]:
     as the shell passed them: bash in COMP_WORDS/COMP_CWORD, zsh and fish in
     _TYPER_COMPLETE_ARGS (up to the cursor)."""
     if "COMP_WORDS" in os.environ:
-        words = _split(os.environ["COMP_WORDS"])
-        try:
-            cword = int(os.environ.get("COMP_CWORD", len(words)))
-        except ValueError:
-            cword = len(words)
+        words, cword = bash_words()
         return words[1:cword]
     line = os.environ.get("_TYPER_COMPLETE_ARGS", "")
     words = _split(line)
     if line and not line[-1].isspace():
         words = words[:-1]  # the word being completed
     return words[1:]
+
+
+def bash_words() -> tuple[list[str], int]:
+    """Bash's COMP_WORDS and COMP_CWORD with each `--option = value` glued back into
+    `--option=value`: bash splits words at the characters of $COMP_WORDBREAKS, `=`
+    among them, so `--allocation=la<TAB>` comes as `--allocation`, `=`, `la`, which
+    click reads as the value `=` and a stray `la`. (Bash replaces only the text after
+    the `=` with what is offered, so the offered values stay bare.)"""
+    words = _split(os.environ["COMP_WORDS"])
+    try:
+        cword = int(os.environ.get("COMP_CWORD", len(words)))
+    except ValueError:
+        cword = len(words)
+    glued: list[str] = []
+    new_cword = cword
+    for at, word in enumerate(words):
+        after_equals = at >= 2 and words[at - 1] == "=" and _is_long_option(words[at - 2])
+        if (word == "=" and glued and _is_long_option(glued[-1])) or after_equals:
+            glued[-1] += word
+            if at <= cword:
+                new_cword -= 1
+        else:
+            glued.append(word)
+    return glued, new_cword
+
+
+def _is_long_option(word: str) -> bool:
+    return word.startswith("--") and "=" not in word
 
 
 def _split(line: str) -> list[str]:
@@ -87,6 +122,11 @@ def complete(command: Any) -> None:
     from typer._completion_classes import completion_init
 
     completion_init()  # registers typer's bash/zsh/fish formats with click
+    if "COMP_WORDS" in os.environ:  # typer's bash class reads them again: glue `=` there too
+        words, cword = bash_words()
+        if str(cword) != os.environ.get("COMP_CWORD"):
+            os.environ["COMP_WORDS"] = shlex.join(words)
+            os.environ["COMP_CWORD"] = str(cword)
     offer_words(command)
     command.main(prog_name=PROG)
 
@@ -121,8 +161,9 @@ def _completer(path: tuple[str, ...], param: Any) -> Callable[[Any], Iterable[st
         return hosts
     if path == ("completion",):
         return lambda ctx: SHELLS
-    if path in {(c,) for c in WORKLOAD_COMMANDS} and param.param_type_name == "argument":
-        return live_workloads
+    if len(path) == 1 and path[0] in WORKLOAD_STATES and param.param_type_name == "argument":
+        states = WORKLOAD_STATES[path[0]]
+        return lambda ctx: workloads_in(ctx, states)
     return None
 
 
@@ -197,18 +238,56 @@ def clusters(ctx: Any) -> set[str]:
     }
 
 
-def live_workloads(ctx: Any) -> list[str]:
-    """Ids of the user's (--as, else $USER) workloads not ended: submitted, and not
-    cancelled, nor finished or preempted without being requeued."""
+def workloads_in(ctx: Any, states: set[str]) -> list[str]:
+    """Ids of the user's (--as, else $USER) workloads whose state is one of `states`."""
     user = ctx.params.get("as_") or os.environ.get("USER") or getpass.getuser()
-    live: dict[str, None] = {}
-    for record in _records(ctx, _LIVE_ENDS):
-        wid = record.get("workload")
-        if not isinstance(wid, str):
+    return [
+        wid
+        for wid, state in workload_states(_records(ctx, _WORKLOAD_RECORDS), user).items()
+        if state in states
+    ]
+
+
+def workload_states(records: Iterable[dict[str, Any]], user: str) -> dict[str, str]:
+    """The state (pending, held, running, ended) of each workload `user` submitted, by id,
+    in submission order. An input the scheduler rejected (a submission over quota, a
+    hold of running work, another user's cancel) changes nothing: its state is put back."""
+    states: dict[str, str] = {}
+    before: dict[str, tuple[str, str | None]] = {}  # input id -> (workload, state before it)
+    for record in records:
+        wid, kind = record.get("workload"), record["type"]
+        if kind == "workload.rejected":
+            undone = before.pop(str(record.get("ref")), None)
+            if undone is not None:
+                _put_back(states, *undone)
             continue
-        if record["type"] == "workload.submitted":
-            if record.get("actor") == user:
-                live[wid] = None
-        elif record["type"] == "workload.cancelled" or record.get("requeued") is not True:
-            live.pop(wid, None)
-    return list(live)
+        if not isinstance(wid, str) or (wid not in states and kind != "workload.submitted"):
+            continue
+        if kind == "workload.submitted" and record.get("actor") != user:
+            continue
+        if kind in _INPUTS:
+            before[str(record.get("id"))] = (wid, states.get(wid))
+        states[wid] = _state_after(kind, record)
+    return states
+
+
+def _put_back(states: dict[str, str], wid: str, state: str | None) -> None:
+    if state is None:
+        states.pop(wid, None)
+    else:
+        states[wid] = state
+
+
+_INPUTS = ("workload.submitted", "workload.held", "workload.released", "workload.cancelled")
+
+
+def _state_after(kind: str, record: dict[str, Any]) -> str:
+    if kind in ("workload.submitted", "workload.released"):
+        return "pending"
+    if kind == "workload.held":
+        return "held"
+    if kind == "workload.placed":
+        return "running"
+    if kind in ("workload.finished", "workload.preempted"):
+        return "pending" if record.get("requeued") is True else "ended"
+    return "ended"  # cancelled

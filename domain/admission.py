@@ -17,7 +17,7 @@ from domain.config import ConfigError, parse_config
 from domain.durations import format_duration
 from domain.policies import UnknownPolicy, resolve_ordering, resolve_placement
 from domain.state import RUNNING, State, Workload
-from domain.text import HIDDEN_WHAT, HOST_NAME_RULE, is_host_name, is_word, printable
+from domain.text import HIDDEN_WHAT, HOST_NAME_RULE, is_host_name, is_word, plural, printable
 from domain.tree import parent_of, resolve_names, valid_path
 
 MAX_TIME = 253402300799.0  # 9999-12-31T23:59:59Z
@@ -246,18 +246,21 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
 
 
+def _gpus(n: int) -> str:
+    """`1 GPU`, `8 GPUs`; without thousands separators: a refused count is quoted as sent."""
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def _more_gpus_than_registered(state: State, gpus: int) -> str:
     """The rejection of work larger than the cluster, with what to do next. Its first
     clause is the one journals written before the hint hold (replay reads rejections,
     it does not compare their texts)."""
     admins = _some(state.config.admins)
     admin = f"an admin ({admins})" if admins else "an admin"
-    said = f"asks for {gpus} GPUs but cluster {state.cluster!r} has {state.capacity} registered"
+    said = f"asks for {_gpus(gpus)} but cluster {state.cluster!r} has {state.capacity} registered"
     if not state.capacity:
         return f"{said}; ask {admin} to register hosts (`allot host register`)"
-    return (
-        f"{said}; submit with at most {state.capacity} GPUs, or ask {admin} to register more hosts"
-    )
+    return f"{said}; submit with at most {_gpus(state.capacity)}, or ask {admin} to register more hosts"
 
 
 def _bigger_than_any_host(state: State, gpus: int) -> str:
@@ -400,9 +403,14 @@ def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
         live = sum(1 for w in state.workloads.values() if w.allocation == parent)
         if live:
             raise Rejected(
-                f"{parent!r} has {live} live workloads; a node with children takes no work — "
-                "let them finish or cancel them first"
+                f"{parent!r} has {plural(live, 'live workload')}; a node with children takes no work — "
+                f"{_let_finish(live)}"
             )
+
+
+def _let_finish(live: int) -> str:
+    them = "it" if live == 1 else "them"
+    return f"let {them} finish or cancel {them} first"
 
 
 def _check_named_changes(
@@ -457,9 +465,7 @@ def _check_budget_removed(state: State, e: ev.BudgetRemoved) -> None:
         )
     live = sum(1 for w in state.workloads.values() if w.allocation == e.allocation)
     if live:
-        raise Rejected(
-            f"{e.allocation!r} has {live} live workloads; let them finish or cancel them first"
-        )
+        raise Rejected(f"{e.allocation!r} has {plural(live, 'live workload')}; {_let_finish(live)}")
 
 
 def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
@@ -471,7 +477,7 @@ def _check_host_registered(state: State, e: ev.HostRegistered) -> None:
     if e.gpus <= 0 or e.gpus > MAX_HOST_GPUS:
         raise Rejected(f"a host has 1 to {MAX_HOST_GPUS} GPUs, got {e.gpus}")
     if e.host in state.hosts and e.gpus == state.hosts[e.host].gpus:
-        raise Rejected(f"host {e.host!r} is already registered with {e.gpus} GPUs: nothing to do")
+        raise Rejected(f"host {e.host!r} is already registered with {_gpus(e.gpus)}: nothing to do")
     # another count is the host's new size (a board replaced, a GPU pulled): capacity
     # follows, and work on a GPU index that no longer exists stops as on a lost node
 

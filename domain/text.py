@@ -63,6 +63,12 @@ HIDDEN_WHAT = "control or invisible characters (tabs, newlines, bidi marks)"
 HOST_NAME_RULE = "one word: no spaces, control or invisible characters, ',', '[' or ']'"
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """`1 workload`, `2 workloads`, `1,204 GPUs`: a count in a message; `nouns` when the
+    plural is not `noun` + s (`plural(n, "entry", "entries")`)."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def one_line(text: str, limit: int) -> str:
     """`text` as one printable line of at most `limit` characters: each run of hidden
     characters or white space becomes one space, and a longer text is cut, ending "…"."""

@@ -254,7 +254,7 @@ def _load(
                 batch, places = [], []
         if seq < done:
             raise AuditError(
-                f"the journal has {seq:,} records but this database already holds {done:,}: "
+                f"the journal has {seq:,} record{'' if seq == 1 else 's'} but this database already holds {done:,}: "
                 "it is another (or a rewritten) journal; use another --db"
             )
         if batch:

@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from domain.text import plural
 from projections.chart_style import LABEL_PT, MIN_PT, TITLE_PT, style_ticks
 from projections.usage import fields, iter_events
 
@@ -504,7 +505,7 @@ class GanttCollector:
             fontsize=LABEL_PT,
         )
         ax.set_ylabel(
-            f"GPUs by host ({self.n_rows} GPUs)"
+            f"GPUs by host ({plural(self.n_rows, 'GPU')})"
             if n_rows == self.n_rows
             else f"GPUs by host ({first + 1:,}–{first + n_rows:,} of {self.n_rows:,})",
             fontsize=LABEL_PT,

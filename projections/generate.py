@@ -33,6 +33,7 @@ from pydantic import (
 
 from domain.durations import parse_duration
 from domain.events import MAX_PRIORITY
+from domain.text import plural
 
 # ---------------------------------------------------------------- schema
 
@@ -130,7 +131,7 @@ class GpuSpec(_Strict):
         if self.weights is not None:
             if len(self.weights) != len(self.choices):
                 raise ValueError(
-                    f"weights has {len(self.weights)} entries but choices has {len(self.choices)}"
+                    f"weights has {plural(len(self.weights), 'entry', 'entries')} but choices has {len(self.choices)}"
                 )
             if sum(self.weights) <= 0:
                 raise ValueError("weights must not all be 0")

@@ -104,12 +104,35 @@ async def _force_close(client: Any, timeout: float) -> None:
 
         # with its sender gone, what it still holds is never sent: say so to whoever
         # awaits it (and to the flush the cut-short stop left waiting on it)
+        held = _batches_of(accumulator)
         accumulator.fail_all(KafkaConnectionError("the producer stopped before sending this"))
+        _read_failures(held)
     if inner is not None:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(inner.close(), timeout)
     if _being_cancelled():
         raise asyncio.CancelledError
+
+
+def _batches_of(accumulator: Any) -> list[Any]:
+    """The record batches a producer's accumulator holds (aiokafka 0.14's attributes)."""
+    queued = getattr(accumulator, "_batches", None) or {}
+    return [b for batches in queued.values() for b in batches] + list(
+        getattr(accumulator, "_pending_batches", None) or ()
+    )
+
+
+def _read_failures(batches: list[Any]) -> None:
+    """Mark the failures of `batches` read: each batch's own futures (its drain waiter,
+    awaited only by the sender we cancelled) and its records' (whose senders may have
+    gone). Unread, asyncio logged each as "Future exception was never retrieved" when
+    it was collected, at the end of the run. An awaiting sender still gets its error."""
+    for batch in batches:
+        futures = [getattr(batch, "future", None), getattr(batch, "_drain_waiter", None)]
+        futures += [future for future, _ in getattr(batch, "_msg_futures", ())]
+        for future in futures:
+            if isinstance(future, asyncio.Future) and future.done() and not future.cancelled():
+                future.exception()
 
 
 def _owner(task: asyncio.Task) -> object:

@@ -110,14 +110,20 @@ def last_record_time(
     data: Path | None = None,
     journal: Path | None = None,
     cluster: str | None = None,
+    search_back: bool = False,
 ) -> float | None:
     """The `time` of the journal's last complete record, read from its end, or None (no
     such file, another cluster's record last, no time; in Kafka, none of `cluster`'s
     among the last records of each partition): lets a fold know ahead which records its
     last usage bucket holds (`projections.views`), so a forecast need not read the
-    journal twice. A guess that the journal outgrows is harmless (the fold notices)."""
+    journal twice. A guess that the journal outgrows is harmless (the fold notices).
+
+    With `search_back`, a journal other clusters share is searched back to its start for
+    `cluster`'s last record: None then means the cluster has none (`allot history`
+    counts from that time, and must not take another cluster's writing for an empty
+    journal)."""
     if kafka is not None:
-        return _kafka_last_time(kafka, cluster)
+        return _kafka_last_time(kafka, cluster, search_back)
     if journal is not None:
         path = Path(journal)
     elif data is not None:
@@ -139,12 +145,50 @@ def last_record_time(
             record = orjson.loads(line)
         except orjson.JSONDecodeError:
             return None
-        if not isinstance(record, dict) or not _matches(line, cluster):
+        if not isinstance(record, dict):
             return None
-        time = record.get("time")
-        ok = isinstance(time, int | float) and not isinstance(time, bool)
-        return float(time) if ok else None
+        if not _matches(line, cluster):
+            return _file_last_time_of(path, cluster) if search_back else None
+        return _time_of(record)
     return None
+
+
+def _time_of(record: dict[str, Any]) -> float | None:
+    time = record.get("time")
+    ok = isinstance(time, int | float) and not isinstance(time, bool)
+    return float(time) if ok else None
+
+
+def _file_last_time_of(path: Path, cluster: str | None) -> float | None:
+    """The time of `cluster`'s last complete record in a journal file others share, read
+    backwards from its end; a line is decoded only if its bytes may be the cluster's."""
+    maybe = _may_be_of(cluster)
+    try:
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as text:
+            end = text.rfind(b"\n") + 1
+            while end > 0:
+                start = text.rfind(b"\n", 0, end - 1) + 1
+                line = text[start:end]
+                end = start
+                if not maybe(line):
+                    continue
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    record = orjson.loads(line)
+                    if isinstance(record, dict) and _matches(line, cluster):
+                        return _time_of(record)
+    except (OSError, ValueError):  # ValueError: mmap of an empty file
+        return None
+    return None
+
+
+def _may_be_of(cluster: str | None) -> Callable[[bytes], bool]:
+    """A byte test no record of `cluster` fails (`default`'s may omit the field)."""
+    if cluster is None:
+        return lambda line: True
+    named = orjson.dumps(cluster)
+    if cluster == "default":
+        return lambda line: named in line or b'"cluster"' not in line
+    return lambda line: named in line
 
 
 _END_BYTES = 1 << 16  # a journal record is far smaller (an input is at most 1 MB, rarely)
@@ -701,10 +745,10 @@ async def _consume(
 _END_RECORDS = 512  # how far back from each partition's end `_kafka_last_time` looks
 
 
-def _kafka_last_time(bootstrap: str, cluster: str | None) -> float | None:
+def _kafka_last_time(bootstrap: str, cluster: str | None, search_back: bool) -> float | None:
     found: list[bytes] = []
     for value in _on_own_thread(
-        lambda put, stop: _last_values(bootstrap, cluster, put, stop),
+        lambda put, stop: _last_values(bootstrap, cluster, put, stop, search_back),
         bootstrap,
         name="allot-journal-end",
         depth=64,
@@ -724,10 +768,12 @@ def _kafka_last_time(bootstrap: str, cluster: str | None) -> float | None:
 
 
 async def _last_values(
-    bootstrap: str, cluster: str | None, put: Any, stop: threading.Event
+    bootstrap: str, cluster: str | None, put: Any, stop: threading.Event, search_back: bool
 ) -> None:
     """Puts the value of the last of `cluster`'s records among the last `_END_RECORDS`
-    of each journal partition (committed ones, up to the end offsets seen at the start)."""
+    of each journal partition (committed ones, up to the end offsets seen at the start).
+    With `search_back`, a partition without one there is read further back, eight times
+    as far each time, until one is found or its start is read."""
     from aiokafka import TopicPartition
 
     consumer, parts = await _open_journal(bootstrap, reset="earliest", client_id="allot-reader")
@@ -736,30 +782,54 @@ async def _last_values(
         consumer.assign(tps)
         ends = await asyncio.wait_for(consumer.end_offsets(tps), CONNECT_TIMEOUT_S)
         starts = await asyncio.wait_for(consumer.beginning_offsets(tps), CONNECT_TIMEOUT_S)
-        remaining = {tp for tp in tps if ends[tp] > starts[tp]}
-        for tp in remaining:
-            consumer.seek(tp, max(starts[tp], ends[tp] - _END_RECORDS))
         key = cluster.encode() if cluster is not None else None
         last: dict[Any, bytes] = {}
-        progress = time.monotonic()
-        while remaining and not stop.is_set():
-            if time.monotonic() - progress > IDLE_TIMEOUT_S:
-                break  # e.g. an unfinished transaction holds the rest back
-            batches = await consumer.getmany(timeout_ms=POLL_MS, max_records=5000)
-            for tp, records in batches.items():
-                for record in records:
-                    if record.offset < ends[tp] and _keep(record.key, record.value, key, cluster):
-                        last[tp] = record.value  # type: ignore[assignment]
-            if batches:
-                progress = time.monotonic()
-            for tp in list(remaining):
-                if await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
+        back = _END_RECORDS
+        unread = {tp: ends[tp] for tp in tps if ends[tp] > starts[tp]}  # tp: first offset read
+        while unread and not stop.is_set():
+            froms = {tp: max(starts[tp], ends[tp] - back) for tp in unread}
+            found = await _last_kept(consumer, froms, unread, key, cluster, stop)
+            last.update(found)
+            if not search_back:
+                break
+            unread = {tp: froms[tp] for tp in unread if tp not in found and froms[tp] > starts[tp]}
+            back *= 8
         for value in last.values():
             put(value)
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+
+
+async def _last_kept(
+    consumer: Any,
+    froms: dict[Any, int],
+    ends: dict[Any, int],
+    key: bytes | None,
+    cluster: str | None,
+    stop: threading.Event,
+) -> dict[Any, bytes]:
+    """The value of the last of `cluster`'s records in [froms[tp], ends[tp]) of each
+    partition, for those that have one."""
+    for tp, offset in froms.items():
+        consumer.seek(tp, offset)
+    remaining = set(froms)
+    last: dict[Any, bytes] = {}
+    progress = time.monotonic()
+    while remaining and not stop.is_set():
+        if time.monotonic() - progress > IDLE_TIMEOUT_S:
+            break  # e.g. an unfinished transaction holds the rest back
+        batches = await consumer.getmany(*remaining, timeout_ms=POLL_MS, max_records=5000)
+        for tp, records in batches.items():
+            for record in records:
+                if record.offset < ends[tp] and _keep(record.key, record.value, key, cluster):
+                    last[tp] = record.value  # type: ignore[assignment]
+        if batches:
+            progress = time.monotonic()
+        for tp in list(remaining):
+            if await consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+    return last
 
 
 def _keep(key: bytes | None, value: bytes | None, want: bytes | None, cluster: str | None) -> bool:

@@ -308,7 +308,8 @@ def _journal_latest(where: dict[str, Any], cluster: str | None, label: str) -> f
     from allot.commands.common import cut_line_warning
     from streams.sources import EmptyJournal, last_record_time
 
-    latest = last_record_time(**where, cluster=cluster)
+    # searched back: other clusters' records after this one's are not an empty journal
+    latest = last_record_time(**where, cluster=cluster, search_back=True)
     if latest is None:
         raise EmptyJournal(f"{label}: no records yet")
     path = where["journal"] or (where["data"] / "journal.jsonl" if where["data"] else None)
@@ -453,7 +454,7 @@ def _budget_rows_from_journal(
     where = {"kafka": target.kafka, "data": target.data, "journal": target.journal}
     records = records_of_type(RECORD_TYPES, **where, cluster=wanted)
     rows = budget_log(records, allocation)
-    latest = last_record_time(**where, cluster=wanted)
+    latest = last_record_time(**where, cluster=wanted, search_back=True)
     if latest is None and records:
         latest = max(float(r["time"]) for r in records)
     path = target.journal or (target.data / "journal.jsonl" if target.data else None)

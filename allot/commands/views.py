@@ -1421,7 +1421,7 @@ def register(app: typer.Typer) -> None:
                 f"ratios over the {format_duration(header['window_s'])} window to "
                 f"{_as_of(header['ratios_as_of'], header['now'])} (last bucket edge) · "
                 f"{header['healthy_capacity']} of "
-                f"{header['capacity']} GPUs healthy · policy {header['policy']}"
+                f"{plural(header['capacity'], 'GPU')} healthy · policy {header['policy']}"
             )
             table = _table()
             for h, justify in (

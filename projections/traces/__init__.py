@@ -58,6 +58,10 @@ _CSV_HEADERS = {
 }
 
 
+def _every_row(rows: int) -> str:
+    return "its one row is" if rows == 1 else f"all {rows:,} rows are"
+
+
 def looks_like(path: Path, fmt: str) -> str | None:
     """The format other than `fmt` whose shape the file's first line has (a JSON object:
     allot-jsonl; a CSV header: the format whose required columns it names), or None."""
@@ -109,7 +113,7 @@ def read_trace(
         other = looks_like(Path(path), fmt)
         if other is not None:  # every row skipped as bad: read in the wrong format
             raise TraceError(
-                f"{path}: all {result.skipped_bad:,} rows are bad as {names.format}{fmt}; "
+                f"{path}: {_every_row(result.skipped_bad)} bad as {names.format}{fmt}; "
                 f"the file looks like {names.format}{other}"
             )
     result.unmapped = dict(sorted(allocations.unmapped.items(), key=lambda kv: (-kv[1], kv[0])))

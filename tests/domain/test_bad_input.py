@@ -695,6 +695,29 @@ def test_work_larger_than_the_cluster_is_told_what_to_do_instead() -> None:
     empty.budget("lab/a", 1)
     (r,) = empty.send(submit(workload="any", allocation="lab/a", gpus=1)(empty))
     assert r.error == (
-        "asks for 1 GPUs but cluster 'test' has 0 registered; ask an admin to register "
+        "asks for 1 GPU but cluster 'test' has 0 registered; ask an admin to register "
         "hosts (`allot host register`)"
     )
+
+
+def test_counts_of_one_read_in_the_singular() -> None:
+    """'1 live workload', '1 GPU': not '1 live workloads', '1 GPUs'."""
+    c = Cluster(hosts=0, admins=ADMINS)
+    c.budget("lab/a", 1, members=("alice",))
+    asks = c.submit("one", "lab/a", gpus=1, min_runtime="1h", actor="alice")
+    assert c.rejections(asks)[0].error.startswith("asks for 1 GPU but cluster 'test' has 0")
+    c.host("h0", 1)
+    too_big = c.submit("two", "lab/a", gpus=2, min_runtime="1h", actor="alice")
+    assert "submit with at most 1 GPU," in c.rejections(too_big)[0].error
+    c.submit("run", "lab/a", gpus=1, min_runtime="1h", actor="alice")
+    assert c.running() == {"run"}
+    again = c.host("h0", 1)
+    assert (
+        c.rejections(again)[0].error == "host 'h0' is already registered with 1 GPU: nothing to do"
+    )
+    busy = "'lab/a' has 1 live workload;"
+    removed = c.input(ev.BudgetRemoved, allocation="lab/a")
+    assert c.rejections(removed)[0].error == f"{busy} let it finish or cancel it first"
+    child = c.budget("lab/a/b", 1)
+    assert c.rejections(child)[0].error.startswith(busy)
+    assert child[0].error.endswith("let it finish or cancel it first")

@@ -80,3 +80,16 @@ def test_a_launchers_multi_line_reason_is_kept_as_one_line_not_refused() -> None
     raw = {"type": "workload.finished", "id": "r", "time": 1.0, "workload": "w"}
     event = ev.parse_input({**raw, "outcome": "failed", "reason": "OOM\nXid 79\t"}, now=1.0)
     assert event.type == "workload.finished" and event.reason == "OOM Xid 79"
+
+
+def test_plural_counts() -> None:
+    from domain.text import plural
+
+    assert [plural(n, "GPU") for n in (0, 1, 2, 1204)] == [
+        "0 GPUs",
+        "1 GPU",
+        "2 GPUs",
+        "1,204 GPUs",
+    ]
+    assert plural(1, "entry", "entries") == "1 entry"
+    assert plural(3, "entry", "entries") == "3 entries"

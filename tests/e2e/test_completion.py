@@ -36,7 +36,7 @@ def complete(line: str, **environ: str) -> list[str]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A served folder with hosts h1 and h2, allocations lab, lab/x, lab/y, and work
-    of tester (two live, one cancelled) and of bob (one live); its ids by name."""
+    of tester (running, pending, held, cancelled) and of bob (held); ids by name."""
     data = tmp_path_factory.mktemp("completion") / "data"
     data.mkdir()
     server = serve(data)
@@ -50,7 +50,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
             assert allot(*args, "--as", ADMIN, "--data", str(data)).returncode == 0
         wait_for(data, lambda r: r.get("allocation") == "lab/y")
         ids = {}
-        submitters = {"kept": "tester", "gone": "tester", "also": "tester", "bobs": "bob"}
+        submitters = {
+            "runs": "tester", "waits": "tester", "held": "tester", "gone": "tester", "bobs": "bob"
+        }  # fmt: skip
         for name, user in submitters.items():
             sent = allot(
                 "submit", "-A", "lab/x", "-G", "8", "--min-runtime", "1h", "--data", str(data),
@@ -58,8 +60,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]
             )  # fmt: skip
             assert sent.returncode == 0, sent.stderr
             ids[name] = sent.stdout.split()[-1]
-        assert allot("cancel", ids["gone"], "--data", str(data)).returncode == 0
-        wait_for(data, lambda r: r.get("type") == "workload.cancelled")
+        wait_for(data, lambda r: r.get("type") == "workload.placed")
+        for verb, name in [("cancel", "gone"), ("hold", "held"), ("hold", "bobs")]:
+            user = submitters[name]
+            assert (
+                allot(verb, ids[name], "--data", str(data), environ=env(USER=user)).returncode == 0
+            )
+        for kind in ("workload.cancelled", "workload.held"):
+            wait_for(data, lambda r, kind=kind: r.get("type") == kind)
         yield {"data": str(data), **ids}
     finally:
         server.terminate()
@@ -81,13 +89,33 @@ def test_allocations_complete_after_dash_a_from_data_or_allot_data(served: dict)
     assert complete("allot budget set lab/", ALLOT_DATA=data) == ["lab/x", "lab/y"]
 
 
-def test_workload_ids_are_the_users_live_ones(served: dict) -> None:
+def test_workload_ids_are_the_users_own_in_the_states_the_command_takes(served: dict) -> None:
+    """cancel: not ended; hold: pending; release: held; requeue: running; why: any.
+    The hold of running work the scheduler rejected leaves it running."""
     data = served["data"]
-    mine = sorted([served["kept"], served["also"]])
-    for verb in ("cancel", "hold", "requeue", "why"):
-        assert complete(f"allot {verb} --data {data} ") == mine, verb
-    assert complete(f"allot cancel --data {data} {served['kept']} ") == [served["also"]]
+    runs, waits, held, gone = (served[name] for name in ("runs", "waits", "held", "gone"))
+    offered = {
+        verb: complete(f"allot {verb} --data {data} ")
+        for verb in ("cancel", "hold", "release", "requeue", "why")
+    }
+    assert offered == {
+        "cancel": sorted([runs, waits, held]),
+        "hold": [waits],
+        "release": [held],
+        "requeue": [runs],
+        "why": sorted([runs, waits, held, gone]),
+    }
+    assert complete(f"allot cancel --data {data} {runs} ") == sorted([waits, held])
     assert complete(f"allot release --data {data} ", USER="bob") == [served["bobs"]]
+
+
+def test_an_option_value_after_equals_completes(served: dict) -> None:
+    """Bash splits words at `=` ($COMP_WORDBREAKS): `--allocation=lab/` comes as
+    `--allocation`, `=`, `lab/`, and `--allocation=` with `=` as the word typed."""
+    data = served["data"]
+    assert complete(f"allot submit --data = {data} --allocation = lab/") == ["lab/x", "lab/y"]
+    assert complete(f"allot submit --data {data} --allocation =") == ["lab", "lab/x", "lab/y"]
+    assert complete(f"allot queue --data {data} --cluster =") == ["default"]
 
 
 def test_hosts_clusters_and_policies(served: dict) -> None:
@@ -138,6 +166,11 @@ def test_bash_completes_with_the_printed_script(served: dict, tmp_path: Path) ->
         "COMP_CWORD=5\n"
         "_allot_completion allot\n"
         'printf "%s\\n" "${COMPREPLY[@]}"\n'
+        # `--allocation=lab/`, as bash splits it at the `=`
+        f"COMP_WORDS=(allot submit --data {served['data']} --allocation = lab/)\n"
+        "COMP_CWORD=6\n"
+        "_allot_completion allot\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
     )
     (tmp_path / "completion.bash").write_text(script.stdout)
     ran = subprocess.run(
@@ -148,7 +181,7 @@ def test_bash_completes_with_the_printed_script(served: dict, tmp_path: Path) ->
         timeout=60,
         env=env(PATH=f"{bin_dir}:{env()['PATH']}"),
     )
-    assert ran.stdout.split() == ["lab/x", "lab/y"], ran.stderr
+    assert ran.stdout.split() == ["lab/x", "lab/y"] * 2, ran.stderr
 
 
 def test_unknown_shell_is_one_line() -> None:

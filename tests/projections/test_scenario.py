@@ -370,7 +370,7 @@ WRONG_VALUE = [
     pytest.param(
         ("workloads", 0, "generate", "gpus"),
         {"choices": [1, 2], "weights": [1]},
-        r"workloads\[0\]\.generate\.gpus: weights has 1 entries but choices has 2",
+        r"workloads\[0\]\.generate\.gpus: weights has 1 entry but choices has 2",
         id="gpu-weights",
     ),
     pytest.param(

@@ -1714,3 +1714,11 @@ def test_one_host_is_read_from_allot_csv_and_kept_through_allot_jsonl(tmp_path: 
     bad = write(tmp_path, "b.jsonl", '{"time": 0, "allocation": "a", "gpus": 1, "one_host": 1}')
     with pytest.raises(TraceError, match="one_host"):
         read_trace(bad, "allot-jsonl")
+
+
+def test_a_one_line_file_in_the_wrong_format_says_its_one_row(tmp_path: Path) -> None:
+    """It said "all 1 rows are bad"."""
+    path = tmp_path / "one.csv"
+    path.write_text((FIXTURES / "philly.csv").read_text().splitlines()[0] + "\n")
+    with pytest.raises(TraceError, match=r"one\.csv: its one row is bad as --format allot-jsonl"):
+        read_trace(path, "allot-jsonl", skip_bad=True)
