@@ -131,7 +131,8 @@ CREATE OR REPLACE VIEW preemptions AS
     SELECT q.seq, q.time, q.t, q.cluster, q.workload, q.attempt,
            coalesce(q.victim_allocation, w.allocation) AS allocation, w."user", w.gpus,
            q.reason, q.beneficiary, q.requeued,
-           -- a `gpus_removed` preemption's explain has no ran_s: its attempt's placement says
+           -- a `drain` or `gpus_removed` preemption's explain has no ran_s: its attempt's
+           -- placement says (as projections.history.ran_seconds, which `allot why` reads)
            coalesce(q.ran_s, q.t - p.t) AS ran_s,
            q.actor, q.record->'explain' AS explain
     FROM records q LEFT JOIN workloads w USING (workload)

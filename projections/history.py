@@ -187,10 +187,8 @@ def _preemption(
 ) -> dict[str, Any]:
     explain = record.get("explain")
     explain = explain if isinstance(explain, dict) else {}
-    ran = _number(explain.get("ran_s"))
-    if ran is None:  # a `gpus_removed` preemption says not: its attempt's placement does
-        began = placed.get((record.get("workload"), record.get("attempt"), record.get("cluster")))
-        ran = t - began if began is not None else None
+    began = placed.get((record.get("workload"), record.get("attempt"), record.get("cluster")))
+    ran = ran_seconds(explain, t, began)
     victim = explain.get("victim_allocation")
     return {
         "time": iso(t),
@@ -205,6 +203,17 @@ def _preemption(
         "requeued": record.get("requeued"),
         "ran_s": ran,
     }
+
+
+def ran_seconds(explain: dict[str, Any], t: float, placed_at: float | None) -> float | None:
+    """How long a preempted attempt ran, as `allot preemptions` and `allot why` both say
+    it: the scheduler's `explain.ran_s`, else (a `drain` or `gpus_removed` preemption
+    names none, and its record keeps its v1 bytes) the time `t` of the preemption less
+    `placed_at`, the time its attempt was placed; None when neither is known."""
+    ran = _number(explain.get("ran_s"))
+    if ran is None and placed_at is not None:
+        ran = t - placed_at
+    return ran
 
 
 def _held(placed: dict[str, Any]) -> int | None:

@@ -14,7 +14,8 @@ An entry is a dict with `time` (ISO, UTC), `t` (epoch seconds), `event` and, by 
 - `placed`: `attempt`, `hosts` (host -> GPU indices), `gpus`, `charged`,
   `protected_until` (ISO; None for legacy non-preemptible), `explain`;
 - `preempted`: `attempt`, `reason`, `beneficiary`, `requeued`, `explain` (the numbers
-  compared: ratios, hysteresis, ranks, running vs entitled, ...);
+  compared: ratios, hysteresis, ranks, running vs entitled, ...), `ran_s` (how long the
+  attempt ran, as `allot preemptions` says it: `projections.history.ran_seconds`);
 - `requeued`: `attempt` (the one that was preempted; the next placement starts the next);
 - `finished`: `actor`, `attempt` (the latest placement's when the report names none),
   `outcome`, `requeued` (a lost attempt of resumable work, followed by `requeued`);
@@ -36,6 +37,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from projections.history import ran_seconds
 
 TYPES = (
     "workload.submitted",
@@ -90,6 +93,7 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The entries for one workload's records (journal order); other types are skipped."""
     out: list[dict[str, Any]] = []
     attempt: Any = None  # of the latest placement: a report that names none is about it
+    placed_at: dict[tuple[Any, Any], Any] = {}  # (attempt, cluster): when it was placed
     for r in records:
         kind = r.get("type")
         if not isinstance(kind, str) or not about(r):
@@ -115,6 +119,7 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "workload.placed":
             hosts = {str(h): list(g) for h, g in (r.get("hosts") or {}).items()}
             protected = r.get("protected_until")
+            placed_at.setdefault((r.get("attempt"), r.get("cluster")), t)
             out.append(
                 {
                     **head,
@@ -130,6 +135,8 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "workload.preempted":
             preempted = r.get("attempt", 1)
             requeued = bool(r.get("requeued"))
+            explain = dict(r.get("explain") or {})
+            began = placed_at.get((r.get("attempt"), r.get("cluster")))
             out.append(
                 {
                     **head,
@@ -138,7 +145,8 @@ def timeline(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "reason": r.get("reason"),
                     "beneficiary": r.get("beneficiary"),
                     "requeued": requeued,
-                    "explain": dict(r.get("explain") or {}),
+                    "explain": explain,
+                    "ran_s": _ran(explain, t, began),
                 }
             )
             if requeued:
@@ -252,8 +260,8 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
             by = f" for {e['beneficiary']}" if e["beneficiary"] else ""
             if e["beneficiary"] and x.get("beneficiary_allocation"):
                 by += f" ({x['beneficiary_allocation']})"
-            ran = x.get("ran_s")
-            ran_text = f" after {format_duration(ran)}" if isinstance(ran, int | float) else ""
+            ran = e.get("ran_s")
+            ran_text = f" after {format_duration(ran)}" if ran is not None else ""
             rule = f", rule {x['rule']}" if x.get("rule") else ""
             if x.get("requested_by"):
                 by = f" by {x['requested_by']} (allot requeue)"
@@ -294,6 +302,14 @@ def timeline_text(entries: list[dict[str, Any]]) -> list[str]:
             what = e["input_type"] or e["type"]
             lines.append(f"{head}{what} request {e['ref']} from {e['actor']}: {e['error']}")
     return lines
+
+
+def _ran(explain: dict[str, Any], t: Any, placed_at: Any) -> float | None:
+    """The attempt's run time; None for a record without a usable time."""
+    if not isinstance(t, int | float) or isinstance(t, bool):
+        return None
+    began = placed_at if isinstance(placed_at, int | float) else None
+    return ran_seconds(explain, float(t), began)
 
 
 def _span(gpus: list[Any]) -> str:

@@ -47,6 +47,7 @@ from domain.fairshare import ratio as fair_ratio
 from domain.rederive import is_cause
 from domain.state import PENDING, RUNNING, Workload, id_order
 from domain.upcasting import upcast
+from projections.history import ran_seconds
 from projections.timeline import timeline
 from streams.codec import Undecodable, load_object
 
@@ -2116,10 +2117,8 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
             )
         elif kind == "preempted":
             q: Preemption = item
-            ran = q.explain.get("ran_s")
-            ran_text = (
-                f" after running {format_duration(ran)}" if isinstance(ran, int | float) else ""
-            )
+            ran = _ran_seconds(q, h)
+            ran_text = f" after running {format_duration(ran)}" if ran is not None else ""
             by = f" for {q.beneficiary}" if q.beneficiary else ""
             who = q.explain.get("beneficiary_allocation")
             if q.beneficiary and who:
@@ -2147,6 +2146,7 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
                     "beneficiary": q.beneficiary,
                     "requeued": q.requeued,
                     "explain": q.explain,
+                    "ran_s": ran,
                 }
             )
         elif kind == "lost":
@@ -2186,6 +2186,12 @@ def why(source: JournalView | Iterable[Any], workload_id: str) -> dict[str, Any]
     out["text"] = text
     out["history"] = timeline(history_records(view, wid))
     return out
+
+
+def _ran_seconds(q: Preemption, h: History) -> float | None:
+    """How long the preempted attempt ran, as `allot preemptions` says it."""
+    placed_at = next((p.time for p in h.placements if p.attempt == q.attempt), None)
+    return ran_seconds(q.explain, q.time, placed_at)
 
 
 def _rejection_json(r: Rejection) -> dict[str, Any]:

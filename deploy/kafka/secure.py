@@ -7,7 +7,9 @@
     secure.py jaas DATA               print the broker's inter-broker JAAS line
     secure.py probe PORT DATA         exit 0 when the broker on 127.0.0.1:PORT accepts the
                                       admin's SCRAM login and lists itself in Metadata
-    secure.py acls PORT DATA          create the ACLs below (idempotent) as the admin
+    secure.py acls PORT DATA [SUFFIX] create the ACLs below (idempotent) as the admin;
+                                      with SUFFIX ($ALLOT_TOPIC_SUFFIX of a deployment),
+                                      also the literal topic grants for its suffixed names
 
 No secret is in this file: passwords are generated at first start (`secrets`) and live
 only in DATA/credentials (and, for the super user, in DATA/server.properties, mode 600).
@@ -19,6 +21,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import socket
 import struct
@@ -81,6 +84,25 @@ ACLS: list[tuple[str, int, str, int, tuple[int, ...]]] = [
     ("allot-reader", TOPIC, JOURNAL, LITERAL, (READ, DESCRIBE)),
     ("allot-reader", GROUP, "allot-reader", PREFIXED, (READ, DESCRIBE)),
 ]
+
+
+# Kafka's legal topic characters: a suffix that could not name a topic is refused
+SUFFIX_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+
+
+def acls_for(suffix: str) -> list[tuple[str, int, str, int, tuple[int, ...]]]:
+    """ACLS, plus, for a deployment whose topic names end with `suffix`
+    ($ALLOT_TOPIC_SUFFIX: allot.inbox.staging), the same literal grants on its names.
+    Literal, not prefixed: a prefix allot.inbox would let allot-submit write the DLQ
+    allot.inbox.dlq too. The scheduler's allot.* prefix covers its topics already."""
+    if not suffix:
+        return ACLS
+    extra = [
+        (principal, rtype, name + suffix, pattern, ops)
+        for principal, rtype, name, pattern, ops in ACLS
+        if rtype == TOPIC and pattern == LITERAL
+    ]
+    return ACLS + extra
 
 
 def cred_dir(data: Path) -> Path:
@@ -267,9 +289,15 @@ def cmd_probe(port: int, data: Path) -> int:
         return 1
 
 
-def cmd_acls(port: int, data: Path) -> int:
+def cmd_acls(port: int, data: Path, suffix: str = "") -> int:
+    suffix = suffix.strip()  # as streams.topics reads $ALLOT_TOPIC_SUFFIX
+    if not SUFFIX_CHARS.fullmatch(suffix):
+        print(
+            f"topic suffix {suffix!r}: use only letters, digits, '.', '_' and '-'", file=sys.stderr
+        )
+        return 2
     creations = []
-    for principal, rtype, name, pattern, ops in ACLS:
+    for principal, rtype, name, pattern, ops in acls_for(suffix):
         for op in ops:
             creations.append(
                 struct.pack(">b", rtype)
@@ -316,7 +344,7 @@ def main(argv: list[str]) -> int:
     if cmd == "probe":
         return cmd_probe(int(rest[0]), Path(rest[1]))
     if cmd == "acls":
-        return cmd_acls(int(rest[0]), Path(rest[1]))
+        return cmd_acls(int(rest[0]), Path(rest[1]), rest[2] if len(rest) > 2 else "")
     print(f"secure.py: unknown command {cmd}", file=sys.stderr)
     return 2
 

@@ -37,6 +37,7 @@ from streams.inbox import InboxError, KafkaInbox, make_request
 from streams.kafka_auth import KafkaAuthError, client_options
 from streams.kafka_clients import quiet_stop
 from streams.sources import SourceError, journal_lines
+from streams.topic_admin import Topics, topic_configs
 from tests.streams.rig import spawn_faust
 
 pytestmark = pytest.mark.kafka
@@ -123,11 +124,9 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secure]:
         subprocess.run(stop, timeout=60, check=False)
 
 
-async def _create_topics(env: Secure) -> None:
+async def _create_topics(env: Secure, names: Topics | None = None) -> None:
     """The scheduler principal may create the allot.* topics (as `allot topics create` does)."""
-    from streams.topic_admin import Topics, topic_configs
-
-    configs = topic_configs(Topics())
+    configs = topic_configs(names or Topics())
     admin = AIOKafkaAdminClient(bootstrap_servers=env.bootstrap, **env.options("allot-scheduler"))
     await admin.start()
     try:
@@ -502,6 +501,54 @@ async def test_reader_may_read_the_journal_but_not_write_it(secure: Secure, as_u
             await (await producer.send(topics.INBOX, b"{}"))
     finally:
         await producer.stop()
+
+
+# ------------------------------------------------------------------ a second deployment
+
+
+async def test_start_grants_the_acls_of_a_topic_suffix(secure: Secure) -> None:
+    """A second deployment on the broker (`ALLOT_TOPIC_SUFFIX=.x`, README's Security):
+    `start --secure` with that suffix, run again while the broker runs, lets allot-submit
+    write allot.inbox.x and allot-reader read allot.journal.x. The ACLs named only the
+    default topics, so a submit tool with the suffix saw no topic."""
+    suffix = f".sfx{uuid.uuid4().hex[:8]}"
+    names = Topics.suffixed(suffix)
+    await _create_topics(secure, names)
+    cluster = "sec-sfx"
+    record = {"type": "test.security", "v": 1, "id": uuid.uuid4().hex, "cluster": cluster}
+    scheduler = secure.options("allot-scheduler")
+    await _produce(secure, scheduler, names.journal, orjson.dumps(record), key=cluster.encode())
+
+    def as_deployment(user: str) -> dict[str, str]:
+        return {**secure.env(user), "ALLOT_TOPIC_SUFFIX": suffix}
+
+    budget = ("budget", "set", "lab/b", "1", "--kafka", secure.bootstrap, "--cluster", cluster)
+    read = ("journal", "export", "-o", "-", "--kafka", secure.bootstrap, "--cluster", cluster)
+    refused = await asyncio.to_thread(_cli, as_deployment("allot-submit"), *budget)
+    assert refused.returncode != 0 and f"allot.inbox{suffix}" in refused.stderr
+    refused = await asyncio.to_thread(_cli, as_deployment("allot-reader"), *read)
+    assert refused.returncode != 0 and f"allot.journal{suffix}" in refused.stderr
+
+    port = secure.bootstrap.rsplit(":", 1)[1]
+    start = [str(KAFKA_DIR / "start"), "--secure", "--data", str(secure.data), "--port", port]
+    granted = await asyncio.to_thread(
+        subprocess.run, start, capture_output=True, text=True, timeout=120,
+        env=as_deployment(ADMIN), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    assert f"ACLs for topic suffix '{suffix}'" in granted.stderr
+    assert granted.stdout.strip().splitlines()[-1] == secure.bootstrap
+
+    sent = await asyncio.to_thread(_cli, as_deployment("allot-submit"), *budget)
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("Budget change for lab/b (weight 1) sent (request ")
+    answered = await asyncio.to_thread(_cli, as_deployment("allot-reader"), *read)
+    assert answered.returncode == 0, answered.stderr
+    assert [orjson.loads(line)["id"] for line in answered.stdout.splitlines()] == [record["id"]]
+    # literal grants: not the deployment's journal, dead letters or snapshots for submit
+    for topic in (names.journal, names.dlq, names.snapshots):
+        with pytest.raises(TopicAuthorizationFailedError):
+            await _produce(secure, secure.options("allot-submit"), topic, b"{}")
 
 
 # ------------------------------------------------------------------ bad logins
