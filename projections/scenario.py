@@ -621,7 +621,7 @@ class Scenario:
             index = value
         else:
             text = value.strip()
-            if text.isdigit():
+            if text.isdecimal():
                 index = int(text)
             else:
                 match = re.fullmatch(r"(\D+)(\d+)", text)
@@ -645,7 +645,10 @@ class Scenario:
                 runs.append([])
                 last_prefix = prefix
             runs[-1].append(name)
-        return ", ".join(run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs)
+        shown = [run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs]
+        if len(shown) > 8:  # many small groups: the message stays one readable line
+            shown = [*shown[:7], f"... and {len(runs) - 7} more"]
+        return ", ".join(shown)
 
     def _check_generators(self) -> None:
         leaves = set(self.leaves)
