@@ -2,7 +2,7 @@
 
 ```python
 sc = load_scenario(Path("examples/lab.yaml"), overrides={"window": "3d"})
-sc.setup_events()   # host.registered h0..h{n-1}, then budget.set (parents first), at sc.start
+sc.setup_events()   # host.registered (h0..h{n-1}, or per host group), then budget.set, at sc.start
 sc.timed_inputs()   # workload.submitted and host.health, sorted by (time, file order)
 ```
 
@@ -27,15 +27,18 @@ from collections.abc import Hashable, Iterable, Iterator
 from datetime import UTC, date, datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     PositiveInt,
+    Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -77,10 +80,89 @@ MAX_HOSTS = 100_000  # a simulated cluster; beyond, memory runs out before an an
 MAX_HORIZON_S = 3650 * 86400.0  # ten years of simulated time
 
 
+DEFAULT_HOST_PREFIX = "h"
+# not ending in a digit, so a name splits back into prefix and number and no two
+# groups' names can meet (prefix `h` and `h1` would both name `h10`)
+_HOST_PREFIX = re.compile(r"[A-Za-z](?:[A-Za-z0-9_-]{0,30}[A-Za-z_-])?")
+
+
+class HostGroup(_Strict):
+    """`count` hosts of `gpus` GPUs each, named `<prefix><n>`; n counts on across the
+    groups of one prefix, in file order."""
+
+    count: PositiveInt = Field(le=MAX_HOSTS)
+    gpus: PositiveInt = Field(le=MAX_HOST_GPUS)
+    prefix: str = DEFAULT_HOST_PREFIX
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not _HOST_PREFIX.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a host name prefix: a letter, then up to 31 letters, digits,"
+                " '-' or '_', not ending in a digit (hosts are named <prefix>0, <prefix>1, ...)"
+            )
+        return value
+
+
+# pydantic names the branch of a tagged union in an error's location; _describe leaves
+# these out, so a user reads `cluster.hosts[1].gpus`, the keys of the file
+_COUNT_TAG = "<count>"
+_GROUPS_TAG = "<groups>"
+_UNION_TAGS = frozenset({_COUNT_TAG, _GROUPS_TAG})
+
+
+def _hosts_shape(value: Any) -> str | None:
+    if isinstance(value, list):
+        return _GROUPS_TAG
+    if isinstance(value, int | str):  # a str is judged (and refused) as a count
+        return _COUNT_TAG
+    return None
+
+
+HostsField = Annotated[
+    Annotated[PositiveInt, Field(le=MAX_HOSTS), Tag(_COUNT_TAG)]
+    | Annotated[list[HostGroup], Field(min_length=1), Tag(_GROUPS_TAG)],
+    Discriminator(
+        _hosts_shape,
+        custom_error_type="hosts_shape",
+        custom_error_message=(
+            "a number of hosts (each of gpus_per_host GPUs) or a list of host"
+            " groups, e.g. [{count: 96, gpus: 8}, {count: 32, gpus: 4, prefix: ws}]"
+        ),
+    ),
+]
+
+
 class ClusterSpec(_Strict):
     name: str = Field(min_length=1)
-    hosts: PositiveInt = Field(le=MAX_HOSTS)
-    gpus_per_host: PositiveInt = Field(8, le=MAX_HOST_GPUS)
+    hosts: HostsField
+    gpus_per_host: PositiveInt = Field(8, le=MAX_HOST_GPUS)  # with a number of hosts only
+
+    @field_validator("hosts")
+    @classmethod
+    def _not_too_many(cls, value: int | list[HostGroup]) -> int | list[HostGroup]:
+        if isinstance(value, list):
+            total = sum(group.count for group in value)
+            if total > MAX_HOSTS:
+                raise ValueError(f"the host groups hold {total} hosts, more than {MAX_HOSTS}")
+        return value
+
+    @field_validator("gpus_per_host")  # only when given: defaults are not validated
+    @classmethod
+    def _with_a_count(cls, value: int, info: ValidationInfo) -> int:
+        if isinstance(info.data.get("hosts"), list):
+            raise ValueError(
+                "gpus_per_host goes with a number of hosts; with host groups each group"
+                " gives its own gpus"
+            )
+        return value
+
+    def groups(self) -> list[HostGroup]:
+        """The hosts as groups: a number of hosts is one group of `h` hosts."""
+        if isinstance(self.hosts, list):
+            return list(self.hosts)
+        return [HostGroup(count=self.hosts, gpus=self.gpus_per_host)]
 
 
 class AllocationSpec(_Strict):
@@ -236,6 +318,10 @@ def _model_at(loc: tuple[Any, ...], root: type[BaseModel]) -> type[BaseModel] | 
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
 def _unwrap(annotation: Any) -> Any:
     """Strip Optional, list[...] and Annotated down to a model class when there is one."""
     for _ in range(5):
@@ -243,11 +329,8 @@ def _unwrap(annotation: Any) -> Any:
         if origin is typing.Annotated:
             annotation = typing.get_args(annotation)[0]
         elif origin in (typing.Union, types.UnionType):
-            models = [
-                a
-                for a in typing.get_args(annotation)
-                if (isinstance(a, type) and issubclass(a, BaseModel)) or typing.get_origin(a)
-            ]
+            # the branch that holds keys (int | list[HostGroup]: HostGroup)
+            models = [a for a in typing.get_args(annotation) if _is_model(_unwrap(a))]
             if not models:
                 return annotation
             annotation = models[0]
@@ -298,7 +381,7 @@ def _describe(
     """One line per problem: `lab.yaml: workloads[2].generate.rate_per_h: <what is wrong>`."""
     lines = []
     for item in error.errors()[:8]:
-        loc = tuple(item["loc"])
+        loc = tuple(part for part in item["loc"] if part not in _UNION_TAGS)
         where = _where(prefix + loc) or ("config" if root is SchedulerConfig else "scenario")
         if item["type"] == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
@@ -357,8 +440,10 @@ class Scenario:
         self.source = source
         self.base_dir = base_dir
         self.cluster_name = spec.cluster.name
-        self.hosts = spec.cluster.hosts
-        self.gpus_per_host = spec.cluster.gpus_per_host
+        # (name, GPUs) in registration order: a host's index is its place here
+        self.host_sizes: list[tuple[str, int]] = _host_layout(spec.cluster.groups())
+        self._host_index = {name: i for i, (name, _) in enumerate(self.host_sizes)}
+        self.hosts = len(self.host_sizes)
         self.start = spec.start
         self.horizon = spec.horizon
         self.config = config
@@ -381,24 +466,23 @@ class Scenario:
     @property
     def capacity(self) -> int:
         """Registered GPUs."""
-        return self.hosts * self.gpus_per_host
+        return sum(gpus for _, gpus in self.host_sizes)
+
+    @property
+    def gpus_per_host(self) -> int:
+        """The biggest host's GPUs (every host's, when they are all one size)."""
+        return max(gpus for _, gpus in self.host_sizes)
 
     def host_name(self, index: int) -> str:
-        return f"h{index}"
+        return self.host_sizes[index][0]
 
     def setup_events(self) -> list[HostRegistered | BudgetSet]:
-        """Hosts h0..h{n-1}, then the budget tree (parents first), all at `start`."""
+        """Hosts in file order (h0..h{n-1} for a number of hosts), then the budget tree
+        (parents first), all at `start`."""
         events: list[HostRegistered | BudgetSet] = []
         common = {"time": self.start, "cluster": self.cluster_name, "actor": SCENARIO_ACTOR}
-        for i in range(self.hosts):
-            events.append(
-                HostRegistered(
-                    id=f"setup-{len(events)}",
-                    host=self.host_name(i),
-                    gpus=self.gpus_per_host,
-                    **common,
-                )
-            )
+        for host, gpus in self.host_sizes:
+            events.append(HostRegistered(id=f"setup-{len(events)}", host=host, gpus=gpus, **common))
         for path, alloc in self.allocations:
             events.append(
                 BudgetSet(
@@ -530,21 +614,41 @@ class Scenario:
         return frozenset(_health_id(i) for i, item in enumerate(self.spec.health) if item.lost)
 
     def _host(self, value: int | str, where: str) -> str:
+        """A host given by its index in registration order (`17`, `"17"`) or its name
+        (`h17`, `ws3`; `h017` is `h17`)."""
         index: int | None = None
         if isinstance(value, int):
             index = value
         else:
             text = value.strip()
-            match = re.fullmatch(r"h(\d+)", text) or re.fullmatch(r"(\d+)", text)
-            if match:
-                index = int(match.group(1))
+            if text.isdecimal():
+                index = int(text)
+            else:
+                match = re.fullmatch(r"(\D+)(\d+)", text)
+                name = f"{match.group(1)}{int(match.group(2))}" if match else text
+                index = self._host_index.get(name)
         if index is None or not 0 <= index < self.hosts:
             raise self._error(
                 where,
-                f"no host {value!r}: hosts are h0..h{self.hosts - 1}"
+                f"no host {value!r}: hosts are {self._host_ranges()}"
                 f" (or their index 0..{self.hosts - 1})",
             )
         return self.host_name(index)
+
+    def _host_ranges(self) -> str:
+        """`h0..h95, ws0..ws31`: the names of each run of one prefix, in order."""
+        runs: list[list[str]] = []
+        last_prefix = None
+        for name, _ in self.host_sizes:
+            prefix = name.rstrip("0123456789")
+            if prefix != last_prefix:
+                runs.append([])
+                last_prefix = prefix
+            runs[-1].append(name)
+        shown = [run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs]
+        if len(shown) > 8:  # many small groups: the message stays one readable line
+            shown = [*shown[:7], f"... and {len(runs) - 7} more"]
+        return ", ".join(shown)
 
     def _check_generators(self) -> None:
         leaves = set(self.leaves)
@@ -844,6 +948,18 @@ def scenario_from_dict(
         source=source,
         config=config,
     )
+
+
+def _host_layout(groups: list[HostGroup]) -> list[tuple[str, int]]:
+    """(name, GPUs) of every host, group by group; each prefix numbers its hosts from 0
+    on, across its groups, so a name never depends on the groups of other prefixes."""
+    taken: dict[str, int] = {}
+    layout: list[tuple[str, int]] = []
+    for group in groups:
+        first = taken.get(group.prefix, 0)
+        layout.extend((f"{group.prefix}{n}", group.gpus) for n in range(first, first + group.count))
+        taken[group.prefix] = first + group.count
+    return layout
 
 
 def _health_id(index: int) -> str:

@@ -272,6 +272,138 @@ def test_health_unknown_host(tmp_path: Path, host: Any) -> None:
         load(tmp_path, base(health=[{"at": "1h", "host": host}]))
 
 
+# ---------------------------------------------------------------- host groups
+
+GROUPS = [{"count": 2, "gpus": 8}, {"count": 3, "gpus": 4, "prefix": "ws"}, {"count": 1, "gpus": 2}]
+
+
+def mixed(**changes: Any) -> dict[str, Any]:
+    return base(cluster={"name": "lab", "hosts": copy.deepcopy(GROUPS)}, **changes)
+
+
+def test_host_groups_register_in_file_order(tmp_path: Path) -> None:
+    """Each prefix numbers its hosts from 0 on, across its groups: the `h` group after
+    the workstations goes on from h2, so no name depends on another prefix's groups."""
+    sc = load(tmp_path, mixed())
+    hosts = [e for e in sc.setup_events() if isinstance(e, HostRegistered)]
+    assert [(h.host, h.gpus) for h in hosts] == [
+        ("h0", 8), ("h1", 8), ("ws0", 4), ("ws1", 4), ("ws2", 4), ("h2", 2),
+    ]  # fmt: skip
+    assert [h.id for h in hosts] == [f"setup-{i}" for i in range(6)]
+    assert (sc.hosts, sc.capacity, sc.gpus_per_host) == (6, 30, 8)  # gpus_per_host: the biggest
+
+
+@pytest.mark.parametrize(
+    "cluster",
+    [
+        pytest.param({"name": "lab", "hosts": [{"count": 4, "gpus": 8}]}, id="one-group"),
+        pytest.param(
+            {"name": "lab", "hosts": [{"count": 1, "gpus": 8}, {"count": 3, "gpus": 8}]},
+            id="two-groups-of-h",
+        ),
+        pytest.param({"name": "lab", "hosts": 4}, id="gpus-per-host-default-8"),
+    ],
+)
+def test_a_number_of_hosts_is_one_group_of_h(tmp_path: Path, cluster: dict) -> None:
+    """Old scenarios keep their setup events (so their journals) byte for byte."""
+    old = load(tmp_path, base(), name="old.yaml").setup_events()
+    assert dumped(load(tmp_path, base(cluster=cluster)).setup_events()) == dumped(old)
+
+
+@pytest.mark.parametrize(
+    ("host", "name"),
+    [
+        pytest.param("ws2", "ws2", id="name"),
+        pytest.param(4, "ws2", id="index-in-registration-order"),
+        pytest.param("4", "ws2", id="index-as-string"),
+        pytest.param("h2", "h2", id="name-of-a-later-h-group"),
+        pytest.param(5, "h2", id="last-index"),
+        pytest.param("ws02", "ws2", id="leading-zero"),
+    ],
+)
+def test_health_host_of_host_groups(tmp_path: Path, host: Any, name: str) -> None:
+    sc = load(tmp_path, mixed(health=[{"at": "1h", "host": host}]))
+    [event] = [e for e in sc.timed_inputs() if isinstance(e, HostHealth)]
+    assert event.host == name
+
+
+@pytest.mark.parametrize("host", ["ws3", 6, "h3", "gpu1", "ws", -1])
+def test_health_unknown_host_of_host_groups(tmp_path: Path, host: Any) -> None:
+    with pytest.raises(
+        ScenarioError,
+        match=r"lab\.yaml: health\[0\]\.host: no host .*: hosts are h0\.\.h1, ws0\.\.ws2, h2"
+        r" \(or their index 0\.\.5\)$",
+    ):
+        load(tmp_path, mixed(health=[{"at": "1h", "host": host}]))
+
+
+HOST_GROUP_ERRORS = [
+    pytest.param(
+        [{"count": 2, "gpu": 8}],
+        r"cluster\.hosts\[0\]\.gpu: unknown key 'gpu' \(did you mean 'gpus'\?\);"
+        r" known keys: count, gpus, prefix",
+        id="key",
+    ),
+    pytest.param([{"count": 2}], r"cluster\.hosts\[0\]\.gpus: missing \(required\)", id="no-gpus"),
+    pytest.param(
+        [{"count": 2, "gpus": 8}, {"count": 0, "gpus": 4}],
+        r"cluster\.hosts\[1\]\.count: Input should be greater than 0 \(got 0\)",
+        id="count",
+    ),
+    pytest.param(
+        [{"count": 2, "gpus": 2048}],
+        r"cluster\.hosts\[0\]\.gpus: Input should be less than or equal to 1024",
+        id="gpus-too-many",
+    ),
+    pytest.param(
+        [{"count": 2, "gpus": 8, "prefix": "ws1"}],
+        r"cluster\.hosts\[0\]\.prefix: 'ws1' is not a host name prefix: .*not ending in a digit",
+        id="prefix-ends-in-a-digit",  # ws1 + 0 would be ws10 of a prefix ws
+    ),
+    pytest.param(
+        [{"count": 2, "gpus": 8, "prefix": "dgx a"}],
+        r"cluster\.hosts\[0\]\.prefix: 'dgx a' is not a host name prefix",
+        id="prefix-with-a-space",
+    ),
+    pytest.param(
+        [{"count": 2, "gpus": 8, "prefix": ""}],
+        r"cluster\.hosts\[0\]\.prefix: '' is not a host name prefix",
+        id="prefix-empty",  # names 0, 1, ... would read as indices
+    ),
+    pytest.param([], r"cluster\.hosts: List should have at least 1 item", id="no-groups"),
+    pytest.param(
+        {"count": 2, "gpus": 8},
+        r"cluster\.hosts: a number of hosts \(each of gpus_per_host GPUs\) or a list of host"
+        r" groups, e\.g\. \[\{count: 96, gpus: 8\}",
+        id="a-group-not-in-a-list",
+    ),
+    pytest.param(
+        [3], r"cluster\.hosts\[0\]: Input should be a valid dictionary", id="a-number-in-the-list"
+    ),
+    pytest.param(
+        [{"count": 60_000, "gpus": 8}, {"count": 60_000, "gpus": 4, "prefix": "ws"}],
+        r"cluster\.hosts: the host groups hold 120000 hosts, more than 100000",
+        id="too-many-hosts",
+    ),
+]
+
+
+@pytest.mark.parametrize(("hosts", "message"), HOST_GROUP_ERRORS)
+def test_bad_host_groups_name_the_key(tmp_path: Path, hosts: Any, message: str) -> None:
+    with pytest.raises(ScenarioError, match=r"(?m)^lab\.yaml: " + message):  # one line each
+        load(tmp_path, base(cluster={"name": "lab", "hosts": hosts}))
+
+
+def test_gpus_per_host_does_not_go_with_host_groups(tmp_path: Path) -> None:
+    cluster = {"name": "lab", "hosts": [{"count": 2, "gpus": 4}], "gpus_per_host": 8}
+    with pytest.raises(
+        ScenarioError,
+        match=r"^lab\.yaml: cluster\.gpus_per_host: gpus_per_host goes with a number of hosts;"
+        r" with host groups each group gives its own gpus$",
+    ):
+        load(tmp_path, base(cluster=cluster))
+
+
 # ---------------------------------------------------------------- errors
 
 
@@ -1138,6 +1270,18 @@ def test_debug_flood_example_shape() -> None:
     assert all(8 <= e.gpus <= 64 and e.resumable for e in train)
     high = sum(e.priority == 2 for e in train) / len(train)
     assert high > 0.9  # priority inflation: training is (almost) all HIGH
+
+
+def test_mixed_example_shape() -> None:
+    sc = load_scenario(EXAMPLES / "mixed.yaml")
+    assert sc.host_sizes == [(f"h{i}", 8) for i in range(12)] + [(f"ws{i}", 4) for i in range(16)]
+    assert sc.host_name(17) == "ws5"  # as its comment says
+    subs = submitted(sc)
+    nvlink = [e for e in subs if e.one_host]
+    assert nvlink and all(e.gpus == 8 and "nvlink" in e.tags for e in nvlink)
+    assert any(e.gpus > 8 for e in subs) and any(e.gpus <= 2 for e in subs)
+    health = [e for e in sc.timed_inputs() if isinstance(e, HostHealth)]
+    assert {e.host for e in health} == {"h3", "ws5"}
 
 
 @pytest.mark.parametrize(
