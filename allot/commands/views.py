@@ -297,7 +297,7 @@ def print_table(title: str, table: Table) -> None:
         natural = _tightened(table, console.width)
     if not console.is_terminal or natural > console.width:
         console = pipe_console(width=max(natural, len(title), 20))
-    console.print(Text(title, style="bold"), soft_wrap=True)
+    console.print(Text(wrapped(title), style="bold"), soft_wrap=True)
     console.print(table)
 
 
@@ -370,6 +370,36 @@ def sized_columns(
     return line(headers, marked=False), [line(row, marked=True) for row in cells]
 
 
+def terminal_width() -> int | None:
+    """The terminal's width when stdout is one ($COLUMNS first), else None: pipes get
+    lines whole, as scripts and `grep` read them."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def wrapped(line: str, hanging: int | None = None) -> str:
+    """A line of prose as a terminal shows it best: wrapped at spaces to its width, the
+    continuation lines indented `hanging` columns (default: the line's own indent plus
+    four); unchanged in a pipe. The terminal would cut words anywhere (lab's `allot why`
+    printed 220-column lines) and start the rest at the margin."""
+    import textwrap
+
+    width = terminal_width()
+    if width is None or len(line) <= width:
+        return line
+    indent = len(line) - len(line.lstrip(" "))
+    hanging = indent + 4 if hanging is None else hanging
+    return textwrap.fill(
+        line,
+        width=width,
+        subsequent_indent=" " * min(hanging, width // 2),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def print_rows(
     title: str,
     headers: list[str],
@@ -392,7 +422,7 @@ def print_rows(
     bold = (lambda t: f"\x1b[1m{t}\x1b[0m") if styled else (lambda t: t)
     faint = (lambda t: f"\x1b[2m{t}\x1b[0m") if styled else (lambda t: t)
     names, *lines = aligned_lines(headers, cells, right)
-    out = [bold(title), bold(names)] if header else []
+    out = [bold(wrapped(title)), bold(names)] if header else []
     out += [
         bold(text) if strong and strong[i] else faint(text) if dim and dim[i] else text
         for i, text in enumerate(lines)
@@ -1143,6 +1173,16 @@ def register(app: typer.Typer) -> None:
                 "nothing when none), without the totals line.",
             ),
         ] = False,
+        long: Annotated[
+            bool,
+            typer.Option(
+                "--long",
+                "-l",
+                help="Every default field, as sacct -l shows more: also ALLOC, SUBMITTED, "
+                "START, END, N and REASON (the table without it fits 80 columns for "
+                "lab-sized ids and paths; -p and --json always have them).",
+            ),
+        ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
         me: MeOpt = False,
@@ -1195,12 +1235,13 @@ def register(app: typer.Typer) -> None:
         One row per workload (and per refused submission), by submit time: STATE
         (PENDING, RUNNING, COMPLETED, FAILED, LOST, CANCELLED, PREEMPTED: ended by a
         preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy
-        host; REJECTED: the submission was refused), when it was SUBMITTED, first
-        STARTed and ENDed (UTC), how long it waited before its first start (WAIT)
-        and ran over all attempts (RUN), the GPU-hours it held GPUs (GPU_H: charged
-        and unallocated time alike), how many times it was placed (N) and why it
-        ended; NAME after the ID when a workload shown has one (sacct's default
-        format has JobName). A last line adds them up and splits the GPU-hours into charged (what
+        host; REJECTED: the submission was refused), the GPUs asked for, how long it
+        waited before its first start (WAIT) and ran over all attempts (RUN), the
+        GPU-hours it held GPUs (GPU_H: charged and unallocated time alike); NAME after
+        the ID when a workload shown has one (sacct's default format has JobName).
+        --long (as sacct -l) adds the GPUs held (ALLOC), when it was SUBMITTED, first
+        STARTed and ENDed (UTC), how many times it was placed (N) and why it ended;
+        -p (without --format) and --json always give every one of them. A last line adds them up and splits the GPU-hours into charged (what
         `allot shares`, `usage` and `rollup` count) and unallocated (free, charged to
         no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
         per workload.
@@ -1222,6 +1263,8 @@ def register(app: typer.Typer) -> None:
         user = _with_me(user, me)
 
         def run() -> None:
+            if format_ is not None and long:
+                raise TargetError("--format and -l (--long) exclude each other")
             wanted = None
             if state is not None:
                 wanted = {
@@ -1238,7 +1281,8 @@ def register(app: typer.Typer) -> None:
                         f"--state {', '.join(unknown).lower()}: unknown; use "
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
-            spec = format_ if format_ is not None else _slurm_variable(ACCT_FORMAT_ENV)
+            # --long is asked for on this command line: it wins over $SACCT_FORMAT
+            spec = format_ if format_ is not None or long else _slurm_variable(ACCT_FORMAT_ENV)
             variable = ACCT_FORMAT_ENV if format_ is None and spec is not None else None
             try:
                 fields = parse_acct_fields(spec) if spec is not None else None
@@ -1285,7 +1329,9 @@ def register(app: typer.Typer) -> None:
                 )
                 return
             if fields is None:  # sacct's default has JobName: NAME when one has a name
-                fields = [(c, None) for c in default_acct_columns(rows)]
+                # -p is for scripts, which read every field as they always did
+                every = long or parsable
+                fields = [(c, None) for c in default_acct_columns(rows, long=every)]
             columns = [name for name, _ in fields]
             headers, cells = acct_cells(rows, columns)
             if parsable:  # sacct -p: one line each, fields split by |, no padding
@@ -1336,8 +1382,11 @@ def register(app: typer.Typer) -> None:
                 )
             )
             typer.echo(
-                f"{plural(total['workloads'], 'workload')}, {ran}"
-                + (f"; now {states}" if states else "")
+                wrapped(
+                    f"{plural(total['workloads'], 'workload')}, {ran}"
+                    + (f"; now {states}" if states else ""),
+                    hanging=0,
+                )
             )
 
         _answer(run)
@@ -1682,12 +1731,13 @@ def register(app: typer.Typer) -> None:
                 return
             # every line quotes journal data (ids, tags, reasons): escapes shown, none
             # obeyed, colours included (the tables' own styling is not in these lines)
+            # on a terminal each line wraps at its words, under its own text
             for line in answer["text"]:
-                typer.echo(visible(line))
+                typer.echo(wrapped(visible(line)))
             if "history" in answer:
-                typer.echo(visible(_history_title(answer)))
+                typer.echo(wrapped(visible(_history_title(answer))))
                 for line in _history_lines(answer["history"]):
-                    typer.echo(visible(line))
+                    typer.echo(wrapped(visible(line), hanging=HISTORY_DETAIL_COLUMN))
 
         _answer(run)
 
@@ -1707,6 +1757,10 @@ def _history_title(answer: dict[str, Any]) -> str:
         else "the journal"
     )
     return f"history, {n} event{'s' if n != 1 else ''} from {where}:"
+
+
+# where a history line's details start: `  TIME(19)  EVENT(15)`, as timeline_text pads
+HISTORY_DETAIL_COLUMN = 38
 
 
 def _history_lines(entries: list[dict[str, Any]]) -> list[str]:
