@@ -316,10 +316,13 @@ def _tightened(table: Table, width: int) -> int:
 
 
 def aligned_lines(
-    headers: list[str], cells: list[list[str]], right: frozenset[str] = frozenset()
+    headers: list[str],
+    cells: list[list[str]],
+    right: frozenset[str] = frozenset(),
+    gap: int = 2,
 ) -> list[str]:
     """The header and rows padded to their columns' widths (terminal cells, so wide
-    characters line up), two spaces apart; columns named in `right` right-aligned."""
+    characters line up), `gap` spaces apart; columns named in `right` right-aligned."""
     from rich.cells import cell_len
 
     # a cell is journal data: its control characters are shown, not obeyed (an ESC
@@ -331,10 +334,14 @@ def aligned_lines(
     aligned = [h in right for h in headers]
 
     def line(row: list[str]) -> str:
-        return "  ".join(
-            " " * (w - cell_len(c)) + c if r else c + " " * (w - cell_len(c))
-            for c, w, r in zip(row, widths, aligned, strict=True)
-        ).rstrip()
+        return (
+            (" " * gap)
+            .join(
+                " " * (w - cell_len(c)) + c if r else c + " " * (w - cell_len(c))
+                for c, w, r in zip(row, widths, aligned, strict=True)
+            )
+            .rstrip()
+        )
 
     return [line(row) for row in [headers, *cells]]
 
@@ -368,6 +375,80 @@ def sized_columns(
         ]
 
     return line(headers, marked=False), [line(row, marked=True) for row in cells]
+
+
+def shortened_path(path: str, width: int) -> str:
+    """An allocation path with as few of its middle parts left out as bring it within
+    `width` (`lab/…/long-context-experiments`); its first and last parts always stay,
+    so a path of two parts is never shortened."""
+    parts = path.split("/")
+    shorter = path
+    for dropped in range(1, len(parts) - 1):
+        if len(shorter) <= width:
+            break
+        shorter = "/".join([parts[0], "…", *parts[1 + dropped :]])
+    return shorter
+
+
+def _pieces(text: str, width: int, after: str) -> list[str]:
+    """`text` on lines of at most `width` characters, broken only after `after` (spaces
+    for a reason, commas for a nodelist); a piece longer than `width` stays whole."""
+    import re
+
+    lines: list[str] = []
+    for token in re.findall(rf"[^{after}]+{after}*", text):
+        if lines and len(lines[-1] + token.rstrip()) <= width:
+            lines[-1] += token
+        else:
+            lines.append(token)
+    return [line.rstrip() for line in lines] or [""]
+
+
+def queue_fitted(
+    headers: list[str], cells: list[list[str]], right: frozenset[str], width: int
+) -> list[str] | None:
+    """The default queue fitted to a terminal `width` columns wide, or None when it
+    cannot be: columns one space apart; long allocation paths shortened in the middle;
+    then, if need be, a row's NODELIST below its REASON in one column (as the header's
+    names are), each broken at spaces and commas. Nothing else is cut: ids, users and reasons stay whole, and
+    pipes, --json and `allot why` keep every path whole. Header and rows, a row's
+    lines joined by newlines."""
+    from rich.cells import cell_len
+
+    cells = [[visible(c) for c in row] for row in cells]
+
+    def widths() -> list[int]:
+        return [max([cell_len(h)] + [cell_len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def wide() -> int:
+        return sum(widths()) + len(headers) - 1
+
+    if "ALLOCATION" in headers and wide() > width:
+        at = headers.index("ALLOCATION")
+        target = max(len("ALLOCATION"), widths()[at] - (wide() - width))
+        for row in cells:
+            row[at] = shortened_path(row[at], target)
+    if wide() <= width:
+        return aligned_lines(headers, cells, right, gap=1)
+    if headers[-2:] != ["REASON", "NODELIST"]:
+        return None
+    head = aligned_lines([*headers[:-2], ""], [[*r[:-2], ""] for r in cells], right, gap=1)
+    start = max(map(cell_len, head)) + 1  # where the stacked column starts
+    room = width - start
+    reasons = [r[-2] for r in cells]
+    longest = max([len("NODELIST")] + [len(w) for r in reasons for w in r.split()])
+    if room < longest:
+        return None
+    head = [line + " " * (start - cell_len(line)) for line in head]
+    lines = [f"{head[0]}REASON\n{' ' * start}NODELIST"]
+    for line, row in zip(head[1:], cells, strict=True):
+        stacked = _pieces(row[-2], room, " ") if row[-2] else []
+        stacked += _pieces(row[-1], room, ",") if row[-1] else []
+        stacked = stacked or [""]
+        lines.append(
+            "\n".join([(line + stacked[0]).rstrip(), *(" " * start + more for more in stacked[1:])])
+        )
+    return lines
 
 
 def terminal_width() -> int | None:
@@ -409,12 +490,15 @@ def print_rows(
     dim: list[bool] | None = None,
     strong: list[bool] | None = None,
     header: bool = True,
+    fit: Callable[..., list[str] | None] | None = None,
 ) -> None:
     """A table at its natural width, as `print_table` prints it, for tables of
     thousands of rows (a queue): rich measures every cell several times, which took
     longer than reading the journal; this pads each cell once. Bold header and
     `strong` rows, dim `dim` rows, only on a terminal (and not with NO_COLOR).
-    `header=False`: the rows alone, without the title and the column names."""
+    `header=False`: the rows alone, without the title and the column names. On a
+    terminal too narrow for the table, `fit(headers, cells, right, width)` may give
+    lines that fit it instead (None: the table as it is, which the terminal wraps)."""
     import os
     import sys
 
@@ -422,6 +506,9 @@ def print_rows(
     bold = (lambda t: f"\x1b[1m{t}\x1b[0m") if styled else (lambda t: t)
     faint = (lambda t: f"\x1b[2m{t}\x1b[0m") if styled else (lambda t: t)
     names, *lines = aligned_lines(headers, cells, right)
+    width = terminal_width()
+    if fit is not None and width is not None and max(map(len, [names, *lines])) > width:
+        names, *lines = fit(headers, cells, right, width) or [names, *lines]
     out = [bold(wrapped(title)), bold(names)] if header else []
     out += [
         bold(text) if strong and strong[i] else faint(text) if dim and dim[i] else text
@@ -948,6 +1035,11 @@ def register(app: typer.Typer) -> None:
         (or the %S/%Y fields), --json adds expected_start (and _time, epoch seconds),
         expected_nodes, expected_hosts, expected_preempts and expected_end to each row.
 
+        On a terminal too narrow for the default table, its columns are one space
+        apart, long allocation paths lose middle parts (lab/…/long-context-experiments)
+        and, if need be, each row's NODELIST goes below its REASON; no other value is
+        cut, and pipes, --json, --long and `allot why` show whole paths.
+
         As squeue, $SQUEUE_USERS, $SQUEUE_STATES, $SQUEUE_ACCOUNT and $SQUEUE_NAMES are
         read as -u, -t, -A and -n when that flag is not given (--me sets $SQUEUE_USERS
         aside); a wrong one is named in the error.
@@ -1088,6 +1180,8 @@ def register(app: typer.Typer) -> None:
                 right=frozenset({"GPUS", "WAIT/TIME", "POS", "RANK", "RATIO", "PRIO"}),
                 dim=[row["state"] == "RUNNING" for row in rows],
                 header=not noheader,
+                # -h is for scripts, --long and --start ask for the wide table
+                fit=queue_fitted if not (noheader or long or start) else None,
             )
             if noheader:  # squeue -h: the rows alone, for scripts
                 return

@@ -32,7 +32,7 @@ def lab_like(tmp_path_factory: pytest.TempPathFactory) -> Path:
         j.host(f"h{i}")
     j.budget("multimodal", 1).budget("multimodal/pretrain", 1).budget("language", 1)
     j.budget("language/posttrain", 1)
-    j.submit("8-000014", "multimodal/pretrain", 16, actor="olivia")
+    j.submit("8-000014", "multimodal/pretrain", 16, actor="olivia", min_runtime=6 * HOUR)
     j.place("8-000014", {"h0": list(range(8)), "h1": list(range(8))})
     j.submit("3-000108", "language/posttrain", 8, actor="mallory", min_runtime=0)
     j.place("3-000108", {"h2": list(range(8))})
@@ -92,3 +92,68 @@ def test_why_wraps_its_lines_at_words_on_a_terminal(lab_like: Path) -> None:
     history = shown.index(next(line for line in shown if line.startswith("history")))
     for line in shown[history + 1 :]:  # a history line goes on under its details
         assert line.startswith("  2026-") or line.startswith(" " * 38), line
+
+
+def test_queue_stacks_nodelist_under_reason_to_fit_80_columns(lab_like: Path) -> None:
+    """lab's queue was 97-114 columns: every running row wrapped. On a terminal too
+    narrow for it the columns are one space apart and a row's NODELIST goes below its
+    REASON, in one column: each row fits, every value whole. A pipe gets the table as
+    before."""
+    piped = allot("queue", "--journal", str(lab_like)).stdout.splitlines()
+    assert piped[1].split()[-2:] == ["REASON", "NODELIST"]
+    assert max(len(line) for line in piped) > 80  # the case this is about
+    shown = _shown("queue", "--journal", str(lab_like))
+    assert all(len(line) <= 80 for line in shown), shown
+    header = next(i for i, line in enumerate(shown) if line.startswith("ID"))
+    assert shown[header].split()[-1] == "REASON"  # NODELIST below it, as in each row
+    column = shown[header].index("REASON")
+    assert shown[header + 1] == " " * column + "NODELIST"
+    gang = next(i for i, line in enumerate(shown) if line.startswith("8-000014"))
+    stacked = [shown[gang][column:]]
+    stacked += [line[column:] for line in shown[gang + 1 :] if line[:column].isspace()]
+    assert all(line.startswith(" " * column) for line in shown[gang + 1 : gang + len(stacked)])
+    # its reason at its words (it would end in column 81), its hosts below
+    assert stacked == ["protected until", "06:00", "h[0-1]"]
+    pending = next(line for line in shown if line.startswith("3-000172"))
+    assert pending.split() == next(r for r in piped if r.startswith("3-000172")).split()
+    # -h and --long are asked for as they are: the rows whole, one line each
+    for flags, first in ((["-h"], "3-000172"), (["--long"], "POS")):
+        rows = _shown("queue", "--journal", str(lab_like), *flags)
+        piped_rows = allot("queue", "--journal", str(lab_like), *flags).stdout.splitlines()
+        table = rows[next(i for i, r in enumerate(rows) if r.startswith(first)) :]
+        piped_table = piped_rows[next(i for i, r in enumerate(piped_rows) if r.startswith(first)) :]
+        assert "".join(table) == "".join(piped_table)  # as the terminal wraps them
+
+
+LONG_PATH = "lab/long-context/experiments-2026/ablations/long-context-experiments"
+
+
+@pytest.fixture(scope="module")
+def long_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Work of an allocation five levels deep, its path 66 characters long."""
+    from projections.usage import HOUR, JournalBuilder
+
+    j = JournalBuilder(cluster="default").host("h0")
+    parts = LONG_PATH.split("/")
+    for depth in range(1, len(parts) + 1):
+        j.budget("/".join(parts[:depth]), 1)
+    j.submit("4-000001", LONG_PATH, 8, actor="amir").place("4-000001", {"h0": list(range(8))})
+    j.submit("4-000002", LONG_PATH, 8, actor="amir")
+    j.at(HOUR).tick()
+    return j.write(tmp_path_factory.mktemp("long_path") / "journal.jsonl")
+
+
+def test_queue_shortens_a_long_allocation_path_in_the_middle_on_a_terminal(
+    long_path: Path,
+) -> None:
+    """A 66-character allocation path made the queue 142 columns wide. On a terminal
+    the path loses middle parts until the rows fit, its first and last kept; a pipe,
+    --json and `allot why` keep it whole."""
+    shown = _shown("queue", "--journal", str(long_path))
+    assert all(len(line) <= 80 for line in shown), shown
+    rows = [line for line in shown if line.startswith("4-00000")]
+    assert [row.split()[1] for row in rows] == ["lab/…/long-context-experiments"] * 2
+    assert shown[shown.index(rows[-1]) + 1].split() == ["h0"]  # below its reason
+    assert LONG_PATH in allot("queue", "--journal", str(long_path)).stdout
+    assert LONG_PATH in allot("queue", "--journal", str(long_path), "--json").stdout
+    assert LONG_PATH in " ".join(_shown("why", "4-000002", "--journal", str(long_path)))
