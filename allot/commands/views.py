@@ -410,9 +410,9 @@ def queue_fitted(
     """The default queue fitted to a terminal `width` columns wide, or None when it
     cannot be: columns one space apart; long allocation paths shortened in the middle;
     then, if need be, a row's NODELIST below its REASON in one column (as the header's
-    names are), each broken at spaces and commas. Nothing else is cut: ids, users and reasons stay whole, and
-    pipes, --json and `allot why` keep every path whole. Header and rows, a row's
-    lines joined by newlines."""
+    names are), each broken at spaces and commas. Nothing else is cut: ids, users and
+    reasons stay whole, and pipes, --json and `allot why` keep every path whole.
+    Header and rows, a row's lines joined by newlines."""
     from rich.cells import cell_len
 
     cells = [[visible(c) for c in row] for row in cells]
@@ -1335,7 +1335,8 @@ def register(app: typer.Typer) -> None:
         the ID when a workload shown has one (sacct's default format has JobName).
         --long (as sacct -l) adds the GPUs held (ALLOC), when it was SUBMITTED, first
         STARTed and ENDed (UTC), how many times it was placed (N) and why it ended;
-        -p (without --format) and --json always give every one of them. A last line adds them up and splits the GPU-hours into charged (what
+        -p (without --format) and --json always give every one of them. A last line
+        adds them up and splits the GPU-hours into charged (what
         `allot shares`, `usage` and `rollup` count) and unallocated (free, charged to
         no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
         per workload.
