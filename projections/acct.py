@@ -349,10 +349,13 @@ ACCT_COLUMNS: dict[str, tuple[str, Callable[[AcctRow], str]]] = {
     "req_tres": ("REQ_TRES", lambda r: f"gres/gpu={r['gpus']}"),
     "alloc_tres": ("ALLOC_TRES", lambda r: _alloc_tres(r)),
 }
-DEFAULT_ACCT_COLUMNS = [
+# --long's table, and -p's and $SACCT_FORMAT-less scripts' fields (they read it whole)
+LONG_ACCT_COLUMNS = [
     "id", "allocation", "user", "state", "gpus", "alloc_gpus", "submitted", "start", "end",
     "wait", "run", "gpu_hours", "attempts", "reason",
 ]  # fmt: skip
+# the table's default, short as sacct's (lab's fits 80 columns; the long one was 180-222)
+DEFAULT_ACCT_COLUMNS = ["id", "allocation", "user", "state", "gpus", "wait", "run", "gpu_hours"]
 RIGHT_ALIGNED = frozenset(
     {"GPUS", "ALLOC", "WAIT", "RUN", "N", "PREEMPTIONS", "EXIT"}
     | {header for header, _ in ACCT_COLUMNS.values() if header.endswith("GPU_H")}
@@ -367,12 +370,14 @@ def _alloc_tres(r: AcctRow) -> str:
     return f"gres/gpu={r['alloc_gpus']},node={r['alloc_nodes']}"
 
 
-def default_acct_columns(rows: list[AcctRow]) -> list[str]:
-    """`allot acct`'s columns: DEFAULT_ACCT_COLUMNS, with NAME after the id (as sacct's
-    JobID, JobName) when any row shown has a name; none takes no room."""
+def default_acct_columns(rows: list[AcctRow], long: bool = False) -> list[str]:
+    """`allot acct`'s columns: DEFAULT_ACCT_COLUMNS (LONG_ACCT_COLUMNS when `long`), with
+    NAME after the id (as sacct's JobID, JobName) when any row shown has a name; none
+    takes no room."""
+    base = LONG_ACCT_COLUMNS if long else DEFAULT_ACCT_COLUMNS
     if not any(r["name"] for r in rows):
-        return DEFAULT_ACCT_COLUMNS
-    return [DEFAULT_ACCT_COLUMNS[0], "name", *DEFAULT_ACCT_COLUMNS[1:]]
+        return base
+    return [base[0], "name", *base[1:]]
 
 
 # sacct --format names for the same fields
@@ -452,6 +457,7 @@ def acct_cells(rows: list[AcctRow], columns: list[str]) -> tuple[list[str], list
 __all__ = [
     "ACCT_COLUMNS",
     "DEFAULT_ACCT_COLUMNS",
+    "LONG_ACCT_COLUMNS",
     "RIGHT_ALIGNED",
     "STATES",
     "STATE_CODES",

@@ -1576,7 +1576,7 @@ def host_rows(source: JournalView | Iterable[Any]) -> list[HostRow]:
         if host.healthy:
             name = "idle" if not held else "allocated" if not host.free else "mixed"
             since = None
-            reason = "kept for short jobs (headroom)" if host.name in state.headroom else ""
+            reason = "headroom (short jobs)" if host.name in state.headroom else ""
         elif host.held_until is not None:
             name = "held"
             since = health[0] if health else None

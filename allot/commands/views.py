@@ -298,7 +298,7 @@ def print_table(title: str, table: Table) -> None:
         natural = _tightened(table, console.width)
     if not console.is_terminal or natural > console.width:
         console = pipe_console(width=max(natural, len(title), 20))
-    console.print(Text(title, style="bold"), soft_wrap=True)
+    console.print(Text(wrapped(title), style="bold"), soft_wrap=True)
     console.print(table)
 
 
@@ -317,10 +317,13 @@ def _tightened(table: Table, width: int) -> int:
 
 
 def aligned_lines(
-    headers: list[str], cells: list[list[str]], right: frozenset[str] = frozenset()
+    headers: list[str],
+    cells: list[list[str]],
+    right: frozenset[str] = frozenset(),
+    gap: int = 2,
 ) -> list[str]:
     """The header and rows padded to their columns' widths (terminal cells, so wide
-    characters line up), two spaces apart; columns named in `right` right-aligned."""
+    characters line up), `gap` spaces apart; columns named in `right` right-aligned."""
     from rich.cells import cell_len
 
     # a cell is journal data: its control characters are shown, not obeyed (an ESC
@@ -332,10 +335,14 @@ def aligned_lines(
     aligned = [h in right for h in headers]
 
     def line(row: list[str]) -> str:
-        return "  ".join(
-            " " * (w - cell_len(c)) + c if r else c + " " * (w - cell_len(c))
-            for c, w, r in zip(row, widths, aligned, strict=True)
-        ).rstrip()
+        return (
+            (" " * gap)
+            .join(
+                " " * (w - cell_len(c)) + c if r else c + " " * (w - cell_len(c))
+                for c, w, r in zip(row, widths, aligned, strict=True)
+            )
+            .rstrip()
+        )
 
     return [line(row) for row in [headers, *cells]]
 
@@ -371,6 +378,110 @@ def sized_columns(
     return line(headers, marked=False), [line(row, marked=True) for row in cells]
 
 
+def shortened_path(path: str, width: int) -> str:
+    """An allocation path with as few of its middle parts left out as bring it within
+    `width` (`lab/…/long-context-experiments`); its first and last parts always stay,
+    so a path of two parts is never shortened."""
+    parts = path.split("/")
+    shorter = path
+    for dropped in range(1, len(parts) - 1):
+        if len(shorter) <= width:
+            break
+        shorter = "/".join([parts[0], "…", *parts[1 + dropped :]])
+    return shorter
+
+
+def _pieces(text: str, width: int, after: str) -> list[str]:
+    """`text` on lines of at most `width` characters, broken only after `after` (spaces
+    for a reason, commas for a nodelist); a piece longer than `width` stays whole."""
+    import re
+
+    lines: list[str] = []
+    for token in re.findall(rf"[^{after}]+{after}*", text):
+        if lines and len(lines[-1] + token.rstrip()) <= width:
+            lines[-1] += token
+        else:
+            lines.append(token)
+    return [line.rstrip() for line in lines] or [""]
+
+
+def queue_fitted(
+    headers: list[str], cells: list[list[str]], right: frozenset[str], width: int
+) -> list[str] | None:
+    """The default queue fitted to a terminal `width` columns wide, or None when it
+    cannot be: columns one space apart; long allocation paths shortened in the middle;
+    then, if need be, a row's NODELIST below its REASON in one column (as the header's
+    names are), each broken at spaces and commas. Nothing else is cut: ids, users and
+    reasons stay whole, and pipes, --json and `allot why` keep every path whole.
+    Header and rows, a row's lines joined by newlines."""
+    from rich.cells import cell_len
+
+    cells = [[visible(c) for c in row] for row in cells]
+
+    def widths() -> list[int]:
+        return [max([cell_len(h)] + [cell_len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def wide() -> int:
+        return sum(widths()) + len(headers) - 1
+
+    if "ALLOCATION" in headers and wide() > width:
+        at = headers.index("ALLOCATION")
+        target = max(len("ALLOCATION"), widths()[at] - (wide() - width))
+        for row in cells:
+            row[at] = shortened_path(row[at], target)
+    if wide() <= width:
+        return aligned_lines(headers, cells, right, gap=1)
+    if headers[-2:] != ["REASON", "NODELIST"]:
+        return None
+    head = aligned_lines([*headers[:-2], ""], [[*r[:-2], ""] for r in cells], right, gap=1)
+    start = max(map(cell_len, head)) + 1  # where the stacked column starts
+    room = width - start
+    reasons = [r[-2] for r in cells]
+    longest = max([len("NODELIST")] + [len(w) for r in reasons for w in r.split()])
+    if room < longest:
+        return None
+    head = [line + " " * (start - cell_len(line)) for line in head]
+    lines = [f"{head[0]}REASON\n{' ' * start}NODELIST"]
+    for line, row in zip(head[1:], cells, strict=True):
+        stacked = _pieces(row[-2], room, " ") if row[-2] else []
+        stacked += _pieces(row[-1], room, ",") if row[-1] else []
+        stacked = stacked or [""]
+        lines.append(
+            "\n".join([(line + stacked[0]).rstrip(), *(" " * start + more for more in stacked[1:])])
+        )
+    return lines
+
+
+def terminal_width() -> int | None:
+    """The terminal's width when stdout is one ($COLUMNS first), else None: pipes get
+    lines whole, as scripts and `grep` read them."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def wrapped(line: str, hanging: int | None = None) -> str:
+    """A line of prose as a terminal shows it best: wrapped at spaces to its width, the
+    continuation lines indented `hanging` columns (default: the line's own indent plus
+    four); unchanged in a pipe. The terminal would cut words anywhere (lab's `allot why`
+    printed 220-column lines) and start the rest at the margin."""
+    import textwrap
+
+    width = terminal_width()
+    if width is None or len(line) <= width:
+        return line
+    indent = len(line) - len(line.lstrip(" "))
+    hanging = indent + 4 if hanging is None else hanging
+    return textwrap.fill(
+        line,
+        width=width,
+        subsequent_indent=" " * min(hanging, width // 2),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
 def print_rows(
     title: str,
     headers: list[str],
@@ -380,12 +491,15 @@ def print_rows(
     dim: list[bool] | None = None,
     strong: list[bool] | None = None,
     header: bool = True,
+    fit: Callable[..., list[str] | None] | None = None,
 ) -> None:
     """A table at its natural width, as `print_table` prints it, for tables of
     thousands of rows (a queue): rich measures every cell several times, which took
     longer than reading the journal; this pads each cell once. Bold header and
     `strong` rows, dim `dim` rows, only on a terminal (and not with NO_COLOR).
-    `header=False`: the rows alone, without the title and the column names."""
+    `header=False`: the rows alone, without the title and the column names. On a
+    terminal too narrow for the table, `fit(headers, cells, right, width)` may give
+    lines that fit it instead (None: the table as it is, which the terminal wraps)."""
     import os
     import sys
 
@@ -393,7 +507,10 @@ def print_rows(
     bold = (lambda t: f"\x1b[1m{t}\x1b[0m") if styled else (lambda t: t)
     faint = (lambda t: f"\x1b[2m{t}\x1b[0m") if styled else (lambda t: t)
     names, *lines = aligned_lines(headers, cells, right)
-    out = [bold(title), bold(names)] if header else []
+    width = terminal_width()
+    if fit is not None and width is not None and max(map(len, [names, *lines])) > width:
+        names, *lines = fit(headers, cells, right, width) or [names, *lines]
+    out = [bold(wrapped(title)), bold(names)] if header else []
     out += [
         bold(text) if strong and strong[i] else faint(text) if dim and dim[i] else text
         for i, text in enumerate(lines)
@@ -919,6 +1036,11 @@ def register(app: typer.Typer) -> None:
         (or the %S/%Y fields), --json adds expected_start (and _time, epoch seconds),
         expected_nodes, expected_hosts, expected_preempts and expected_end to each row.
 
+        On a terminal too narrow for the default table, its columns are one space
+        apart, long allocation paths lose middle parts (lab/…/long-context-experiments)
+        and, if need be, each row's NODELIST goes below its REASON; no other value is
+        cut, and pipes, --json, --long and `allot why` show whole paths.
+
         As squeue, $SQUEUE_USERS, $SQUEUE_STATES, $SQUEUE_ACCOUNT and $SQUEUE_NAMES are
         read as -u, -t, -A and -n when that flag is not given (--me sets $SQUEUE_USERS
         aside); a wrong one is named in the error.
@@ -1059,6 +1181,8 @@ def register(app: typer.Typer) -> None:
                 right=frozenset({"GPUS", "WAIT/TIME", "POS", "RANK", "RATIO", "PRIO"}),
                 dim=[row["state"] == "RUNNING" for row in rows],
                 header=not noheader,
+                # -h is for scripts, --long and --start ask for the wide table
+                fit=queue_fitted if not (noheader or long or start) else None,
             )
             if noheader:  # squeue -h: the rows alone, for scripts
                 return
@@ -1144,6 +1268,16 @@ def register(app: typer.Typer) -> None:
                 "nothing when none), without the totals line.",
             ),
         ] = False,
+        long: Annotated[
+            bool,
+            typer.Option(
+                "--long",
+                "-l",
+                help="Every default field, as sacct -l shows more: also ALLOC, SUBMITTED, "
+                "START, END, N and REASON (the table without it fits 80 columns for "
+                "lab-sized ids and paths; -p and --json always have them).",
+            ),
+        ] = False,
         json_: JsonOpt = False,
         user: UserOpt = None,
         me: MeOpt = False,
@@ -1196,12 +1330,14 @@ def register(app: typer.Typer) -> None:
         One row per workload (and per refused submission), by submit time: STATE
         (PENDING, RUNNING, COMPLETED, FAILED, LOST, CANCELLED, PREEMPTED: ended by a
         preemption, not resumable; NODE_FAIL: ended by the drain of an unhealthy
-        host; REJECTED: the submission was refused), when it was SUBMITTED, first
-        STARTed and ENDed (UTC), how long it waited before its first start (WAIT)
-        and ran over all attempts (RUN), the GPU-hours it held GPUs (GPU_H: charged
-        and unallocated time alike), how many times it was placed (N) and why it
-        ended; NAME after the ID when a workload shown has one (sacct's default
-        format has JobName). A last line adds them up and splits the GPU-hours into charged (what
+        host; REJECTED: the submission was refused), the GPUs asked for, how long it
+        waited before its first start (WAIT) and ran over all attempts (RUN), the
+        GPU-hours it held GPUs (GPU_H: charged and unallocated time alike); NAME after
+        the ID when a workload shown has one (sacct's default format has JobName).
+        --long (as sacct -l) adds the GPUs held (ALLOC), when it was SUBMITTED, first
+        STARTed and ENDed (UTC), how many times it was placed (N) and why it ended;
+        -p (without --format) and --json always give every one of them. A last line
+        adds them up and splits the GPU-hours into charged (what
         `allot shares`, `usage` and `rollup` count) and unallocated (free, charged to
         no one); -o charged_gpu_hours,unallocated_gpu_hours and --json give the split
         per workload.
@@ -1223,6 +1359,8 @@ def register(app: typer.Typer) -> None:
         user = _with_me(user, me)
 
         def run() -> None:
+            if format_ is not None and long:
+                raise TargetError("--format and -l (--long) exclude each other")
             wanted = None
             if state is not None:
                 wanted = {
@@ -1239,7 +1377,8 @@ def register(app: typer.Typer) -> None:
                         f"--state {', '.join(unknown).lower()}: unknown; use "
                         f"{', '.join(s.lower() for s in STATES)}"
                     )
-            spec = format_ if format_ is not None else _slurm_variable(ACCT_FORMAT_ENV)
+            # --long is asked for on this command line: it wins over $SACCT_FORMAT
+            spec = format_ if format_ is not None or long else _slurm_variable(ACCT_FORMAT_ENV)
             variable = ACCT_FORMAT_ENV if format_ is None and spec is not None else None
             try:
                 fields = parse_acct_fields(spec) if spec is not None else None
@@ -1286,7 +1425,9 @@ def register(app: typer.Typer) -> None:
                 )
                 return
             if fields is None:  # sacct's default has JobName: NAME when one has a name
-                fields = [(c, None) for c in default_acct_columns(rows)]
+                # -p is for scripts, which read every field as they always did
+                every = long or parsable
+                fields = [(c, None) for c in default_acct_columns(rows, long=every)]
             columns = [name for name, _ in fields]
             headers, cells = acct_cells(rows, columns)
             if parsable:  # sacct -p: one line each, fields split by |, no padding
@@ -1337,8 +1478,11 @@ def register(app: typer.Typer) -> None:
                 )
             )
             typer.echo(
-                f"{plural(total['workloads'], 'workload')}, {ran}"
-                + (f"; now {states}" if states else "")
+                wrapped(
+                    f"{plural(total['workloads'], 'workload')}, {ran}"
+                    + (f"; now {states}" if states else ""),
+                    hanging=0,
+                )
             )
 
         _answer(run)
@@ -1683,12 +1827,13 @@ def register(app: typer.Typer) -> None:
                 return
             # every line quotes journal data (ids, tags, reasons): escapes shown, none
             # obeyed, colours included (the tables' own styling is not in these lines)
+            # on a terminal each line wraps at its words, under its own text
             for line in answer["text"]:
-                typer.echo(visible(line))
+                typer.echo(wrapped(visible(line)))
             if "history" in answer:
-                typer.echo(visible(_history_title(answer)))
+                typer.echo(wrapped(visible(_history_title(answer))))
                 for line in _history_lines(answer["history"]):
-                    typer.echo(visible(line))
+                    typer.echo(wrapped(visible(line), hanging=HISTORY_DETAIL_COLUMN))
 
         _answer(run)
 
@@ -1708,6 +1853,10 @@ def _history_title(answer: dict[str, Any]) -> str:
         else "the journal"
     )
     return f"history, {n} event{'s' if n != 1 else ''} from {where}:"
+
+
+# where a history line's details start: `  TIME(19)  EVENT(15)`, as timeline_text pads
+HISTORY_DETAIL_COLUMN = 38
 
 
 def _history_lines(entries: list[dict[str, Any]]) -> list[str]:
