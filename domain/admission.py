@@ -244,6 +244,32 @@ def _check_submitted(state: State, e: ev.WorkloadSubmitted) -> None:
     for name, value in (("runtime", e.runtime), ("expected_runtime", e.expected_runtime)):
         if value is not None and (not math.isfinite(value) or value < 0):
             raise Rejected(f"{name} must be a duration >= 0, got {value}")
+    if state.tree.limited:
+        _check_user_limits(state, e)
+
+
+def _check_user_limits(state: State, e: ev.WorkloadSubmitted) -> None:
+    """Per-user limits on the nodes above the leaf (Slurm's QOS limits): a user with
+    max_pending_per_user workloads waiting under a node submits no more there
+    (QOSMaxSubmitJobPerUserLimit); allocated work asking more GPUs than a node's
+    max_gpus_per_user could never start."""
+    for node in state.tree.limits_of(e.allocation):
+        pending, _ = state.user_counts(node.path, e.actor)
+        cap = node.max_pending_per_user
+        if cap is not None and pending >= cap:
+            raise Rejected(
+                f"{e.actor!r} has {plural(pending, 'pending workload')} under {node.path!r}, "
+                f"its limit per user (max_pending_per_user {cap}, as Slurm's "
+                "QOSMaxSubmitJobPerUserLimit); wait for some to start, or cancel some "
+                f"(`allot queue -u {e.actor} -t pending`)"
+            )
+        cap = node.max_gpus_per_user
+        if cap is not None and e.min_runtime > 0 and e.gpus > cap:
+            raise Rejected(
+                f"asks for {_gpus(e.gpus)} but {node.path!r} lets each user's allocated work "
+                f"hold at most {_gpus(cap)} at once (max_gpus_per_user); submit with at most "
+                f"{cap}, or with min runtime 0 to run unallocated (not limited)"
+            )
 
 
 def _gpus(n: int) -> str:
@@ -392,6 +418,12 @@ def _check_budget_set(state: State, e: ev.BudgetSet) -> None:
     _check_budget_target(state, e.allocation, e.actor)
     _check_named_changes(e.add_managers, e.remove_managers, "managers")
     _check_named_changes(e.add_members, e.remove_members, "members")
+    for name in ev.USER_LIMITS:
+        value = getattr(e, name)
+        if value is not None and value != ev.CLEAR_LIMIT and not 1 <= value <= 2**31 - 1:
+            raise Rejected(
+                f"{name} must be at least 1 (or {ev.CLEAR_LIMIT} to remove the limit), got {value}"
+            )
     if e.weight is None:
         if e.allocation not in state.tree:
             raise Rejected(f"{e.allocation!r} does not exist yet: give its weight to create it")

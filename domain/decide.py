@@ -265,6 +265,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
         "out",
         "position",
         "ranking",
+        "refused_limit",
         "refused_room",
         "refused_victim",
         "reservations",
@@ -294,6 +295,9 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
         # have let backfill (-inf: no reservation refused it; see may_backfill)
         self.refused_room = -math.inf
         self.refused_victim = False  # ... and one refused it as work it could not preempt
+        # its submitter's max_gpus_per_user refused it: no failure of its group (other
+        # users' work of its shape may start), no reservation, no preemption
+        self.refused_limit = False
         # (allocation, priority, GPUs, everywhere, fresh) -> host -> victims; see victim_map
         self.victim_cache: dict[tuple[str, int, int, bool, bool], Any] = {}
         self.victim_keys = state.victim_keys  # see State._init_caches
@@ -333,6 +337,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
         """Forget what reservations refused in the last placement attempt."""
         self.refused_room = -math.inf
         self.refused_victim = False
+        self.refused_limit = False
 
     # ------------------------------------------------------------- drain
     def requeue_asked(self) -> None:
@@ -437,6 +442,8 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
                     return False
                 last.version = s.version  # it only took free GPUs: the rest stays blocked
                 continue
+            if self.refused_limit:
+                continue  # waits for its submitter's own work to end, blocking nobody
             room = self.refused_room
             if not self.refused_victim:  # that verdict is only for its allocation and level
                 # keep only the frontier: a failure ahead of this one needing no more
@@ -488,6 +495,8 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
             if self.fits(w, allocated, short):
                 fitting.add(w.id)
                 continue
+            if self.refused_limit:
+                continue
             failed.add(group, w, self.refused_room, self.refused_victim)
             if allocated and self.holders < MAX_RESERVATIONS and self.could_hold(w, short):
                 self.holders += 1
@@ -497,6 +506,8 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
     def fits(self, w: Workload, allocated: bool, short: bool) -> bool:
         """Free GPUs for `w` now, or victims it may preempt for them (a query)."""
         s = self.state
+        if self.over_user_limit(w, allocated):
+            return False
         single = s.single_host(w)
         if self.free_hosts(w, allocated, short, single) is not None:
             return True
@@ -607,6 +618,10 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
                         at = 0
                     bisect.insort(order, self.entry(ranking, nxt, key, allocated), at)
                 continue
+            if self.refused_limit:
+                # the bucket is its submitter's alone (`State.enqueue`), and its work
+                # needs as many GPUs: it all waits for that user's running work to end
+                continue
             refused, victim = self.refused_room, self.refused_victim
             failed.add(group, w, refused, victim)
             if not victim:  # that verdict is only for its allocation and level
@@ -652,6 +667,8 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
             self.begin_attempt()
             if self.try_place(w, allocated, short):
                 continue
+            if self.refused_limit:
+                return  # the rest of the bucket is the same user's, as big
             failed.add(group, w, self.refused_room, self.refused_victim)
             if self.refused_room == -math.inf and not self.refused_victim:
                 return  # nothing of its size fits, whatever its runtime or level
@@ -662,7 +679,7 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
         policy = s.ordering
         # a failure of work needing fewer GPUs covers work of its group needing more:
         # gangs on mixed host sizes are a group of their own (`State.fit_kind`)
-        kind = s.fit_kind(key[1], len(key) > 4)  # a fifth element: asked on one host
+        kind = s.fit_kind(key[1], len(key) > 4 and key[4])  # asked on one host
         group = (allocated, key[3], preemption_scope(policy, w, allocated), kind)
         return (policy.sort_key(ranking, w, allocated), key, allocated, group)
 
@@ -718,8 +735,19 @@ class Cycle(VictimSearch, FreeHosts, Reservations):
         s.heads_heap = (stamp, heap, fewest)
         return heap, fewest
 
+    def over_user_limit(self, w: Workload, allocated: bool) -> bool:
+        """Would starting allocated `w` put its submitter over a max_gpus_per_user?
+        (Sets `refused_limit`; no limit anywhere costs one dict check.)"""
+        s = self.state
+        if allocated and s.tree.limited and s.over_gpu_limit(w) is not None:
+            self.refused_limit = True
+            return True
+        return False
+
     def try_place(self, w: Workload, allocated: bool, short: bool) -> bool:
         s = self.state
+        if self.over_user_limit(w, allocated):
+            return False
         single = s.single_host(w)
         hosts = self.free_hosts(w, allocated, short, single)
         preempted: list[str] = []

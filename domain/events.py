@@ -194,6 +194,13 @@ class BudgetSet(Envelope):
     absent_managers: tuple[str, ...] | None = None
     already_members: tuple[str, ...] | None = None
     absent_members: tuple[str, ...] | None = None
+    # per-user limits on the node's subtree (Slurm's QOS MaxTRESPerUser=gres/gpu and
+    # MaxSubmitJobsPerUser): the GPUs one user's charged work may hold at once, and the
+    # workloads one user may have waiting. None (absent, as in every record written
+    # before them): the limit is kept as it is (none on a new node); CLEAR_LIMIT (-1,
+    # sacctmgr's way) removes it
+    max_gpus_per_user: Count | None = None
+    max_pending_per_user: Count | None = None
 
     @property
     def changes_managers_by_name(self) -> bool:
@@ -202,6 +209,10 @@ class BudgetSet(Envelope):
     @property
     def changes_members_by_name(self) -> bool:
         return self.add_members is not None or self.remove_members is not None
+
+
+CLEAR_LIMIT = -1  # a per-user limit of -1 removes the limit (sacctmgr's MaxJobs=-1)
+USER_LIMITS = ("max_gpus_per_user", "max_pending_per_user")
 
 
 class BudgetRemoved(Envelope):

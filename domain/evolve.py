@@ -77,6 +77,8 @@ def _submitted(state: State, e: ev.WorkloadSubmitted) -> None:
     )
     state.workloads[w.id] = w
     state.enqueue(w)
+    if state.tree.limited:
+        state.count_user(w, 1, 0)
 
 
 def _release(state: State, w: Workload, now: float) -> None:
@@ -94,6 +96,8 @@ def _release(state: State, w: Workload, now: float) -> None:
         state.changed_hosts[name] = None
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, -w.held, now)
+    if state.tree.limited:
+        state.count_user(w, 0, -w.held if w.charged else 0)
     if math.isinf(w.protected_until):
         top = state.tree.top_level(w.allocation)
         state.legacy_protected[top] = state.legacy_protected.get(top, 0) - w.held
@@ -106,6 +110,8 @@ def _end(state: State, w: Workload) -> None:
         _release(state, w, state.now)
     else:
         state.dequeue(w)
+        if state.tree.limited:
+            state.count_user(w, -1, 0)
     del state.workloads[w.id]
     state.remember(state.ended_order, state.ended, w.id)
 
@@ -174,6 +180,8 @@ def _placed(state: State, e: ev.WorkloadPlaced) -> None:
         w.first_placed = e.time
     ledger = state.charged if w.charged else state.unallocated
     ledger.change_rate(w.allocation, w.held, e.time)
+    if state.tree.limited:
+        state.count_user(w, -1, w.held if w.charged else 0)
     if math.isinf(w.protected_until):
         top = state.tree.top_level(w.allocation)
         state.legacy_protected[top] = state.legacy_protected.get(top, 0) + w.held
@@ -217,13 +225,19 @@ def _stopped(state: State, workload: str, requeued: bool, now: float) -> None:
     if requeued:
         _release(state, w, now)
         state.enqueue(w)
+        if state.tree.limited:
+            state.count_user(w, 1, 0)
     else:
         _end(state, w)
 
 
 def _budget_set(state: State, e: ev.BudgetSet) -> None:
     managers, members = budget_lists(state, e)
-    state.tree.set(e.allocation, e.weight, managers, members)
+    limits = {name: value for name in ev.USER_LIMITS if (value := getattr(e, name)) is not None}
+    state.tree.set(e.allocation, e.weight, managers, members, limits)
+    if limits:  # who is counted, and whose work waits in buckets per user, changed
+        state.recount_users()
+        state.requeue_all()
 
 
 def budget_lists(

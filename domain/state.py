@@ -26,7 +26,8 @@ from domain.tree import AllocationTree
 PENDING, RUNNING = "pending", "running"
 # (leaf, gpus, wants_allocation, short_small), and a fifth element, True, for work asked
 # on one host: it waits where a gang of its size may run, so it needs buckets (and
-# failure groups) of its own; other keys keep their shape (snapshots, cached heads)
+# failure groups) of its own; other keys keep their shape (snapshots, cached heads).
+# Allocated work under a per-user GPU limit has (..., one_host, user): a bucket per user
 BucketKey = tuple[Any, ...]
 
 
@@ -162,6 +163,10 @@ class State:
         self.seen_order: deque[str] = deque()
         self.ended: dict[str, float] = {}
         self.ended_order: deque[str] = deque()
+        # per-user limits (`AllocationTree.limited`): (limiting node, user) -> [pending
+        # workloads, GPUs held by charged work] under that node; kept only while some
+        # node sets a limit (every change of it is behind `tree.limited`)
+        self.user_usage: dict[tuple[str, str], list[int]] = {}
         self._init_caches()
 
     def _init_caches(self) -> None:
@@ -191,6 +196,8 @@ class State:
             self.gpus_removed = {}
         if "victim_keys" not in saved:  # pickled before (some of) the caches existed
             self._init_caches()
+        if "user_usage" not in saved:  # pickled before per-user limits
+            self.user_usage = {}
 
     # ------------------------------------------------------------ helpers
     def next_id(self) -> str:
@@ -214,6 +221,50 @@ class State:
         """Does `w` go on one host? When asked (`one_host`), or when it fits on the biggest
         healthy host; else it takes whole hosts (a gang)."""
         return w.one_host or w.gpus <= self.largest_host
+
+    # ---------------------------------------------------- per-user limits
+    def count_user(self, w: Workload, pending: int, gpus: int) -> None:
+        """Count `w`'s change (pending workloads, charged GPUs) for its submitter under
+        each node on its path that sets a per-user limit. Callers check `tree.limited`
+        first: without a limit anywhere nothing is counted."""
+        usage = self.user_usage
+        for node in self.tree.limits_of(w.allocation):
+            key = (node.path, w.actor)
+            counts = usage.get(key)
+            if counts is None:
+                counts = usage[key] = [0, 0]
+            counts[0] += pending
+            counts[1] += gpus
+
+    def recount_users(self) -> None:
+        """Count every live workload anew (a limit was set or removed)."""
+        self.user_usage = {}
+        if not self.tree.limited:
+            return
+        for w in self.workloads.values():
+            if w.state == PENDING:
+                self.count_user(w, 1, 0)
+            elif w.charged:
+                self.count_user(w, 0, w.held)
+
+    def user_counts(self, path: str, user: str) -> tuple[int, int]:
+        """`user`'s pending workloads and charged GPUs under limiting node `path`."""
+        counts = self.user_usage.get((path, user))
+        return (counts[0], counts[1]) if counts else (0, 0)
+
+    def over_gpu_limit(self, w: Workload) -> tuple[str, int, int] | None:
+        """The first node on `w`'s path whose max_gpus_per_user starting `w` would
+        exceed for its submitter: (node, the limit, GPUs the user's charged work holds
+        under it now); None when within every limit. Only allocated work is limited."""
+        for node in self.tree.limits_of(w.allocation):
+            cap = node.max_gpus_per_user
+            if cap is None:
+                continue
+            counts = self.user_usage.get((node.path, w.actor))
+            held = counts[1] if counts else 0
+            if held + w.gpus > cap:
+                return node.path, cap, held
+        return None
 
     def count_host(self, host: Host, sign: int) -> None:
         """Count `host` (sign 1) in `host_sizes`/`healthy_sizes` at its size and health,
@@ -254,6 +305,11 @@ class State:
         key: BucketKey = (w.allocation, w.gpus, w.wants_allocation, self.short_small(w))
         if w.one_host:
             key = (*key, True)
+        tree = self.tree
+        if tree.limited and w.wants_allocation and tree.gpu_limited(w.allocation):
+            # each user's work waits in buckets of its own: one over its GPU limit is
+            # passed over without holding up other users' work of the same shape
+            key = (*key[:4], w.one_host, w.actor)
         w.bucket = key
         item = (w.queue_key, w.id)
         queue = self.queues.get(key)

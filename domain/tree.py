@@ -75,6 +75,9 @@ class Node:
     members: tuple[str, ...] = ()
     children: list[str] = field(default_factory=list)
     share: float = 0.0
+    # per-user limits over the subtree (None: no limit; see `AllocationTree.limits_of`)
+    max_gpus_per_user: int | None = None
+    max_pending_per_user: int | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -84,13 +87,16 @@ class Node:
 class AllocationTree:
     """Nodes by path. Top-level nodes are siblings of each other."""
 
-    __slots__ = ("_leaves", "_managers", "nodes", "roots")
+    __slots__ = ("_leaves", "_managers", "limited", "nodes", "roots")
 
     def __init__(self) -> None:
         self.nodes: dict[str, Node] = {}
         self.roots: list[str] = []
         self._leaves: list[str] = []
         self._managers: dict[str, frozenset[str]] = {}
+        # leaf -> the nodes on its path (root first) that set a per-user limit; only
+        # leaves with one are keys, so an empty dict means no limit anywhere
+        self.limited: dict[str, tuple[Node, ...]] = {}
 
     # ------------------------------------------------------------ queries
     def __contains__(self, path: str) -> bool:
@@ -126,6 +132,14 @@ class AllocationTree:
             found = cache[path] = frozenset(names)
         return found
 
+    def limits_of(self, leaf: str) -> tuple[Node, ...]:
+        """The nodes on `leaf`'s path that limit each user's work under them."""
+        return self.limited.get(leaf, ())
+
+    def gpu_limited(self, leaf: str) -> bool:
+        """Does a node on `leaf`'s path limit the GPUs each user's work may hold?"""
+        return any(n.max_gpus_per_user is not None for n in self.limited.get(leaf, ()))
+
     def may_manage(self, actor: str, path: str) -> bool:
         """Only managers of a node (or of an ancestor) change its children."""
         parent = parent_of(path)
@@ -147,9 +161,11 @@ class AllocationTree:
         weight: float | None,
         managers: tuple[str, ...] | None = None,
         members: tuple[str, ...] | None = None,
+        limits: dict[str, int] | None = None,
     ) -> None:
         """Create or change `path`; a None weight keeps the current one (0 for a new
-        node, which admission refuses)."""
+        node, which admission refuses). `limits`: per-user limits to set (a value
+        below 1 removes one); those not named are kept."""
         node = self.nodes.get(path)
         if node is None:
             node = self.nodes[path] = Node(path, weight or 0.0)
@@ -163,6 +179,8 @@ class AllocationTree:
             node.managers = tuple(managers)
         if members is not None:
             node.members = tuple(members)
+        for name, value in (limits or {}).items():
+            setattr(node, name, value if value >= 1 else None)
         self._recompute()
 
     def remove(self, path: str) -> None:
@@ -187,3 +205,19 @@ class AllocationTree:
 
         visit(self.roots, 1.0)
         self._leaves = leaves
+        self.limited = {}
+        limiting = [
+            n
+            for n in self.nodes.values()
+            if n.max_gpus_per_user is not None or n.max_pending_per_user is not None
+        ]
+        if limiting:  # (a tree without limits costs nothing more)
+            for leaf in leaves:
+                chain = tuple(
+                    n
+                    for p in ancestors(leaf)
+                    if (n := self.nodes[p]).max_gpus_per_user is not None
+                    or n.max_pending_per_user is not None
+                )
+                if chain:
+                    self.limited[leaf] = chain

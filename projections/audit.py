@@ -49,7 +49,10 @@ import orjson
 
 # a `budget.set`'s changes by name, kept in `budget_rows` beside the resulting lists
 # (columns added to older databases)
-from projections.budget_log import NAMED_CHANGES, RECORD_TYPES
+from projections.budget_log import NAMED_CHANGES, RECORD_TYPES, USER_LIMITS
+
+# `budget_rows`' JSON columns beyond the lists: the named changes, the per-user limits
+_EXTRA_COLUMNS = (*NAMED_CHANGES, *USER_LIMITS)
 
 BATCH = 500_000  # records per DuckDB JSON read
 
@@ -143,10 +146,10 @@ CREATE TABLE IF NOT EXISTS budget_rows (
     seq BIGINT, time TIMESTAMP, t DOUBLE, cluster VARCHAR, actor VARCHAR,
     allocation VARCHAR, change VARCHAR, weight DOUBLE, managers JSON, members JSON
 );
-{"".join(f"ALTER TABLE budget_rows ADD COLUMN IF NOT EXISTS {c} JSON;" for c in NAMED_CHANGES)}
+{"".join(f"ALTER TABLE budget_rows ADD COLUMN IF NOT EXISTS {c} JSON;" for c in _EXTRA_COLUMNS)}
 CREATE OR REPLACE VIEW budget_changes AS
     SELECT seq, time, t, cluster, actor, allocation, change, weight, managers, members,
-           {", ".join(NAMED_CHANGES)}
+           {", ".join(_EXTRA_COLUMNS)}
     FROM budget_rows;
 CREATE OR REPLACE VIEW rejections AS
     SELECT seq, time, t, cluster, type, actor, ref, error, workload, allocation, record
@@ -333,10 +336,10 @@ def _insert(
 
 _BUDGET_ROWS = f"""
     INSERT INTO budget_rows (seq, time, t, cluster, actor, allocation, change, weight,
-                             managers, members, {", ".join(NAMED_CHANGES)})
+                             managers, members, {", ".join(_EXTRA_COLUMNS)})
     SELECT seq, time, t, cluster, actor, allocation,
            CASE type WHEN 'budget.set' THEN 'set' ELSE 'removed' END, weight, managers, members,
-           {", ".join(f"json_extract(record, '$.{c}')" for c in NAMED_CHANGES)}
+           {", ".join(f"json_extract(record, '$.{c}')" for c in _EXTRA_COLUMNS)}
     FROM records WHERE seq >= ? AND type IN ('budget.set', 'budget.removed')
 """
 
@@ -575,7 +578,7 @@ _REFUSED_BUDGET_CHANGES = f"""(
            CASE json_extract_string(record, '$.input_type')
                WHEN 'budget.removed' THEN 'remove refused' ELSE 'set refused' END AS change,
            NULL::DOUBLE AS weight, NULL::DOUBLE AS previous_weight, NULL::JSON AS managers,
-           NULL::JSON AS members, {", ".join(f"NULL::JSON AS {c}" for c in NAMED_CHANGES)},
+           NULL::JSON AS members, {", ".join(f"NULL::JSON AS {c}" for c in _EXTRA_COLUMNS)},
            error
     FROM rejections WHERE type = 'budget.rejected'
 )"""
@@ -590,7 +593,7 @@ def _has_named_changes(con: duckdb.DuckDBPyConnection) -> bool:
             "SELECT column_name FROM information_schema.columns WHERE table_name = 'budget_rows'"
         ).fetchall()
     }
-    return all(c in have for c in NAMED_CHANGES)
+    return all(c in have for c in _EXTRA_COLUMNS)
 
 
 def _budget_records(con: duckdb.DuckDBPyConnection, cluster: str | None) -> list[Any]:
@@ -616,7 +619,7 @@ def budget_log(
         except log.BudgetLogError as why:
             raise AuditError(str(why)) from None
     path = allocation.strip().strip("/") if allocation else None
-    lists = ", ".join(("managers", "members", *NAMED_CHANGES))
+    lists = ", ".join(("managers", "members", *_EXTRA_COLUMNS))
     rows = con.execute(
         f"""
         SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, cluster, actor, allocation, change,
@@ -634,7 +637,7 @@ def budget_log(
     loads = orjson.loads
     keys = ("time", "t", "cluster", "actor", "allocation", "change", "weight",
             "previous_weight")  # fmt: skip
-    list_keys = ("managers", "members", *NAMED_CHANGES)
+    list_keys = ("managers", "members", *_EXTRA_COLUMNS)
     return [
         {
             **dict(zip(keys, row[:8], strict=True)),

@@ -32,6 +32,9 @@ NAMED_CHANGES = (
     "absent_members",
 )
 
+# per-user limits a `budget.set` set (-1: removed; None: kept)
+USER_LIMITS = ("max_gpus_per_user", "max_pending_per_user")
+
 _BUDGET_FIELDS = ("weight", "managers", "members")
 
 
@@ -63,7 +66,8 @@ def budget_log(
     change by names has the resulting list there, the names in `add_members`,
     `remove_members`, `add_managers`, `remove_managers`, and those that changed nothing
     in `already_members` (added, were there), `absent_members` (removed, were not) and
-    the managers' alike (None where not given). Changes the scheduler refused are rows
+    the managers' alike (None where not given); `max_gpus_per_user` and
+    `max_pending_per_user` the per-user limits it set (-1: removed; None: kept). Changes the scheduler refused are rows
     too, `change` `set refused` or `remove refused` and `error` why (None for the
     others): the change they asked for is not in the journal, only its `ref`."""
     weights: dict[tuple[Any, Any], float] = {}
@@ -132,13 +136,16 @@ def _row(record: dict[str, Any], weights: dict[tuple[Any, Any], float]) -> dict[
     for name in _LISTS:
         value = record.get(name)
         row[name] = value if isinstance(value, list) else None
+    for name in USER_LIMITS:
+        value = record.get(name)
+        row[name] = value if type(value) is int else None
     row["error"] = None
     return row
 
 
 _LISTS = ("managers", "members", *NAMED_CHANGES)
 # a refused change's row: what it asked for is not in the journal
-_REFUSED_EMPTY = dict.fromkeys(("weight", "previous_weight", *_LISTS))
+_REFUSED_EMPTY = dict.fromkeys(("weight", "previous_weight", *_LISTS, *USER_LIMITS))
 
 
 def _number(value: Any) -> float | None:

@@ -170,6 +170,10 @@ class AllocationSpec(_Strict):
     weight: float = Field(1.0, ge=0)
     managers: list[str] = Field(default_factory=list)
     members: list[str] = Field(default_factory=list)
+    # per-user limits over its subtree (`allot budget set --max-gpus-per-user`); absent:
+    # none (and the setup records keep the bytes they had before the keys existed)
+    max_gpus_per_user: int | None = Field(None, ge=1, le=2**31 - 1)
+    max_pending_per_user: int | None = Field(None, ge=1, le=2**31 - 1)
 
     @field_validator("path")
     @classmethod
@@ -491,6 +495,8 @@ class Scenario:
                     weight=alloc.weight if alloc else 1.0,
                     managers=(tuple(alloc.managers) or None) if alloc else None,
                     members=(tuple(alloc.members) or None) if alloc else None,
+                    max_gpus_per_user=alloc.max_gpus_per_user if alloc else None,
+                    max_pending_per_user=alloc.max_pending_per_user if alloc else None,
                     **common,
                 )
             )

@@ -23,7 +23,9 @@ Pending reasons (as `decide` would see the current state):
 - ``Resources``: no room, even by preemption (or only on unhealthy hosts: it waits for
   their repair);
 - ``PartitionConfig``: it needs more GPUs than the cluster has registered (hosts were
-  removed or shrunk after it was accepted); it waits until hosts are registered or grow.
+  removed or shrunk after it was accepted); it waits until hosts are registered or grow;
+- ``QOSMaxGRESPerUser``: starting it would put its submitter's allocated work over a
+  `max_gpus_per_user` on its path; it waits for that user's own work to end.
 """
 
 from __future__ import annotations
@@ -625,7 +627,10 @@ class _Reasons:
         """Pending `w` would not start now but could on the healthy cluster: when GPUs
         free up it takes them before any lower-ranked work (what Slurm's Priority
         reason means for the work behind it)."""
-        return w.id not in self.fitting and self.cycle.could_hold(w, self.state.short_small(w))
+        s = self.state
+        if w.id in self.fitting or (s.tree.limited and s.over_gpu_limit(w) is not None):
+            return False  # (work over its user's limit waits for that user, not for GPUs)
+        return self.cycle.could_hold(w, s.short_small(w))
 
     @property
     def ranking(self) -> Any:
@@ -658,6 +663,9 @@ class _Reasons:
             # (`queue --start` plays the ranking forward)
             when = "now" if start <= now else f"from {clock(start, now)} as ranks stand now"
             return "Reserved", f"holds {nodelist(hosts)} for it, free {when}", None
+        over = s.over_gpu_limit(w) if allocated and s.tree.limited else None
+        if over is not None:
+            return ("QOSMaxGRESPerUser", _over_user_limit(w, *over), None)
         beyond = _beyond_the_cluster(s, w, cycle.could_hold(w, short))
         if beyond is not None:
             return (*beyond, None)
@@ -720,6 +728,15 @@ class _Reasons:
                 b,
             )
         return "Resources", room, None
+
+
+def _over_user_limit(w: Workload, path: str, cap: int, held: int) -> str:
+    """The detail of QOSMaxGRESPerUser (Slurm's reason for MaxTRESPerUser=gres/gpu)."""
+    return (
+        f"{w.actor}'s allocated work under {path} holds {_gpus(held)}; {_gpus(w.gpus)} more "
+        f"would pass the {_gpus(cap)} {path} allows each user at once (max_gpus_per_user): "
+        "it starts as that work ends, and other users' work goes ahead of it meanwhile"
+    )
 
 
 def _fair_share(state: State, ranking: Any, path: str) -> dict[str, Any]:
@@ -1713,6 +1730,9 @@ def share_rows(source: JournalView | Iterable[Any]) -> list[ShareRow]:
                     # members may submit to a leaf only: on an allocation given children
                     # since, they are kept (a leaf again, it takes them back) but idle
                     "members_active": not node.children,
+                    # per-user limits set on this node, over its subtree (None: none)
+                    "max_gpus_per_user": node.max_gpus_per_user,
+                    "max_pending_per_user": node.max_pending_per_user,
                 }
             )
             if node.children:

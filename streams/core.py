@@ -39,8 +39,9 @@ from streams.codec import Undecodable, decode_event, encode_body, load_object
 # protection-end count on the state or the last cycle); 8: requeues asked (`State.requeue_asked`);
 # 9: lost attempts requeued per workload (`Workload.lost`); 10: flap hold-down
 # (`State.held_down`, `Host.returned`/`flapping`/`held_until`); 11: work asked on one
-# host (`Workload.one_host`, its own buckets).
-SNAPSHOT_FORMAT = 11
+# host (`Workload.one_host`, its own buckets); 12: per-user limits (`Node.max_*_per_user`,
+# `AllocationTree.limited`, `State.user_usage`, buckets per user).
+SNAPSHOT_FORMAT = 12
 
 
 @dataclass(frozen=True, slots=True)

@@ -490,6 +490,7 @@ def _budget_rows_from_db(
 
 def _print_budget_log(rows: list[dict[str, Any]], source: str) -> None:
     refused = sum(1 for r in rows if r["error"] is not None)
+    limits = any(_limits_shown(r) for r in rows)
     title = f"{len(rows) - refused:,} budget changes"
     if refused:
         title += f", {refused:,} refused"
@@ -503,6 +504,7 @@ def _print_budget_log(rows: list[dict[str, Any]], source: str) -> None:
             ("WEIGHT", "right"),
             ("MANAGERS", "left"),
             ("MEMBERS", "left"),
+            *((("PER-USER", "left"),) if limits else ()),
             *((("REFUSED BECAUSE", "left"),) if refused else ()),
         ],
     )
@@ -515,9 +517,20 @@ def _print_budget_log(rows: list[dict[str, Any]], source: str) -> None:
             _weight_change(r["weight"], r["previous_weight"]),
             _list_shown(r, "managers"),
             _list_shown(r, "members"),
+            *((_limits_shown(r),) if limits else ()),
             *((r["error"] or "",) if refused else ()),
         )
     _print(table)
+
+
+def _limits_shown(row: dict[str, Any]) -> str:
+    """`gpus 8, pending none`: the per-user limits a change set (none: removed)."""
+    parts = []
+    for label, key in (("gpus", "max_gpus_per_user"), ("pending", "max_pending_per_user")):
+        value = row.get(key)
+        if value is not None:
+            parts.append(f"{label} {'none' if value < 1 else value}")
+    return ", ".join(parts)
 
 
 # an undo line for each of the few latest changes: at 3 a.m. the wrong one is recent,
@@ -786,7 +799,9 @@ def register(app: typer.Typer) -> None:
         there' to remove) and the list it left. --json: previous_weight, null where
         kept; add_members, remove_members, add_managers, remove_managers, and the names
         that changed nothing: already_members, absent_members, already_managers,
-        absent_managers.
+        absent_managers. PER-USER (shown once a change set one): the per-user limits
+        set (`gpus 8, pending none`: none removes one; --json: max_gpus_per_user,
+        max_pending_per_user, -1 removed, null kept).
 
         Changes the scheduler refused (not a manager, an unknown parent, ...) are listed
         too, as `set refused` or `remove refused` with the reason (REFUSED BECAUSE;

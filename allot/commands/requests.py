@@ -1769,6 +1769,27 @@ def budget_set(
             help="Remove from its managers, keeping the others (repeatable, or a,b).",
         ),
     ] = None,
+    max_gpus_per_user: Annotated[
+        str | None,
+        typer.Option(
+            "--max-gpus-per-user",
+            metavar="N|none",
+            help="At most N GPUs held at once by each user's allocated work under PATH, "
+            "summed over its subtree (Slurm's QOS MaxTRESPerUser=gres/gpu=N). Work that "
+            "would pass it waits, reason QOSMaxGRESPerUser, without holding up other "
+            "users' work. 'none' (or -1) removes the limit; left out, it is kept.",
+        ),
+    ] = None,
+    max_pending_per_user: Annotated[
+        str | None,
+        typer.Option(
+            "--max-pending-per-user",
+            metavar="M|none",
+            help="At most M workloads pending (held ones too) per user under PATH, summed "
+            "over its subtree: a submission past it is rejected (Slurm's "
+            "MaxSubmitJobsPerUser). 'none' (or -1) removes the limit; left out, it is kept.",
+        ),
+    ] = None,
     create: Annotated[
         bool,
         typer.Option(
@@ -1785,7 +1806,7 @@ def budget_set(
     cluster: ClusterOpt = "default",
     as_: AsOpt = None,
 ) -> None:
-    """Create an allocation or change its weight, managers or members.
+    """Create an allocation or change its weight, managers, members or per-user limits.
 
     Managers of any allocation above it may, or an admin (top-level ones: admins
     only). It waits for the scheduler's verdict (up to 10 s; --wait TIME, or --no-wait
@@ -1814,17 +1835,26 @@ def budget_set(
             )
         managers = _list_change("manager", manager, no_managers, add_manager, remove_manager)
         members = _list_change("member", member, no_members, add_member, remove_member)
+        limits = {
+            name: _user_limit(option, text)
+            for name, option, text in (
+                ("max_gpus_per_user", "--max-gpus-per-user", max_gpus_per_user),
+                ("max_pending_per_user", "--max-pending-per-user", max_pending_per_user),
+            )
+            if text is not None
+        }
         if (
             weight is None
             and managers.replace is None
             and members.replace is None
             and not managers.by_name
             and not members.by_name
+            and not limits
         ):
             raise RequestError(
                 "nothing to change: give a WEIGHT, or --manager/--member (--no-managers, "
                 "--no-members, --add-member, --remove-member, --add-manager, "
-                "--remove-manager)"
+                "--remove-manager), or --max-gpus-per-user/--max-pending-per-user"
             )
         if not create:
             _refuse_near_miss(resolve_target(kafka, data), cluster, path)
@@ -1844,6 +1874,7 @@ def budget_set(
             remove_managers=managers.remove,
             add_members=members.add,
             remove_members=members.remove,
+            **limits,
             wait=wait,
             default_wait=default_wait,
             admission=False,  # the default wait is the budget commands' own
@@ -1861,6 +1892,20 @@ def budget_set(
             _say_if_members_inactive(sent.target, cluster, path)
     if weight == 0:
         typer.echo(_ZERO_WEIGHT_NOTE.format(path=path), err=True)
+
+
+def _user_limit(option: str, text: str) -> int:
+    """A per-user limit as sent: N >= 1, or -1 (`none`) to remove the limit."""
+    from domain.events import CLEAR_LIMIT
+
+    word = text.strip().lower()
+    if word in ("none", "-1", "unlimited"):
+        return CLEAR_LIMIT
+    if not word.isdigit() or not 1 <= int(word) <= 2**31 - 1:
+        raise RequestError(
+            f"{option} {text!r}: give a whole number of at least 1, or 'none' to remove the limit"
+        )
+    return int(word)
 
 
 def _say_if_members_inactive(target: Target, cluster: str, path: str) -> None:

@@ -1020,8 +1020,9 @@ def register(app: typer.Typer) -> None:
         and no higher-ranked work waits for GPUs ahead of it; or only unhealthy hosts
         could hold it: it waits for their repair), PartitionConfig (it needs more GPUs
         than the cluster has registered, after hosts were removed or shrunk: it waits
-        until hosts are registered or grow), Reserved (hosts are being kept
-        free for it), Headroom (only the hosts kept for short jobs have room), Held
+        until hosts are registered or grow), QOSMaxGRESPerUser (its user's allocated
+        work under an allocation with --max-gpus-per-user would pass it: it waits for
+        that user's own work to end), Reserved (hosts are being kept free for it), Headroom (only the hosts kept for short jobs have room), Held
         (`allot hold`: it waits until `allot release`); for
         running work: 'protected until HH:MM' (UTC) or 'preemptible'. Times are the
         journal's: 'now' is its latest event.
@@ -1528,7 +1529,10 @@ def register(app: typer.Typer) -> None:
         members and no managers above it is open to anyone. Members of an allocation
         that has children (it was a leaf when they were named) may submit neither to
         it nor below it: they are shown '(inactive: not a leaf)', kept for when it is
-        a leaf again (--json: members_active false).
+        a leaf again (--json: members_active false). PER-USER (shown once any
+        allocation has one): the per-user limits set on it with `allot budget set
+        --max-gpus-per-user/--max-pending-per-user`, over everything under it (--json:
+        max_gpus_per_user, max_pending_per_user; null: no limit).
 
         --json: running, entitled (also as entitled_gpus), unallocated and pending
         are GPUs now; usage_gpu_h is GPU-hours over the window [usage_since,
@@ -1582,6 +1586,9 @@ def register(app: typer.Typer) -> None:
                 *((("ROLE", "left"),) if users is not None else ()),
             ):
                 _column(table, h, justify)
+            limits = any(_user_limits(r) for r in rows)
+            if limits:
+                _column(table, "PER-USER", "left")
             base = min((r["depth"] for r in rows), default=0)  # -A: its subtree's top
             for r in rows:
                 indent = r["depth"] - base
@@ -1597,6 +1604,7 @@ def register(app: typer.Typer) -> None:
                     str(r["pending"]),
                     *((",".join(r["managers"]), _members(r)) if long else ()),
                     *((_roles(r, len(users) > 1),) if users is not None else ()),
+                    *((_user_limits(r),) if limits else ()),
                     style=_share_style(r, users is not None),
                 )
             print_table(title, table)
@@ -1610,6 +1618,15 @@ def register(app: typer.Typer) -> None:
                 typer.echo("no allocations yet: `allot budget set PATH WEIGHT` creates them")
 
         _answer(run)
+
+    def _user_limits(row: dict[str, Any]) -> str:
+        """`gpus 8, pending 20`: the per-user limits set on a share row."""
+        parts = [
+            f"{label} {row[key]}"
+            for label, key in (("gpus", "max_gpus_per_user"), ("pending", "max_pending_per_user"))
+            if row.get(key) is not None
+        ]
+        return ", ".join(parts)
 
     from allot.commands.requests import host_app
 
