@@ -38,6 +38,7 @@ person can act on raise `AuditError`.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -524,11 +525,13 @@ def history(
             SELECT "user", charged, gpus * (least(end_t, $hi) - greatest(start_t, $lo)) AS g
             FROM runs
             WHERE (allocation = $path OR starts_with(allocation, $path || '/'))
-              AND start_t < $hi AND end_t > $lo AND gpus IS NOT NULL {_IN_CLUSTER}
+              AND start_t < $hi AND end_t > $lo AND gpus IS NOT NULL
+              {_IN_CLUSTER if cluster is not None else ""}
         )
         GROUP BY "user"
         """,
-        {"path": path, "lo": -1e18 if lo is None else lo, "hi": hi, "cluster": cluster},
+        {"path": path, "lo": -1e18 if lo is None else lo, "hi": hi}
+        | ({"cluster": cluster} if cluster is not None else {}),
     ).fetchall()
     users = {
         user: [charged, free, runs, any_c, any_f]
@@ -537,9 +540,11 @@ def history(
     return made.answer(path, lo, hi, users)
 
 
-# a workload of `$cluster` (NULL: any), for tables without a cluster column
-_IN_CLUSTER = """AND ($cluster IS NULL OR workload IN (
-    SELECT workload FROM records WHERE type = 'workload.submitted' AND cluster = $cluster))"""
+# a workload of `$cluster`, for tables without a cluster column. Left out of the query,
+# not made true by a NULL $cluster: DuckDB still scans `records` for the subquery (+30%
+# CPU for `history` on the 10M-record benchmark)
+_IN_CLUSTER = """AND workload IN (
+    SELECT workload FROM records WHERE type = 'workload.submitted' AND cluster = $cluster)"""
 
 
 def _known_allocation(con: duckdb.DuckDBPyConnection, path: str, cluster: str | None) -> bool:
@@ -604,6 +609,22 @@ def _budget_records(con: duckdb.DuckDBPyConnection, cluster: str | None) -> list
     return [orjson.loads(record) for (record,) in rows]
 
 
+# `budget_log`'s rows in the database: the accepted changes with `previous_weight` and the
+# refused ones (`error` NULL for the others), of `$cluster` and `$path` and under it
+# (NULL: all)
+_BUDGET_LOG_ROWS = f"""(
+    SELECT * FROM (SELECT *, NULL::VARCHAR AS error FROM {_BUDGET_CHANGES_WITH_PREVIOUS}
+                   UNION ALL BY NAME SELECT * FROM {_REFUSED_BUDGET_CHANGES})
+    WHERE ($cluster IS NULL OR cluster = $cluster)
+      AND ($path IS NULL OR allocation = $path OR starts_with(allocation, $path || '/'))
+)"""
+_BUDGET_LOG_KEYS = ("time", "t", "cluster", "actor", "allocation", "change", "weight",
+                    "previous_weight")  # fmt: skip
+# `budget_rows`' JSON columns: the lists of names, and the per-user limits (numbers)
+_BUDGET_LOG_LISTS = ("managers", "members", *NAMED_CHANGES)
+_BUDGET_LOG_JSON = (*_BUDGET_LOG_LISTS, *USER_LIMITS)
+
+
 def budget_log(
     con: duckdb.DuckDBPyConnection, allocation: str | None = None, cluster: str | None = None
 ) -> list[dict[str, Any]]:
@@ -619,36 +640,122 @@ def budget_log(
         except log.BudgetLogError as why:
             raise AuditError(str(why)) from None
     path = allocation.strip().strip("/") if allocation else None
-    lists = ", ".join(("managers", "members", *_EXTRA_COLUMNS))
     rows = con.execute(
         f"""
         SELECT strftime(time, '%Y-%m-%dT%H:%M:%S'), t, cluster, actor, allocation, change,
-               weight, previous_weight, {lists}, error
-        FROM (SELECT *, NULL::VARCHAR AS error FROM {_BUDGET_CHANGES_WITH_PREVIOUS}
-              UNION ALL BY NAME SELECT * FROM {_REFUSED_BUDGET_CHANGES})
-        WHERE ($cluster IS NULL OR cluster = $cluster)
-          AND ($path IS NULL OR allocation = $path OR starts_with(allocation, $path || '/'))
-        ORDER BY seq
+               weight, previous_weight, {", ".join(_BUDGET_LOG_JSON)}, error
+        FROM {_BUDGET_LOG_ROWS} ORDER BY seq
         """,
         {"cluster": cluster, "path": path},
     ).fetchall()
     if allocation and not rows:
         raise AuditError(log.unknown_allocation(allocation))
     loads = orjson.loads
-    keys = ("time", "t", "cluster", "actor", "allocation", "change", "weight",
-            "previous_weight")  # fmt: skip
-    list_keys = ("managers", "members", *_EXTRA_COLUMNS)
     return [
         {
-            **dict(zip(keys, row[:8], strict=True)),
+            **dict(zip(_BUDGET_LOG_KEYS, row[:8], strict=True)),
             **{
                 k: loads(v) if v is not None else None
-                for k, v in zip(list_keys, row[8:-1], strict=True)
+                for k, v in zip(_BUDGET_LOG_JSON, row[8:-1], strict=True)
             },
             "error": row[-1],
         }
         for row in rows
     ]
+
+
+def budget_log_json(
+    con: duckdb.DuckDBPyConnection,
+    allocation: str | None = None,
+    cluster: str | None = None,
+    since: str | None = None,
+) -> bytes:
+    """`orjson.dumps` of `budget_log`'s rows from `since` on (`allot budget log --json`),
+    the same bytes (a test keeps them equal) written by DuckDB, a row at a time (one
+    to_json of a list of them took 1.7x as long): making a Python row of each took a
+    third of the command's time on the 10M-record benchmark (100k rows). Where
+    DuckDB's JSON would differ from orjson's (`_ORJSON_ALIKE`), made from the rows."""
+    from projections import budget_log as log
+
+    latest = latest_time(con)
+    if not _has_named_changes(con):
+        rows = budget_log(con, allocation, cluster)
+        return orjson.dumps(log.rows_since(rows, _since_time(since, latest)))
+    path = allocation.strip().strip("/") if allocation else None
+    params = {"cluster": cluster, "path": path}
+    if (
+        allocation
+        and not con.execute(f"SELECT 1 FROM {_BUDGET_LOG_ROWS} LIMIT 1", params).fetchall()
+    ):
+        raise AuditError(log.unknown_allocation(allocation))
+    since_t = _since_time(since, latest)
+    fields = ", ".join(f"'{k}': {k}" for k in (*_BUDGET_LOG_KEYS[1:], *_BUDGET_LOG_JSON, "error"))
+    alike, text = con.execute(
+        f"""
+        SELECT bool_and({_ORJSON_ALIKE}),
+               coalesce('[' || string_agg(to_json({{
+                   'time': strftime(time, '%Y-%m-%dT%H:%M:%S'), {fields}
+               }}), ',' ORDER BY seq) || ']', '[]')
+        FROM {_BUDGET_LOG_ROWS} WHERE $since IS NULL OR t >= $since
+        """,
+        {**params, "since": since_t},
+    ).fetchall()[0]
+    data = text.encode()
+    if alike is False or _UPPER_HEX_ESCAPE.search(data):
+        return orjson.dumps(log.rows_since(budget_log(con, allocation, cluster), since_t))
+    return data
+
+
+def _since_time(since: str | None, latest: float) -> float | None:
+    from projections.budget_log import since_time
+
+    return since_time(since, latest) if since is not None else None
+
+
+def _orjson_number(column: str) -> str:
+    return f"({column} IS NULL OR {column} = 0 OR (abs({column}) >= 1e-5 AND abs({column}) < 1e15))"
+
+
+# a row DuckDB writes as orjson does: its numbers where both write the shortest
+# round-trip digits (DuckDB writes 1e16 as 10000000000000000.0 and 1e-6 as 0.000001,
+# orjson 1e16 and 1e-6), lists of names only (not numbers in them) and whole limits
+_ORJSON_ALIKE = " AND ".join(
+    [
+        *(_orjson_number(c) for c in ("t", "weight", "previous_weight")),
+        *(
+            f"({c} IS NULL OR json_structure({c}) IN ('[\"VARCHAR\"]', '[\"NULL\"]'))"
+            for c in _BUDGET_LOG_LISTS
+        ),
+        *(f"({c} IS NULL OR json_type({c}) IN ('BIGINT', 'UBIGINT'))" for c in USER_LIMITS),
+    ]
+)
+# DuckDB escapes some control characters in upper case (\u001B), orjson in lower case
+_UPPER_HEX_ESCAPE = re.compile(rb"\\u[0-9a-fA-F]{0,3}[A-F]")
+
+
+# the `preemptions` view's rows in [$lo, $hi] of `$cluster` (NULL: any), with its
+# columns. Not read through the view: its join with every placement (for a drained
+# attempt's ran_s) hashes all of them, 2.5M on the 10M-record benchmark (0.35 s for
+# 292 preemptions in 7 days); here only the placements of this window's preemptions
+# without ran_s are joined
+_PREEMPTIONS_IN_WINDOW = """
+WITH q AS (
+    SELECT seq, t, cluster, workload, attempt, victim_allocation, reason, beneficiary,
+           requeued, ran_s
+    FROM records
+    WHERE type = 'workload.preempted' AND t >= $lo AND t <= $hi
+      AND ($cluster IS NULL OR cluster = $cluster)
+)
+SELECT q.t, q.workload, q.attempt, coalesce(q.victim_allocation, w.allocation) AS allocation,
+       w."user", w.gpus, q.reason, q.beneficiary, q.requeued,
+       coalesce(q.ran_s, q.t - p.t) AS ran_s
+FROM q LEFT JOIN workloads w USING (workload)
+LEFT JOIN (
+    SELECT workload, attempt, cluster, t FROM records
+    WHERE type = 'workload.placed' AND workload IN (SELECT workload FROM q WHERE ran_s IS NULL)
+) p ON p.workload = q.workload AND p.attempt = q.attempt AND p.cluster = q.cluster
+ORDER BY q.seq
+"""
 
 
 def preemptions(
@@ -658,8 +765,8 @@ def preemptions(
     cluster: str | None = None,
 ) -> list[dict[str, Any]]:
     """Every preemption in [since, until], oldest first: `projections.history.preemptions`'s
-    rows, read from the `preemptions` view (the same victim allocation, user, GPUs and
-    run time), not folded in Python (6.5 s on 10M records, this a few ms)."""
+    rows, the `preemptions` view's (the same victim allocation, user, GPUs and run time),
+    not folded in Python (6.5 s on 10M records, this a few ms)."""
     from projections import history as made
 
     try:
@@ -667,13 +774,7 @@ def preemptions(
     except made.HistoryError as why:
         raise AuditError(str(why)) from None
     rows = con.execute(
-        """
-        SELECT t, workload, attempt, allocation, "user", gpus, reason, beneficiary,
-               requeued, ran_s
-        FROM preemptions
-        WHERE t >= $lo AND t <= $hi AND ($cluster IS NULL OR cluster = $cluster)
-        ORDER BY seq
-        """,
+        _PREEMPTIONS_IN_WINDOW,
         {"lo": -1e18 if lo is None else lo, "hi": hi, "cluster": cluster},
     ).fetchall()
     keys = ("workload", "attempt", "allocation", "user", "gpus", "reason", "beneficiary",

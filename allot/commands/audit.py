@@ -410,6 +410,9 @@ def _budget_log(
             from streams.sources import NO_JOURNAL_GIVEN
 
             raise TargetError(f"{NO_JOURNAL_GIVEN} (or an audit database: --db)")
+        elif json_:
+            typer.echo(_budget_json_from_db(allocation, since, cluster, db))
+            return
         else:
             rows, latest, title = _budget_rows_from_db(allocation, cluster, db)
         since_t = _since(since, latest)
@@ -462,6 +465,19 @@ def _budget_rows_from_journal(
         typer.echo(visible(cut_line_warning(path)), err=True)  # type: ignore[arg-type]
     label = f"{target.label} cluster {wanted}" if wanted else target.label
     return rows, latest, f"from the journal ({label})"
+
+
+def _budget_json_from_db(
+    allocation: str | None, since: str | None, cluster: str | None, db: Path | None
+) -> bytes:
+    """--json from the audit database: the rows' JSON, written by DuckDB."""
+    from projections.audit import budget_log_json
+
+    con = _open(db)
+    try:
+        return budget_log_json(con, allocation, cluster, since)
+    finally:
+        con.close()
 
 
 def _budget_rows_from_db(
