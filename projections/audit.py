@@ -517,10 +517,8 @@ def history(
         raise AuditError(made.unknown_allocation(allocation))
     rows = con.execute(
         f"""
-        SELECT "user",
-               coalesce(sum(CASE WHEN charged THEN g END), 0.0),
-               coalesce(sum(CASE WHEN NOT charged THEN g END), 0.0),
-               count(*), coalesce(bool_or(charged), false), coalesce(bool_or(NOT charged), false)
+        SELECT "user", sum(CASE WHEN charged THEN g END), sum(CASE WHEN NOT charged THEN g END),
+               count(*)
         FROM (
             SELECT "user", charged, gpus * (least(end_t, $hi) - greatest(start_t, $lo)) AS g
             FROM runs
@@ -533,9 +531,16 @@ def history(
         {"path": path, "lo": -1e18 if lo is None else lo, "hi": hi}
         | ({"cluster": cluster} if cluster is not None else {}),
     ).fetchall()
+    # a sum is NULL where the user had no such run (bool_or of each was 20% of the query)
     users = {
-        user: [charged, free, runs, any_c, any_f]
-        for user, charged, free, runs, any_c, any_f in rows
+        user: [
+            0.0 if charged is None else charged,
+            0.0 if free is None else free,
+            runs,
+            charged is not None,
+            free is not None,
+        ]
+        for user, charged, free, runs in rows
     }
     return made.answer(path, lo, hi, users)
 
