@@ -170,7 +170,7 @@ def main() -> None:
         presets: dict[str, Any] = {
             f"history --allocation {root}": lambda: audit.history(con, root),
             f"history --allocation {root} --since 7d": lambda: audit.history(con, root, "7d"),
-            "budget log": lambda: audit.budget_log(con),
+            "budget log": lambda: audit.budget_log_json(con),  # as `budget log --json`
             "preemptions --since 7d": lambda: audit.preemptions(con, "7d"),
             f"why {wid} --audit": why,
         }

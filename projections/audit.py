@@ -26,10 +26,10 @@ Tables and views (times are UTC `TIMESTAMP`s; `t` columns are the raw epoch seco
   journal's latest time (`end_t`).
 
 The presets (`history`, `budget_log`, `preemptions`) answer `allot history`,
-`allot budget log` and `allot preemptions` (the budget log's rows are made by
-in SQL over the tables `audit load` keeps (`budget_rows`, `runs`, `preemptions`): the
-same rows as `projections.budget_log` and `projections.history` make from the journal,
-which tests keep equal). `allot why ID --audit DB` reads one workload's records
+`allot budget log` and `allot preemptions`, made in SQL over the tables `audit load`
+keeps (`budget_rows`, `runs`, `records`): the same rows as `projections.budget_log` and
+`projections.history` make from the journal, which tests keep equal; `budget_log_json`
+is the budget log as `--json` prints it, written by DuckDB. `allot why ID --audit DB` reads one workload's records
 with `find_workload` (a unique prefix is enough) and `workload_records`, and turns them
 into its timeline with `projections.timeline` (the same as from the journal). Errors a
 person can act on raise `AuditError`.
