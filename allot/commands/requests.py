@@ -1554,7 +1554,8 @@ requeue = _workload_command(
 MAX_COUNT = 2**31 - 1
 
 budget_app = typer.Typer(
-    help="Change the budget tree: weights, managers, members.", no_args_is_help=True
+    help="Change the budget tree: weights, managers, members, per-user limits.",
+    no_args_is_help=True,
 )
 host_app = typer.Typer(
     help="Register, resize and remove hosts, report their health, list them.",
