@@ -558,7 +558,8 @@ def replay(
             help="A budget what-if (repeatable): PATH=WEIGHT gives PATH that weight in "
             "every recorded change of it (as if it always had it); PATH=WEIGHT@TIME "
             "changes it from TIME on (a duration after the journal's first record, "
-            "e.g. 2d, or an ISO date/time).",
+            "e.g. 2d, or an ISO date/time). Weights only: recorded per-user limits "
+            "hold as they were.",
         ),
     ] = None,
     verify: Annotated[

@@ -35,7 +35,13 @@ NAMED_CHANGES = (
 # per-user limits a `budget.set` set (-1: removed; None: kept)
 USER_LIMITS = ("max_gpus_per_user", "max_pending_per_user")
 
-_BUDGET_FIELDS = ("weight", "managers", "members")
+# a `budget.set` record's value that removes a limit (`domain.events.CLEAR_LIMIT`; the
+# domain is not imported here: `allot budget log` starts light)
+CLEAR_LIMIT = -1
+
+_LIST_FIELDS = ("managers", "members")
+# what an undo line puts back
+_UNDONE_FIELDS = ("weight", *_LIST_FIELDS, *USER_LIMITS)
 
 
 class BudgetLogError(ValueError):
@@ -163,19 +169,41 @@ def _iso(t: float) -> str:
 
 
 def _as_restored(before: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
-    """The values to set again: an unset list is put back as an empty one."""
-    return {f: before[f] if f == "weight" else before[f] or [] for f in fields}
+    """The values to set again: an unset list is put back as an empty one, a limit
+    that was not there as CLEAR_LIMIT (`--max-gpus-per-user none`)."""
+    return {f: before[f] if f not in _LIST_FIELDS else before[f] or [] for f in fields}
+
+
+def _held_after(row: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    """An allocation's weight, lists and limits after the accepted `set` in `row`. A
+    limit the row kept stays as it was; a new allocation has none (CLEAR_LIMIT), as a
+    row's -1 (or any value below 1, as `AllocationTree.set`) leaves it."""
+    kept = before or {}
+    held = {f: row[f] if row[f] is not None else kept.get(f) for f in ("weight", *_LIST_FIELDS)}
+    for f in USER_LIMITS:
+        value = row[f]
+        if value is None:
+            held[f] = kept.get(f, CLEAR_LIMIT)
+        else:
+            held[f] = value if value >= 1 else CLEAR_LIMIT
+    return held
+
+
+def _set_on(held: dict[str, Any]) -> list[str]:
+    """The fields to set on a removed allocation to have it back: all but its absent limits."""
+    return [f for f in _UNDONE_FIELDS if f not in USER_LIMITS or held[f] != CLEAR_LIMIT]
 
 
 def budget_undo(rows: list[dict[str, Any]], since: float | None = None) -> list[dict[str, Any]]:
     """For each allocation in `rows` (`budget_log`'s, oldest first, without `since`)
     whose last accepted change replaced something, what it replaced: `{cluster,
-    allocation, time, t, actor, weight, managers, members}`, each of the last three the
-    value before the change (None where the change kept it; a list may be empty). An
-    allocation the change created has nothing to put back; one it removed gets back its
-    weight and lists. Newest change first; with `since`, only changes from then on.
-    The rows must hold each allocation's history from its start (an allocation filter
-    keeps whole histories)."""
+    allocation, time, t, actor, weight, managers, members, max_gpus_per_user,
+    max_pending_per_user}`, each of the last five the value before the change (None
+    where the change kept it; a list may be empty; a limit is CLEAR_LIMIT where there
+    was none). An allocation the change created has nothing to put back; one it removed
+    gets back its weight, lists and the limits it had. Newest change first; with
+    `since`, only changes from then on. The rows must hold each allocation's history
+    from its start (an allocation filter keeps whole histories)."""
     held: dict[tuple[str, str], dict[str, Any]] = {}
     replaced: dict[tuple[str, str], dict[str, Any] | None] = {}
     for r in rows:
@@ -184,17 +212,17 @@ def budget_undo(rows: list[dict[str, Any]], since: float | None = None) -> list[
         key = (r["cluster"], r["allocation"])
         before = held.pop(key, None)
         if r["change"] == "removed":  # (a journal that starts later may not know it)
-            was = _as_restored(before, _BUDGET_FIELDS) if before else {}
+            # a limit it did not have needs no putting back: a new allocation has none
+            was = _as_restored(before, _set_on(before)) if before else {}
         else:
-            now = {f: r[f] if r[f] is not None else (before or {}).get(f) for f in _BUDGET_FIELDS}
-            held[key] = now
+            now = held[key] = _held_after(r, before)
             if before is None:  # created: nothing to put back
                 was = {}
             else:
-                changed = [f for f in _BUDGET_FIELDS if r[f] is not None and before[f] != now[f]]
+                changed = [f for f in _UNDONE_FIELDS if r[f] is not None and before[f] != now[f]]
                 was = _as_restored(before, changed)
         replaced[key] = (
-            {f: None for f in _BUDGET_FIELDS}
+            {f: None for f in _UNDONE_FIELDS}
             | was
             | {"cluster": key[0], "allocation": key[1], "time": r["time"], "t": r["t"]}
             | {"actor": r["actor"]}

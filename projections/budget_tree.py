@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from domain.tree import AllocationTree, ancestors, parent_of
+from projections.budget_log import USER_LIMITS
 
 
 class BudgetTree:
@@ -48,9 +49,19 @@ class BudgetTree:
             if removed:
                 self.shares.remove(path)
             else:
-                self.shares.set(path, None if weight is None else float(weight))
+                self.shares.set(
+                    path, None if weight is None else float(weight), limits=_limits(record)
+                )
         except (KeyError, ValueError, TypeError):
             pass  # not a record the scheduler accepted as such: skipped, as for a hint
+
+    def user_limits(self, path: str) -> dict[str, int | None] | None:
+        """`path`'s per-user limits by field name (None: no limit), or None when the
+        tree has no such allocation."""
+        node = self.shares.nodes.get(path)
+        if node is None:
+            return None
+        return {name: getattr(node, name) for name in USER_LIMITS}
 
     def children_of(self, path: str | None) -> list[str]:
         """The paths directly under `path` (the top-level ones for None), sorted."""
@@ -63,3 +74,8 @@ class BudgetTree:
         if allocation not in self.shares:
             return None
         return next((p for p in ancestors(allocation) if self.shares.share(p) <= 0), None)
+
+
+def _limits(record: dict[str, Any]) -> dict[str, int]:
+    """The per-user limits a `budget.set` record sets (a value below 1 removes one)."""
+    return {name: value for name in USER_LIMITS if type(value := record.get(name)) is int}

@@ -472,6 +472,15 @@ def page(title: str, body: str, *, active: str = "", source: str = "") -> str:
     )
 
 
+def _user_limits(row: dict[str, Any]) -> str:
+    """`gpus 8, pending 20`: the per-user limits set on a share row, over its subtree."""
+    return ", ".join(
+        f"{label} {row[key]}"
+        for label, key in (("gpus", "max_gpus_per_user"), ("pending", "max_pending_per_user"))
+        if row.get(key) is not None
+    )
+
+
 def _table(head: list[tuple[str, bool]], rows: list[str], *, cls: str = "") -> str:
     """A table in a scrolling box no taller than the window: a wide table scrolls
     sideways inside the page instead of widening it, with its scroll bar on screen
@@ -626,7 +635,11 @@ def allocations_page(snap: Snapshot) -> str:
         else "<p class='hint'>Nothing was owed yet.</p>"
     )
     tree_rows = []
-    for r in share_rows(snap.view):
+    shares = share_rows(snap.view)
+    # per-user limits (`allot budget set --max-gpus-per-user`), as `allot shares` shows
+    # them: a column only once some allocation has one
+    limited = any(_user_limits(r) for r in shares)
+    for r in shares:
         indent = "&nbsp;&nbsp;&nbsp;&nbsp;" * r["depth"]
         # an inner node as `vision/`; a root by its name, as `allot shares` shows it
         name = f"{indent}{esc(r['name'])}" + ("" if r["leaf"] or not r["depth"] else "/")
@@ -641,6 +654,7 @@ def allocations_page(snap: Snapshot) -> str:
             + _td(f"{r['running']} / {r['entitled']:g}", "running", num=True)
             + _td(r["unallocated"], "unallocated", num=True)
             + _td(r["pending"], "pending", num=True)
+            + (_td(_user_limits(r), "limits") if limited else "")
             + "</tr>"
         )
     from domain.durations import format_duration
@@ -668,6 +682,7 @@ def allocations_page(snap: Snapshot) -> str:
                 ("running / entitled GPUs", True),
                 ("unallocated GPUs", True),
                 ("pending GPUs", True),
+                *([("per-user limits", False)] if limited else []),
             ],
             tree_rows,
             cls="tree",

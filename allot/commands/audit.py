@@ -567,6 +567,9 @@ def _say_undo(undo: list[dict[str, Any]]) -> None:
             for which in ("managers", "members")
             if u[which] is not None
         ]
+        limits = _limits_shown(u)
+        if limits:
+            was.append(f"per-user {limits}")
         typer.echo(
             f"undo {u['actor']}'s change of {u['allocation']} at {_shown_time(u['time'])} "
             f"(it was {', '.join(was)}): {_restore_command(u)}",
@@ -581,8 +584,11 @@ def _say_undo(undo: list[dict[str, Any]]) -> None:
 
 
 def _restore_command(u: dict[str, Any]) -> str:
-    """`allot budget set PATH [WEIGHT] [--manager a,b | --no-managers] [...]`."""
+    """`allot budget set PATH [WEIGHT] [--manager a,b | --no-managers] [...]
+    [--max-gpus-per-user N|none] [--max-pending-per-user M|none]`."""
     import shlex
+
+    from projections.budget_log import USER_LIMITS
 
     words = ["allot", "budget", "set", u["allocation"]]
     if u["weight"] is not None:
@@ -591,6 +597,10 @@ def _restore_command(u: dict[str, Any]) -> str:
         names = u[which]
         if names is not None:
             words += [f"--{flag}", ",".join(names)] if names else [f"--no-{which}"]
+    for key in USER_LIMITS:
+        value = u[key]
+        if value is not None:  # (a limit that was not there is put back as none)
+            words += [f"--{key.replace('_', '-')}", "none" if value < 1 else str(value)]
     if u["cluster"] and u["cluster"] != "default":
         words += ["--cluster", u["cluster"]]
     return shlex.join(words)
@@ -825,8 +835,9 @@ def register(app: typer.Typer) -> None:
 
         On stderr, for the allocations of the 5 latest changes, what each change replaced
         and the command that puts it back: `undo pm's change of lab/big at ... (it was
-        weight 10): allot budget set lab/big 10`. A change that created an allocation
-        has none. `-a PATH` gives them for PATH and those under it; --since, for the
+        weight 10): allot budget set lab/big 10`, per-user limits too
+        (`--max-gpus-per-user none` where there was none). A change that created an
+        allocation has none. `-a PATH` gives them for PATH and those under it; --since, for the
         changes from then on."""
         _budget_log(allocation, since, (kafka, data, journal), cluster, db, json_)
 

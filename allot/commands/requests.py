@@ -1554,7 +1554,8 @@ requeue = _workload_command(
 MAX_COUNT = 2**31 - 1
 
 budget_app = typer.Typer(
-    help="Change the budget tree: weights, managers, members.", no_args_is_help=True
+    help="Change the budget tree: weights, managers, members, per-user limits.",
+    no_args_is_help=True,
 )
 host_app = typer.Typer(
     help="Register, resize and remove hosts, report their health, list them.",
@@ -1881,13 +1882,14 @@ def budget_set(
         )
     _report_verdict(
         f"the budget change for {path}",
-        f"Budget of {path} set",
+        lambda: f"Budget of {path} set{_limits_now(sent, cluster, path, limits)}",
         wait,
         sent,
         _request_check(sent.request, "`allot shares -l`"),
     )
     if sent.verdict is not None:
         _say_named_changes(sent.verdict, managers, members)
+        _say_if_limits_ignored(sent.verdict, limits)
         if members.add or members.replace:
             _say_if_members_inactive(sent.target, cluster, path)
     if weight == 0:
@@ -1906,6 +1908,40 @@ def _user_limit(option: str, text: str) -> int:
             f"{option} {text!r}: give a whole number of at least 1, or 'none' to remove the limit"
         )
     return int(word)
+
+
+def _limits_now(sent: _Sent, cluster: str, path: str, limits: dict[str, int]) -> str:
+    """`; per-user limits now: gpus 16, pending none`: after an accepted change of a
+    limit, both of PATH's as they now are (the one left out may have been set before),
+    so a typo shows at once; nothing when the change set none or the scheduler ignored
+    them (`_say_if_limits_ignored`)."""
+    verdict = sent.verdict or {}
+    if not limits or any(verdict.get(name) is None for name in limits):
+        return ""
+    tree = _budget_tree(sent.target, cluster)
+    now = tree.user_limits(path) if tree is not None else None
+    if now is None:  # the journal could not be read again: what this change set
+        now = {name: verdict[name] for name in limits}
+    shown = []
+    for label, name in (("gpus", "max_gpus_per_user"), ("pending", "max_pending_per_user")):
+        if name in now:
+            value = now[name]
+            shown.append(f"{label} {'none' if value is None or value < 1 else value}")
+    return f"; per-user limits now: {', '.join(shown)}"
+
+
+def _say_if_limits_ignored(verdict: dict[str, Any], limits: dict[str, int]) -> None:
+    """A scheduler older than the per-user limits accepts the change without them (its
+    record has no such field): say so and exit 1, or the manager believes a limit holds."""
+    ignored = [name for name in limits if verdict.get(name) is None]
+    if ignored:
+        options = "/".join(f"--{name.replace('_', '-')}" for name in ignored)
+        typer.echo(
+            f"The scheduler ignored {options}: it predates per-user limits and set none; "
+            "upgrade `allot serve`",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 def _say_if_members_inactive(target: Target, cluster: str, path: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.cli import allot, one_line_error
 from tests.e2e.requests_rig import ADMIN, serve, wait_for
-from tests.projections.audit_histories import night_history, write
+from tests.projections.audit_histories import limits_history, night_history, write
 
 
 def rows_and_undo(result: subprocess.CompletedProcess[str]) -> tuple[list[str], list[str]]:
@@ -145,3 +145,22 @@ def test_budget_log_source_errors_are_one_line(tmp_path: Path) -> None:
     one_line_error(
         allot("budget", "log", "--journal", str(tmp_path / "none.jsonl")), "no such journal"
     )
+
+
+def test_undo_lines_put_back_per_user_limits_from_both_sources(tmp_path: Path) -> None:
+    """limits_history: lab/a's GPU limit 8 → 16 with a new pending limit of 20, lab/b's
+    GPU limit 4 removed, lab/c (a pending limit of 5) removed. Each undo line gives the
+    limits back as they were: `none` for one there was not."""
+    journal = write(tmp_path / "journal.jsonl", limits_history())
+    db = tmp_path / "audit.duckdb"
+    assert allot("audit", "load", "--journal", str(journal), "--db", str(db)).returncode == 0
+    from_journal = allot("budget", "log", "--journal", str(journal))
+    assert rows_and_undo(from_journal) == rows_and_undo(allot("budget", "log", "--db", str(db)))
+    _, undo = rows_and_undo(from_journal)
+    assert [line.split(" (it was ", 1)[1] for line in undo] == [
+        "weight 2, managers (none), members (none), per-user pending 5): allot budget set "
+        "lab/c 2 --no-managers --no-members --max-pending-per-user 5 --cluster test",
+        "per-user gpus 4): allot budget set lab/b --max-gpus-per-user 4 --cluster test",
+        "per-user gpus 8, pending none): allot budget set lab/a --max-gpus-per-user 8 "
+        "--max-pending-per-user none --cluster test",
+    ]

@@ -207,6 +207,32 @@ def test_an_unauthorized_budget_change_is_rejected_with_the_actor(cluster: Path)
     assert removed["allocation"] == "lab/tmp" and removed["actor"] == "pm"
 
 
+def test_an_accepted_limit_change_says_the_limits_now(cluster: Path) -> None:
+    """`Budget of lab/capped set` alone did not say which per-user limits now hold, so a
+    typo (160 for 16) or a limit set before and forgotten went unseen: the verdict now
+    gives both of the allocation's limits after a change of either."""
+
+    def budget_set(*args: str) -> str:
+        result = allot("budget", "set", "lab/capped", *args, "--data", str(cluster), "--as", "pm")
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout.splitlines()[-1]
+
+    try:
+        assert budget_set("1", "--max-pending-per-user", "20") == (
+            "Budget of lab/capped set; per-user limits now: gpus none, pending 20"
+        )
+        assert budget_set("--max-gpus-per-user", "16") == (
+            "Budget of lab/capped set; per-user limits now: gpus 16, pending 20"
+        )
+        assert budget_set("--max-pending-per-user", "none") == (
+            "Budget of lab/capped set; per-user limits now: gpus 16, pending none"
+        )
+        assert budget_set("2") == "Budget of lab/capped set"  # no limit changed: none said
+    finally:  # the module's other tests know lab's children
+        gone = allot("budget", "remove", "lab/capped", "--data", str(cluster), "--as", "pm")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+
+
 def test_a_zero_weight_says_what_it_means(cluster: Path) -> None:
     """Weight 0 was taken with "Budget of ... set" alone: that the allocation's work now
     runs only unallocated (free, unprotected, preemptible) was for the manager to find."""

@@ -75,6 +75,28 @@ def named_changes_history() -> list[Any]:
     return c.journal
 
 
+def limits_history() -> list[Any]:
+    """pm gives lab/a a GPU limit of 8 at 1h, then 16 GPUs and 20 pending at 2h;
+    creates lab/b with a GPU limit of 4 at 3h and removes that limit at 4h; creates
+    lab/c (weight 2, a pending limit of 5) and removes it at 5h."""
+    c = cluster(hosts=1, headroom_hosts=0)
+    c.budget("lab", 1, managers=("pm",))
+    c.budget("lab/a", 1, actor="pm")
+    c.at("1h").input(ev.BudgetSet, allocation="lab/a", max_gpus_per_user=8, actor="pm")
+    c.at("2h").input(
+        ev.BudgetSet,
+        allocation="lab/a",
+        max_gpus_per_user=16,
+        max_pending_per_user=20,
+        actor="pm",
+    )
+    c.at("3h").input(ev.BudgetSet, allocation="lab/b", weight=1, max_gpus_per_user=4, actor="pm")
+    c.at("4h").input(ev.BudgetSet, allocation="lab/b", max_gpus_per_user=-1, actor="pm")
+    c.budget("lab/c", 2, max_pending_per_user=5, actor="pm")
+    c.at("5h").input(ev.BudgetRemoved, allocation="lab/c", actor="pm")
+    return c.journal
+
+
 def loaded(tmp_path: Path, records: list[Any]) -> tuple[Path, Path]:
     """`records` written to TMP/journal.jsonl and loaded into TMP/audit.duckdb: (journal,
     database)."""

@@ -20,6 +20,7 @@ HISTORIES = (
     "refused_history",
     "named_changes_history",
     "night_history",
+    "limits_history",
 )
 
 
@@ -44,6 +45,29 @@ def test_since_hides_older_rows_not_what_they_set(tmp_path: Path) -> None:
     assert later[0] == second and (second["previous_weight"], second["weight"]) == (1.0, 3.0)
     assert rows_since(rows, None) == rows
     assert budget_undo(rows, since=rows[-1]["t"] + 1) == []
+
+
+def test_undo_puts_back_the_per_user_limits_a_change_replaced(tmp_path: Path) -> None:
+    """A limit set where there was none is put back as none (CLEAR_LIMIT, -1); one
+    replaced, as it was; a limit kept, not at all; a removed allocation gets back the
+    limits it had, and no word of those it had not."""
+    journal, db = histories.loaded(tmp_path, histories.limits_history())
+    from_journal = budget_log(records_of_type(RECORD_TYPES, journal=journal))
+    con = audit.connect(db, read_only=True)
+    try:
+        from_db = audit.budget_log(con)
+    finally:
+        con.close()
+    limits = ("max_gpus_per_user", "max_pending_per_user")
+    for rows in (from_journal, from_db):
+        undo = {
+            u["allocation"]: tuple(u[k] for k in ("weight", *limits)) for u in budget_undo(rows)
+        }
+        assert undo == {"lab/c": (2.0, None, 5), "lab/b": (None, 4, None), "lab/a": (None, 8, -1)}
+        first = budget_undo([r for r in rows if r["t"] <= rows[2]["t"]])  # lab/a's first limit
+        assert [
+            (u["allocation"], u["max_gpus_per_user"], u["max_pending_per_user"]) for u in first
+        ] == [("lab/a", -1, None)]
 
 
 @pytest.mark.parametrize("name", HISTORIES)

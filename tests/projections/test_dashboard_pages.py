@@ -404,6 +404,28 @@ def test_the_budget_tree_names_its_root_without_a_trailing_slash(path: str, show
     assert html.unescape(name).replace("\xa0", "") == shown
 
 
+def test_the_budget_tree_shows_per_user_limits_once_an_allocation_has_one():
+    """The page listed each allocation's weight and share but not the per-user limits
+    `allot shares` shows, so work waiting on QOSMaxGRESPerUser had no visible cause."""
+    from projections.dashboard import allocations_page
+
+    def limits_column(j: JournalBuilder) -> dict[str, str] | None:
+        text = allocations_page(snapshot(j.at(60).tick()))
+        if "per-user limits" not in text:
+            return None
+        rows = re.findall(r'<tr data-path="([^"]+)">(.*?)</tr>', text, re.S)
+        return {p: re.search(r'data-k="limits">(.*?)</td>', row)[1] for p, row in rows}
+
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1).budget("lab/b", 1)
+    assert limits_column(j) is None  # no limit anywhere: no column
+    j = JournalBuilder().host("h0")
+    j.budget("lab", 1).budget("lab/a", 1).budget("lab/b", 1)
+    j.add("budget.set", actor="admin", allocation="lab", max_gpus_per_user=16)
+    j.add("budget.set", actor="admin", allocation="lab/a", max_pending_per_user=20)
+    assert limits_column(j) == {"lab": "gpus 16", "lab/a": "pending 20", "lab/b": ""}
+
+
 @pytest.mark.parametrize(
     ("ordering", "ratio"),
     [("fairshare", "inf"), ("fifo", "")],
