@@ -48,7 +48,7 @@ app = typer.Typer(
     help=(
         "allot: an event-sourced GPU cluster scheduler with hierarchical fair share.\n\n"
         "Run it live (serve, topics, journal export/restore; submit, cancel, hold, release, requeue, budget, host; queue, "
-        "acct, shares, why; executor), watch it (metrics, dashboard, usage, rollup, audit, "
+        "acct, shares, why, idle; executor), watch it (metrics, dashboard, usage, rollup, audit, "
         "history, preemptions), and simulate policies before rollout (simulate, replay, "
         "compare, demo, trace import). Every command has --help; `allot completion bash` "
         "(or zsh, fish) prints the shell's TAB completion."

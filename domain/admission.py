@@ -389,6 +389,20 @@ def _check_finished(state: State, e: ev.WorkloadFinished) -> None:
         )
 
 
+def _check_utilization(state: State, e: ev.WorkloadUtilization) -> None:
+    """A launcher's reading, accepted from any actor as `workload.finished` is, about
+    the attempt running now only: a late reading of an old attempt would make the new
+    one look idle (or busy)."""
+    w = _live(state, e.workload, "report on")
+    if w.state != RUNNING:
+        raise Rejected(f"workload {e.workload!r} is {w.state}, not running; nothing to measure")
+    if e.attempt != w.attempt:
+        raise Rejected(
+            f"report is about attempt {e.attempt} but {e.workload!r} is on attempt {w.attempt}; "
+            "stale report ignored"
+        )
+
+
 def _check_budget_target(state: State, path: str, actor: str) -> None:
     if not valid_path(path):
         raise Rejected(
@@ -556,6 +570,7 @@ _CHECKS = {
     "workload.released": _check_released,
     "workload.requeue_requested": _check_requeue_requested,
     "workload.finished": _check_finished,
+    "workload.utilization": _check_utilization,
     "budget.set": _check_budget_set,
     "budget.removed": _check_budget_removed,
     "host.registered": _check_host_registered,

@@ -27,10 +27,11 @@ DURATION_KEYS = (
     "bucket",
     "preempt_grace",
     "health_holddown",
+    "idle_after",
 )
 # keys added with a default that changes nothing: left out of the journaled config while
 # at it, so configs (and journals) recorded before the key existed keep their bytes
-OMITTED_AT_DEFAULT = {"health_holddown": 0.0}
+OMITTED_AT_DEFAULT = {"health_holddown": 0.0, "idle_threshold": 0.05, "idle_after": 1800.0}
 
 
 class SchedulerConfig(BaseModel):
@@ -88,6 +89,22 @@ class SchedulerConfig(BaseModel):
             "stayed healthy this long (Slurm's ReturnToService=0 for flapping nodes); "
             "`allot host health H --healthy --force` returns it at once"
         ),
+    )
+
+    # views only (`allot queue`, `allot idle`, metrics): decide never reads these
+    idle_threshold: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description=(
+            "a running attempt whose launcher reports mean GPU utilization below this "
+            "(0..1) is idle"
+        ),
+    )
+    idle_after: float = Field(
+        1800.0,
+        ge=0,
+        description="how long an attempt must stay idle before views and alerts call it idle",
     )
 
     @model_serializer(mode="wrap")

@@ -139,7 +139,8 @@ def handle(state: State, event: Any) -> list[Any]:
     accepted = admit(state, event)
     evolve(state, accepted)
     out = [accepted]
-    out.extend(decide(state, state.now, cause=accepted.id))
+    if not ev.is_informational(accepted):  # (a report for views: no cycle)
+        out.extend(decide(state, state.now, cause=accepted.id))
     return out
 
 

@@ -165,6 +165,23 @@ class WorkloadFinished(Envelope):
     reason: Annotated[str | None, BeforeValidator(_reason_line)] = None
 
 
+class WorkloadUtilization(Envelope):
+    """A launcher's reading of how busy a running attempt keeps its GPUs: the mean GPU
+    utilization (0..1) over the `interval` seconds before the report, and optionally
+    the mean fraction of GPU memory in use. Observability only: accepted into the
+    journal as a fact (so idle, "squatted" GPUs show in `allot queue`, `allot idle`
+    and the metrics) but never folded into the scheduler's state, and it causes no
+    scheduling cycle, so decisions are the same with or without these reports."""
+
+    type: Literal["workload.utilization"] = "workload.utilization"
+    workload: str
+    # the attempt it measured: a late report about an old attempt is rejected
+    attempt: Count
+    utilization: Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+    memory: Annotated[float, Strict(), Field(ge=0.0, le=1.0)] | None = None
+    interval: Annotated[float, Strict(), Field(gt=0.0, le=86400.0)] = 300.0
+
+
 class BudgetSet(Envelope):
     """Create an allocation or change its weight, managers or members.
 
@@ -368,6 +385,7 @@ Input = (
     | WorkloadReleased
     | WorkloadRequeueRequested
     | WorkloadFinished
+    | WorkloadUtilization
     | BudgetSet
     | BudgetRemoved
     | HostRegistered
@@ -396,6 +414,18 @@ INPUT_TYPES: frozenset[str] = frozenset(
 # the records after one of these read a new inbox (SchedulerCore.fold_journal)
 INBOX_RESETS: frozenset[str] = frozenset({JournalRestored.model_fields["type"].default})
 BOOKKEEPING_TYPES: frozenset[str] = INBOX_RESETS
+# inputs that inform views only: accepted (or rejected) into the journal but never
+# folded into the state and never the cause of a scheduling cycle
+INFORMATIONAL_TYPES: frozenset[str] = frozenset({WorkloadUtilization.model_fields["type"].default})
+
+
+def is_informational(record: Any) -> bool:
+    """An informational input, or the rejection of one: it causes no cycle."""
+    if record.type in INFORMATIONAL_TYPES:
+        return True
+    return isinstance(record, _Rejected) and record.input_type in INFORMATIONAL_TYPES
+
+
 REJECTION_BY_NOUN: dict[str, type[_Rejected]] = {
     "workload": WorkloadRejected,
     "budget": BudgetRejected,

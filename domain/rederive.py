@@ -37,4 +37,7 @@ def rederive(state: State, records: Iterable[Any]) -> Iterator[tuple[Any, list[A
         if not is_cause(record):
             continue
         evolve(state, record)
+        if ev.is_informational(record):  # it caused no cycle
+            yield record, []
+            continue
         yield record, decide(state, state.now, cause=record.id)

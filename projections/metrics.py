@@ -26,6 +26,11 @@ Per cluster (a journal may hold several; each gets its own fold):
   A Kueue dashboard's per-ClusterQueue panels (``kueue_pending_workloads``,
   ``kueue_admitted_active_workloads``, ``kueue_cluster_queue_resource_usage``) read
   these.
+- ``allot_allocation_idle_gpus{allocation}``: GPUs held by each leaf's running work
+  whose launcher reports it idle (`workload.utilization` below `idle_threshold` for at
+  least `idle_after`; stale readings do not count): held GPUs doing no work, the
+  squatting `allot idle` lists by user. Every leaf has its series, 0 when none.
+  Alert AllotIdleGPUs.
 - ``allot_queue_wait_seconds{class}``: histogram of submit → first placement;
   ``class`` is ``short`` for work tagged ``debug`` or within the short-job rule
   (0 < min_runtime ≤ short_job_max_min_runtime and gpus ≤ short_job_max_gpus), else
@@ -112,6 +117,7 @@ from domain.fairshare import ratio as fair_ratio
 from domain.state import PENDING, RUNNING
 from domain.upcasting import upcast
 from projections.usage import UsageProjection
+from projections.utilization import Utilization, current, is_idle, next_reading
 
 # histogram buckets (seconds)
 QUEUE_WAIT_BUCKETS = (
@@ -177,6 +183,7 @@ METRIC_NAMES: dict[str, str] = {
     "allot_workloads": "gauge",
     "allot_allocation_workloads": "gauge",
     "allot_allocation_gpus": "gauge",
+    "allot_allocation_idle_gpus": "gauge",
     "allot_queue_wait_seconds": "histogram",
     "allot_oldest_wait_seconds": "gauge",
     "allot_preemptions_total": "counter",
@@ -275,6 +282,8 @@ class _ClusterFold:
         # NIC) shows here, where its health now and `sinfo -R` show one moment
         self.cordons: dict[str, int] = {}
         self.causes: OrderedDict[str, float] = OrderedDict()
+        # each running attempt's last utilization reading (pruned as work ends)
+        self.readings: dict[str, Utilization] = {}
         self.records = 0
         self.last_time: float | None = None
         self._delivered_at = -1  # record count the delivered cache was computed at
@@ -345,6 +354,10 @@ class _ClusterFold:
                 self.ended["cancelled"] += 1
             elif kind == "host.health":
                 self._count_cordon(event)
+            elif kind == "workload.utilization":
+                threshold = self.state.config.idle_threshold
+                last = self.readings.get(event.workload)
+                self.readings[event.workload] = next_reading(last, event, threshold)
             self.causes[event.id] = event.time
             if len(self.causes) > CAUSE_MEMORY:
                 self.causes.popitem(last=False)
@@ -395,6 +408,22 @@ class _ClusterFold:
                 held = gpus.setdefault(w.allocation, {"allocated": 0, "unallocated": 0})
                 held["allocated" if w.charged else "unallocated"] += n
         return workloads, gpus
+
+    def idle_gpus(self) -> dict[str, int]:
+        """Per leaf: GPUs held by running work idle for at least `idle_after` (every
+        leaf, 0 when none). Readings of work that has ended are dropped here."""
+        out = dict.fromkeys(self.state.tree.leaves(), 0)
+        now = self.last_time
+        idle_after = self.state.config.idle_after
+        for wid in list(self.readings):
+            w = self.state.workloads.get(wid)
+            if w is None:
+                del self.readings[wid]
+                continue
+            u = current(self.readings[wid], w)
+            if u is not None and now is not None and is_idle(u, w, now, idle_after):
+                out[w.allocation] = out.get(w.allocation, 0) + w.gpus
+        return out
 
     def allocation_counts(self) -> tuple[dict[str, _Histogram], dict[str, dict[str, int]]]:
         """Per leaf: its queue-wait histogram and its preemptions by reason. Every leaf
@@ -555,6 +584,12 @@ class MetricsCollector(Collector):
             "unallocated (free, preemptible) (Kueue: kueue_cluster_queue_resource_usage).",
             labels=[*c, "allocation", "state"],
         )
+        idle_gpus = GaugeMetricFamily(
+            "allot_allocation_idle_gpus",
+            "GPUs held by each leaf allocation's running work that its launcher reports "
+            "idle (utilization below idle_threshold for idle_after or longer).",
+            labels=[*c, "allocation"],
+        )
         waits = HistogramMetricFamily(
             "allot_queue_wait_seconds",
             "Submit to first placement, by class (short: debug-tagged or short and small); "
@@ -657,6 +692,8 @@ class MetricsCollector(Collector):
             for path in sorted(per_gpus):
                 for state, n in per_gpus[path].items():
                     allocation_gpus.add_metric([name, path, state], n)
+            for path, n in sorted(f.idle_gpus().items()):
+                idle_gpus.add_metric([name, path], n)
             for klass, h in f.waits.items():
                 waits.add_metric([name, klass], h.buckets(), h.sum)
             for klass, age in f.oldest_waits().items():
@@ -697,6 +734,7 @@ class MetricsCollector(Collector):
             workloads,
             allocation_workloads,
             allocation_gpus,
+            idle_gpus,
             waits,
             allocation_waits,
             oldest,

@@ -116,6 +116,8 @@ def verify(
                     f"line {number}: input {record.id} was accepted but replay rejects it: {getattr(again, 'error', '')}",
                 )
         evolve(state, record)
+        if ev.is_informational(record):  # a report for views: it caused no cycle
+            continue
         produced = [(encode(d), d) for d in decide(state, state.now, cause=record.id)]
     if produced and cut:
         return Verification(records, decisions, None, uncompared=len(produced))

@@ -51,6 +51,7 @@ from domain.state import PENDING, RUNNING, Workload, id_order
 from domain.upcasting import upcast
 from projections.history import ran_seconds
 from projections.timeline import timeline
+from projections.utilization import Utilization, current, idle_since, is_stale, next_reading
 from streams.codec import Undecodable, load_object
 
 
@@ -217,6 +218,7 @@ class History:
     holds: list[tuple[int, str, str, float]] = field(default_factory=list)  # seq, type, who, t
     submitted_seq: int = -1
     ended_seq: int = -1
+    utilization: Utilization | None = None  # the running attempt's last reading
 
 
 class JournalView:
@@ -357,6 +359,9 @@ class JournalView:
                 )
             )
             h.pending_since = event.time
+        elif kind == "workload.utilization":
+            h = self.history(event.workload)
+            h.utilization = next_reading(h.utilization, event, state.config.idle_threshold)
         elif kind in ("workload.held", "workload.released"):
             h = self.history(event.workload)
             h.held = (event.actor, event.time) if kind == "workload.held" else None
@@ -418,7 +423,8 @@ class JournalView:
                 event.gpus,
             )
             self.rejections[r.ref] = r
-            if r.workload:
+            # a launcher's late reading refused is no part of the workload's story
+            if r.workload and r.input_type not in ev.INFORMATIONAL_TYPES:
                 self.history(r.workload).rejections.append(r)
         if was_live and wid not in state.workloads:
             if self.live_only:
@@ -438,6 +444,42 @@ class JournalView:
             h = self.history(wid)  # type: ignore[arg-type]
             h.ended = ended
             h.ended_seq = seq
+
+
+def utilization_of(view: JournalView, w: Workload) -> dict[str, Any] | None:
+    """A running workload's last reading, as views show it: `utilization`, `memory`,
+    `reported` (when), `stale`, `idle_since` (its attempt's start at the earliest) and
+    `idle_s`, and `idle` (idle for at least the config's `idle_after`). None: no
+    reading of this attempt."""
+    h = view.histories.get(w.id)
+    u = current(h.utilization if h is not None else None, w)
+    if u is None:
+        return None
+    now = view.now
+    since = idle_since(u, w, now)
+    idle_s = None if since is None else max(0.0, now - since)
+    return {
+        "utilization": u.utilization,
+        "memory": u.memory,
+        "reported": iso(u.time),
+        "reported_s_ago": round(max(0.0, now - u.time), 3),
+        "stale": is_stale(u, now),
+        "idle_since": iso(since),
+        "idle_s": None if idle_s is None else round(idle_s, 3),
+        "idle": idle_s is not None and idle_s >= view.require().config.idle_after,
+    }
+
+
+def utilization_text(u: dict[str, Any]) -> str:
+    """`GPU utilization 2% (memory 40%), reported 3m ago; idle for 45m`."""
+    memory = f" (memory {u['memory']:.0%})" if u["memory"] is not None else ""
+    text = f"GPU utilization {u['utilization']:.0%}{memory}, reported "
+    text += f"{format_duration(u['reported_s_ago'])} ago"
+    if u["stale"]:
+        text += " (stale: no report since)"
+    if u["idle_s"] is not None:
+        text += f"; idle for {format_duration(u['idle_s'])}"
+    return text
 
 
 def _lost_attempt(state: State, h: History, event: Any) -> int:
@@ -999,6 +1041,11 @@ def queue_rows(
         cordoned = [h for h in w.hosts if not state.hosts[h].healthy]
         if cordoned:
             detail += f"; host {nodelist(cordoned)} unhealthy: preempted when protection ends"
+        usage = utilization_of(view, w)
+        if usage is not None:
+            detail += "; " + utilization_text(usage)
+            if usage["idle"]:
+                reason += f"; idle {format_duration(usage['idle_s'])}"
         row = _row(view, w, "RUNNING", now - w.start, reason, detail, ranking)
         row.update(
             position=None,
@@ -1007,6 +1054,7 @@ def queue_rows(
             started=iso(w.start),
             charged=w.charged,
             protected_until=iso(w.protected_until),
+            usage=usage,
         )
         rows.append(row)
     return rows
@@ -1188,6 +1236,10 @@ QUEUE_COLUMNS: dict[str, tuple[str | None, str, Callable[[QueueRow], str]]] = {
         ),
     ),
     "detail": (None, "DETAIL", lambda r: r["detail"]),
+    # the launcher's last GPU utilization reading of a running attempt, and how long
+    # its readings have stayed below `idle_threshold` (blank: none reported)
+    "util": (None, "UTIL", lambda r: _usage_cell(r, "utilization")),
+    "idle": (None, "IDLE", lambda r: _usage_cell(r, "idle_s")),
     # asked for all its GPUs on one host (`submit --one-host`): never a gang
     "one_host": (None, "ONE_HOST", lambda r: "yes" if r["one_host"] else "no"),
     # from a forecast (`projections.forecast.annotate`): pending work only, as squeue's
@@ -1204,6 +1256,16 @@ QUEUE_COLUMNS: dict[str, tuple[str | None, str, Callable[[QueueRow], str]]] = {
     "schednodes": ("Y", "SCHEDNODES", lambda r: r.get("expected_nodes") or ""),
 }
 FORECAST_COLUMNS = {"start", "schednodes"}
+
+
+def _usage_cell(row: QueueRow, key: str) -> str:
+    usage = row.get("usage")
+    value = usage.get(key) if usage else None
+    if value is None:
+        return ""
+    return f"{value:.0%}" if key == "utilization" else format_duration(value)
+
+
 DEFAULT_COLUMNS = ["id", "allocation", "user", "state", "gpus", "time", "reason", "nodelist"]
 NAME_WIDTH = 20  # the default queue's NAME: longer names are cut (--long shows them whole)
 
@@ -2443,3 +2505,45 @@ def _fair_share_text(x: dict[str, Any]) -> str:
     if x.get("share") is not None:
         parts.append(f"share {show(x['share'])}")
     return f"{x['allocation']}: {', '.join(parts)}" if parts else x["allocation"]
+
+
+def idle_rows(
+    source: JournalView | Iterable[Any],
+    *,
+    user: str | Collection[str] | None = None,
+    allocation: str | Collection[str] | None = None,
+    every: bool = False,
+) -> list[dict[str, Any]]:
+    """Running work whose launcher reports its GPUs idle (`allot idle`): below the
+    config's `idle_threshold` for at least `idle_after` (`every`: for any time), the
+    longest idle first. Each row: id, name, allocation, user, gpus, utilization, memory,
+    idle_since, idle_s, idle (past `idle_after`), protected (its protection has not
+    ended: it cannot be preempted for fair share yet) and protected_until."""
+    view = _view(source)
+    state = view.require()
+    now = state.now
+    rows = []
+    for w in state.workloads.values():
+        if w.state != RUNNING or not _wanted(w, user, allocation, None):
+            continue
+        usage = utilization_of(view, w)
+        if usage is None or usage["idle_s"] is None or not (every or usage["idle"]):
+            continue
+        protected = w.charged and w.protected_until > now
+        rows.append(
+            {
+                "id": w.id,
+                "name": w.name,
+                "allocation": w.allocation,
+                "user": w.actor,
+                "gpus": w.gpus,
+                "nodelist": nodelist(w.hosts),
+                "attempt": w.attempt,
+                **{k: usage[k] for k in ("utilization", "memory", "idle_since", "idle_s", "idle")},
+                "reported": usage["reported"],
+                "protected": protected,
+                "protected_until": iso(w.protected_until) if protected else None,
+            }
+        )
+    rows.sort(key=lambda r: (-r["idle_s"], r["id"]))
+    return rows

@@ -74,6 +74,20 @@ work without a `runtime` runs until cancelled. Report ids are deterministic
 (`executor/<cluster>/<workload>/<attempt>`), so a restarted executor that resends a
 report cannot end anything twice. `--once` reads the journal as it is now, fires the
 reports it schedules (waiting for them), and exits.
+
+GPU utilization (observability, never policy): a launcher that can read how busy an
+attempt keeps its GPUs (nvidia-smi, DCGM) may send `workload.utilization` now and
+then: `workload`, `attempt` (the running one; a reading of an old attempt is
+rejected), `utilization` (mean over the GPUs and the interval, 0..1), optionally
+`memory` (mean fraction of GPU memory in use, 0..1), and `interval` (the seconds the
+mean covers, default 300). The scheduler journals it without folding it (decisions
+are the same with or without these), and `allot queue`, `allot why`, `allot idle` and
+the metric `allot_allocation_idle_gpus` show work below `idle_threshold` for
+`idle_after` or longer (config). A launcher that cannot read the GPUs sends nothing.
+With `--idle-fraction F` the simulated executor reports a reading of every running
+attempt each `--utilization-every` (default 5m): that fraction of workloads (chosen by
+their id, so the same ones on every run) at 0% (idle, squatting), the rest busy (90%);
+with `--once`, one reading of each running attempt since its start.
 """
 
 from __future__ import annotations
@@ -85,6 +99,7 @@ import queue
 import signal
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -102,6 +117,8 @@ from allot.commands.common import (
 )
 
 ACTOR = "executor"
+UTILIZATION_EVERY = 300.0  # seconds between a running attempt's readings
+BUSY, IDLE = 0.9, 0.0  # the simulated readings (mean GPU utilization)
 
 
 @dataclass(slots=True)
@@ -116,12 +133,26 @@ class _Job:
 class SimulatedLauncher:
     """Journal records (dicts) in, due `workload.finished` requests out. No I/O."""
 
-    def __init__(self, cluster: str, speed: float = 1.0, actor: str = ACTOR) -> None:
+    def __init__(
+        self,
+        cluster: str,
+        speed: float = 1.0,
+        actor: str = ACTOR,
+        idle_fraction: float | None = None,
+        utilization_every: float | None = UTILIZATION_EVERY,
+    ) -> None:
+        """`idle_fraction`: report GPU utilization, that fraction of workloads idle
+        (None: no readings); `utilization_every`: seconds between readings (None: one
+        reading of each attempt running when first asked, as `--once` sends)."""
         if not speed > 0:
             raise ValueError("--speed must be > 0")
         self.cluster = cluster
         self.speed = speed
         self.actor = actor
+        self.idle_fraction = idle_fraction
+        self.utilization_every = utilization_every
+        # running attempts -> when their next reading is due
+        self.readings: dict[tuple[str, int], float] = {}
         self.jobs: dict[str, _Job] = {}
         self.timers: dict[tuple[str, int], float] = {}  # (workload, attempt) -> due
         self.heap: list[tuple[float, str, int]] = []
@@ -148,7 +179,11 @@ class SimulatedLauncher:
         elif kind == "workload.placed" and isinstance(wid, str):
             job = self.jobs.setdefault(wid, _Job(runtime=None, resumable=False))
             attempt = int(r.get("attempt", 1))
+            self.readings.pop((wid, job.attempt), None)
             job.attempt, job.started = attempt, t
+            if self.idle_fraction is not None:
+                every = self.utilization_every
+                self.readings[(wid, attempt)] = -math.inf if every is None else t + every
             if job.runtime is not None:
                 due = t + max(0.0, job.runtime - job.done) / self.speed
                 self.timers[(wid, attempt)] = due
@@ -161,6 +196,7 @@ class SimulatedLauncher:
             named = r.get("attempt")
             attempt = int(named if named is not None else job.attempt if job else 1)
             self.timers.pop((wid, attempt), None)
+            self.readings.pop((wid, attempt), None)
             if job is not None and job.attempt == attempt and job.started is not None:
                 if job.resumable:
                     job.done += max(0.0, t - job.started) * self.speed
@@ -178,6 +214,51 @@ class SimulatedLauncher:
         job = self.jobs.pop(wid, None)
         if job is not None:
             self.timers.pop((wid, job.attempt), None)
+            self.readings.pop((wid, job.attempt), None)
+
+    def is_idle(self, wid: str) -> bool:
+        """The same workloads idle on every run: a hash of the id against the fraction."""
+        fraction = self.idle_fraction or 0.0
+        return zlib.crc32(wid.encode()) / 2**32 < fraction
+
+    def next_reading(self) -> float | None:
+        """When the next utilization reading is due (None: none scheduled)."""
+        return min(self.readings.values(), default=None)
+
+    def readings_due(self, now: float) -> list[dict[str, Any]]:
+        """The utilization readings due by `now`, each attempt's next one scheduled
+        (`utilization_every` None: each attempt read once)."""
+        out = []
+        every = self.utilization_every
+        for (wid, attempt), at in list(self.readings.items()):
+            if at > now:
+                continue
+            job = self.jobs.get(wid)
+            started = job.started if job is not None and job.started is not None else now
+            since_start = now - started
+            interval = since_start if every is None else min(every, since_start)
+            if every is None:
+                del self.readings[(wid, attempt)]
+            else:
+                self.readings[(wid, attempt)] = now + every
+            idle = self.is_idle(wid)
+            out.append(
+                {
+                    "type": "workload.utilization",
+                    "v": 1,
+                    # one reading a second at most per attempt: a resend is a duplicate
+                    "id": f"{self.report_id(wid, attempt)}/utilization@{int(now)}",
+                    "time": now,
+                    "cluster": self.cluster,
+                    "actor": self.actor,
+                    "workload": wid,
+                    "attempt": attempt,
+                    "utilization": IDLE if idle else BUSY,
+                    "memory": 0.3 if idle else 0.8,
+                    "interval": round(min(86400.0, max(1.0, interval)), 3),
+                }
+            )
+        return out
 
     def next_due(self) -> float | None:
         while self.heap:
@@ -276,6 +357,8 @@ def run_executor(
     clock: Any = time.time,
     stop: threading.Event | None = None,
     actor: str = ACTOR,
+    idle_fraction: float | None = None,
+    utilization_every: float = UTILIZATION_EVERY,
 ) -> int:
     """Play the launcher against `target` (`.kafka` / `.data`); returns reports sent.
     `banner` is logged once the journal answers (so a bad source is one error line)."""
@@ -284,7 +367,8 @@ def run_executor(
     from streams.inbox import open_inbox
     from streams.sources import EmptyJournal, journal_lines
 
-    launcher = SimulatedLauncher(cluster, speed, actor)
+    every = None if once else utilization_every  # --once: one reading of each attempt
+    launcher = SimulatedLauncher(cluster, speed, actor, idle_fraction, every)
     stop = stop or threading.Event()
     # the journal as it is now, first and whole: a report is due only once every record
     # about its attempt is known (a restarted executor must not report work whose end,
@@ -326,6 +410,15 @@ def run_executor(
                 if log:
                     for r in batch:
                         log(f"reported {r['workload']} attempt {r['attempt']} completed")
+            readings = launcher.readings_due(now)
+            if readings:
+                if not send_retrying(inbox, readings, stop, log):
+                    break
+                sent += len(readings)
+                if log:
+                    idle = sum(1 for r in readings if r["utilization"] == IDLE)
+                    log(f"reported the GPU utilization of {plural(len(readings), 'attempt')} "
+                        f"({idle} idle)")  # fmt: skip
             for rej in launcher.rejected:
                 if log:
                     log(f"report {rej.get('ref')} rejected: {rej.get('error')}")
@@ -333,7 +426,10 @@ def run_executor(
             alive = thread is not None and thread.is_alive()
             if not reading and (once or not alive) and launcher.next_due() is None:
                 break
-            nxt = launcher.next_due()
+            nxt = min(
+                (t for t in (launcher.next_due(), launcher.next_reading()) if t is not None),
+                default=None,
+            )
             wait = 0.2 if nxt is None else min(0.2, max(0.0, nxt - clock()))
             if not reading:
                 stop.wait(wait)
@@ -384,6 +480,24 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No per-report log.")] = False,
+        idle_fraction: Annotated[
+            float | None,
+            typer.Option(
+                "--idle-fraction",
+                help="Also report each running attempt's GPU utilization "
+                "(workload.utilization), this fraction (0..1) of workloads idle at 0% "
+                "(the same ones on every run), the rest busy at 90%: to demo `allot idle`.",
+                show_default=False,
+            ),
+        ] = None,
+        utilization_every: Annotated[
+            str,
+            typer.Option(
+                "--utilization-every",
+                help="With --idle-fraction: time between a running attempt's readings "
+                "(with --once: one reading of each, covering its run so far).",
+            ),
+        ] = "5m",
         kafka: KafkaOpt = None,
         data: DataOpt = None,
         cluster: ClusterOpt = "default",
@@ -415,6 +529,9 @@ def register(app: typer.Typer) -> None:
                 )
             if not (speed > 0 and math.isfinite(speed)):
                 raise TargetError(f"--speed must be a number > 0, got {speed:g}")
+            if idle_fraction is not None and not 0 <= idle_fraction <= 1:
+                raise TargetError(f"--idle-fraction must be from 0 to 1, got {idle_fraction:g}")
+            every = _positive_duration(utilization_every, "--utilization-every")
             target = resolve_target(kafka, data)
             actor = ACTOR if as_ is None else whoami(as_)
 
@@ -424,7 +541,13 @@ def register(app: typer.Typer) -> None:
 
             banner = (
                 f"simulating the launcher of cluster {cluster} on {target.label}, "
-                f"speed x{speed:g}, reporting as {actor}" + (", once" if once else "")
+                f"speed x{speed:g}, reporting as {actor}"
+                + (
+                    f", GPU utilization {idle_fraction:.0%} of workloads idle"
+                    if idle_fraction is not None
+                    else ""
+                )
+                + (", once" if once else "")
             )
             stop = threading.Event()  # SIGTERM stops it like Ctrl-C, with its last line
             with contextlib.suppress(ValueError):  # not the main thread (tests)
@@ -443,6 +566,8 @@ def register(app: typer.Typer) -> None:
                 banner=banner,
                 stop=stop,
                 actor=actor,
+                idle_fraction=idle_fraction,
+                utilization_every=every,
             )
             if not quiet:
                 typer.echo(f"allot executor: {plural(sent, 'report')} sent", err=True)
@@ -451,6 +576,18 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None  # `allot` says "interrupted"
+
+
+def _positive_duration(text: str, flag: str) -> float:
+    from domain.durations import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as why:
+        raise TargetError(f"{flag}: {why}") from None
+    if not 0 < seconds <= 86400:
+        raise TargetError(f"{flag} must be more than 0 and at most 1d, got {text}")
+    return seconds
 
 
 _HELP = (

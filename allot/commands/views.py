@@ -1854,6 +1854,122 @@ def register(app: typer.Typer) -> None:
 
         _answer(run)
 
+    @app.command("idle")
+    def idle(
+        every: Annotated[
+            bool,
+            typer.Option(
+                "--all",
+                help="Also work below the idle threshold for less than idle_after so far.",
+            ),
+        ] = False,
+        json_: JsonOpt = False,
+        user: UserOpt = None,
+        allocation: AllocationsOpt = None,
+        kafka: KafkaOpt = None,
+        data: DataOpt = None,
+        journal: JournalOpt = None,
+        cluster: ReadClusterOpt = None,
+    ) -> None:
+        """Who holds GPUs that do no work (squatting), for managers and operators.
+
+        Running work whose launcher reports GPU utilization (workload.utilization;
+        `allot executor --simulate --idle-fraction`, examples/launcher) below the
+        config's idle_threshold (default 5%) for idle_after (default 30m) or longer,
+        the longest idle first: who holds how many GPUs, since when, and whether it is
+        still protected (its minimum runtime has not passed: fair share cannot preempt
+        it yet; ask its user, or `allot requeue`/`cancel` as its manager). Then the
+        idle GPUs per user. Work whose launcher reports nothing, or stopped reporting
+        (its last reading is over three intervals old), is never listed: a launcher
+        that cannot read its GPUs sends nothing. Observability only: the scheduler
+        decides the same with or without these readings.
+        """
+        from domain.durations import format_duration
+        from projections.views import idle_rows, iso, matches_allocation, split_names
+
+        def run() -> None:
+            users = None if user is None else split_names(user)
+            view = load_view(kafka, data, journal, cluster, live_only=True)
+            paths = _allocations(view, allocation)
+            _refuse_unknown_allocation(view, paths)
+            rows = idle_rows(view, user=users, allocation=paths, every=every)
+            rows = [r for r in rows if matches_allocation(r["allocation"], paths)]
+            config = view.require().config
+            totals: dict[str, dict[str, Any]] = {}
+            for r in rows:
+                if not r["idle"]:
+                    continue
+                t = totals.setdefault(r["user"], {"user": r["user"], "gpus": 0, "workloads": 0})
+                t["gpus"] += r["gpus"]
+                t["workloads"] += 1
+                t["protected_gpus"] = t.get("protected_gpus", 0) + (
+                    r["gpus"] if r["protected"] else 0
+                )
+            by_user = sorted(totals.values(), key=lambda t: (-t["gpus"], t["user"]))
+            if json_:
+                _emit_json(
+                    {
+                        "cluster": view.cluster,
+                        "now": iso(view.now),
+                        "idle_threshold": config.idle_threshold,
+                        "idle_after_s": config.idle_after,
+                        "workloads": rows,
+                        "by_user": by_user,
+                    }
+                )
+                return
+            idle_gpus = sum(t["gpus"] for t in by_user)
+            title = (
+                f"cluster {view.cluster} · as of {iso(view.now)} UTC · "
+                f"{plural(idle_gpus, 'GPU')} idle (utilization below "
+                f"{config.idle_threshold:.0%} for {format_duration(config.idle_after)} or longer)"
+            )
+            if not rows:
+                typer.echo(title)
+                typer.echo("no running work reported idle")
+                return
+            table = _table()
+            for h, justify in (
+                ("ID", "left"),
+                ("USER", "left"),
+                ("ALLOCATION", "left"),
+                ("GPUS", "right"),
+                ("UTIL", "right"),
+                ("IDLE", "right"),
+                ("IDLE SINCE", "left"),
+                ("PROTECTED", "left"),
+                ("NODELIST", "left"),
+            ):
+                _column(table, h, justify)
+            for r in rows:
+                table.add_row(
+                    r["id"],
+                    r["user"],
+                    r["allocation"],
+                    str(r["gpus"]),
+                    f"{r['utilization']:.0%}",
+                    format_duration(r["idle_s"]) + ("" if r["idle"] else " (not yet)"),
+                    r["idle_since"] or "",
+                    f"until {r['protected_until']}"
+                    if r["protected_until"]
+                    else ("yes" if r["protected"] else "no"),
+                    r["nodelist"],
+                )
+            print_table(title, table)
+            if by_user:
+                typer.echo("")
+                for t in by_user:
+                    protected = t.get("protected_gpus", 0)
+                    typer.echo(
+                        visible(
+                            f"{t['user']}: {plural(t['gpus'], 'idle GPU')} in "
+                            f"{plural(t['workloads'], 'workload')}"
+                            + (f" ({protected} protected)" if protected else "")
+                        )
+                    )
+
+        _answer(run)
+
 
 def _from_command_line(ctx: typer.Context, name: str) -> bool:
     """True when option `name` was given on the command line (not from its env var)."""
