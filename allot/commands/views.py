@@ -161,6 +161,8 @@ FORMAT_HELP = (
     "running work when it started). allot's own columns have names only: gpus (the "
     "job's total), tres_per_job (gres/gpu:N of the total), position, rank, ratio, "
     "one_host (yes: asked for all its GPUs on one host, submit --one-host), "
+    "util (the launcher's last GPU utilization reading of running work) and idle (how "
+    "long its readings stayed under idle_threshold; see allot idle), "
     "detail (%g, %p, %k, %f and %d until 2026-12). Refused, as allot has no "
     "equivalent: %g (Slurm's group), %k (comment), %f (features); %C, %c, %m and %d "
     "(CPUs, memory, temporary disk): allot schedules GPUs only. "
