@@ -24,15 +24,20 @@ HISTORIES = (
 )
 
 
-@pytest.mark.parametrize("name", HISTORIES)
-def test_the_journal_and_the_database_give_the_same_rows(name: str, tmp_path: Path) -> None:
-    journal, db = histories.loaded(tmp_path, getattr(histories, name)())
+def _from_both(tmp_path: Path, history: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The budget log of `history` read from its journal and from its audit database."""
+    journal, db = histories.loaded(tmp_path, history)
     from_journal = budget_log(records_of_type(RECORD_TYPES, journal=journal))
     con = audit.connect(db, read_only=True)
     try:
-        from_db = audit.budget_log(con)
+        return from_journal, audit.budget_log(con)
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("name", HISTORIES)
+def test_the_journal_and_the_database_give_the_same_rows(name: str, tmp_path: Path) -> None:
+    from_journal, from_db = _from_both(tmp_path, getattr(histories, name)())
     assert from_journal == from_db
     assert budget_undo(from_journal) == budget_undo(from_db)
 
@@ -51,13 +56,7 @@ def test_undo_puts_back_the_per_user_limits_a_change_replaced(tmp_path: Path) ->
     """A limit set where there was none is put back as none (CLEAR_LIMIT, -1); one
     replaced, as it was; a limit kept, not at all; a removed allocation gets back the
     limits it had, and no word of those it had not."""
-    journal, db = histories.loaded(tmp_path, histories.limits_history())
-    from_journal = budget_log(records_of_type(RECORD_TYPES, journal=journal))
-    con = audit.connect(db, read_only=True)
-    try:
-        from_db = audit.budget_log(con)
-    finally:
-        con.close()
+    from_journal, from_db = _from_both(tmp_path, histories.limits_history())
     limits = ("max_gpus_per_user", "max_pending_per_user")
     for rows in (from_journal, from_db):
         undo = {
